@@ -1,0 +1,275 @@
+//! Inspection and operator actions on SQLite: get, list, counts, retry,
+//! cancel, delete, pause, prune.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::{jobs, queries};
+use crate::error::{Error, Result};
+use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
+use crate::outcome::{AttemptError, FinalStatus};
+
+/// A job by id, live or finished.
+pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<JobRecord> {
+    let live = format!(
+        "SELECT {} FROM backlog_jobs WHERE id = ?2",
+        queries::LIVE_COLUMNS
+    );
+    if let Some(record) = conn
+        .prepare_cached(&live)?
+        .query_row(params![now, id], record)
+        .optional()?
+    {
+        return Ok(record);
+    }
+    let finished = format!(
+        "SELECT {} FROM backlog_history WHERE id = ?1",
+        queries::HISTORY_COLUMNS
+    );
+    conn.prepare_cached(&finished)?
+        .query_row(params![id], record)
+        .optional()?
+        .ok_or(Error::NotFound { job_id: id })
+}
+
+/// One page of jobs in a state, by ascending id.
+pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Page> {
+    let sql = match filter.state {
+        JobState::Finished(_) => format!(
+            "SELECT {} FROM backlog_history WHERE status = ?1 AND (?2 IS NULL OR queue = ?2)
+             AND (?3 IS NULL OR kind = ?3) AND id > ?4 ORDER BY id LIMIT ?5",
+            queries::HISTORY_COLUMNS
+        ),
+        live => format!(
+            "SELECT {} FROM backlog_jobs WHERE {} AND (?2 IS NULL OR queue = ?2)
+             AND (?3 IS NULL OR kind = ?3) AND id > ?4 ORDER BY id LIMIT ?5",
+            queries::LIVE_COLUMNS,
+            queries::live_state_condition(live.as_str())
+        ),
+    };
+    let first: rusqlite::types::Value = match filter.state {
+        JobState::Finished(status) => status.as_str().to_owned().into(),
+        _ => now.into(),
+    };
+    let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let jobs = stmt
+        .query_map(
+            params![
+                first,
+                filter.queue,
+                filter.kind,
+                filter.after_id.unwrap_or(i64::MIN),
+                limit
+            ],
+            record,
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let next_after = if jobs.len() == filter.limit {
+        jobs.last().map(|j| j.id)
+    } else {
+        None
+    };
+    Ok(Page { jobs, next_after })
+}
+
+/// Reads a row in [`queries::LIVE_COLUMNS`] / [`queries::HISTORY_COLUMNS`] order.
+fn record(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
+    let errors: String = r.get(9)?;
+    let state: String = r.get(18)?;
+    Ok(JobRecord {
+        id: r.get(0)?,
+        queue: r.get(1)?,
+        kind: r.get(2)?,
+        priority: r.get(3)?,
+        unique_key: r.get(4)?,
+        payload: r.get(5)?,
+        attempts: r.get(6)?,
+        max_attempts: r.get(7)?,
+        available_at: r.get(8)?,
+        errors: serde_json::from_str::<Vec<AttemptError>>(&errors).unwrap_or_default(),
+        worker: r.get(10)?,
+        lease_until: r.get(11)?,
+        started_at: r.get(12)?,
+        cancel_requested: r.get(13)?,
+        result: r.get(14)?,
+        finished_at: r.get(15)?,
+        created_at: r.get(16)?,
+        updated_at: r.get(17)?,
+        state: JobState::parse(&state).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                18,
+                rusqlite::types::Type::Text,
+                format!("unknown job state {state:?}").into(),
+            )
+        })?,
+    })
+}
+
+/// Jobs per queue and state (states with no jobs are left out).
+pub(crate) fn counts(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
+    let mut out = Vec::new();
+    for (sql, args) in [
+        (queries::COUNT_LIVE, vec![now]),
+        (queries::COUNT_HISTORY, vec![]),
+    ] {
+        let mut stmt = conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
+        for row in rows {
+            let (queue, state, count) = row?;
+            if let Some(state) = JobState::parse(&state) {
+                out.push(StateCount {
+                    queue,
+                    state,
+                    count: count.max(0) as u64,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| {
+        (a.queue.as_str(), state_rank(a.state)).cmp(&(b.queue.as_str(), state_rank(b.state)))
+    });
+    Ok(out)
+}
+
+fn state_rank(state: JobState) -> usize {
+    JobState::ALL
+        .iter()
+        .position(|s| *s == state)
+        .unwrap_or(usize::MAX)
+}
+
+/// Makes a dead, discarded or cancelled job live again with attempts reset,
+/// or a scheduled/retrying job due now.
+pub(crate) fn retry(conn: &Connection, id: i64, now: i64) -> Result<()> {
+    if let Some(Some(_)) = live_lease(conn, id)? {
+        return Err(Error::InvalidState {
+            job_id: id,
+            reason: "job is running".into(),
+        });
+    }
+    if conn
+        .prepare_cached(queries::RETRY_LIVE_NOW)?
+        .execute(params![id, now])?
+        == 1
+    {
+        return Ok(());
+    }
+    match history_status(conn, id)? {
+        None => Err(Error::NotFound { job_id: id }),
+        Some(FinalStatus::Completed) => Err(Error::InvalidState {
+            job_id: id,
+            reason: "job completed; only dead, discarded or cancelled jobs can be retried".into(),
+        }),
+        Some(_) => {
+            let moved = conn
+                .prepare_cached(queries::RETRY_FROM_HISTORY)?
+                .execute(params![id, now])?;
+            if moved == 0 {
+                return Err(Error::InvalidState {
+                    job_id: id,
+                    reason: "a live job already holds its unique key".into(),
+                });
+            }
+            conn.prepare_cached(queries::DELETE_HISTORY)?
+                .execute([id])?;
+            Ok(())
+        }
+    }
+}
+
+/// Cancels a job: at once when it is not running, by request when it is.
+pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<CancelOutcome> {
+    match live_lease(conn, id)? {
+        Some(Some(_)) => {
+            conn.prepare_cached(queries::REQUEST_CANCEL)?
+                .execute(params![id, now])?;
+            Ok(CancelOutcome::Requested)
+        }
+        Some(None) => {
+            let error = AttemptError {
+                attempt: 0,
+                at: now,
+                message: "cancelled by request".into(),
+            };
+            jobs::finish(
+                conn,
+                id,
+                None,
+                FinalStatus::Cancelled,
+                None,
+                Some(&error),
+                now,
+            )?;
+            Ok(CancelOutcome::Cancelled)
+        }
+        None => match history_status(conn, id)? {
+            None => Err(Error::NotFound { job_id: id }),
+            Some(status) => Err(Error::InvalidState {
+                job_id: id,
+                reason: format!("job already finished ({})", status.as_str()),
+            }),
+        },
+    }
+}
+
+/// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
+pub(crate) fn delete(conn: &Connection, id: i64) -> Result<()> {
+    let live = conn.prepare_cached(queries::DELETE_LIVE)?.execute([id])?;
+    let finished = conn
+        .prepare_cached(queries::DELETE_HISTORY)?
+        .execute([id])?;
+    if live + finished == 0 {
+        return Err(Error::NotFound { job_id: id });
+    }
+    Ok(())
+}
+
+/// `Some(token)` for a live job (token `None` when not leased), `None` when
+/// there is no live job with this id.
+fn live_lease(conn: &Connection, id: i64) -> Result<Option<Option<i64>>> {
+    Ok(conn
+        .prepare_cached(queries::LIVE_LEASE)?
+        .query_row([id], |r| r.get(0))
+        .optional()?)
+}
+
+fn history_status(conn: &Connection, id: i64) -> Result<Option<FinalStatus>> {
+    let status: Option<String> = conn
+        .prepare_cached(queries::HISTORY_STATUS)?
+        .query_row([id], |r| r.get(0))
+        .optional()?;
+    Ok(status.as_deref().and_then(FinalStatus::parse))
+}
+
+/// Pauses (`true`) or resumes (`false`) a queue.
+pub(crate) fn set_paused(conn: &Connection, queue: &str, paused: bool, now: i64) -> Result<()> {
+    conn.prepare_cached(queries::SET_PAUSED)?
+        .execute(params![queue, paused, now])?;
+    Ok(())
+}
+
+/// The paused queues.
+pub(crate) fn paused_queues(conn: &Connection) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(queries::PAUSED_QUEUES)?;
+    let names = stmt.query_map([], |r| r.get(0))?;
+    Ok(names.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Deletes up to `limit` finished jobs of `status` that finished before `cutoff`.
+pub(crate) fn prune(
+    conn: &Connection,
+    status: FinalStatus,
+    cutoff: i64,
+    limit: usize,
+) -> Result<usize> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    Ok(conn
+        .prepare_cached(queries::PRUNE_HISTORY)?
+        .execute(params![status.as_str(), cutoff, limit])?)
+}

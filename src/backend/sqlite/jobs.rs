@@ -1,0 +1,231 @@
+//! The job operations on one SQLite connection: enqueue, lease, settle,
+//! heartbeat, expired-lease listing. Each runs inside a transaction its caller
+//! opened (the write gate's, or the application's own).
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::queries;
+use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::error::{Error, Result};
+use crate::job::Enqueued;
+use crate::lease::{HeartbeatReport, Job, Lease};
+use crate::outcome::{AttemptError, FinalStatus, Transition};
+
+/// Inserts a job, or finds the job already holding its unique key.
+pub(crate) fn enqueue(conn: &Connection, p: &EnqueueParams<'_>) -> Result<Enqueued> {
+    if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
+        let mut find = conn.prepare_cached(queries::FIND_HISTORY_UNIQUE)?;
+        if let Some(id) = find
+            .query_row(params![p.queue, key, since], |r| r.get(0))
+            .optional()?
+        {
+            return Ok(Enqueued { id, existed: true });
+        }
+    }
+    let mut insert = conn.prepare_cached(queries::ENQUEUE)?;
+    let inserted: Option<i64> = insert
+        .query_row(
+            params![
+                p.queue,
+                p.kind,
+                p.priority,
+                p.unique_key,
+                p.payload,
+                p.max_attempts,
+                p.available_at,
+                p.now
+            ],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if let Some(id) = inserted {
+        return Ok(Enqueued { id, existed: false });
+    }
+    // Nothing inserted: only the unique index can refuse a row.
+    let key = p
+        .unique_key
+        .ok_or_else(|| Error::Database("insert ignored without a unique key conflict".into()))?;
+    let mut find = conn.prepare_cached(queries::FIND_LIVE_UNIQUE)?;
+    let id = find.query_row(params![p.queue, key], |r| r.get(0))?;
+    Ok(Enqueued { id, existed: true })
+}
+
+/// Claims up to `limit` jobs and returns them in claim order.
+pub(crate) fn lease(conn: &Connection, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
+    let sql = queries::lease(p.queues.len(), p.kinds.is_some());
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let kinds = p.kinds.map(serde_json::to_string).transpose()?;
+    let limit = i64::try_from(p.limit).unwrap_or(i64::MAX);
+    let mut values: Vec<&dyn rusqlite::ToSql> =
+        vec![&p.now, &p.lease_until, &p.worker_id, &limit, &kinds];
+    values.extend(p.queues.iter().map(|q| q as &dyn rusqlite::ToSql));
+    let mut jobs = stmt
+        .query_map(values.as_slice(), leased_job)?
+        .collect::<rusqlite::Result<Vec<Job>>>()?;
+    jobs.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.available_at.cmp(&b.available_at))
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(jobs)
+}
+
+/// Reads a row in [`queries::LEASED_COLUMNS`] order.
+fn leased_job(r: &Row<'_>) -> rusqlite::Result<Job> {
+    Ok(Job {
+        id: r.get(0)?,
+        lease_token: r.get(1)?,
+        queue: r.get(2)?,
+        kind: r.get(3)?,
+        priority: r.get(4)?,
+        unique_key: r.get(5)?,
+        payload: r.get(6)?,
+        attempt: r.get(7)?,
+        max_attempts: r.get(8)?,
+        available_at: r.get(9)?,
+        lease_until: r.get(10)?,
+        created_at: r.get(11)?,
+    })
+}
+
+/// Applies a decided transition, fenced on the lease. `LeaseLost` when the
+/// lease is no longer held; nothing is changed then.
+pub(crate) fn settle(conn: &Connection, p: &SettleParams) -> Result<()> {
+    match &p.transition {
+        Transition::Finish {
+            status,
+            result,
+            error,
+        } => finish(
+            conn,
+            p.lease.job_id,
+            Some(p.lease.token),
+            *status,
+            result.as_deref(),
+            error.as_ref(),
+            p.now,
+        ),
+        Transition::Reschedule {
+            available_at,
+            error,
+            refund_attempt,
+        } => {
+            let mut stmt = conn.prepare_cached(queries::RESCHEDULE)?;
+            let cancel_requested: Option<bool> = stmt
+                .query_row(
+                    params![
+                        p.lease.job_id,
+                        p.lease.token,
+                        available_at,
+                        i64::from(*refund_attempt),
+                        error_json(error.as_ref())?,
+                        p.now
+                    ],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            match cancel_requested {
+                None => Err(Error::LeaseLost {
+                    job_id: p.lease.job_id,
+                }),
+                // A cancel requested while it ran wins over running it again.
+                Some(true) => finish(
+                    conn,
+                    p.lease.job_id,
+                    None,
+                    FinalStatus::Cancelled,
+                    None,
+                    None,
+                    p.now,
+                ),
+                Some(false) => Ok(()),
+            }
+        }
+    }
+}
+
+/// Moves a live job to history. `token` fences a leased job; `None` matches
+/// only a job that is not leased.
+pub(crate) fn finish(
+    conn: &Connection,
+    job_id: i64,
+    token: Option<i64>,
+    status: FinalStatus,
+    result: Option<&str>,
+    error: Option<&AttemptError>,
+    now: i64,
+) -> Result<()> {
+    let mut copy = conn.prepare_cached(queries::FINISH_TO_HISTORY)?;
+    let copied = copy.execute(params![
+        job_id,
+        token,
+        now,
+        result,
+        status.as_str(),
+        error_json(error)?
+    ])?;
+    if copied == 0 {
+        return Err(Error::LeaseLost { job_id });
+    }
+    conn.prepare_cached(queries::DELETE_LIVE)?
+        .execute([job_id])?;
+    Ok(())
+}
+
+fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {
+    Ok(error.map(serde_json::to_string).transpose()?)
+}
+
+/// Extends the given leases; reports which were lost and which jobs were asked
+/// to cancel.
+pub(crate) fn heartbeat(conn: &Connection, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
+    let pairs: Vec<[i64; 2]> = p.leases.iter().map(|l| [l.job_id, l.token]).collect();
+    let pairs = serde_json::to_string(&pairs)?;
+    let mut stmt = conn.prepare_cached(queries::HEARTBEAT)?;
+    let mut report = HeartbeatReport::default();
+    let rows = stmt.query_map(params![p.lease_until, p.now, pairs], |r| {
+        Ok((
+            Lease {
+                job_id: r.get(0)?,
+                token: r.get(1)?,
+            },
+            r.get::<_, bool>(2)?,
+        ))
+    })?;
+    for row in rows {
+        let (lease, cancel) = row?;
+        if cancel {
+            report.cancel_requested.push(lease.job_id);
+        }
+        report.extended.push(lease);
+    }
+    report.lost = p
+        .leases
+        .iter()
+        .filter(|l| !report.extended.contains(l))
+        .copied()
+        .collect();
+    Ok(report)
+}
+
+/// Up to `limit` leases that expired before `now`.
+pub(crate) fn expired_leases(
+    conn: &Connection,
+    now: i64,
+    limit: usize,
+) -> Result<Vec<ExpiredLease>> {
+    let mut stmt = conn.prepare_cached(queries::EXPIRED_LEASES)?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = stmt.query_map(params![now, limit], |r| {
+        Ok(ExpiredLease {
+            lease: Lease {
+                job_id: r.get(0)?,
+                token: r.get(1)?,
+            },
+            attempts: r.get(2)?,
+            max_attempts: r.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}

@@ -1,0 +1,16 @@
+//! The SQLite backend: one file, WAL, a write gate per process, a read pool.
+//!
+//! Everything SQLite-specific lives in this folder: the schema
+//! (`migrations/sqlite/`), every statement ([`queries`]), and the operations
+//! that run them ([`jobs`], [`inspect`]). Operations take a plain
+//! `&Connection` so the same code runs inside the queue's own write
+//! transaction or inside an application's transaction (`enqueue_in`,
+//! `complete_in`).
+
+pub(crate) mod connection;
+pub(crate) mod inspect;
+pub(crate) mod jobs;
+pub(crate) mod migrate;
+pub(crate) mod queries;
+
+pub(crate) use connection::Connections;

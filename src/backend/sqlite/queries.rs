@@ -1,0 +1,233 @@
+//! Every SQL statement of the SQLite backend, in the order of a job's life:
+//! enqueue, lease, settle (complete/fail/snooze/discard/release), heartbeat,
+//! rescue, then inspection and maintenance.
+//!
+//! Times are unix microseconds bound from the engine's clock; every value is a
+//! bound parameter, never spliced into the text.
+
+// ---- enqueue ---------------------------------------------------------------
+
+/// Inserts one job; a unique-key conflict inserts nothing and returns no row.
+pub const ENQUEUE: &str = "
+INSERT INTO backlog_jobs
+    (queue, kind, priority, unique_key, payload, max_attempts, available_at, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
+ON CONFLICT DO NOTHING
+RETURNING id";
+
+/// The live job holding a unique key.
+pub const FIND_LIVE_UNIQUE: &str =
+    "SELECT id FROM backlog_jobs WHERE queue = ?1 AND unique_key = ?2";
+
+/// The most recent finished job holding a unique key since a time.
+pub const FIND_HISTORY_UNIQUE: &str = "
+SELECT id FROM backlog_history
+WHERE queue = ?1 AND unique_key = ?2 AND finished_at >= ?3
+ORDER BY finished_at DESC LIMIT 1";
+
+// ---- lease -----------------------------------------------------------------
+
+/// The candidates of one queue: a walk of `backlog_jobs_lease` in claim order
+/// that stops after `?4` rows. Parameters: `?1` now, `?4` limit, `?5` kinds as
+/// a JSON array (only when filtering by kind), and the queue name.
+///
+/// Each queue gets its own walk (and the walks are merged, see
+/// [`lease`](super::jobs::lease)) because SQLite cannot read one index in order
+/// across several `queue IN (..)` values: it would sort every available job.
+pub fn lease_candidates(queue_param: usize, filter_kinds: bool) -> String {
+    let kinds = if filter_kinds {
+        "AND kind IN (SELECT value FROM json_each(?5))"
+    } else {
+        ""
+    };
+    format!(
+        "SELECT id, priority, available_at FROM backlog_jobs
+         WHERE queue = ?{queue_param} AND lease_token IS NULL AND available_at <= ?1 {kinds}
+           AND NOT EXISTS (SELECT 1 FROM backlog_queues WHERE name = ?{queue_param} AND paused)
+         ORDER BY priority DESC, available_at, id LIMIT ?4"
+    )
+}
+
+/// Claims the candidates in one statement: `attempts + 1`, a fresh random
+/// token per row, the lease expiry and the worker. Parameters: `?1` now, `?2`
+/// lease_until, `?3` worker id, `?4` limit, `?5` kinds, `?6..` queues.
+///
+/// The single SQLite writer makes the sub-select and the update atomic; the
+/// rows come back in no particular order and are sorted by the caller.
+pub fn lease(queue_count: usize, filter_kinds: bool) -> String {
+    let candidates = if queue_count == 1 {
+        lease_candidates(6, filter_kinds)
+    } else {
+        // Merge the per-queue walks: at most limit × queues rows are sorted.
+        let walks: Vec<String> = (0..queue_count)
+            .map(|i| format!("SELECT * FROM ({})", lease_candidates(6 + i, filter_kinds)))
+            .collect();
+        format!(
+            "SELECT id FROM ({}) ORDER BY priority DESC, available_at, id LIMIT ?4",
+            walks.join(" UNION ALL ")
+        )
+    };
+    format!(
+        "UPDATE backlog_jobs
+         SET attempts = attempts + 1, lease_token = random(), lease_until = ?2, locked_by = ?3,
+             first_leased_at = COALESCE(first_leased_at, ?1), updated_at = ?1
+         WHERE id IN (SELECT id FROM ({candidates}))
+         RETURNING {LEASED_COLUMNS}"
+    )
+}
+
+/// What a lease returns, in the order `jobs::leased_job` reads it.
+pub const LEASED_COLUMNS: &str = "id, lease_token, queue, kind, priority, unique_key, payload, \
+     attempts, max_attempts, available_at, lease_until, created_at";
+
+// ---- settle ----------------------------------------------------------------
+
+/// `errors` with `?E` appended (when not NULL), keeping the last 20.
+macro_rules! append_error {
+    ($param:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $param,
+            " IS NULL THEN errors
+                  WHEN json_array_length(errors) >= 20
+                  THEN json_insert(json_remove(errors, '$[0]'), '$[#]', json(",
+            $param,
+            "))
+                  ELSE json_insert(errors, '$[#]', json(",
+            $param,
+            ")) END"
+        )
+    };
+}
+
+/// Copies a live job into history with its final status. Fenced: `?2` is the
+/// lease token, or NULL for a job that is not leased (operator cancel).
+/// Parameters: `?1` id, `?2` token, `?3` now, `?4` result, `?5` status,
+/// `?6` error entry JSON or NULL.
+pub const FINISH_TO_HISTORY: &str = concat!(
+    "INSERT INTO backlog_history
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
+     started_at, finished_at)
+SELECT id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at, ",
+    append_error!("?6"),
+    ", cancel_requested, created_at, ?3, ?4, ?5, locked_by, first_leased_at, ?3
+FROM backlog_jobs WHERE id = ?1 AND lease_token IS ?2"
+);
+
+/// Removes the live row after [`FINISH_TO_HISTORY`] copied it.
+pub const DELETE_LIVE: &str = "DELETE FROM backlog_jobs WHERE id = ?1";
+
+/// Unleases a job and schedules its next run. Fenced on the token. Parameters:
+/// `?1` id, `?2` token, `?3` available_at, `?4` attempts to give back (0 or 1),
+/// `?5` error entry JSON or NULL, `?6` now. Returns whether a cancel was
+/// requested meanwhile, so the caller can honour it instead.
+pub const RESCHEDULE: &str = concat!(
+    "UPDATE backlog_jobs
+SET lease_token = NULL, lease_until = NULL, locked_by = NULL, available_at = ?3,
+    attempts = attempts - ?4, updated_at = ?6, errors = ",
+    append_error!("?5"),
+    "
+WHERE id = ?1 AND lease_token = ?2
+RETURNING cancel_requested"
+);
+
+// ---- heartbeat -------------------------------------------------------------
+
+/// Extends every given lease still held, in one statement. `?3` is a JSON
+/// array of `[id, token]` pairs; a pair that matches no row was lost.
+pub const HEARTBEAT: &str = "
+UPDATE backlog_jobs SET lease_until = ?1, updated_at = ?2
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS token FROM json_each(?3)) AS held
+WHERE backlog_jobs.id = held.id AND backlog_jobs.lease_token = held.token
+RETURNING backlog_jobs.id, backlog_jobs.lease_token, backlog_jobs.cancel_requested";
+
+// ---- rescue ----------------------------------------------------------------
+
+/// Leases that expired before `?1`, oldest first, at most `?2`, read from
+/// `backlog_jobs_expiry`. No payloads.
+pub const EXPIRED_LEASES: &str = "
+SELECT id, lease_token, attempts, max_attempts FROM backlog_jobs
+WHERE lease_token IS NOT NULL AND lease_until < ?1
+ORDER BY lease_until LIMIT ?2";
+
+// ---- inspect ---------------------------------------------------------------
+
+/// A live job as a record; `state` is derived at `?1`.
+pub const LIVE_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
+     max_attempts, available_at, errors, locked_by, lease_until, first_leased_at, \
+     cancel_requested, NULL AS result, NULL AS finished_at, created_at, updated_at, \
+     CASE WHEN lease_token IS NOT NULL THEN 'running' \
+          WHEN available_at <= ?1 THEN 'available' \
+          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state";
+
+/// A finished job as a record, in the same column order as [`LIVE_COLUMNS`].
+pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
+     max_attempts, available_at, errors, processed_by, NULL AS lease_until, started_at, \
+     cancel_requested, result, finished_at, created_at, updated_at, status AS state";
+
+/// The live-state conditions, by state name.
+pub fn live_state_condition(state: &str) -> &'static str {
+    match state {
+        "available" => "lease_token IS NULL AND available_at <= ?1",
+        "scheduled" => "lease_token IS NULL AND available_at > ?1 AND attempts = 0",
+        "retrying" => "lease_token IS NULL AND available_at > ?1 AND attempts > 0",
+        _ => "lease_token IS NOT NULL",
+    }
+}
+
+/// Live jobs per queue and derived state at `?1`.
+pub const COUNT_LIVE: &str = "
+SELECT queue,
+       CASE WHEN lease_token IS NOT NULL THEN 'running'
+            WHEN available_at <= ?1 THEN 'available'
+            WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state,
+       count(*)
+FROM backlog_jobs GROUP BY 1, 2";
+
+/// Finished jobs per queue and status.
+pub const COUNT_HISTORY: &str = "SELECT queue, status, count(*) FROM backlog_history GROUP BY 1, 2";
+
+/// Moves a finished job back to live, attempts reset, due at `?2`.
+pub const RETRY_FROM_HISTORY: &str = "
+INSERT INTO backlog_jobs
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at)
+SELECT id, queue, kind, priority, unique_key, payload, 0, max_attempts, ?2,
+       errors, 0, created_at, ?2
+FROM backlog_history WHERE id = ?1
+ON CONFLICT DO NOTHING";
+
+/// Removes a finished job.
+pub const DELETE_HISTORY: &str = "DELETE FROM backlog_history WHERE id = ?1";
+
+/// Makes an unleased live job due now.
+pub const RETRY_LIVE_NOW: &str =
+    "UPDATE backlog_jobs SET available_at = ?2, updated_at = ?2 WHERE id = ?1 AND lease_token IS NULL";
+
+/// Flags a running job for cancellation; the next heartbeat reports it.
+pub const REQUEST_CANCEL: &str = "UPDATE backlog_jobs SET cancel_requested = 1, updated_at = ?2 \
+     WHERE id = ?1 AND lease_token IS NOT NULL";
+
+/// The lease state of a live job: its token (NULL when not leased).
+pub const LIVE_LEASE: &str = "SELECT lease_token FROM backlog_jobs WHERE id = ?1";
+
+/// A finished job's status.
+pub const HISTORY_STATUS: &str = "SELECT status FROM backlog_history WHERE id = ?1";
+
+/// Pauses or resumes a queue.
+pub const SET_PAUSED: &str = "
+INSERT INTO backlog_queues (name, paused, updated_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at";
+
+/// Queues that are paused.
+pub const PAUSED_QUEUES: &str = "SELECT name FROM backlog_queues WHERE paused ORDER BY name";
+
+// ---- maintenance -----------------------------------------------------------
+
+/// Deletes up to `?3` finished jobs of status `?1` that finished before `?2`,
+/// oldest first, through `backlog_history_finished`.
+pub const PRUNE_HISTORY: &str = "
+DELETE FROM backlog_history WHERE id IN (
+    SELECT id FROM backlog_history WHERE status = ?1 AND finished_at < ?2
+    ORDER BY finished_at LIMIT ?3)";

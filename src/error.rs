@@ -1,0 +1,182 @@
+//! The crate's one error type.
+
+use std::fmt;
+
+/// A specialized `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in backlog.
+///
+/// Input errors (`Invalid*`, `PayloadTooLarge`) are returned before anything is
+/// written. Database errors never panic; transient contention is retried
+/// internally and only surfaces as [`Error::Busy`] once the write deadline passes.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The job's lease is no longer held by this caller: it expired and was
+    /// rescued, the job was deleted, or another claim replaced the lease token.
+    /// Nothing was changed; a transaction this happened in must not commit.
+    LeaseLost {
+        /// The job whose lease was lost.
+        job_id: i64,
+    },
+    /// The database stayed locked by another connection past the write deadline
+    /// ([`QueueOptions::write_deadline`](crate::QueueOptions::write_deadline)).
+    Busy,
+    /// The payload is not valid JSON, or nests deeper than the decoder accepts.
+    InvalidPayload(String),
+    /// The encoded payload is larger than
+    /// [`QueueOptions::max_payload_bytes`](crate::QueueOptions::max_payload_bytes).
+    /// Checked before any database call.
+    PayloadTooLarge {
+        /// The payload's size in bytes.
+        size: usize,
+        /// The configured cap in bytes.
+        limit: usize,
+    },
+    /// A queue name, job kind, unique key or worker id is empty, too long or
+    /// contains control characters.
+    InvalidName {
+        /// Which name: `"queue"`, `"kind"`, `"unique key"` or `"worker id"`.
+        what: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A delay is negative or not finite, or a run time is out of range.
+    InvalidSchedule(String),
+    /// Some other argument is out of range, such as `max_attempts = 0` or a
+    /// lease of zero jobs.
+    InvalidArgument(String),
+    /// No live or finished job has this id.
+    NotFound {
+        /// The id that was looked up.
+        job_id: i64,
+    },
+    /// An operation was asked of a job in a state that does not allow it, such
+    /// as retrying a completed job.
+    InvalidState {
+        /// The job.
+        job_id: i64,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A `*_in` call was given a connection that is not inside a transaction
+    /// (it is in autocommit mode).
+    NotInTransaction,
+    /// A pragma read back a different value than was set (for example a
+    /// filesystem that cannot hold a WAL).
+    Pragma {
+        /// The pragma.
+        name: &'static str,
+        /// The value that was set.
+        expected: String,
+        /// The value read back.
+        actual: String,
+    },
+    /// The database or its filesystem is full. Nothing of the failed operation
+    /// was written; the queue works again once space is freed.
+    StorageFull,
+    /// Applying the schema migrations failed.
+    Migration(String),
+    /// Typed job arguments or a handler's output could not be encoded or
+    /// decoded as JSON.
+    Serialization(serde_json::Error),
+    /// Any other database error.
+    Database(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl Error {
+    /// True for [`Error::Busy`]: the write deadline passed under contention.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Error::Busy)
+    }
+
+    /// True for [`Error::LeaseLost`].
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost { .. })
+    }
+
+    /// True for errors caused by the caller's input; retrying the same call
+    /// cannot succeed.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidPayload(_)
+                | Error::PayloadTooLarge { .. }
+                | Error::InvalidName { .. }
+                | Error::InvalidSchedule(_)
+                | Error::InvalidArgument(_)
+        )
+    }
+
+    pub(crate) fn invalid_name(what: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidName {
+            what,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::LeaseLost { job_id } => write!(f, "lease lost on job {job_id}"),
+            Error::Busy => f.write_str("database busy past the write deadline"),
+            Error::InvalidPayload(why) => write!(f, "invalid payload: {why}"),
+            Error::PayloadTooLarge { size, limit } => {
+                write!(f, "payload of {size} bytes exceeds the {limit}-byte limit")
+            }
+            Error::InvalidName { what, reason } => write!(f, "invalid {what}: {reason}"),
+            Error::InvalidSchedule(why) => write!(f, "invalid schedule: {why}"),
+            Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+            Error::NotFound { job_id } => write!(f, "job {job_id} not found"),
+            Error::InvalidState { job_id, reason } => write!(f, "job {job_id}: {reason}"),
+            Error::NotInTransaction => f.write_str("connection is not inside a transaction"),
+            Error::Pragma {
+                name,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "pragma {name} reads back {actual:?}, expected {expected:?}"
+            ),
+            Error::StorageFull => f.write_str("database or disk is full"),
+            Error::Migration(why) => write!(f, "migration failed: {why}"),
+            Error::Serialization(e) => write!(f, "JSON encoding failed: {e}"),
+            Error::Database(e) => write!(f, "database error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Serialization(e) => Some(e),
+            Error::Database(e) => Some(e.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::Busy,
+            Some(ErrorCode::DiskFull) => Error::StorageFull,
+            _ => Error::Database(Box::new(e)),
+        }
+    }
+}
+
+impl From<r2d2::Error> for Error {
+    fn from(e: r2d2::Error) -> Self {
+        Error::Database(Box::new(e))
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::Serialization(e)
+    }
+}

@@ -1,0 +1,230 @@
+//! Looking at jobs: states, records, filters and counts.
+//!
+//! A job's life:
+//!
+//! ```text
+//!  enqueue ──► scheduled ──(available_at passes)──► available ──(lease)──► running
+//!                 ▲                                     ▲                    │
+//!                 │ fail with attempts left, snooze     │ release, rescue    │
+//!                 └─────────────────────────────────────┴────────────────────┤
+//!                                                                            ▼
+//!                             history: completed │ discarded │ cancelled │ dead
+//!                                          retry(id) ──► back to available
+//! ```
+//!
+//! Live states are derived from the lease and schedule columns; the lease
+//! moves a job from available to running, the completer or
+//! [`Queue::fail`](crate::Queue::fail) moves it out of running, and the rescuer
+//! moves jobs whose lease expired back to available (or to `dead`).
+
+use crate::outcome::{AttemptError, FinalStatus};
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Live, not leased, due now.
+    Available,
+    /// Live, not leased, due later, never attempted.
+    Scheduled,
+    /// Live, not leased, due later, after a failed attempt.
+    Retrying,
+    /// Live and leased by a worker.
+    Running,
+    /// Finished: in history with this status.
+    Finished(FinalStatus),
+}
+
+impl JobState {
+    /// The state's name: `available`, `scheduled`, `retrying`, `running`, or
+    /// the history status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Available => "available",
+            JobState::Scheduled => "scheduled",
+            JobState::Retrying => "retrying",
+            JobState::Running => "running",
+            JobState::Finished(status) => status.as_str(),
+        }
+    }
+
+    /// Parses a state name as returned by [`JobState::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "available" => JobState::Available,
+            "scheduled" => JobState::Scheduled,
+            "retrying" => JobState::Retrying,
+            "running" => JobState::Running,
+            other => JobState::Finished(FinalStatus::parse(other)?),
+        })
+    }
+
+    /// Every state, live ones first.
+    pub const ALL: [JobState; 8] = [
+        JobState::Available,
+        JobState::Scheduled,
+        JobState::Retrying,
+        JobState::Running,
+        JobState::Finished(FinalStatus::Completed),
+        JobState::Finished(FinalStatus::Discarded),
+        JobState::Finished(FinalStatus::Cancelled),
+        JobState::Finished(FinalStatus::Dead),
+    ];
+}
+
+/// Everything known about one job, live or finished.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    /// The job's id.
+    pub id: i64,
+    /// Its state now.
+    pub state: JobState,
+    /// The queue.
+    pub queue: String,
+    /// The kind.
+    pub kind: String,
+    /// The priority.
+    pub priority: i32,
+    /// The unique key, if any.
+    pub unique_key: Option<String>,
+    /// The payload, JSON text.
+    pub payload: String,
+    /// Claims so far.
+    pub attempts: u32,
+    /// Claims allowed.
+    pub max_attempts: u32,
+    /// When it is (or was last) due, unix µs.
+    pub available_at: i64,
+    /// The errors of its last failed attempts, oldest first.
+    pub errors: Vec<AttemptError>,
+    /// The worker holding the lease (live) or that finished it (history).
+    pub worker: Option<String>,
+    /// When the lease expires, for a running job, unix µs.
+    pub lease_until: Option<i64>,
+    /// When it was first claimed, unix µs.
+    pub started_at: Option<i64>,
+    /// Whether cancellation was requested while it ran.
+    pub cancel_requested: bool,
+    /// The handler's result, for a completed job, JSON text.
+    pub result: Option<String>,
+    /// When it finished, unix µs.
+    pub finished_at: Option<i64>,
+    /// When it was enqueued, unix µs.
+    pub created_at: i64,
+    /// When it last changed, unix µs.
+    pub updated_at: i64,
+}
+
+/// Which jobs [`Queue::list`](crate::Queue::list) returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFilter {
+    pub(crate) state: JobState,
+    pub(crate) queue: Option<String>,
+    pub(crate) kind: Option<String>,
+    pub(crate) after_id: Option<i64>,
+    pub(crate) limit: usize,
+}
+
+impl JobFilter {
+    /// Jobs in `state`, 100 per page, oldest id first.
+    pub fn new(state: JobState) -> Self {
+        JobFilter {
+            state,
+            queue: None,
+            kind: None,
+            after_id: None,
+            limit: 100,
+        }
+    }
+
+    /// Only this queue. Defaults to every queue.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Only this kind. Defaults to every kind.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Keyset paging: only ids greater than this (pass the previous page's
+    /// [`Page::next_after`]). Defaults to the start.
+    pub fn after(mut self, id: i64) -> Self {
+        self.after_id = Some(id);
+        self
+    }
+
+    /// Page size, at least 1. Defaults to 100.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    /// The jobs, by ascending id.
+    pub jobs: Vec<JobRecord>,
+    /// Pass to [`JobFilter::after`] for the next page; `None` when this was the last.
+    pub next_after: Option<i64>,
+}
+
+/// How many jobs one queue holds in one state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateCount {
+    /// The queue.
+    pub queue: String,
+    /// The state.
+    pub state: JobState,
+    /// How many jobs.
+    pub count: u64,
+}
+
+/// What [`Queue::cancel`](crate::Queue::cancel) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The job was not running; it moved to history as `cancelled`.
+    Cancelled,
+    /// The job is running; its handler is asked to stop (the next heartbeat
+    /// sets its cancellation flag).
+    Requested,
+}
+
+/// How long finished jobs are kept, per status. `None` keeps forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Defaults to 7 days.
+    pub completed: Option<std::time::Duration>,
+    /// Defaults to 30 days.
+    pub discarded: Option<std::time::Duration>,
+    /// Defaults to 30 days.
+    pub cancelled: Option<std::time::Duration>,
+    /// Defaults to 90 days.
+    pub dead: Option<std::time::Duration>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        const DAY: u64 = 24 * 60 * 60;
+        Retention {
+            completed: Some(std::time::Duration::from_secs(7 * DAY)),
+            discarded: Some(std::time::Duration::from_secs(30 * DAY)),
+            cancelled: Some(std::time::Duration::from_secs(30 * DAY)),
+            dead: Some(std::time::Duration::from_secs(90 * DAY)),
+        }
+    }
+}
+
+impl Retention {
+    /// The retention for one status.
+    pub fn for_status(&self, status: FinalStatus) -> Option<std::time::Duration> {
+        match status {
+            FinalStatus::Completed => self.completed,
+            FinalStatus::Discarded => self.discarded,
+            FinalStatus::Cancelled => self.cancelled,
+            FinalStatus::Dead => self.dead,
+        }
+    }
+}

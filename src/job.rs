@@ -1,0 +1,219 @@
+//! What goes into the queue: [`NewJob`], typed [`JobArgs`], and what an
+//! enqueue returns.
+
+use std::time::{Duration, SystemTime};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// The queue a job goes to unless told otherwise.
+pub const DEFAULT_QUEUE: &str = "default";
+
+/// How many times a job is claimed before it is dead-lettered, unless told otherwise.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 25;
+
+/// Typed job arguments with a stable kind.
+///
+/// The kind is the name a handler is registered under and is stored with every
+/// job, so it must not change between releases while jobs of the old name may
+/// still be queued.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct SendEmail {
+///     to: String,
+/// }
+///
+/// impl backlog::JobArgs for SendEmail {
+///     const KIND: &'static str = "send_email";
+/// }
+/// ```
+pub trait JobArgs: Serialize + DeserializeOwned {
+    /// The job kind these arguments are stored under.
+    const KIND: &'static str;
+}
+
+/// Which jobs a unique key is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UniqueScope {
+    /// Only live jobs (available, scheduled or running) of the same queue.
+    /// A job that finished no longer blocks the key. The default.
+    #[default]
+    Live,
+    /// Live jobs, and jobs of the same queue that finished within this period.
+    /// Periodic jobs use this so a tick that already ran is not enqueued again.
+    LiveAndHistory(Duration),
+}
+
+/// When a job may first run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Schedule {
+    Now,
+    Delay(Duration),
+    DelaySecs(f64),
+    At(SystemTime),
+}
+
+/// A job to enqueue: kind, JSON payload and options.
+///
+/// ```
+/// use std::time::Duration;
+/// use backlog::NewJob;
+/// use serde_json::json;
+///
+/// let job = NewJob::new("resize", json!({"w": 64}))
+///     .queue("media")
+///     .priority(5)
+///     .delay(Duration::from_secs(30))
+///     .unique_key("img-42")
+///     .max_attempts(5);
+/// ```
+///
+/// The builder never fails; everything is validated at enqueue, before any
+/// database call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    pub(crate) kind: String,
+    pub(crate) payload: Payload,
+    pub(crate) queue: String,
+    pub(crate) priority: i32,
+    pub(crate) schedule: Schedule,
+    pub(crate) max_attempts: u32,
+    pub(crate) unique_key: Option<String>,
+    pub(crate) unique_scope: UniqueScope,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Payload {
+    Value(Value),
+    Text(String),
+}
+
+impl NewJob {
+    /// A job of `kind` with a JSON payload.
+    pub fn new(kind: impl Into<String>, payload: Value) -> Self {
+        Self::with_payload(kind.into(), Payload::Value(payload))
+    }
+
+    /// A job of `kind` whose payload is raw JSON text. The text is parsed at
+    /// enqueue; text that is not JSON is rejected with [`Error::InvalidPayload`].
+    pub fn from_json_str(kind: impl Into<String>, json: impl Into<String>) -> Self {
+        Self::with_payload(kind.into(), Payload::Text(json.into()))
+    }
+
+    /// A job from typed arguments, under `T::KIND`.
+    pub fn from_args<T: JobArgs>(args: &T) -> Result<Self> {
+        Ok(Self::new(T::KIND, serde_json::to_value(args)?))
+    }
+
+    fn with_payload(kind: String, payload: Payload) -> Self {
+        NewJob {
+            kind,
+            payload,
+            queue: DEFAULT_QUEUE.to_owned(),
+            priority: 0,
+            schedule: Schedule::Now,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            unique_key: None,
+            unique_scope: UniqueScope::Live,
+        }
+    }
+
+    /// The queue. Defaults to `"default"`.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// The priority; higher runs first. Defaults to 0.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Runs no earlier than `delay` from now. Defaults to no delay.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.schedule = Schedule::Delay(delay);
+        self
+    }
+
+    /// Runs no earlier than `secs` seconds from now, for delays read from
+    /// configuration or user input. Negative, NaN or infinite values are
+    /// rejected at enqueue with [`Error::InvalidSchedule`].
+    pub fn delay_secs(mut self, secs: f64) -> Self {
+        self.schedule = Schedule::DelaySecs(secs);
+        self
+    }
+
+    /// Runs no earlier than `at`. A time in the past means now. Defaults to now.
+    pub fn run_at(mut self, at: SystemTime) -> Self {
+        self.schedule = Schedule::At(at);
+        self
+    }
+
+    /// How many claims the job gets before it is dead-lettered; at least 1.
+    /// Defaults to 25.
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// A deduplication key, unique per queue among live jobs. Enqueueing a
+    /// duplicate returns the existing job's id with `existed: true`.
+    /// Defaults to none.
+    pub fn unique_key(mut self, key: impl Into<String>) -> Self {
+        self.unique_key = Some(key.into());
+        self
+    }
+
+    /// Which jobs the unique key is checked against. Defaults to
+    /// [`UniqueScope::Live`].
+    pub fn unique_scope(mut self, scope: UniqueScope) -> Self {
+        self.unique_scope = scope;
+        self
+    }
+
+    /// The job's kind.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+}
+
+/// Anything that can be enqueued: a [`NewJob`], or typed [`JobArgs`] (which go
+/// to the default queue with default options).
+pub trait IntoNewJob {
+    /// Converts into a job to enqueue.
+    fn into_new_job(self) -> Result<NewJob>;
+}
+
+impl IntoNewJob for NewJob {
+    fn into_new_job(self) -> Result<NewJob> {
+        Ok(self)
+    }
+}
+
+impl<T: JobArgs> IntoNewJob for T {
+    fn into_new_job(self) -> Result<NewJob> {
+        NewJob::from_args(&self)
+    }
+}
+
+/// What an enqueue did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The job's id: the new job's, or the existing one's for a duplicate.
+    pub id: i64,
+    /// True when a job with the same unique key already existed and nothing
+    /// was inserted.
+    pub existed: bool,
+}
+
+/// Decodes a stored JSON payload into typed arguments.
+pub(crate) fn decode_args<T: DeserializeOwned>(payload: &str) -> Result<T> {
+    serde_json::from_str(payload).map_err(Error::Serialization)
+}

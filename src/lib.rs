@@ -1,0 +1,56 @@
+//! # backlog
+//!
+//! An embedded, durable background-job queue. Jobs live in the same SQLite
+//! file as your application's data; enqueue them (inside your own transaction
+//! if you like), lease them, and complete them — again inside your own
+//! transaction when the job's effects must happen exactly once.
+//!
+//! ```
+//! use backlog::{LeaseRequest, NewJob, Queue};
+//! use serde_json::json;
+//!
+//! # fn main() -> backlog::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let path = dir.path().join("app.db");
+//! let queue = Queue::open(&path)?; // WAL, synchronous=FULL, migrated
+//! let enqueued = queue.enqueue(NewJob::new("send_email", json!({"to": "a@b.c"})))?;
+//!
+//! let jobs = queue.lease(&LeaseRequest::new("worker-1", 10))?;
+//! for job in &jobs {
+//!     // ... do the work ...
+//!     queue.complete(job, Some(json!({"sent": true})))?;
+//! }
+//! assert_eq!(queue.get(enqueued.id)?.state.as_str(), "completed");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! See [`inspect`] for a job's life, [`Queue`] for every operation, and the
+//! README for the guarantees.
+
+#![warn(missing_docs)]
+
+mod backend;
+pub mod clock;
+mod error;
+pub mod inspect;
+mod job;
+mod lease;
+mod options;
+mod outcome;
+mod queue;
+mod retry;
+mod validate;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{Error, Result};
+pub use inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, Retention, StateCount};
+pub use job::{
+    Enqueued, IntoNewJob, JobArgs, NewJob, UniqueScope, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,
+};
+pub use lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport, DEFAULT_LEASE_TTL};
+pub use options::{Durability, QueueOptions};
+pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
+pub use queue::Queue;
+pub use retry::RetryPolicy;
+pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_UNIQUE_KEY_BYTES};

@@ -1,0 +1,149 @@
+//! How a queue is opened: durability, timeouts, pool size, limits, policy.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::Result;
+use crate::queue::Queue;
+use crate::retry::RetryPolicy;
+
+/// How hard SQLite works to keep a commit on power loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// WAL with `synchronous=FULL`: every acknowledged enqueue and completion
+    /// survives power loss. The default.
+    #[default]
+    Full,
+    /// WAL with `synchronous=NORMAL`: survives a process crash, but a power
+    /// loss may roll back the last commits. Faster; an explicit opt-in.
+    Fast,
+}
+
+impl Durability {
+    /// The `synchronous` pragma value this durability sets (2 = FULL, 1 = NORMAL).
+    pub fn synchronous(self) -> i64 {
+        match self {
+            Durability::Full => 2,
+            Durability::Fast => 1,
+        }
+    }
+}
+
+/// Options for [`Queue::open_with`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use backlog::{Durability, QueueOptions};
+///
+/// let queue = QueueOptions::new()
+///     .durability(Durability::Fast)
+///     .busy_timeout(Duration::from_secs(2))
+///     .open("app.db")?;
+/// # Ok::<(), backlog::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct QueueOptions {
+    pub(crate) durability: Durability,
+    pub(crate) busy_timeout: Duration,
+    pub(crate) write_deadline: Duration,
+    pub(crate) pool_size: u32,
+    pub(crate) max_payload_bytes: usize,
+    pub(crate) migrate: bool,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) retry_policy: RetryPolicy,
+    pub(crate) retry_policies: HashMap<String, RetryPolicy>,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            durability: Durability::Full,
+            busy_timeout: Duration::from_secs(5),
+            write_deadline: Duration::from_secs(30),
+            pool_size: 4,
+            max_payload_bytes: 1024 * 1024,
+            migrate: true,
+            clock: Arc::new(SystemClock),
+            retry_policy: RetryPolicy::default(),
+            retry_policies: HashMap::new(),
+        }
+    }
+}
+
+impl QueueOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Opens (creating if needed) the queue at `path` with these options.
+    pub fn open(self, path: impl AsRef<Path>) -> Result<Queue> {
+        Queue::open_with(path, self)
+    }
+
+    /// Durability of commits. Defaults to [`Durability::Full`].
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// How long one SQLite call waits for a lock held by another connection
+    /// before returning BUSY (`PRAGMA busy_timeout`). Defaults to 5 seconds.
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// How long a write keeps retrying BUSY/LOCKED (with jittered backoff)
+    /// before returning [`Error::Busy`](crate::Error::Busy). Defaults to 30 seconds.
+    pub fn write_deadline(mut self, deadline: Duration) -> Self {
+        self.write_deadline = deadline;
+        self
+    }
+
+    /// Read connections in the pool, at least 1. Defaults to 4.
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// The largest encoded payload accepted, in bytes. Defaults to 1 MiB.
+    pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
+        self.max_payload_bytes = bytes;
+        self
+    }
+
+    /// Whether opening applies pending schema migrations. Defaults to `true`;
+    /// with `false`, call [`Queue::migrate`] yourself.
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
+    /// The clock every stored time comes from. Defaults to the system clock;
+    /// tests pass a [`ManualClock`](crate::ManualClock).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The retry policy for kinds without their own. Defaults to
+    /// [`RetryPolicy::default`] (1 s doubling, ±20 %, capped at 6 h).
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry_policy = policy;
+        self
+    }
+
+    /// The retry policy for one kind. Defaults to the queue's policy.
+    pub fn retry_policy_for(mut self, kind: impl Into<String>, policy: RetryPolicy) -> Self {
+        self.retry_policies.insert(kind.into(), policy);
+        self
+    }
+
+    pub(crate) fn policy_for(&self, kind: &str) -> &RetryPolicy {
+        self.retry_policies.get(kind).unwrap_or(&self.retry_policy)
+    }
+}

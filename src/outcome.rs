@@ -1,0 +1,189 @@
+//! How a claimed job ends its attempt, and the engine's decision of where that
+//! takes it.
+//!
+//! The engine owns policy: it turns an [`Outcome`] into an explicit
+//! [`Transition`] (to history with a status, or back to the live table at a
+//! time) and hands that to the backend, which only applies it, fenced on the
+//! lease.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::clock::add_micros;
+use crate::error::Result;
+use crate::lease::Job;
+use crate::retry::RetryPolicy;
+
+/// How a claimed job's attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Success: the job moves to history as `completed`, with an optional
+    /// JSON result.
+    Complete(Option<Value>),
+    /// Failure: retried after the retry policy's backoff (or `retry_after`,
+    /// when set), or dead-lettered when this was the last attempt.
+    Fail {
+        /// The error, recorded in the job's error list.
+        error: String,
+        /// Overrides the retry policy's backoff for this retry.
+        retry_after: Option<Duration>,
+    },
+    /// Run again after this delay, without using an attempt.
+    Snooze(Duration),
+    /// Permanent failure: the job moves to history as `discarded` at once.
+    Discard(String),
+    /// The job moves to history as `cancelled`.
+    Cancel(String),
+    /// Give the job back, available at once, without using an attempt (used on
+    /// shutdown).
+    Release,
+}
+
+impl Outcome {
+    /// A failure retried by the policy.
+    pub fn fail(error: impl Into<String>) -> Self {
+        Outcome::Fail {
+            error: error.into(),
+            retry_after: None,
+        }
+    }
+}
+
+/// One entry of a job's error list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptError {
+    /// The attempt that failed, 1-based.
+    pub attempt: u32,
+    /// When it failed, unix µs.
+    pub at: i64,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// How many errors a job keeps; older ones are dropped.
+pub const MAX_ERRORS_KEPT: usize = 20;
+
+/// The terminal statuses of `backlog_history`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FinalStatus {
+    /// The handler succeeded.
+    Completed,
+    /// The handler (or an operator) discarded the job.
+    Discarded,
+    /// The job was cancelled.
+    Cancelled,
+    /// Attempts ran out: the dead-letter queue.
+    Dead,
+}
+
+impl FinalStatus {
+    /// The status as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinalStatus::Completed => "completed",
+            FinalStatus::Discarded => "discarded",
+            FinalStatus::Cancelled => "cancelled",
+            FinalStatus::Dead => "dead",
+        }
+    }
+
+    /// Parses a stored status.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "completed" => FinalStatus::Completed,
+            "discarded" => FinalStatus::Discarded,
+            "cancelled" => FinalStatus::Cancelled,
+            "dead" => FinalStatus::Dead,
+            _ => return None,
+        })
+    }
+
+    /// Every status, in display order.
+    pub const ALL: [FinalStatus; 4] = [
+        FinalStatus::Completed,
+        FinalStatus::Discarded,
+        FinalStatus::Cancelled,
+        FinalStatus::Dead,
+    ];
+}
+
+/// Where an outcome takes a leased job: the explicit target state the backend
+/// applies.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Transition {
+    /// Delete the live row and write its history row.
+    Finish {
+        status: FinalStatus,
+        result: Option<String>,
+        error: Option<AttemptError>,
+    },
+    /// Keep the job live, unleased, available at `available_at`.
+    Reschedule {
+        available_at: i64,
+        error: Option<AttemptError>,
+        /// Give the claim back: `attempts - 1` (snooze, release).
+        refund_attempt: bool,
+    },
+}
+
+/// Decides where `outcome` takes `job` at `now`.
+pub(crate) fn decide(
+    job: &Job,
+    outcome: Outcome,
+    now: i64,
+    policy: &RetryPolicy,
+) -> Result<Transition> {
+    let error = |message: String| AttemptError {
+        attempt: job.attempt,
+        at: now,
+        message,
+    };
+    Ok(match outcome {
+        Outcome::Complete(result) => Transition::Finish {
+            status: FinalStatus::Completed,
+            result: result.map(|v| serde_json::to_string(&v)).transpose()?,
+            error: None,
+        },
+        Outcome::Fail {
+            error: message,
+            retry_after,
+        } => {
+            if job.is_last_attempt() {
+                Transition::Finish {
+                    status: FinalStatus::Dead,
+                    result: None,
+                    error: Some(error(message)),
+                }
+            } else {
+                let wait = retry_after.unwrap_or_else(|| policy.backoff(job.attempt));
+                Transition::Reschedule {
+                    available_at: add_micros(now, wait).unwrap_or(i64::MAX),
+                    error: Some(error(message)),
+                    refund_attempt: false,
+                }
+            }
+        }
+        Outcome::Snooze(delay) => Transition::Reschedule {
+            available_at: add_micros(now, delay).unwrap_or(i64::MAX),
+            error: None,
+            refund_attempt: true,
+        },
+        Outcome::Discard(message) => Transition::Finish {
+            status: FinalStatus::Discarded,
+            result: None,
+            error: Some(error(message)),
+        },
+        Outcome::Cancel(message) => Transition::Finish {
+            status: FinalStatus::Cancelled,
+            result: None,
+            error: Some(error(message)),
+        },
+        Outcome::Release => Transition::Reschedule {
+            available_at: now,
+            error: None,
+            refund_attempt: true,
+        },
+    })
+}

@@ -1,0 +1,543 @@
+//! [`Queue`]: the handle applications enqueue with, and workers lease from.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::{Connection, Transaction};
+use serde_json::Value;
+
+use crate::backend::sqlite::{self, Connections};
+use crate::backend::{Backend, EnqueueParams, HeartbeatParams, LeaseParams, SettleParams};
+use crate::clock::{add_micros, duration_micros, system_time_to_micros};
+use crate::error::{Error, Result};
+use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, Retention, StateCount};
+use crate::job::{Enqueued, IntoNewJob, NewJob, Payload, Schedule, UniqueScope};
+use crate::lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport};
+use crate::options::QueueOptions;
+use crate::outcome::{decide, AttemptError, FinalStatus, Outcome, Transition};
+use crate::validate;
+
+/// A durable job queue in a SQLite file.
+///
+/// Cheap to clone; clones share connections. All methods are blocking and
+/// safe to call from many threads.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    backend: Backend,
+    options: QueueOptions,
+    /// The path as given and its canonical form, to check that a caller's
+    /// connection (`enqueue_in`, `complete_in`) is to this database.
+    path: PathBuf,
+    canonical_path: Option<PathBuf>,
+}
+
+/// An encoded, validated job, ready for the backend.
+struct Prepared {
+    job: NewJob,
+    payload: String,
+    available_at: i64,
+    unique_history_since: Option<i64>,
+}
+
+impl Queue {
+    /// Opens (creating if needed) the queue in the SQLite file at `path`, with
+    /// the default options: WAL, `synchronous=FULL`, migrated.
+    pub fn open(path: impl AsRef<Path>) -> Result<Queue> {
+        Self::open_with(path, QueueOptions::default())
+    }
+
+    /// Opens the queue at `path` with `options`.
+    pub fn open_with(path: impl AsRef<Path>, options: QueueOptions) -> Result<Queue> {
+        let path = path.as_ref();
+        let connections = Connections::open(path, &options)?;
+        if options.migrate {
+            sqlite::migrate::migrate(&mut connections.writer(), options.write_deadline)?;
+        }
+        Ok(Queue {
+            inner: Arc::new(Inner {
+                backend: Backend::Sqlite(connections),
+                canonical_path: path.canonicalize().ok(),
+                path: path.to_path_buf(),
+                options,
+            }),
+        })
+    }
+
+    /// Applies pending schema migrations (for queues opened with
+    /// [`QueueOptions::migrate`]`(false)`).
+    pub fn migrate(&self) -> Result<()> {
+        let Backend::Sqlite(db) = &self.inner.backend;
+        sqlite::migrate::migrate(&mut db.writer(), self.inner.options.write_deadline)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The current time of the queue's clock, unix µs.
+    pub fn now_micros(&self) -> i64 {
+        self.inner.options.clock.now_micros()
+    }
+
+    /// How many writes were retried after SQLite reported BUSY/LOCKED.
+    pub fn busy_retries(&self) -> u64 {
+        let Backend::Sqlite(db) = &self.inner.backend;
+        db.busy_retries()
+    }
+
+    // ---- enqueue -----------------------------------------------------------
+
+    /// Enqueues one job and commits.
+    ///
+    /// A job whose unique key is already taken is not inserted: the existing
+    /// job's id comes back with `existed: true`.
+    pub fn enqueue(&self, job: impl IntoNewJob) -> Result<Enqueued> {
+        let mut ids = self.enqueue_many([job])?;
+        ids.pop()
+            .ok_or_else(|| Error::Database("enqueue returned no id".into()))
+    }
+
+    /// Enqueues many jobs in one transaction: all or none. Every job is
+    /// validated before anything is written. Ids come back in input order.
+    pub fn enqueue_many<J: IntoNewJob>(
+        &self,
+        jobs: impl IntoIterator<Item = J>,
+    ) -> Result<Vec<Enqueued>> {
+        let prepared = self.prepare_all(jobs)?;
+        let params: Vec<EnqueueParams<'_>> = self.params(&prepared);
+        self.inner.backend.enqueue_many(&params)
+    }
+
+    /// Enqueues a job inside the caller's transaction on `conn` (a
+    /// `rusqlite::Transaction` derefs to one): the job exists if and only if
+    /// that transaction commits.
+    ///
+    /// `conn` must be open on this queue's database file and inside a
+    /// transaction; start it with `BEGIN IMMEDIATE`
+    /// (`TransactionBehavior::Immediate`) so it cannot fail with BUSY halfway.
+    pub fn enqueue_in(&self, conn: &Connection, job: impl IntoNewJob) -> Result<Enqueued> {
+        let mut ids = self.enqueue_many_in(conn, [job])?;
+        ids.pop()
+            .ok_or_else(|| Error::Database("enqueue returned no id".into()))
+    }
+
+    /// Enqueues many jobs inside the caller's transaction on `conn`.
+    pub fn enqueue_many_in<J: IntoNewJob>(
+        &self,
+        conn: &Connection,
+        jobs: impl IntoIterator<Item = J>,
+    ) -> Result<Vec<Enqueued>> {
+        let prepared = self.prepare_all(jobs)?;
+        self.check_caller_connection(conn)?;
+        self.params(&prepared)
+            .iter()
+            .map(|p| sqlite::jobs::enqueue(conn, p))
+            .collect()
+    }
+
+    fn prepare_all<J: IntoNewJob>(
+        &self,
+        jobs: impl IntoIterator<Item = J>,
+    ) -> Result<Vec<Prepared>> {
+        let now = self.now_micros();
+        jobs.into_iter()
+            .map(|j| self.prepare(j.into_new_job()?, now))
+            .collect()
+    }
+
+    fn params<'a>(&self, prepared: &'a [Prepared]) -> Vec<EnqueueParams<'a>> {
+        let now = self.now_micros();
+        prepared
+            .iter()
+            .map(|p| EnqueueParams {
+                queue: &p.job.queue,
+                kind: &p.job.kind,
+                priority: p.job.priority,
+                unique_key: p.job.unique_key.as_deref(),
+                unique_history_since: p.unique_history_since,
+                payload: &p.payload,
+                max_attempts: p.job.max_attempts,
+                available_at: p.available_at,
+                now,
+            })
+            .collect()
+    }
+
+    /// Validates and encodes one job. Nothing here touches the database.
+    fn prepare(&self, job: NewJob, now: i64) -> Result<Prepared> {
+        validate::name("queue", &job.queue)?;
+        validate::name("kind", &job.kind)?;
+        if let Some(key) = &job.unique_key {
+            validate::unique_key(key)?;
+        }
+        if job.max_attempts == 0 {
+            return Err(Error::InvalidArgument(
+                "max_attempts must be at least 1".into(),
+            ));
+        }
+        let limit = self.inner.options.max_payload_bytes;
+        let payload = match &job.payload {
+            Payload::Value(value) => validate::payload(value, limit)?,
+            Payload::Text(text) => {
+                // The cap is checked before parsing, so oversize text costs nothing.
+                validate::payload_size(text.len(), limit)?;
+                let value = validate::parse_json(text)?;
+                validate::payload(&value, limit)?
+            }
+        };
+        let available_at = match job.schedule {
+            Schedule::Now => now,
+            Schedule::Delay(delay) => add_micros(now, delay)?,
+            Schedule::DelaySecs(secs) => {
+                if !secs.is_finite() || secs < 0.0 {
+                    return Err(Error::InvalidSchedule(format!(
+                        "delay must be a finite, non-negative number of seconds, got {secs}"
+                    )));
+                }
+                let delay = Duration::try_from_secs_f64(secs)
+                    .map_err(|e| Error::InvalidSchedule(e.to_string()))?;
+                add_micros(now, delay)?
+            }
+            Schedule::At(at) => system_time_to_micros(at)?.max(now),
+        };
+        let unique_history_since = match (job.unique_scope, &job.unique_key) {
+            (UniqueScope::LiveAndHistory(period), Some(_)) => {
+                Some(now.saturating_sub(duration_micros(period)?))
+            }
+            _ => None,
+        };
+        Ok(Prepared {
+            job,
+            payload,
+            available_at,
+            unique_history_since,
+        })
+    }
+
+    /// Refuses a connection that is not in a transaction or is open on
+    /// another database file.
+    fn check_caller_connection(&self, conn: &Connection) -> Result<()> {
+        if conn.is_autocommit() {
+            return Err(Error::NotInTransaction);
+        }
+        let theirs = conn.path().map(Path::new);
+        let same = match theirs {
+            Some(p) if p == self.inner.path => true,
+            Some(p) => p.canonicalize().ok() == self.inner.canonical_path,
+            None => false,
+        };
+        if !same {
+            return Err(Error::InvalidArgument(format!(
+                "connection is open on {:?}, not on the queue's database {:?}",
+                theirs, self.inner.path
+            )));
+        }
+        Ok(())
+    }
+
+    // ---- lease -------------------------------------------------------------
+
+    /// Claims up to the request's limit of available jobs, in `priority DESC,
+    /// available_at, id` order, skipping paused queues. Each claim increments
+    /// the job's attempts and gets a fresh random lease token.
+    pub fn lease(&self, request: &LeaseRequest) -> Result<Vec<Job>> {
+        if request.limit == 0 {
+            return Err(Error::InvalidArgument(
+                "a lease must ask for at least 1 job".into(),
+            ));
+        }
+        if request.queues.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a lease needs at least one queue".into(),
+            ));
+        }
+        validate::name("worker id", &request.worker_id)?;
+        for queue in &request.queues {
+            validate::name("queue", queue)?;
+        }
+        if let Some(kinds) = &request.kinds {
+            if kinds.is_empty() {
+                return Ok(Vec::new());
+            }
+            for kind in kinds {
+                validate::name("kind", kind)?;
+            }
+        }
+        let now = self.now_micros();
+        self.inner.backend.lease(&LeaseParams {
+            queues: &request.queues,
+            kinds: request.kinds.as_deref(),
+            limit: request.limit,
+            worker_id: &request.worker_id,
+            now,
+            lease_until: add_micros(now, request.ttl)?,
+        })
+    }
+
+    // ---- settle ------------------------------------------------------------
+
+    /// Completes a leased job: it moves to history as `completed` with an
+    /// optional JSON result. `LeaseLost` if the lease is no longer held.
+    pub fn complete(&self, job: &Job, result: Option<Value>) -> Result<()> {
+        self.settle(job, Outcome::Complete(result))
+    }
+
+    /// Records a failed attempt: retried after the kind's backoff, or moved to
+    /// history as `dead` when this was the last attempt.
+    pub fn fail(&self, job: &Job, error: impl Into<String>) -> Result<()> {
+        self.settle(job, Outcome::fail(error))
+    }
+
+    /// Reschedules a leased job after `delay` without using an attempt.
+    pub fn snooze(&self, job: &Job, delay: Duration) -> Result<()> {
+        self.settle(job, Outcome::Snooze(delay))
+    }
+
+    /// Discards a leased job: it moves to history as `discarded`.
+    pub fn discard(&self, job: &Job, reason: impl Into<String>) -> Result<()> {
+        self.settle(job, Outcome::Discard(reason.into()))
+    }
+
+    /// Gives a leased job back, available at once, without using an attempt.
+    pub fn release(&self, job: &Job) -> Result<()> {
+        self.settle(job, Outcome::Release)
+    }
+
+    /// Applies any outcome to a leased job, in its own transaction.
+    pub fn settle(&self, job: &Job, outcome: Outcome) -> Result<()> {
+        let mut results = self.settle_many([(job, outcome)])?;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(Error::Database("settle returned no result".into())))
+    }
+
+    /// Applies many outcomes in one transaction (group commit). The outer
+    /// `Result` fails only if the transaction does; each item's own result is
+    /// `Err(LeaseLost)` when its lease was no longer held (that item changed
+    /// nothing, the others were applied).
+    pub fn settle_many<'a>(
+        &self,
+        items: impl IntoIterator<Item = (&'a Job, Outcome)>,
+    ) -> Result<Vec<Result<()>>> {
+        let now = self.now_micros();
+        let params = items
+            .into_iter()
+            .map(|(job, outcome)| self.settle_params(job, outcome, now))
+            .collect::<Result<Vec<_>>>()?;
+        self.inner.backend.settle_many(&params)
+    }
+
+    /// Completes every job in one transaction.
+    pub fn complete_many<'a>(
+        &self,
+        jobs: impl IntoIterator<Item = &'a Job>,
+    ) -> Result<Vec<Result<()>>> {
+        self.settle_many(jobs.into_iter().map(|j| (j, Outcome::Complete(None))))
+    }
+
+    /// Completes a leased job inside the caller's transaction on `conn`: the
+    /// seed design's transactional Ack. The completion commits if and only if
+    /// the caller's transaction does, together with the caller's effects.
+    ///
+    /// On `Err(LeaseLost)` nothing was changed and **the caller's transaction
+    /// must not commit** its effects: another worker owns the job now. Using
+    /// `?` does this for you, since a `rusqlite::Transaction` dropped without
+    /// `commit()` rolls back; [`Queue::transaction`] also rolls back on any
+    /// `Err`. Call it first in the transaction (fence first) to learn of a
+    /// lost lease before doing the work.
+    pub fn complete_in(&self, conn: &Connection, job: &Job, result: Option<Value>) -> Result<()> {
+        self.settle_in(conn, job, Outcome::Complete(result))
+    }
+
+    /// Records a failed attempt inside the caller's transaction on `conn`: the
+    /// seed design's transactional Nack. Same rules as [`Queue::complete_in`].
+    pub fn fail_in(&self, conn: &Connection, job: &Job, error: impl Into<String>) -> Result<()> {
+        self.settle_in(conn, job, Outcome::fail(error))
+    }
+
+    /// Applies any outcome inside the caller's transaction on `conn`.
+    pub fn settle_in(&self, conn: &Connection, job: &Job, outcome: Outcome) -> Result<()> {
+        self.check_caller_connection(conn)?;
+        let params = self.settle_params(job, outcome, self.now_micros())?;
+        sqlite::jobs::settle(conn, &params)
+    }
+
+    fn settle_params(&self, job: &Job, outcome: Outcome, now: i64) -> Result<SettleParams> {
+        let policy = self.inner.options.policy_for(&job.kind);
+        Ok(SettleParams {
+            lease: job.lease(),
+            transition: decide(job, outcome, now, policy)?,
+            now,
+        })
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the queue's write
+    /// connection, committing on `Ok` and rolling back on `Err`. Pair it with
+    /// [`Queue::complete_in`] to commit a job's effects and its completion
+    /// together:
+    ///
+    /// ```no_run
+    /// # fn demo(queue: &backlog::Queue, job: &backlog::Job) -> backlog::Result<()> {
+    /// queue.transaction(|tx| {
+    ///     queue.complete_in(tx, job, None)?; // fence first: LeaseLost rolls back
+    ///     tx.execute("UPDATE orders SET paid = 1 WHERE id = ?1", [7])?;
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    ///
+    /// The write connection is held for the closure's run: keep it short.
+    pub fn transaction<T, E>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<Error>,
+    {
+        let Backend::Sqlite(db) = &self.inner.backend;
+        db.transaction(f)
+    }
+
+    // ---- heartbeat and rescue ---------------------------------------------
+
+    /// Extends every given lease still held to `ttl` from now, in one
+    /// statement, and reports the leases lost and the jobs asked to cancel.
+    pub fn heartbeat(&self, leases: &[Lease], ttl: Duration) -> Result<HeartbeatReport> {
+        if leases.is_empty() {
+            return Ok(HeartbeatReport::default());
+        }
+        let now = self.now_micros();
+        self.inner.backend.heartbeat(&HeartbeatParams {
+            leases,
+            lease_until: add_micros(now, ttl)?,
+            now,
+        })
+    }
+
+    /// Makes up to `limit` jobs whose lease expired available again, or moves
+    /// them to history as `dead` when their last attempt expired. Never
+    /// decodes payloads. Call repeatedly until it reports fewer than `limit`.
+    pub fn rescue(&self, limit: usize) -> Result<RescueReport> {
+        let now = self.now_micros();
+        let done = self.inner.backend.rescue(now, limit, |expired| {
+            let error = AttemptError {
+                attempt: expired.attempts,
+                at: now,
+                message:
+                    "lease expired: the worker stopped heartbeating (crashed, hung or stopped)"
+                        .to_owned(),
+            };
+            let transition = if expired.attempts >= expired.max_attempts {
+                Transition::Finish {
+                    status: FinalStatus::Dead,
+                    result: None,
+                    error: Some(error),
+                }
+            } else {
+                // The expired claim counts as an attempt, so a job that kills
+                // its worker every time still ends up dead.
+                Transition::Reschedule {
+                    available_at: now,
+                    error: Some(error),
+                    refund_attempt: false,
+                }
+            };
+            SettleParams {
+                lease: expired.lease,
+                transition,
+                now,
+            }
+        })?;
+        let dead = done
+            .iter()
+            .filter(|(_, s)| matches!(s.transition, Transition::Finish { .. }))
+            .count();
+        Ok(RescueReport {
+            rescued: done.len() - dead,
+            dead,
+        })
+    }
+
+    // ---- inspect -----------------------------------------------------------
+
+    /// A job by id, live or finished.
+    pub fn get(&self, id: i64) -> Result<JobRecord> {
+        self.inner.backend.get(id, self.now_micros())
+    }
+
+    /// One page of jobs matching `filter`, by ascending id.
+    pub fn list(&self, filter: &JobFilter) -> Result<Page> {
+        if filter.limit == 0 {
+            return Err(Error::InvalidArgument(
+                "page limit must be at least 1".into(),
+            ));
+        }
+        self.inner.backend.list(filter, self.now_micros())
+    }
+
+    /// How many jobs each queue holds in each state; empty states are left out.
+    pub fn counts(&self) -> Result<Vec<StateCount>> {
+        self.inner.backend.counts(self.now_micros())
+    }
+
+    /// Runs a dead, discarded or cancelled job again (attempts reset, errors
+    /// kept), or makes a scheduled or retrying job due now.
+    pub fn retry(&self, id: i64) -> Result<()> {
+        self.inner.backend.retry(id, self.now_micros())
+    }
+
+    /// Cancels a job. One that is not running moves to history as `cancelled`
+    /// at once; a running one is flagged and its handler told at the next
+    /// heartbeat.
+    pub fn cancel(&self, id: i64) -> Result<CancelOutcome> {
+        self.inner.backend.cancel(id, self.now_micros())
+    }
+
+    /// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
+    pub fn delete(&self, id: i64) -> Result<()> {
+        self.inner.backend.delete(id)
+    }
+
+    /// Pauses a queue: leases skip it until it is resumed.
+    pub fn pause(&self, queue: &str) -> Result<()> {
+        validate::name("queue", queue)?;
+        self.inner
+            .backend
+            .set_paused(queue, true, self.now_micros())
+    }
+
+    /// Resumes a paused queue.
+    pub fn resume(&self, queue: &str) -> Result<()> {
+        validate::name("queue", queue)?;
+        self.inner
+            .backend
+            .set_paused(queue, false, self.now_micros())
+    }
+
+    /// The names of the paused queues.
+    pub fn paused_queues(&self) -> Result<Vec<String>> {
+        self.inner.backend.paused_queues()
+    }
+
+    /// Deletes up to `limit` finished jobs per status that are older than
+    /// `retention` allows, oldest first. Returns how many were deleted; call
+    /// again while it returns a full batch.
+    pub fn prune_history(&self, retention: &Retention, limit: usize) -> Result<usize> {
+        let now = self.now_micros();
+        let mut deleted = 0;
+        for status in FinalStatus::ALL {
+            if let Some(keep) = retention.for_status(status) {
+                let cutoff = now.saturating_sub(duration_micros(keep)?);
+                deleted += self.inner.backend.prune(status, cutoff, limit)?;
+            }
+        }
+        Ok(deleted)
+    }
+}
