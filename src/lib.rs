@@ -33,6 +33,7 @@
 mod backend;
 pub mod clock;
 mod error;
+mod events;
 pub mod inspect;
 mod job;
 mod lease;
@@ -44,6 +45,7 @@ mod validate;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, Result};
+pub use events::Event;
 pub use inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, Retention, StateCount};
 pub use job::{
     Enqueued, IntoNewJob, JobArgs, NewJob, UniqueScope, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,

@@ -11,6 +11,7 @@ use crate::backend::sqlite::{self, Connections};
 use crate::backend::{Backend, EnqueueParams, HeartbeatParams, LeaseParams, SettleParams};
 use crate::clock::{add_micros, duration_micros, system_time_to_micros};
 use crate::error::{Error, Result};
+use crate::events::{Bus, Event};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, Retention, StateCount};
 use crate::job::{Enqueued, IntoNewJob, NewJob, Payload, Schedule, UniqueScope};
 use crate::lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport};
@@ -35,6 +36,7 @@ struct Inner {
     /// connection (`enqueue_in`, `complete_in`) is to this database.
     path: PathBuf,
     canonical_path: Option<PathBuf>,
+    bus: Bus,
 }
 
 /// An encoded, validated job, ready for the backend.
@@ -65,6 +67,7 @@ impl Queue {
                 canonical_path: path.canonicalize().ok(),
                 path: path.to_path_buf(),
                 options,
+                bus: Bus::default(),
             }),
         })
     }
@@ -112,7 +115,23 @@ impl Queue {
     ) -> Result<Vec<Enqueued>> {
         let prepared = self.prepare_all(jobs)?;
         let params: Vec<EnqueueParams<'_>> = self.params(&prepared);
-        self.inner.backend.enqueue_many(&params)
+        let ids = self.inner.backend.enqueue_many(&params)?;
+        if self.inner.bus.has_listeners() {
+            self.inner.bus.ring();
+            self.inner
+                .bus
+                .emit(
+                    ids.iter()
+                        .zip(&prepared)
+                        .filter(|(e, _)| !e.existed)
+                        .map(|(e, p)| Event::Enqueued {
+                            job_id: e.id,
+                            queue: p.job.queue.clone(),
+                            kind: p.job.kind.clone(),
+                        }),
+                );
+        }
+        Ok(ids)
     }
 
     /// Enqueues a job inside the caller's transaction on `conn` (a
@@ -271,14 +290,19 @@ impl Queue {
             }
         }
         let now = self.now_micros();
-        self.inner.backend.lease(&LeaseParams {
+        let jobs = self.inner.backend.lease(&LeaseParams {
             queues: &request.queues,
             kinds: request.kinds.as_deref(),
             limit: request.limit,
             worker_id: &request.worker_id,
             now,
             lease_until: add_micros(now, request.ttl)?,
-        })
+        })?;
+        self.inner.bus.emit(jobs.iter().map(|j| Event::Leased {
+            job_id: j.id,
+            attempt: j.attempt,
+        }));
+        Ok(jobs)
     }
 
     // ---- settle ------------------------------------------------------------
@@ -327,11 +351,22 @@ impl Queue {
         items: impl IntoIterator<Item = (&'a Job, Outcome)>,
     ) -> Result<Vec<Result<()>>> {
         let now = self.now_micros();
-        let params = items
+        let items: Vec<(&Job, SettleParams)> = items
             .into_iter()
-            .map(|(job, outcome)| self.settle_params(job, outcome, now))
-            .collect::<Result<Vec<_>>>()?;
-        self.inner.backend.settle_many(&params)
+            .map(|(job, outcome)| Ok((job, self.settle_params(job, outcome, now)?)))
+            .collect::<Result<_>>()?;
+        let params: Vec<&SettleParams> = items.iter().map(|(_, p)| p).collect();
+        let results = self.inner.backend.settle_many(&params)?;
+        if self.inner.bus.has_listeners() {
+            self.inner.bus.emit(
+                items
+                    .iter()
+                    .zip(&results)
+                    .filter(|(_, r)| r.is_ok())
+                    .map(|((job, p), _)| settled_event(job.id, job.attempt, &p.transition)),
+            );
+        }
+        Ok(results)
     }
 
     /// Completes every job in one transaction.
@@ -455,6 +490,16 @@ impl Queue {
                 now,
             }
         })?;
+        self.inner
+            .bus
+            .emit(done.iter().map(|(expired, p)| match p.transition {
+                Transition::Finish { .. } => Event::Dead {
+                    job_id: expired.lease.job_id,
+                },
+                Transition::Reschedule { .. } => Event::Rescued {
+                    job_id: expired.lease.job_id,
+                },
+            }));
         let dead = done
             .iter()
             .filter(|(_, s)| matches!(s.transition, Transition::Finish { .. }))
@@ -463,6 +508,27 @@ impl Queue {
             rescued: done.len() - dead,
             dead,
         })
+    }
+
+    // ---- events ------------------------------------------------------------
+
+    /// Subscribes to the lifecycle events of jobs handled through this queue
+    /// (and its clones) in this process, from now on. Drop the receiver to
+    /// unsubscribe; an unread subscription buffers without bound.
+    pub fn subscribe(&self) -> crossbeam_channel::Receiver<Event> {
+        self.inner.bus.subscribe()
+    }
+
+    /// A coalescing wake-up that fires when this process enqueues a job.
+    #[allow(dead_code)]
+    pub(crate) fn doorbell(&self) -> crossbeam_channel::Receiver<()> {
+        self.inner.bus.doorbell()
+    }
+
+    /// Sends events (the worker's `Started` and `LeaseLost`).
+    #[allow(dead_code)]
+    pub(crate) fn emit(&self, events: impl IntoIterator<Item = Event>) {
+        self.inner.bus.emit(events);
     }
 
     // ---- inspect -----------------------------------------------------------
@@ -539,5 +605,30 @@ impl Queue {
             }
         }
         Ok(deleted)
+    }
+}
+
+/// The event a committed transition produces.
+fn settled_event(job_id: i64, attempt: u32, transition: &Transition) -> Event {
+    match transition {
+        Transition::Finish { status, .. } => match status {
+            FinalStatus::Completed => Event::Completed { job_id },
+            FinalStatus::Discarded => Event::Discarded { job_id },
+            FinalStatus::Cancelled => Event::Cancelled { job_id },
+            FinalStatus::Dead => Event::Dead { job_id },
+        },
+        Transition::Reschedule {
+            available_at,
+            refund_attempt: true,
+            ..
+        } => Event::Snoozed {
+            job_id,
+            available_at: *available_at,
+        },
+        Transition::Reschedule { available_at, .. } => Event::Retried {
+            job_id,
+            attempt,
+            available_at: *available_at,
+        },
     }
 }

@@ -93,7 +93,7 @@ impl Backend {
 
     /// Applies many transitions in one transaction; a lost lease fails only
     /// its own item.
-    pub(crate) fn settle_many(&self, items: &[SettleParams]) -> Result<Vec<Result<()>>> {
+    pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<()>>> {
         match self {
             Backend::Sqlite(db) => db.write(|tx| {
                 items
