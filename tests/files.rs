@@ -1,0 +1,63 @@
+//! Files: a database the library creates is private (0600, and SQLite gives
+//! its `-wal` and `-shm` the same mode), and the library never deletes or
+//! renames files — removing a `-wal` loses committed transactions.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use backlog::{NewJob, Queue};
+use serde_json::json;
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+}
+
+#[test]
+fn created_database_and_its_wal_and_shm_are_private() -> backlog::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("private.db");
+    let queue = Queue::open(&path)?;
+    queue.enqueue(NewJob::new("k", json!(1)))?;
+    for suffix in ["", "-wal", "-shm"] {
+        let file = dir.path().join(format!("private.db{suffix}"));
+        assert_eq!(mode(&file), 0o600, "{} has mode {:o}", file.display(), mode(&file));
+    }
+    Ok(())
+}
+
+#[test]
+fn an_existing_database_keeps_its_mode() -> backlog::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("shared.db");
+    std::fs::write(&path, b"").expect("create");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    Queue::open(&path)?.enqueue(NewJob::new("k", json!(1)))?;
+    assert_eq!(mode(&path), 0o640);
+    Ok(())
+}
+
+/// No code path in the library removes or renames a file.
+#[test]
+fn the_library_never_deletes_or_renames_files() {
+    let mut stack = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+    let mut offenders = Vec::new();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("read");
+            for (n, line) in text.lines().enumerate() {
+                if ["remove_file", "remove_dir", "fs::rename", "unlink("]
+                    .iter()
+                    .any(|f| line.contains(f))
+                {
+                    offenders.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "file removal in src/:\n{}", offenders.join("\n"));
+}
