@@ -25,6 +25,10 @@
 //! # }
 //! ```
 //!
+//! Applications usually run handlers on a [`Worker`] instead of leasing by
+//! hand: see [`worker`] for registering closures, outcomes, transactional
+//! completion and shutdown.
+//!
 //! See [`inspect`] for a job's life, [`Queue`] for every operation, and the
 //! README for the guarantees.
 
@@ -42,6 +46,7 @@ mod outcome;
 mod queue;
 mod retry;
 mod validate;
+pub mod worker;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, Result};
@@ -56,3 +61,7 @@ pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
 pub use queue::Queue;
 pub use retry::RetryPolicy;
 pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_UNIQUE_KEY_BYTES};
+pub use worker::{
+    Action, CancelReason, JobContext, JobError, Worker, WorkerBuilder, DEFAULT_CONCURRENCY,
+    MAX_CONCURRENCY,
+};

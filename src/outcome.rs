@@ -39,6 +39,10 @@ pub enum Outcome {
     /// Give the job back, available at once, without using an attempt (used on
     /// shutdown).
     Release,
+    /// Permanent failure that no retry can fix (a payload its handler cannot
+    /// decode): the job moves to history as `dead` at once, whatever attempts
+    /// it has left.
+    Dead(String),
 }
 
 impl Outcome {
@@ -184,6 +188,11 @@ pub(crate) fn decide(
             available_at: now,
             error: None,
             refund_attempt: true,
+        },
+        Outcome::Dead(message) => Transition::Finish {
+            status: FinalStatus::Dead,
+            result: None,
+            error: Some(error(message)),
         },
     })
 }

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use rusqlite::{Connection, Transaction};
 use serde_json::Value;
@@ -93,6 +93,37 @@ impl Queue {
     pub fn busy_retries(&self) -> u64 {
         let Backend::Sqlite(db) = &self.inner.backend;
         db.busy_retries()
+    }
+
+    /// The `synchronous` pragma in force on the queue's write connection, read
+    /// back from SQLite: 2 (FULL) for [`Durability::Full`](crate::Durability),
+    /// 1 (NORMAL) for [`Durability::Fast`](crate::Durability). The setting is
+    /// per connection, so another connection to the file cannot observe it.
+    pub fn synchronous(&self) -> Result<i64> {
+        let Backend::Sqlite(db) = &self.inner.backend;
+        db.synchronous()
+    }
+
+    /// The `EXPLAIN QUERY PLAN` of the statement [`Queue::lease`] would run
+    /// for `request`, one line per plan node, indented two spaces per level.
+    /// Claims nothing. For tests that pin the lease to its index.
+    #[doc(hidden)]
+    pub fn explain_lease(&self, request: &LeaseRequest) -> Result<Vec<String>> {
+        let now = self.now_micros();
+        let Backend::Sqlite(db) = &self.inner.backend;
+        db.read(|conn| {
+            sqlite::jobs::explain_lease(
+                conn,
+                &LeaseParams {
+                    queues: &request.queues,
+                    kinds: request.kinds.as_deref(),
+                    limit: request.limit,
+                    worker_id: &request.worker_id,
+                    now,
+                    lease_until: add_micros(now, request.ttl)?,
+                },
+            )
+        })
     }
 
     // ---- enqueue -----------------------------------------------------------
@@ -224,6 +255,8 @@ impl Queue {
                     .map_err(|e| Error::InvalidSchedule(e.to_string()))?;
                 add_micros(now, delay)?
             }
+            // A time before the unix epoch is in the past too: it means now.
+            Schedule::At(at) if at < UNIX_EPOCH => now,
             Schedule::At(at) => system_time_to_micros(at)?.max(now),
         };
         let unique_history_since = match (job.unique_scope, &job.unique_key) {
@@ -290,8 +323,13 @@ impl Queue {
             }
         }
         let now = self.now_micros();
+        // A queue named twice would be walked twice, and its candidates
+        // counted twice against the limit.
+        let mut queues = request.queues.clone();
+        queues.sort_unstable();
+        queues.dedup();
         let jobs = self.inner.backend.lease(&LeaseParams {
-            queues: &request.queues,
+            queues: &queues,
             kinds: request.kinds.as_deref(),
             limit: request.limit,
             worker_id: &request.worker_id,
@@ -362,11 +400,14 @@ impl Queue {
                 items
                     .iter()
                     .zip(&results)
-                    .filter(|(_, r)| r.is_ok())
-                    .map(|((job, p), _)| settled_event(job.id, job.attempt, &p.transition)),
+                    .filter_map(|((job, p), r)| match r {
+                        Ok(true) => Some(Event::Cancelled { job_id: job.id }),
+                        Ok(false) => Some(settled_event(job.id, job.attempt, &p.transition)),
+                        Err(_) => None,
+                    }),
             );
         }
-        Ok(results)
+        Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 
     /// Completes every job in one transaction.
@@ -520,13 +561,32 @@ impl Queue {
     }
 
     /// A coalescing wake-up that fires when this process enqueues a job.
-    #[allow(dead_code)]
     pub(crate) fn doorbell(&self) -> crossbeam_channel::Receiver<()> {
         self.inner.bus.doorbell()
     }
 
+    /// A watcher that notices commits by other connections to this database
+    /// (the worker's cross-process wake-up).
+    pub(crate) fn watch_changes(&self) -> Result<crate::backend::ChangeWatcher> {
+        self.inner.backend.watch_changes(&self.inner.path)
+    }
+
+    /// Checkpoints the write-ahead log without waiting on other connections
+    /// (the worker's maintenance, when idle). True when the whole log was
+    /// copied back.
+    pub(crate) fn checkpoint(&self) -> Result<bool> {
+        self.inner.backend.checkpoint()
+    }
+
+    /// `Ok` when `job`'s lease is still held, inside the caller's transaction
+    /// on `conn`: the fence a transactional completion checks before the
+    /// caller's effects run. Changes nothing.
+    pub(crate) fn check_lease_in(&self, conn: &Connection, job: &Job) -> Result<()> {
+        self.check_caller_connection(conn)?;
+        sqlite::jobs::check_lease(conn, job.lease())
+    }
+
     /// Sends events (the worker's `Started` and `LeaseLost`).
-    #[allow(dead_code)]
     pub(crate) fn emit(&self, events: impl IntoIterator<Item = Event>) {
         self.inner.bus.emit(events);
     }

@@ -9,7 +9,11 @@ use backlog::{NewJob, Queue};
 use serde_json::json;
 
 fn mode(path: &Path) -> u32 {
-    std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+    std::fs::metadata(path)
+        .expect("metadata")
+        .permissions()
+        .mode()
+        & 0o777
 }
 
 #[test]
@@ -20,7 +24,13 @@ fn created_database_and_its_wal_and_shm_are_private() -> backlog::Result<()> {
     queue.enqueue(NewJob::new("k", json!(1)))?;
     for suffix in ["", "-wal", "-shm"] {
         let file = dir.path().join(format!("private.db{suffix}"));
-        assert_eq!(mode(&file), 0o600, "{} has mode {:o}", file.display(), mode(&file));
+        assert_eq!(
+            mode(&file),
+            0o600,
+            "{} has mode {:o}",
+            file.display(),
+            mode(&file)
+        );
     }
     Ok(())
 }
@@ -59,5 +69,9 @@ fn the_library_never_deletes_or_renames_files() {
             }
         }
     }
-    assert!(offenders.is_empty(), "file removal in src/:\n{}", offenders.join("\n"));
+    assert!(
+        offenders.is_empty(),
+        "file removal in src/:\n{}",
+        offenders.join("\n")
+    );
 }

@@ -120,7 +120,9 @@ proptest! {
 #[test]
 fn sql_is_built_only_inside_backend_modules() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let keywords = ["SELECT ", "INSERT ", "UPDATE ", "DELETE ", "PRAGMA ", "BEGIN "];
+    let keywords = [
+        "SELECT ", "INSERT ", "UPDATE ", "DELETE ", "PRAGMA ", "BEGIN ",
+    ];
     let mut offenders = Vec::new();
     let mut stack = vec![root.clone()];
     while let Some(dir) = stack.pop() {

@@ -71,6 +71,9 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// A live row as read back: attempts, max_attempts, lease_token, lease_until, available_at.
+type LiveRow = (u32, u32, Option<i64>, Option<i64>, i64);
+
 #[derive(Debug, Clone, PartialEq)]
 enum Place {
     Live {
@@ -248,7 +251,9 @@ impl World {
                 }
             }
             Op::Complete(n) => {
-                let Some(job) = self.pick(n) else { return Ok(()) };
+                let Some(job) = self.pick(n) else {
+                    return Ok(());
+                };
                 let current = self.is_current(&job);
                 let result = self.queue.complete(&job, Some(json!("done")));
                 self.expect_fenced(&job, current, result)?;
@@ -258,7 +263,9 @@ impl World {
                 }
             }
             Op::Fail(n) => {
-                let Some(job) = self.pick(n) else { return Ok(()) };
+                let Some(job) = self.pick(n) else {
+                    return Ok(());
+                };
                 let current = self.is_current(&job);
                 let result = self.queue.fail(&job, "boom");
                 self.expect_fenced(&job, current, result)?;
@@ -292,7 +299,9 @@ impl World {
                 }
             }
             Op::Snooze(n, secs) => {
-                let Some(job) = self.pick(n) else { return Ok(()) };
+                let Some(job) = self.pick(n) else {
+                    return Ok(());
+                };
                 let current = self.is_current(&job);
                 let result = self.queue.snooze(&job, Duration::from_secs(secs));
                 self.expect_fenced(&job, current, result)?;
@@ -304,7 +313,9 @@ impl World {
                 }
             }
             Op::Release(n) => {
-                let Some(job) = self.pick(n) else { return Ok(()) };
+                let Some(job) = self.pick(n) else {
+                    return Ok(());
+                };
                 let current = self.is_current(&job);
                 let result = self.queue.release(&job);
                 self.expect_fenced(&job, current, result)?;
@@ -417,9 +428,12 @@ impl World {
             .raw
             .prepare("SELECT id, attempts, max_attempts, lease_token, lease_until, available_at FROM backlog_jobs")
             .map_err(fail)?;
-        let live: BTreeMap<i64, (u32, u32, Option<i64>, Option<i64>, i64)> = stmt
+        let live: BTreeMap<i64, LiveRow> = stmt
             .query_map([], |r| {
-                Ok((r.get(0)?, (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+                Ok((
+                    r.get(0)?,
+                    (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?),
+                ))
             })
             .map_err(fail)?
             .collect::<Result<_, _>>()
@@ -435,18 +449,35 @@ impl World {
             .map_err(fail)?;
 
         for (id, (attempts, max, ..)) in &live {
-            prop_assert!(attempts <= max, "live job {} has {} > {} attempts", id, attempts, max);
-            prop_assert!(!history.contains_key(id), "job {} is both live and finished", id);
+            prop_assert!(
+                attempts <= max,
+                "live job {} has {} > {} attempts",
+                id,
+                attempts,
+                max
+            );
+            prop_assert!(
+                !history.contains_key(id),
+                "job {} is both live and finished",
+                id
+            );
         }
         for (id, (_, attempts, max)) in &history {
-            prop_assert!(attempts <= max, "finished job {} has {} > {} attempts", id, attempts, max);
+            prop_assert!(
+                attempts <= max,
+                "finished job {} has {} > {} attempts",
+                id,
+                attempts,
+                max
+            );
         }
         for (id, m) in &self.jobs {
             match &m.place {
                 Place::Live { lease } => {
                     let row = live.get(id);
                     prop_assert!(row.is_some(), "job {} lost: not live", id);
-                    let (attempts, _, token, until, available_at) = row.cloned().unwrap_or_default();
+                    let (attempts, _, token, until, available_at) =
+                        row.cloned().unwrap_or_default();
                     prop_assert_eq!(attempts, m.attempts, "attempts of job {}", id);
                     prop_assert_eq!(token.zip(until), *lease, "lease of job {}", id);
                     if lease.is_none() {
@@ -469,7 +500,11 @@ impl World {
             .values()
             .filter(|m| m.place != Place::Pruned)
             .count();
-        prop_assert_eq!(live.len() + history.len(), modelled, "unmodelled rows exist");
+        prop_assert_eq!(
+            live.len() + history.len(),
+            modelled,
+            "unmodelled rows exist"
+        );
         Ok(())
     }
 }

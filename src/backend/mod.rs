@@ -92,13 +92,14 @@ impl Backend {
     }
 
     /// Applies many transitions in one transaction; a lost lease fails only
-    /// its own item.
-    pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<()>>> {
+    /// its own item. An item's `Ok(true)` says a cancel requested while the
+    /// job ran won over its reschedule.
+    pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
         match self {
             Backend::Sqlite(db) => db.write(|tx| {
                 items
                     .iter()
-                    .map(|p| match sqlite::jobs::settle(tx, p) {
+                    .map(|p| match sqlite::jobs::settle_reporting(tx, p) {
                         Err(e) if !e.is_lease_lost() => Err(e),
                         result => Ok(result),
                     })
@@ -184,9 +185,43 @@ impl Backend {
         }
     }
 
+    /// A watcher of commits by other connections, on a connection of its own.
+    pub(crate) fn watch_changes(&self, path: &std::path::Path) -> Result<ChangeWatcher> {
+        match self {
+            Backend::Sqlite(_) => Ok(ChangeWatcher::Sqlite(sqlite::DataVersion::open(path)?)),
+        }
+    }
+
+    /// Copies the write-ahead log back into the database, without waiting on
+    /// other connections. Returns whether the whole log was copied.
+    pub(crate) fn checkpoint(&self) -> Result<bool> {
+        match self {
+            Backend::Sqlite(db) => {
+                let done = sqlite::wal::checkpoint(&db.writer())?;
+                Ok(!done.busy && done.checkpointed_frames >= done.log_frames)
+            }
+        }
+    }
+
     pub(crate) fn prune(&self, status: FinalStatus, cutoff: i64, limit: usize) -> Result<usize> {
         match self {
             Backend::Sqlite(db) => db.write(|tx| sqlite::inspect::prune(tx, status, cutoff, limit)),
+        }
+    }
+}
+
+/// Notices commits made by other connections (another process's enqueue),
+/// cheaply enough to be asked every few milliseconds.
+#[derive(Debug)]
+pub(crate) enum ChangeWatcher {
+    Sqlite(sqlite::DataVersion),
+}
+
+impl ChangeWatcher {
+    /// True when something was committed since the last call.
+    pub(crate) fn changed(&mut self) -> Result<bool> {
+        match self {
+            ChangeWatcher::Sqlite(v) => v.changed(),
         }
     }
 }

@@ -105,12 +105,13 @@ impl Connections {
     /// Migrations are the caller's next step.
     pub(crate) fn open(path: &Path, options: &QueueOptions) -> Result<Self> {
         reject_memory_path(path)?;
-        create_private_file(path)?;
+        // Options are checked before the file is created: a refused open writes nothing.
         if options.pool_size == 0 {
             return Err(Error::InvalidArgument(
                 "pool_size must be at least 1".into(),
             ));
         }
+        create_private_file(path)?;
         let pragmas = Pragmas {
             durability: options.durability,
             busy_timeout: options.busy_timeout,
@@ -148,6 +149,11 @@ impl Connections {
             write_deadline: options.write_deadline,
             busy_retries: AtomicU64::new(0),
         })
+    }
+
+    /// The `synchronous` pragma in force on the write connection.
+    pub(crate) fn synchronous(&self) -> Result<i64> {
+        read_pragma(&self.writer(), "synchronous")
     }
 
     /// How many times a write was retried after BUSY/LOCKED.
@@ -230,12 +236,19 @@ pub(crate) fn retry_busy<T>(
 
 fn reject_memory_path(path: &Path) -> Result<()> {
     let text = path.to_string_lossy();
-    if text.is_empty() || text == ":memory:" || text.contains("mode=memory") {
+    if text.is_empty() || text.contains(":memory:") || text.contains("mode=memory") {
         return Err(Error::InvalidArgument(
             "backlog needs a database file: each pooled connection to an in-memory \
              database would be a different database"
                 .into(),
         ));
+    }
+    // SQLite would open a `file:` URI as some other file than the one
+    // `create_private_file` creates (with mode 0600) under the literal name.
+    if text.starts_with("file:") {
+        return Err(Error::InvalidArgument(format!(
+            "backlog takes a database file path, not a URI: {text:?}"
+        )));
     }
     Ok(())
 }

@@ -23,23 +23,22 @@ pub(crate) fn enqueue(conn: &Connection, p: &EnqueueParams<'_>) -> Result<Enqueu
         }
     }
     let mut insert = conn.prepare_cached(queries::ENQUEUE)?;
-    let inserted: Option<i64> = insert
-        .query_row(
-            params![
-                p.queue,
-                p.kind,
-                p.priority,
-                p.unique_key,
-                p.payload,
-                p.max_attempts,
-                p.available_at,
-                p.now
-            ],
-            |r| r.get(0),
-        )
-        .optional()?;
-    if let Some(id) = inserted {
-        return Ok(Enqueued { id, existed: false });
+    let inserted = insert.execute(params![
+        p.queue,
+        p.kind,
+        p.priority,
+        p.unique_key,
+        p.payload,
+        p.max_attempts,
+        p.available_at,
+        p.now
+    ])?;
+    if inserted == 1 {
+        // The table has no triggers, so this is the row just inserted.
+        return Ok(Enqueued {
+            id: conn.last_insert_rowid(),
+            existed: false,
+        });
     }
     // Nothing inserted: only the unique index can refuse a row.
     let key = p
@@ -71,6 +70,40 @@ pub(crate) fn lease(conn: &Connection, p: &LeaseParams<'_>) -> Result<Vec<Job>> 
     Ok(jobs)
 }
 
+/// The `EXPLAIN QUERY PLAN` of the lease statement for `p`, with `p`'s values
+/// bound (the planner may use them once `ANALYZE` has run), one line per plan
+/// node, indented two spaces per level. Nothing is claimed.
+pub(crate) fn explain_lease(conn: &Connection, p: &LeaseParams<'_>) -> Result<Vec<String>> {
+    let sql = format!(
+        "EXPLAIN QUERY PLAN {}",
+        queries::lease(p.queues.len(), p.kinds.is_some())
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let kinds = p.kinds.map(serde_json::to_string).transpose()?;
+    let limit = i64::try_from(p.limit).unwrap_or(i64::MAX);
+    let mut values: Vec<&dyn rusqlite::ToSql> =
+        vec![&p.now, &p.lease_until, &p.worker_id, &limit, &kinds];
+    values.extend(p.queues.iter().map(|q| q as &dyn rusqlite::ToSql));
+    let rows = stmt
+        .query_map(values.as_slice(), |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(3)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut depths: std::collections::HashMap<i64, usize> = std::collections::HashMap::new();
+    Ok(rows
+        .into_iter()
+        .map(|(id, parent, detail)| {
+            let depth = depths.get(&parent).map_or(0, |d| d + 1);
+            depths.insert(id, depth);
+            format!("{}{detail}", "  ".repeat(depth))
+        })
+        .collect())
+}
+
 /// Reads a row in [`queries::LEASED_COLUMNS`] order.
 fn leased_job(r: &Row<'_>) -> rusqlite::Result<Job> {
     Ok(Job {
@@ -92,6 +125,12 @@ fn leased_job(r: &Row<'_>) -> rusqlite::Result<Job> {
 /// Applies a decided transition, fenced on the lease. `LeaseLost` when the
 /// lease is no longer held; nothing is changed then.
 pub(crate) fn settle(conn: &Connection, p: &SettleParams) -> Result<()> {
+    settle_reporting(conn, p).map(|_| ())
+}
+
+/// [`settle`], telling whether a cancel requested while the job ran won over
+/// a reschedule (`Ok(true)`: the job went to history as `cancelled`).
+pub(crate) fn settle_reporting(conn: &Connection, p: &SettleParams) -> Result<bool> {
     match &p.transition {
         Transition::Finish {
             status,
@@ -105,7 +144,8 @@ pub(crate) fn settle(conn: &Connection, p: &SettleParams) -> Result<()> {
             result.as_deref(),
             error.as_ref(),
             p.now,
-        ),
+        )
+        .map(|()| false),
         Transition::Reschedule {
             available_at,
             error,
@@ -138,11 +178,23 @@ pub(crate) fn settle(conn: &Connection, p: &SettleParams) -> Result<()> {
                     None,
                     None,
                     p.now,
-                ),
-                Some(false) => Ok(()),
+                )
+                .map(|()| true),
+                Some(false) => Ok(false),
             }
         }
     }
+}
+
+/// `Ok` when the lease is still held, `LeaseLost` otherwise. Changes nothing.
+pub(crate) fn check_lease(conn: &Connection, lease: Lease) -> Result<()> {
+    let held = conn
+        .prepare_cached(queries::LEASE_HELD)?
+        .query_row(params![lease.job_id, lease.token], |_| Ok(()))
+        .optional()?;
+    held.ok_or(Error::LeaseLost {
+        job_id: lease.job_id,
+    })
 }
 
 /// Moves a live job to history. `token` fences a leased job; `None` matches

@@ -8,9 +8,12 @@
 //! `complete_in`).
 
 pub(crate) mod connection;
+pub(crate) mod data_version;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
 pub(crate) mod migrate;
 pub(crate) mod queries;
+pub(crate) mod wal;
 
 pub(crate) use connection::Connections;
+pub(crate) use data_version::DataVersion;

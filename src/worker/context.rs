@@ -1,0 +1,265 @@
+//! [`JobContext`]: what a handler knows about the job it runs, its
+//! cancellation flag, and transactional completion.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rusqlite::Transaction;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::events::Event;
+use crate::lease::Job;
+use crate::queue::Queue;
+use crate::worker::error::JobError;
+
+/// Why a running job was asked to stop. See [`JobContext::cancel_reason`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelReason {
+    /// The worker no longer holds the job's lease: it expired and was
+    /// rescued, or the job was deleted. Another worker may be running it; any
+    /// completion from this handler is refused with `LeaseLost`.
+    LeaseLost,
+    /// [`Queue::cancel`] was called on the running job.
+    CancelRequested,
+    /// The job ran past its timeout.
+    Timeout,
+    /// The worker is shutting down and the grace period is over; the job has
+    /// been released to run again elsewhere.
+    Shutdown,
+}
+
+impl CancelReason {
+    const ALL: [CancelReason; 4] = [
+        CancelReason::LeaseLost,
+        CancelReason::CancelRequested,
+        CancelReason::Timeout,
+        CancelReason::Shutdown,
+    ];
+
+    fn code(self) -> u8 {
+        match self {
+            CancelReason::LeaseLost => 1,
+            CancelReason::CancelRequested => 2,
+            CancelReason::Timeout => 3,
+            CancelReason::Shutdown => 4,
+        }
+    }
+}
+
+/// A job's cancellation flag, shared by its handler and the worker's threads.
+/// The first reason set is kept; a lost lease is also remembered on its own,
+/// so it is reported once even when another reason came first.
+#[derive(Debug, Default)]
+pub(crate) struct CancelFlag {
+    reason: AtomicU8,
+    lost: AtomicBool,
+}
+
+impl CancelFlag {
+    /// Sets the flag; true when it was not set before.
+    pub(crate) fn cancel(&self, reason: CancelReason) -> bool {
+        self.reason
+            .compare_exchange(0, reason.code(), Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// Sets the flag for a lost lease; true the first time the loss is seen.
+    pub(crate) fn lose_lease(&self) -> bool {
+        self.cancel(CancelReason::LeaseLost);
+        !self.lost.swap(true, Ordering::SeqCst)
+    }
+
+    pub(crate) fn reason(&self) -> Option<CancelReason> {
+        let code = self.reason.load(Ordering::SeqCst);
+        CancelReason::ALL.into_iter().find(|r| r.code() == code)
+    }
+}
+
+/// What a handler gets with its arguments: the job, a cancellation flag, a
+/// manual heartbeat and transactional completion.
+///
+/// Handlers run on plain threads and cannot be interrupted; a long handler
+/// should check [`JobContext::is_cancelled`] now and then and return when it
+/// is set.
+#[derive(Debug)]
+pub struct JobContext {
+    job: Arc<Job>,
+    queue: Queue,
+    cancel: Arc<CancelFlag>,
+    deadline: Option<Instant>,
+    lease_ttl: Duration,
+    completed: AtomicBool,
+}
+
+impl JobContext {
+    pub(crate) fn new(
+        job: Arc<Job>,
+        queue: Queue,
+        cancel: Arc<CancelFlag>,
+        deadline: Option<Instant>,
+        lease_ttl: Duration,
+    ) -> Self {
+        JobContext {
+            job,
+            queue,
+            cancel,
+            deadline,
+            lease_ttl,
+            completed: AtomicBool::new(false),
+        }
+    }
+
+    /// The job's id.
+    pub fn id(&self) -> i64 {
+        self.job.id
+    }
+
+    /// The job's kind.
+    pub fn kind(&self) -> &str {
+        &self.job.kind
+    }
+
+    /// The queue the job was leased from.
+    pub fn queue(&self) -> &str {
+        &self.job.queue
+    }
+
+    /// Which claim this is, starting at 1.
+    pub fn attempt(&self) -> u32 {
+        self.job.attempt
+    }
+
+    /// The payload, JSON text.
+    pub fn payload(&self) -> &str {
+        &self.job.payload
+    }
+
+    /// The whole claimed job: priority, max attempts, unique key, lease.
+    pub fn job(&self) -> &Job {
+        &self.job
+    }
+
+    /// When the job's timeout passes, if it has one. At that instant the
+    /// cancellation flag is set.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// True once the job was asked to stop: its lease was lost, its
+    /// cancellation requested, its timeout passed, or the worker is shutting
+    /// down past its grace period. See [`JobContext::cancel_reason`].
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.reason().is_some()
+    }
+
+    /// Why the job was asked to stop, if it was.
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        self.cancel.reason()
+    }
+
+    /// Extends this job's lease now, beyond the worker's own heartbeats. Sets
+    /// the cancellation flag and returns [`Error::LeaseLost`] when the lease
+    /// is no longer held; sets it too when a cancel was requested.
+    ///
+    /// Not to be called inside [`JobContext::transaction`]: the transaction
+    /// holds the queue's write connection.
+    pub fn heartbeat(&self) -> Result<()> {
+        let report = self.queue.heartbeat(&[self.job.lease()], self.lease_ttl)?;
+        if !report.lost.is_empty() {
+            self.lease_lost();
+            return Err(Error::LeaseLost {
+                job_id: self.job.id,
+            });
+        }
+        if !report.cancel_requested.is_empty() {
+            self.cancel.cancel(CancelReason::CancelRequested);
+        }
+        Ok(())
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the queue's database and
+    /// completes the job in the same transaction: the effects `f` writes and
+    /// the completion commit together, or not at all.
+    ///
+    /// The lease is checked first (fence first), then `f` runs, then the job
+    /// is completed with `f`'s value as its result (a value that serializes to
+    /// JSON `null`, such as `()`, stores none) and the transaction commits.
+    /// When the lease was lost — it expired and another worker claimed the
+    /// job — nothing commits and the error says so
+    /// ([`JobError::is_lease_lost`]); the effects are never applied twice.
+    /// On any error from `f` the transaction rolls back.
+    ///
+    /// ```no_run
+    /// # use backlog::{JobContext, JobError};
+    /// fn charge(order: i64, ctx: &JobContext) -> Result<(), JobError> {
+    ///     ctx.transaction(|tx| {
+    ///         tx.execute("UPDATE orders SET paid = 1 WHERE id = ?1", [order])?;
+    ///         Ok(())
+    ///     })
+    /// }
+    /// ```
+    ///
+    /// A job completed this way is not completed again by the worker, whatever
+    /// the handler returns afterwards. The queue's write connection is held
+    /// while `f` runs: keep it short, and enqueue follow-up jobs with
+    /// [`Queue::enqueue_in`]`(tx, ..)`, not [`Queue::enqueue`].
+    pub fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
+    where
+        T: Serialize,
+        F: FnOnce(&Transaction<'_>) -> std::result::Result<T, JobError>,
+    {
+        if self.completed.load(Ordering::SeqCst) {
+            return Err(JobError::from(Error::InvalidState {
+                job_id: self.job.id,
+                reason: "the job was already completed in a transaction".into(),
+            }));
+        }
+        let committed = self.queue.transaction(|tx| {
+            self.queue.check_lease_in(tx, &self.job)?;
+            let value = f(tx)?;
+            let result = to_result(&value).map_err(JobError::from)?;
+            self.queue.complete_in(tx, &self.job, result)?;
+            Ok::<T, JobError>(value)
+        });
+        match committed {
+            Ok(value) => {
+                self.completed.store(true, Ordering::SeqCst);
+                self.queue.emit([Event::Completed {
+                    job_id: self.job.id,
+                }]);
+                Ok(value)
+            }
+            Err(e) => {
+                if e.is_lease_lost() {
+                    self.lease_lost();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// True when the handler completed the job in [`JobContext::transaction`].
+    pub(crate) fn completed_in_transaction(&self) -> bool {
+        self.completed.load(Ordering::SeqCst)
+    }
+
+    fn lease_lost(&self) {
+        if self.cancel.lose_lease() {
+            self.queue.emit([Event::LeaseLost {
+                job_id: self.job.id,
+            }]);
+        }
+    }
+}
+
+/// A handler's output as a stored result: JSON `null` stores none.
+pub(crate) fn to_result<T: Serialize>(value: &T) -> Result<Option<Value>> {
+    Ok(match serde_json::to_value(value)? {
+        Value::Null => None,
+        v => Some(v),
+    })
+}

@@ -1,0 +1,127 @@
+//! The fetcher: leases as many jobs as there are free handler slots and hands
+//! them to the handler threads, then waits for a reason to lease again.
+//!
+//! Reasons, in a `select!`: an enqueue in this process (the queue's
+//! doorbell), a commit by another connection (`PRAGMA data_version`, checked
+//! every watch interval), a handler slot coming free while all were busy, the
+//! idle poll (for scheduled jobs coming due, which commit nothing), and
+//! shutdown. With nothing to do it sleeps in that `select!`: no busy loop.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, tick, Receiver, Sender};
+
+use crate::backend::ChangeWatcher;
+use crate::lease::{Job, LeaseRequest};
+use crate::worker::context::CancelFlag;
+use crate::worker::Shared;
+
+/// A leased job on its way to a handler thread.
+pub(crate) type Leased = (Arc<Job>, Arc<CancelFlag>);
+
+pub(crate) struct Fetcher {
+    pub shared: Arc<Shared>,
+    pub request: LeaseRequest,
+    pub jobs: Sender<Leased>,
+    pub doorbell: Receiver<()>,
+    pub slot_freed: Receiver<()>,
+    pub stop: Receiver<()>,
+    pub watcher: ChangeWatcher,
+}
+
+/// The idle poll's wait: from a tenth of the poll interval, doubling up to it.
+struct IdleBackoff {
+    max: Duration,
+    current: Duration,
+}
+
+impl IdleBackoff {
+    fn new(max: Duration) -> Self {
+        let mut b = IdleBackoff { max, current: max };
+        b.reset();
+        b
+    }
+
+    fn reset(&mut self) {
+        self.current = (self.max / 10).max(Duration::from_millis(1)).min(self.max);
+    }
+
+    fn grow(&mut self) {
+        self.current = self.current.saturating_mul(2).min(self.max);
+    }
+}
+
+impl Fetcher {
+    pub(crate) fn run(mut self) {
+        let config = &self.shared.config;
+        let mut idle = IdleBackoff::new(config.poll_interval);
+        let watch = tick(config.watch_interval);
+        loop {
+            if self.shared.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            let free = self.shared.free.load(Ordering::SeqCst);
+            if free > 0 {
+                match self.lease(free) {
+                    Some(n) if n == free => continue, // maybe more waiting
+                    Some(0) => {}
+                    Some(_) => idle.reset(),
+                    None => idle.grow(), // a database error: back off
+                }
+            }
+            if !self.wait(&watch, &mut idle) {
+                return;
+            }
+        }
+    }
+
+    /// Leases up to `free` jobs and hands them over. `None` on a database
+    /// error (it is retried after the idle wait).
+    fn lease(&mut self, free: usize) -> Option<usize> {
+        self.request.limit = free;
+        let jobs = self.shared.queue.lease(&self.request).ok()?;
+        let n = jobs.len();
+        for job in jobs {
+            let job = Arc::new(job);
+            let cancel = self.shared.inflight.insert(job.clone());
+            self.shared.free.fetch_sub(1, Ordering::SeqCst);
+            // Never blocks: the channel holds as many jobs as there are slots.
+            if self.jobs.send((job, cancel)).is_err() {
+                return Some(n);
+            }
+        }
+        Some(n)
+    }
+
+    /// Waits for a reason to lease again. False on shutdown.
+    fn wait(&mut self, watch: &Receiver<Instant>, idle: &mut IdleBackoff) -> bool {
+        let deadline = Instant::now() + idle.current;
+        loop {
+            if self.shared.free.load(Ordering::SeqCst) == 0 {
+                // Every slot is busy: only a freed slot (or shutdown) matters.
+                select! {
+                    recv(self.stop) -> _ => return false,
+                    recv(self.slot_freed) -> _ => return true,
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            select! {
+                recv(self.stop) -> _ => return false,
+                recv(self.doorbell) -> _ => return true,
+                recv(self.slot_freed) -> _ => {} // slots were free already
+                recv(watch) -> _ => {
+                    // An error (say, a lock during WAL recovery) counts as a change.
+                    if self.watcher.changed().unwrap_or(true) {
+                        return true;
+                    }
+                }
+                default(left) => {
+                    idle.grow();
+                    return true;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The heartbeater: extends the leases of every job this worker holds, in one
+//! statement per tick, and sets the cancellation flag of jobs whose lease was
+//! lost or whose cancellation was requested. It also watches job timeouts,
+//! waking at the earliest deadline to set that job's flag.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{after, select, Receiver};
+
+use crate::events::Event;
+use crate::worker::context::CancelReason;
+use crate::worker::Shared;
+
+/// After a failed heartbeat, the next try comes this much sooner than a tick.
+const RETRY_DIVISOR: u32 = 4;
+
+pub(crate) struct Heartbeater {
+    pub shared: Arc<Shared>,
+    pub stop: Receiver<()>,
+    /// Rung when a job with a deadline starts.
+    pub deadline_set: Receiver<()>,
+}
+
+impl Heartbeater {
+    pub(crate) fn run(self) {
+        let interval = self.shared.config.heartbeat_interval;
+        let mut next_beat = Instant::now() + interval;
+        loop {
+            let now = Instant::now();
+            let next_deadline = self.shared.inflight.check_deadlines(now);
+            if now >= next_beat {
+                next_beat = now + self.beat().map_or(interval / RETRY_DIVISOR, |()| interval);
+            }
+            let wake = next_deadline.map_or(next_beat, |d| d.min(next_beat));
+            select! {
+                recv(self.stop) -> _ => return,
+                recv(self.deadline_set) -> _ => {}
+                recv(after(wake.saturating_duration_since(Instant::now()))) -> _ => {}
+            }
+        }
+    }
+
+    /// One heartbeat for every lease held. `Err` when the database refused.
+    fn beat(&self) -> Result<(), ()> {
+        let shared = &self.shared;
+        let leases = shared.inflight.leases();
+        if leases.is_empty() {
+            return Ok(());
+        }
+        let report = shared
+            .queue
+            .heartbeat(&leases, shared.config.lease_ttl)
+            .map_err(|_| ())?;
+        let news = shared.inflight.lose(&report.lost);
+        shared
+            .queue
+            .emit(news.into_iter().map(|job_id| Event::LeaseLost { job_id }));
+        shared
+            .inflight
+            .cancel(&report.cancel_requested, CancelReason::CancelRequested);
+        Ok(())
+    }
+}

@@ -1,0 +1,188 @@
+//! The jobs a worker holds leases on, from lease to settled: what the
+//! heartbeater extends, what timeouts watch, and what shutdown releases.
+//!
+//! One mutex guards the map; every transition of an entry happens under it,
+//! so a job released by shutdown can never also be settled by its handler.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::lease::{Job, Lease};
+use crate::worker::context::{CancelFlag, CancelReason};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Leased, waiting in the handler channel.
+    Queued,
+    /// Its handler is running.
+    Running,
+    /// Its handler returned; the outcome waits in the completer.
+    Settling,
+}
+
+#[derive(Debug)]
+struct Entry {
+    job: Arc<Job>,
+    cancel: Arc<CancelFlag>,
+    stage: Stage,
+    deadline: Option<Instant>,
+}
+
+/// The worker's leased jobs.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    entries: Mutex<HashMap<i64, Entry>>,
+    /// Signalled whenever a handler finishes, for shutdown's wait.
+    finished: Condvar,
+}
+
+impl InFlight {
+    fn lock(&self) -> MutexGuard<'_, HashMap<i64, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a freshly leased job.
+    pub(crate) fn insert(&self, job: Arc<Job>) -> Arc<CancelFlag> {
+        let cancel = Arc::new(CancelFlag::default());
+        self.lock().insert(
+            job.id,
+            Entry {
+                job,
+                cancel: cancel.clone(),
+                stage: Stage::Queued,
+                deadline: None,
+            },
+        );
+        cancel
+    }
+
+    /// Marks a job's handler as started, with its deadline. False when the
+    /// job is no longer held here (released by shutdown).
+    pub(crate) fn start(&self, job_id: i64, deadline: Option<Instant>) -> bool {
+        match self.lock().get_mut(&job_id) {
+            Some(entry) if entry.stage == Stage::Queued => {
+                entry.stage = Stage::Running;
+                entry.deadline = deadline;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks a job's handler as finished. True when its outcome should be
+    /// settled; false when shutdown released it meanwhile.
+    pub(crate) fn finish(&self, job_id: i64) -> bool {
+        let settle = match self.lock().get_mut(&job_id) {
+            Some(entry) => {
+                entry.stage = Stage::Settling;
+                true
+            }
+            None => false,
+        };
+        self.finished.notify_all();
+        settle
+    }
+
+    /// Forgets jobs that were settled (or whose settling failed: their leases
+    /// will expire and the rescuer makes them available again).
+    pub(crate) fn remove(&self, job_ids: impl IntoIterator<Item = i64>) {
+        let mut entries = self.lock();
+        for id in job_ids {
+            entries.remove(&id);
+        }
+        drop(entries);
+        self.finished.notify_all();
+    }
+
+    /// The leases to extend: every job held whose lease is not known lost.
+    pub(crate) fn leases(&self) -> Vec<Lease> {
+        self.lock()
+            .values()
+            .filter(|e| e.cancel.reason() != Some(CancelReason::LeaseLost))
+            .map(|e| e.job.lease())
+            .collect()
+    }
+
+    /// Sets the flag of each job whose lease was lost; returns the jobs for
+    /// which this is news.
+    pub(crate) fn lose(&self, leases: &[Lease]) -> Vec<i64> {
+        let entries = self.lock();
+        leases
+            .iter()
+            .filter_map(|l| entries.get(&l.job_id).filter(|e| e.job.lease() == *l))
+            .filter(|e| e.cancel.lose_lease())
+            .map(|e| e.job.id)
+            .collect()
+    }
+
+    /// Sets the flag of each job whose cancellation was requested.
+    pub(crate) fn cancel(&self, job_ids: &[i64], reason: CancelReason) {
+        let entries = self.lock();
+        for id in job_ids {
+            if let Some(entry) = entries.get(id) {
+                entry.cancel.cancel(reason);
+            }
+        }
+    }
+
+    /// Flags the running jobs whose deadline passed; returns the next deadline
+    /// still ahead.
+    pub(crate) fn check_deadlines(&self, now: Instant) -> Option<Instant> {
+        let entries = self.lock();
+        let mut next: Option<Instant> = None;
+        for entry in entries.values().filter(|e| e.stage == Stage::Running) {
+            match entry.deadline {
+                Some(d) if d <= now => {
+                    entry.cancel.cancel(CancelReason::Timeout);
+                }
+                Some(d) if entry.cancel.reason().is_none() => {
+                    next = Some(next.map_or(d, |n| n.min(d)));
+                }
+                _ => {}
+            }
+        }
+        next
+    }
+
+    /// Waits until no handler is queued or running, or `until` passes. True
+    /// when none is.
+    pub(crate) fn wait_handlers_done(&self, until: Instant) -> bool {
+        let mut entries = self.lock();
+        loop {
+            if !entries.values().any(|e| e.stage != Stage::Settling) {
+                return true;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            entries = match self.finished.wait_timeout(entries, left) {
+                Ok((guard, _)) => guard,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    /// Takes every job whose handler has not finished, setting its flag: the
+    /// jobs shutdown releases. Their handlers' outcomes are dropped later.
+    pub(crate) fn take_unfinished(&self, reason: CancelReason) -> Vec<Arc<Job>> {
+        let mut entries = self.lock();
+        let ids: Vec<i64> = entries
+            .iter()
+            .filter(|(_, e)| e.stage != Stage::Settling)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.iter()
+            .filter_map(|id| entries.remove(id))
+            .map(|e| {
+                e.cancel.cancel(reason);
+                e.job
+            })
+            .collect()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}

@@ -1,0 +1,91 @@
+//! Maintenance, on every worker: rescue expired leases, prune history by
+//! retention, and checkpoint the WAL when idle.
+//!
+//! Each step is one short, bounded transaction fenced like every other write,
+//! so any number of worker processes on one file can run it at once: two
+//! rescuers never both rescue a job (the second finds its lease already
+//! replaced), and pruning deletes by status and age only.
+
+use std::sync::Arc;
+
+use crossbeam_channel::{select, tick, Receiver};
+
+use crate::worker::Shared;
+
+/// Expired leases handled per transaction.
+const RESCUE_BATCH: usize = 500;
+
+/// Rescue transactions per pass at most, so a huge backlog of expired leases
+/// cannot hold the write lock for long; the next pass goes on.
+const RESCUE_BATCHES_PER_PASS: usize = 20;
+
+/// Finished jobs pruned per status per pass.
+const PRUNE_BATCH: usize = 500;
+
+pub(crate) struct Maintenance {
+    pub shared: Arc<Shared>,
+    pub stop: Receiver<()>,
+}
+
+impl Maintenance {
+    pub(crate) fn run(self) {
+        let ticks = tick(self.shared.config.rescue_interval);
+        loop {
+            self.pass();
+            select! {
+                recv(self.stop) -> _ => return,
+                recv(ticks) -> _ => {}
+            }
+        }
+    }
+
+    /// One pass. Errors are left for the next pass: each step is idempotent.
+    fn pass(&self) {
+        let queue = &self.shared.queue;
+        for _ in 0..RESCUE_BATCHES_PER_PASS {
+            match queue.rescue(RESCUE_BATCH) {
+                Ok(r) if r.rescued + r.dead == RESCUE_BATCH => continue,
+                _ => break,
+            }
+        }
+        let _ = queue.prune_history(&self.shared.config.retention, PRUNE_BATCH);
+        if self.shared.inflight.is_empty() {
+            let _ = queue.checkpoint();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{NewJob, Queue};
+    use serde_json::json;
+
+    #[test]
+    fn an_idle_checkpoint_copies_the_whole_wal_back() -> crate::Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| crate::Error::Database(Box::new(e)))?;
+        let queue = Queue::open(dir.path().join("q.db"))?;
+        queue.enqueue_many((0..50).map(|n| NewJob::new("k", json!(n))))?;
+        assert!(queue.checkpoint()?);
+        Ok(())
+    }
+
+    #[test]
+    fn the_change_watcher_sees_other_connections_commits_only() -> crate::Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| crate::Error::Database(Box::new(e)))?;
+        let queue = Queue::open(dir.path().join("q.db"))?;
+        let mut watcher = queue.watch_changes()?;
+        assert!(!watcher.changed()?, "nothing committed yet");
+        // Another process would open its own queue; a second handle has its
+        // own connections just the same.
+        let other = Queue::open(queue.path())?;
+        other.enqueue(NewJob::new("k", json!(1)))?;
+        assert!(watcher.changed()?);
+        assert!(!watcher.changed()?, "reported once");
+        queue.enqueue(NewJob::new("k", json!(2)))?;
+        assert!(
+            watcher.changed()?,
+            "this process's writer is another connection too"
+        );
+        Ok(())
+    }
+}

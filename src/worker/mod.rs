@@ -1,0 +1,383 @@
+//! The worker runtime: register handlers, start a [`Worker`], and jobs flow.
+//!
+//! ```
+//! use std::time::Duration;
+//! use backlog::{JobArgs, JobError, Queue, Worker};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct SendEmail {
+//!     to: String,
+//! }
+//!
+//! impl JobArgs for SendEmail {
+//!     const KIND: &'static str = "send_email";
+//! }
+//!
+//! # fn main() -> backlog::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let queue = Queue::open(dir.path().join("app.db"))?;
+//! let done = queue.subscribe();
+//! queue.enqueue(SendEmail { to: "a@b.c".into() })?;
+//!
+//! let worker = Worker::builder(queue.clone())
+//!     .concurrency(4)
+//!     .handle(|args: SendEmail, _ctx| {
+//!         if args.to.is_empty() {
+//!             return Err(JobError::discard("no recipient"));
+//!         }
+//!         Ok(format!("sent to {}", args.to)) // stored as the job's result
+//!     })
+//!     .start()?;
+//! # while !matches!(done.recv_timeout(Duration::from_secs(10)), Ok(backlog::Event::Completed { .. })) {}
+//! worker.shutdown(Duration::from_secs(5))?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Threads
+//!
+//! One worker runs, all named so they show in a debugger:
+//!
+//! - `backlog-fetch`: leases no more jobs than there are free handler threads
+//!   and hands them over a bounded channel. It wakes on an enqueue in this
+//!   process, on another process's commit (`PRAGMA data_version`, checked
+//!   every [watch interval](WorkerBuilder::watch_interval)), on a freed
+//!   handler thread, or on an idle poll that backs off to the
+//!   [poll interval](WorkerBuilder::poll_interval). Idle, it sleeps.
+//! - `backlog-exec-N`: the handler threads. A panic is caught and recorded as
+//!   a failed attempt; the thread goes on.
+//! - `backlog-complete`: applies outcomes in batches, one transaction each.
+//! - `backlog-heartbeat`: extends every held lease in one statement per tick;
+//!   sets the cancellation flag of jobs whose lease was lost, whose cancel was
+//!   requested, or whose timeout passed.
+//! - `backlog-maint`: rescues expired leases, prunes history, checkpoints the
+//!   WAL when idle. Safe to run in many processes on one file.
+//!
+//! ## Outcomes
+//!
+//! A handler returns `Ok(output)` (stored as the result) or a [`JobError`]:
+//! retry by the policy (any error, with `?`), retry after a delay, snooze
+//! (no attempt used), discard, or cancel. A payload that does not decode into
+//! the handler's argument type sends the job to `dead` at once. A handler that
+//! commits its effects with [`JobContext::transaction`] completes the job in
+//! the same transaction, exactly once.
+//!
+//! ## Shutdown
+//!
+//! [`Worker::shutdown`] stops leasing, lets running jobs finish within the
+//! grace period, then sets the cancellation flags of the rest and releases
+//! them (available at once, no attempt used), flushes the completer and joins
+//! the threads. Dropping a worker does the same with the configured
+//! [shutdown grace](WorkerBuilder::shutdown_grace).
+
+mod builder;
+mod completer;
+mod context;
+mod error;
+mod executor;
+mod fetcher;
+mod handler;
+mod heartbeater;
+mod inflight;
+mod maintenance;
+
+pub use builder::{WorkerBuilder, DEFAULT_CONCURRENCY, MAX_CONCURRENCY};
+pub use context::{CancelReason, JobContext};
+pub use error::{Action, JobError};
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use crate::error::{Error, Result};
+use crate::lease::LeaseRequest;
+use crate::outcome::Outcome;
+use crate::queue::Queue;
+use builder::Config;
+use completer::{Completer, Settle};
+use executor::Executor;
+use fetcher::Fetcher;
+use handler::Handlers;
+use heartbeater::Heartbeater;
+use inflight::InFlight;
+use maintenance::Maintenance;
+
+/// After the grace period, how long shutdown waits for flagged handlers to
+/// return before leaving them running on detached threads.
+const CANCELLED_HANDLER_WAIT: Duration = Duration::from_secs(1);
+
+/// What the worker's threads share.
+pub(crate) struct Shared {
+    pub queue: Queue,
+    pub config: Config,
+    pub handlers: Handlers,
+    pub inflight: InFlight,
+    /// Handler threads not holding a job (neither running one nor with one
+    /// waiting in the channel).
+    pub free: AtomicUsize,
+    /// Set when shutdown begins: no new leases, queued jobs are released.
+    pub stopping: AtomicBool,
+}
+
+/// A running pool of handler threads leasing jobs from a [`Queue`].
+///
+/// Made with [`Worker::builder`]. Stop it with [`Worker::shutdown`]; dropping
+/// it shuts it down with the configured
+/// [shutdown grace](WorkerBuilder::shutdown_grace) (10 seconds by default),
+/// blocking the dropping thread meanwhile.
+#[derive(Debug)]
+pub struct Worker {
+    id: String,
+    grace: Duration,
+    running: Option<Running>,
+}
+
+/// The threads and the channels that stop them.
+struct Running {
+    shared: Arc<Shared>,
+    /// Dropped to stop the fetcher.
+    stop_fetch: Option<Sender<()>>,
+    /// Dropped to stop the heartbeater and maintenance.
+    stop_background: Option<Sender<()>>,
+    outcomes: Sender<Settle>,
+    /// Disconnects once every handler thread has ended.
+    executors_alive: Receiver<()>,
+    fetcher: Option<JoinHandle<()>>,
+    executors: Vec<JoinHandle<()>>,
+    completer: Option<JoinHandle<()>>,
+    heartbeater: Option<JoinHandle<()>>,
+    maintenance: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("handlers", &self.shared.handlers)
+            .field("threads", &self.executors.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// Starts configuring a worker on `queue`. Register handlers, then
+    /// [`WorkerBuilder::start`].
+    pub fn builder(queue: Queue) -> WorkerBuilder {
+        WorkerBuilder::new(queue)
+    }
+
+    /// The name this worker's leases are recorded under.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Stops the worker: no more leases; running jobs get up to `grace` to
+    /// finish; then the rest have their cancellation flag set and are
+    /// released (available at once, no attempt used) for the next worker; the
+    /// completer flushes every outcome; the threads are joined.
+    ///
+    /// A handler cannot be interrupted: one still running a second after the
+    /// grace period (it ignores [`JobContext::is_cancelled`]) is left on its
+    /// detached thread. Its job was released, so nothing it returns or
+    /// commits with [`JobContext::transaction`] is applied (`LeaseLost`).
+    ///
+    /// Errors only if one of the worker's own threads panicked.
+    pub fn shutdown(mut self, grace: Duration) -> Result<()> {
+        self.stop(grace)
+    }
+
+    pub(crate) fn start(queue: Queue, handlers: Handlers, config: Config) -> Result<Worker> {
+        let watcher = queue.watch_changes()?;
+        let request = LeaseRequest {
+            queues: config.queues.clone(),
+            kinds: Some(handlers.kinds()),
+            limit: config.concurrency,
+            worker_id: config.worker_id.clone(),
+            ttl: config.lease_ttl,
+        };
+        let concurrency = config.concurrency;
+        let shared = Arc::new(Shared {
+            queue,
+            handlers,
+            inflight: InFlight::default(),
+            free: AtomicUsize::new(concurrency),
+            stopping: AtomicBool::new(false),
+            config,
+        });
+        Self::spawn(shared, request, watcher)
+    }
+}
+
+impl Worker {
+    /// Spawns the threads. If one cannot be spawned, the ones already running
+    /// are stopped and the error returned.
+    fn spawn(
+        shared: Arc<Shared>,
+        request: LeaseRequest,
+        watcher: crate::backend::ChangeWatcher,
+    ) -> Result<Worker> {
+        let concurrency = shared.config.concurrency;
+        let (stop_fetch, stop_fetch_rx) = bounded::<()>(0);
+        let (stop_background, stop_background_rx) = bounded::<()>(0);
+        // Each leased job produces one message; twice the slots leaves room
+        // for outcomes waiting while the fetcher refills the slots.
+        let (outcomes, outcomes_rx) = bounded::<Settle>(2 * concurrency);
+        let (jobs, jobs_rx) = bounded(concurrency);
+        let (slot_freed, slot_freed_rx) = bounded::<()>(1);
+        let (deadline_set, deadline_set_rx) = bounded::<()>(1);
+        let (alive, executors_alive) = bounded::<()>(0);
+        let doorbell = shared.queue.doorbell();
+
+        let mut worker = Worker {
+            id: shared.config.worker_id.clone(),
+            grace: shared.config.shutdown_grace,
+            running: Some(Running {
+                shared: shared.clone(),
+                stop_fetch: Some(stop_fetch),
+                stop_background: Some(stop_background),
+                outcomes: outcomes.clone(),
+                executors_alive,
+                fetcher: None,
+                executors: Vec::with_capacity(concurrency),
+                completer: None,
+                heartbeater: None,
+                maintenance: None,
+            }),
+        };
+        let result = (|| -> Result<()> {
+            let Some(running) = worker.running.as_mut() else {
+                return Ok(());
+            };
+            let completer = Completer {
+                shared: shared.clone(),
+                outcomes: outcomes_rx,
+            };
+            running.completer = Some(spawn("backlog-complete".into(), move || completer.run())?);
+            let heartbeater = Heartbeater {
+                shared: shared.clone(),
+                stop: stop_background_rx.clone(),
+                deadline_set: deadline_set_rx,
+            };
+            running.heartbeater = Some(spawn("backlog-heartbeat".into(), move || {
+                heartbeater.run()
+            })?);
+            let maintenance = Maintenance {
+                shared: shared.clone(),
+                stop: stop_background_rx,
+            };
+            running.maintenance = Some(spawn("backlog-maint".into(), move || maintenance.run())?);
+            for n in 0..concurrency {
+                let executor = Executor {
+                    shared: shared.clone(),
+                    jobs: jobs_rx.clone(),
+                    outcomes: outcomes.clone(),
+                    slot_freed: slot_freed.clone(),
+                    deadline_set: deadline_set.clone(),
+                    _alive: alive.clone(),
+                };
+                running
+                    .executors
+                    .push(spawn(format!("backlog-exec-{n}"), move || executor.run())?);
+            }
+            let fetcher = Fetcher {
+                shared: shared.clone(),
+                request,
+                jobs,
+                doorbell,
+                slot_freed: slot_freed_rx,
+                stop: stop_fetch_rx,
+                watcher,
+            };
+            running.fetcher = Some(spawn("backlog-fetch".into(), move || fetcher.run())?);
+            Ok(())
+        })();
+        match result {
+            Ok(()) => Ok(worker),
+            Err(e) => {
+                let _ = worker.stop(Duration::ZERO);
+                Err(e)
+            }
+        }
+    }
+
+    fn stop(&mut self, grace: Duration) -> Result<()> {
+        let Some(mut running) = self.running.take() else {
+            return Ok(());
+        };
+        let shared = running.shared.clone();
+        let mut panicked = Vec::new();
+
+        // 1. No more leases. The fetcher's exit drops the job channel's
+        // sender, so handler threads end once it is empty.
+        shared.stopping.store(true, Ordering::SeqCst);
+        running.stop_fetch.take();
+        join(running.fetcher.take(), "backlog-fetch", &mut panicked);
+
+        // 2. Running jobs get the grace period; then the rest are flagged and
+        // released, no attempt used.
+        let until = Instant::now()
+            .checked_add(grace)
+            .unwrap_or_else(Instant::now);
+        if !shared.inflight.wait_handlers_done(until) {
+            for job in shared.inflight.take_unfinished(CancelReason::Shutdown) {
+                let _ = running.outcomes.send(Settle::Apply(job, Outcome::Release));
+            }
+        }
+
+        // 3. Handler threads end once their handler returns; one that ignores
+        // its flag is left behind, detached.
+        let wait_until = Instant::now() + CANCELLED_HANDLER_WAIT;
+        // Nothing is ever sent: this returns when the last sender is dropped.
+        let _ = running.executors_alive.recv_deadline(wait_until);
+        for handle in running.executors.drain(..) {
+            if handle.is_finished() {
+                join(Some(handle), "backlog-exec", &mut panicked);
+            }
+        }
+
+        // 4. Flush the outcomes, stop the background threads.
+        let _ = running.outcomes.send(Settle::Stop);
+        join(running.completer.take(), "backlog-complete", &mut panicked);
+        running.stop_background.take();
+        join(
+            running.heartbeater.take(),
+            "backlog-heartbeat",
+            &mut panicked,
+        );
+        join(running.maintenance.take(), "backlog-maint", &mut panicked);
+
+        if panicked.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Database(
+                format!("worker threads panicked: {}", panicked.join(", ")).into(),
+            ))
+        }
+    }
+}
+
+impl Drop for Worker {
+    /// Shuts the worker down with the configured grace period, as
+    /// [`Worker::shutdown`] does.
+    fn drop(&mut self) {
+        let _ = self.stop(self.grace);
+    }
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .map_err(|e| Error::Database(Box::new(e)))
+}
+
+fn join(handle: Option<JoinHandle<()>>, name: &str, panicked: &mut Vec<String>) {
+    if let Some(handle) = handle {
+        if handle.join().is_err() {
+            panicked.push(name.to_owned());
+        }
+    }
+}

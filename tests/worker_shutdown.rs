@@ -1,0 +1,95 @@
+//! Graceful shutdown: short jobs finish within the grace period; long ones
+//! are flagged, released with their attempts unchanged, and picked up at
+//! once by the next worker.
+
+mod worker_common;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use backlog::{CancelReason, JobState, NewJob, Worker};
+use crossbeam_channel::bounded;
+use serde_json::json;
+use worker_common::*;
+
+#[test]
+fn shutdown_lets_short_jobs_finish_and_releases_long_ones_to_the_next_worker() -> TestResult {
+    let db = Db::new()?;
+    let queue = db.queue()?;
+    let events = queue.subscribe();
+    let short: Vec<i64> = (0..2)
+        .map(|n| Ok(queue.enqueue(NewJob::new("short", json!(n)))?.id))
+        .collect::<TestResult<_>>()?;
+    let long: Vec<i64> = (0..2)
+        .map(|n| Ok(queue.enqueue(NewJob::new("long", json!(n)))?.id))
+        .collect::<TestResult<_>>()?;
+
+    // Short jobs wait for the test's go (the channel closing); long jobs run
+    // until their cancellation flag is set.
+    let (go, wait_for_go) = bounded::<()>(0);
+    let (flagged_tx, flagged) = crossbeam_channel::unbounded();
+    let worker = Worker::builder(queue.clone())
+        .concurrency(4)
+        .handle_raw("short", move |_, _| {
+            let _ = wait_for_go.recv();
+            Ok("done")
+        })
+        .handle_raw("long", move |_, ctx| {
+            while !ctx.is_cancelled() {
+                thread::sleep(Duration::from_millis(5));
+            }
+            let _ = flagged_tx.send((ctx.id(), ctx.cancel_reason()));
+            Ok("finished too late: must not be applied")
+        })
+        .start()?;
+    wait_count(&events, 4, PATIENCE, "starts", started)?;
+
+    let grace = Duration::from_millis(500);
+    let began = Instant::now();
+    let stopping = thread::spawn(move || worker.shutdown(grace));
+    drop(go);
+    let done = wait_count(&events, 2, PATIENCE, "short completions", completed)?;
+    stopping.join().map_err(|_| "shutdown panicked")??;
+    let took = began.elapsed();
+    println!("shutdown with a {grace:?} grace took {took:?}");
+    assert!(took >= grace, "the long jobs were given the grace period");
+
+    for id in &short {
+        assert_eq!(done.get(id), Some(&1));
+        expect_state(&queue, *id, "completed")?;
+    }
+    let mut flagged: Vec<_> = flagged.try_iter().collect();
+    flagged.sort_by_key(|(id, _)| *id);
+    assert_eq!(
+        flagged,
+        long.iter()
+            .map(|id| (*id, Some(CancelReason::Shutdown)))
+            .collect::<Vec<_>>()
+    );
+    for id in &long {
+        let record = queue.get(*id)?;
+        assert_eq!(record.state, JobState::Available, "released, due now");
+        assert_eq!(record.attempts, 0, "the release gave the attempt back");
+        assert!(record.errors.is_empty());
+    }
+
+    // The next worker takes them at once, on their first attempt.
+    let next = Worker::builder(queue.clone())
+        .poll_interval(Duration::from_secs(60))
+        .handle_raw("long", |_, ctx| Ok(ctx.attempt()))
+        .start()?;
+    let picked = wait_count(
+        &events,
+        2,
+        Duration::from_secs(5),
+        "long completions",
+        completed,
+    )?;
+    next.shutdown(PATIENCE)?;
+    for id in &long {
+        assert_eq!(picked.get(id), Some(&1));
+        let record = expect_state(&queue, *id, "completed")?;
+        assert_eq!(record.result.as_deref(), Some("1"), "ran as attempt 1");
+    }
+    Ok(())
+}
