@@ -34,6 +34,9 @@
 
 #![warn(missing_docs)]
 
+#[macro_use]
+mod failpoint;
+
 mod backend;
 pub mod clock;
 mod error;

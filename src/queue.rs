@@ -147,6 +147,7 @@ impl Queue {
         let prepared = self.prepare_all(jobs)?;
         let params: Vec<EnqueueParams<'_>> = self.params(&prepared);
         let ids = self.inner.backend.enqueue_many(&params)?;
+        failpoint!("enqueue-after-commit");
         if self.inner.bus.has_listeners() {
             self.inner.bus.ring();
             self.inner
@@ -336,6 +337,9 @@ impl Queue {
             now,
             lease_until: add_micros(now, request.ttl)?,
         })?;
+        if !jobs.is_empty() {
+            failpoint!("lease-after-commit");
+        }
         self.inner.bus.emit(jobs.iter().map(|j| Event::Leased {
             job_id: j.id,
             attempt: j.attempt,
@@ -497,9 +501,10 @@ impl Queue {
         })
     }
 
-    /// Makes up to `limit` jobs whose lease expired available again, or moves
-    /// them to history as `dead` when their last attempt expired. Never
-    /// decodes payloads. Call repeatedly until it reports fewer than `limit`.
+    /// Makes up to `limit` jobs whose lease expired available again, in the
+    /// place in line they had (their `available_at` is kept), or moves them to
+    /// history as `dead` when their last attempt expired. Never decodes
+    /// payloads. Call repeatedly until it reports fewer than `limit`.
     pub fn rescue(&self, limit: usize) -> Result<RescueReport> {
         let now = self.now_micros();
         let done = self.inner.backend.rescue(now, limit, |expired| {
@@ -518,9 +523,12 @@ impl Queue {
                 }
             } else {
                 // The expired claim counts as an attempt, so a job that kills
-                // its worker every time still ends up dead.
+                // its worker every time still ends up dead. The job keeps its
+                // place in line: due now would put it behind every job that
+                // is waiting, and a backlog would delay its recovery past
+                // lease TTL + rescue interval.
                 Transition::Reschedule {
-                    available_at: now,
+                    available_at: expired.available_at.min(now),
                     error: Some(error),
                     refund_attempt: false,
                 }
@@ -531,6 +539,9 @@ impl Queue {
                 now,
             }
         })?;
+        if !done.is_empty() {
+            failpoint!("rescue");
+        }
         self.inner
             .bus
             .emit(done.iter().map(|(expired, p)| match p.transition {
@@ -661,7 +672,11 @@ impl Queue {
         for status in FinalStatus::ALL {
             if let Some(keep) = retention.for_status(status) {
                 let cutoff = now.saturating_sub(duration_micros(keep)?);
-                deleted += self.inner.backend.prune(status, cutoff, limit)?;
+                let pruned = self.inner.backend.prune(status, cutoff, limit)?;
+                if pruned > 0 {
+                    failpoint!("prune");
+                }
+                deleted += pruned;
             }
         }
         Ok(deleted)

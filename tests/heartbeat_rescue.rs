@@ -94,6 +94,7 @@ fn heartbeat_of_no_leases_reports_nothing() -> TestResult {
 fn rescue_makes_an_expired_lease_available_with_its_attempt_kept_and_an_error() -> TestResult {
     let h = Harness::new()?;
     let enqueued = h.queue.enqueue(NewJob::new("k", json!(1)))?;
+    let due = h.now();
     let job = lease_with_ttl(&h, "crashed", 1)?.pop().ok_or("no job")?;
 
     h.advance(TTL);
@@ -116,7 +117,7 @@ fn rescue_makes_an_expired_lease_available_with_its_attempt_kept_and_an_error() 
     assert_eq!(record.attempts, 1, "the expired claim counts");
     assert_eq!(record.worker, None);
     assert_eq!(record.lease_until, None);
-    assert_eq!(record.available_at, h.now());
+    assert_eq!(record.available_at, due, "its place in line is kept");
     assert_eq!(record.errors.len(), 1);
     assert_eq!(record.errors[0].attempt, 1);
     assert!(
@@ -128,6 +129,33 @@ fn rescue_makes_an_expired_lease_available_with_its_attempt_kept_and_an_error() 
     let again = h.lease_one("healthy")?;
     assert_eq!(again.id, job.id);
     assert_eq!(again.attempt, 2);
+    Ok(())
+}
+
+/// Regression: the rescuer used to make a job due "now", behind every job
+/// waiting; with a backlog an orphaned job then waited far longer than lease
+/// TTL + rescue interval (found by tests/chaos_workers.rs with all jobs
+/// enqueued up front: 11.9 s against a 3.5 s bound).
+#[test]
+fn a_rescued_job_keeps_its_place_in_line_ahead_of_later_jobs() -> TestResult {
+    let h = Harness::new()?;
+    let orphaned = h.queue.enqueue(NewJob::new("k", json!("first")))?.id;
+    lease_with_ttl(&h, "crashed", 1)?;
+    h.advance(Duration::from_secs(1));
+    let later: Vec<i64> = h
+        .queue
+        .enqueue_many((0..3).map(|i| NewJob::new("k", json!(i))))?
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    h.advance(TTL);
+    assert_eq!(h.queue.rescue(100)?.rescued, 1);
+
+    let next = h.lease_one("healthy")?;
+    assert_eq!(next.id, orphaned, "the rescued job goes first");
+    assert_eq!(next.attempt, 2);
+    let rest: Vec<i64> = h.lease("healthy", 10)?.iter().map(|j| j.id).collect();
+    assert_eq!(rest.len(), later.len());
     Ok(())
 }
 

@@ -360,8 +360,9 @@ impl World {
                                 m.place = Place::Finished(FinalStatus::Dead, now);
                                 dead += 1;
                             } else {
+                                // Rescue keeps the job's place in line.
                                 m.place = Place::Live { lease: None };
-                                m.available_at = now;
+                                m.available_at = m.available_at.min(now);
                                 rescued += 1;
                             }
                         }

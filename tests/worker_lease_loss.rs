@@ -35,6 +35,10 @@ fn a_handler_that_outlives_its_lease_cannot_commit_and_the_job_completes_once_el
     let (verdict_tx, verdict) = bounded(1);
     let stale = Worker::builder(stale_queue.clone())
         .worker_id("stale")
+        // One slot, held by the handler below until its lease is lost, so the
+        // stale worker cannot claim the rescued job (which keeps its place in
+        // line, due a minute ago on the stale clock) before the fresh one does.
+        .concurrency(1)
         .lease_ttl(Duration::from_secs(30))
         .heartbeat_interval(Duration::from_millis(50))
         .handle(move |args: Work, ctx| -> Result<(), JobError> {

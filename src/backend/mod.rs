@@ -60,6 +60,8 @@ pub(crate) struct ExpiredLease {
     pub lease: Lease,
     pub attempts: u32,
     pub max_attempts: u32,
+    /// When the job was due before it was claimed: its place in line.
+    pub available_at: i64,
 }
 
 use crate::error::Result;
@@ -79,9 +81,14 @@ impl Backend {
     /// Inserts jobs in one transaction.
     pub(crate) fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
         match self {
-            Backend::Sqlite(db) => {
-                db.write(|tx| jobs.iter().map(|p| sqlite::jobs::enqueue(tx, p)).collect())
-            }
+            Backend::Sqlite(db) => db.write(|tx| {
+                let ids = jobs
+                    .iter()
+                    .map(|p| sqlite::jobs::enqueue(tx, p))
+                    .collect::<Result<Vec<_>>>()?;
+                failpoint!("enqueue-before-commit");
+                Ok(ids)
+            }),
         }
     }
 
@@ -97,13 +104,15 @@ impl Backend {
     pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
         match self {
             Backend::Sqlite(db) => db.write(|tx| {
-                items
+                let results = items
                     .iter()
                     .map(|p| match sqlite::jobs::settle_reporting(tx, p) {
                         Err(e) if !e.is_lease_lost() => Err(e),
                         result => Ok(result),
                     })
-                    .collect()
+                    .collect::<Result<Vec<_>>>()?;
+                failpoint!("settle-before-commit");
+                Ok(results)
             }),
         }
     }

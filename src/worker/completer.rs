@@ -70,6 +70,7 @@ impl Completer {
             let items = batch.iter().map(|(job, o)| (job.as_ref(), o.clone()));
             match queue.settle_many(items) {
                 Ok(results) => {
+                    failpoint!("completer-after-commit");
                     let lost: Vec<_> = batch
                         .iter()
                         .zip(&results)

@@ -57,6 +57,8 @@ impl CancelReason {
 pub(crate) struct CancelFlag {
     reason: AtomicU8,
     lost: AtomicBool,
+    /// Set in the job's own transaction, before it commits its completion.
+    completing: AtomicBool,
 }
 
 impl CancelFlag {
@@ -71,6 +73,17 @@ impl CancelFlag {
     pub(crate) fn lose_lease(&self) -> bool {
         self.cancel(CancelReason::LeaseLost);
         !self.lost.swap(true, Ordering::SeqCst)
+    }
+
+    /// True once the handler's transaction completed the job (or is
+    /// committing its completion): a heartbeat that finds the lease gone
+    /// read it before that commit.
+    pub(crate) fn is_completing(&self) -> bool {
+        self.completing.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_completing(&self, completing: bool) {
+        self.completing.store(completing, Ordering::SeqCst);
     }
 
     pub(crate) fn reason(&self) -> Option<CancelReason> {
@@ -222,11 +235,20 @@ impl JobContext {
             self.queue.check_lease_in(tx, &self.job)?;
             let value = f(tx)?;
             let result = to_result(&value).map_err(JobError::from)?;
+            failpoint!("transaction-before-fence");
             self.queue.complete_in(tx, &self.job, result)?;
+            failpoint!("transaction-before-commit");
+            // Set while this process's write gate is held, so no heartbeat
+            // of this worker can find the job gone before it is set.
+            self.cancel.set_completing(true);
             Ok::<T, JobError>(value)
         });
+        if committed.is_err() {
+            self.cancel.set_completing(false);
+        }
         match committed {
             Ok(value) => {
+                failpoint!("transaction-after-commit");
                 self.completed.store(true, Ordering::SeqCst);
                 self.queue.emit([Event::Completed {
                     job_id: self.job.id,

@@ -60,6 +60,7 @@ impl Executor {
             job_id: job.id,
             attempt: job.attempt,
         }]);
+        failpoint!("handler-start");
         let ctx = JobContext::new(
             job.clone(),
             shared.queue.clone(),

@@ -52,7 +52,8 @@ impl Heartbeater {
             .queue
             .heartbeat(&leases, shared.config.lease_ttl)
             .map_err(|_| ())?;
-        let news = shared.inflight.lose(&report.lost);
+        failpoint!("heartbeat");
+        let news = shared.inflight.lose_unsettled(&report.lost);
         shared
             .queue
             .emit(news.into_iter().map(|job_id| Event::LeaseLost { job_id }));

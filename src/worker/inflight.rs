@@ -116,6 +116,21 @@ impl InFlight {
             .collect()
     }
 
+    /// [`InFlight::lose`] for a heartbeat's report, which may be older than
+    /// this worker's own settling: a job completed in its handler's
+    /// transaction, or whose outcome is with the completer (which fences it
+    /// and reports a lost lease itself), was settled here, not lost.
+    pub(crate) fn lose_unsettled(&self, leases: &[Lease]) -> Vec<i64> {
+        let entries = self.lock();
+        leases
+            .iter()
+            .filter_map(|l| entries.get(&l.job_id).filter(|e| e.job.lease() == *l))
+            .filter(|e| e.stage != Stage::Settling && !e.cancel.is_completing())
+            .filter(|e| e.cancel.lose_lease())
+            .map(|e| e.job.id)
+            .collect()
+    }
+
     /// Sets the flag of each job whose cancellation was requested.
     pub(crate) fn cancel(&self, job_ids: &[i64], reason: CancelReason) {
         let entries = self.lock();
@@ -184,5 +199,54 @@ impl InFlight {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: i64) -> Arc<Job> {
+        Arc::new(Job {
+            id,
+            lease_token: 7,
+            queue: "default".into(),
+            kind: "k".into(),
+            priority: 0,
+            unique_key: None,
+            payload: "{}".into(),
+            attempt: 1,
+            max_attempts: 25,
+            available_at: 0,
+            lease_until: 0,
+            created_at: 0,
+        })
+    }
+
+    /// A heartbeat that read its leases before this worker settled a job
+    /// finds that job gone; that is no lost lease (the hog suite saw
+    /// `LeaseLost` events for jobs completed exactly once).
+    #[test]
+    fn a_heartbeat_reporting_a_job_this_worker_settled_loses_nothing() {
+        let inflight = InFlight::default();
+        let (running, settling, completing) = (job(1), job(2), job(3));
+        for j in [&running, &settling, &completing] {
+            inflight.insert(j.clone());
+            assert!(inflight.start(j.id, None));
+        }
+        assert!(inflight.finish(settling.id));
+        inflight.lock()[&completing.id].cancel.set_completing(true);
+
+        let report = [running.lease(), settling.lease(), completing.lease()];
+        assert_eq!(inflight.lose_unsettled(&report), vec![running.id]);
+        assert_eq!(
+            inflight.lose_unsettled(&report),
+            Vec::<i64>::new(),
+            "news once"
+        );
+        let cancelled = |id| inflight.lock()[&id].cancel.reason();
+        assert_eq!(cancelled(running.id), Some(CancelReason::LeaseLost));
+        assert_eq!(cancelled(settling.id), None);
+        assert_eq!(cancelled(completing.id), None);
     }
 }

@@ -277,6 +277,7 @@ pub(crate) fn expired_leases(
             },
             attempts: r.get(2)?,
             max_attempts: r.get(3)?,
+            available_at: r.get(4)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -153,7 +153,7 @@ RETURNING backlog_jobs.id, backlog_jobs.lease_token, backlog_jobs.cancel_request
 /// Leases that expired before `?1`, oldest first, at most `?2`, read from
 /// `backlog_jobs_expiry`. No payloads.
 pub const EXPIRED_LEASES: &str = "
-SELECT id, lease_token, attempts, max_attempts FROM backlog_jobs
+SELECT id, lease_token, attempts, max_attempts, available_at FROM backlog_jobs
 WHERE lease_token IS NOT NULL AND lease_until < ?1
 ORDER BY lease_until LIMIT ?2";
 
@@ -246,3 +246,8 @@ pub const DATA_VERSION: &str = "PRAGMA data_version";
 /// writers (safe with other processes on the file). Returns `(busy, log
 /// frames, checkpointed frames)`.
 pub const WAL_CHECKPOINT: &str = "PRAGMA wal_checkpoint(PASSIVE)";
+
+/// Copies every WAL frame back and empties the log, waiting (busy handler)
+/// for readers on older snapshots and holding off new writers meanwhile; for
+/// a log that passive checkpoints could not restart.
+pub const WAL_CHECKPOINT_TRUNCATE: &str = "PRAGMA wal_checkpoint(TRUNCATE)";

@@ -4,11 +4,24 @@
 //! a committing writer; a worker also checkpoints when it is idle, so a quiet
 //! queue's WAL is copied back and, through `journal_size_limit`, truncated
 //! when the next writer restarts it.
+//!
+//! Those checkpoints are passive: they copy back only frames no reader still
+//! needs, and the log restarts only once it was copied back whole. Readers
+//! that hold snapshots back to back (another process reporting in a loop)
+//! keep that from ever happening, and the log grows without bound. So the
+//! write gate looks at the log's size now and then, and past the limit runs
+//! a checkpoint that waits for readers to move on ([`truncate_if_over`]).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
 use super::queries;
 use crate::error::Result;
+
+/// How long one try of a truncating checkpoint waits on other connections.
+const TRUNCATE_TRY: Duration = Duration::from_millis(20);
 
 /// What one checkpoint did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +37,41 @@ pub(crate) struct Checkpoint {
 /// Runs a passive checkpoint on `conn` (outside any transaction): it never
 /// waits on other connections, so it is safe with several processes.
 pub(crate) fn checkpoint(conn: &Connection) -> Result<Checkpoint> {
-    Ok(conn.query_row(queries::WAL_CHECKPOINT, [], |r| {
+    run(conn, queries::WAL_CHECKPOINT)
+}
+
+/// When the log at `wal` is larger than `limit` bytes, checkpoints it whole
+/// and truncates it, trying for up to `patience` while other connections'
+/// readers leave old snapshots (new writers wait during each try). `None`
+/// when the log was within the limit.
+pub(crate) fn truncate_if_over(
+    conn: &Connection,
+    wal: &Path,
+    limit: u64,
+    patience: Duration,
+) -> Result<Option<Checkpoint>> {
+    match std::fs::metadata(wal) {
+        Ok(meta) if meta.len() > limit => {}
+        _ => return Ok(None),
+    }
+    // Short tries, not one long wait: a checkpoint keeps waiting for the
+    // reader of a snapshot mark it first saw as old, even after that reader
+    // moved the mark to the latest frame; a fresh try sees the move.
+    let busy_ms: u32 = conn.pragma_query_value(None, "busy_timeout", |r| r.get(0))?;
+    conn.busy_timeout(TRUNCATE_TRY)?;
+    let deadline = Instant::now() + patience;
+    let done = loop {
+        match run(conn, queries::WAL_CHECKPOINT_TRUNCATE) {
+            Ok(c) if c.busy && Instant::now() < deadline => continue,
+            done => break done,
+        }
+    };
+    conn.busy_timeout(Duration::from_millis(busy_ms.into()))?;
+    done.map(Some)
+}
+
+fn run(conn: &Connection, sql: &str) -> Result<Checkpoint> {
+    Ok(conn.query_row(sql, [], |r| {
         Ok(Checkpoint {
             busy: r.get::<_, i64>(0)? != 0,
             log_frames: r.get(1)?,
