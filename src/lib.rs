@@ -66,5 +66,5 @@ pub use retry::RetryPolicy;
 pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_UNIQUE_KEY_BYTES};
 pub use worker::{
     Action, CancelReason, JobContext, JobError, Worker, WorkerBuilder, DEFAULT_CONCURRENCY,
-    MAX_CONCURRENCY,
+    MAX_CONCURRENCY, MAX_PREFETCH,
 };

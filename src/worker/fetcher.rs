@@ -63,7 +63,7 @@ impl Fetcher {
                 return;
             }
             let free = self.shared.free.load(Ordering::SeqCst);
-            if free > 0 {
+            if free >= self.refill_at() {
                 match self.lease(free) {
                     Some(n) if n == free => continue, // maybe more waiting
                     Some(0) => {}
@@ -75,6 +75,13 @@ impl Fetcher {
                 return;
             }
         }
+    }
+
+    /// How many slots must be free before leasing: one without a prefetch;
+    /// with one, the prefetch, so each lease carries at least that many jobs
+    /// while the jobs already held keep the handler threads busy.
+    fn refill_at(&self) -> usize {
+        self.shared.config.prefetch.max(1)
     }
 
     /// Leases up to `free` jobs and hands them over. `None` on a database
@@ -99,8 +106,8 @@ impl Fetcher {
     fn wait(&mut self, watch: &Receiver<Instant>, idle: &mut IdleBackoff) -> bool {
         let deadline = Instant::now() + idle.current;
         loop {
-            if self.shared.free.load(Ordering::SeqCst) == 0 {
-                // Every slot is busy: only a freed slot (or shutdown) matters.
+            if self.shared.free.load(Ordering::SeqCst) < self.refill_at() {
+                // Too few slots free to lease: only a freed slot (or shutdown) matters.
                 select! {
                     recv(self.stop) -> _ => return false,
                     recv(self.slot_freed) -> _ => return true,

@@ -40,6 +40,7 @@
 //! One worker runs, all named so they show in a debugger:
 //!
 //! - `backlog-fetch`: leases no more jobs than there are free handler threads
+//!   (plus the [prefetch](WorkerBuilder::prefetch), 0 by default)
 //!   and hands them over a bounded channel. It wakes on an enqueue in this
 //!   process, on another process's commit (`PRAGMA data_version`, checked
 //!   every [watch interval](WorkerBuilder::watch_interval)), on a freed
@@ -82,7 +83,7 @@ mod heartbeater;
 mod inflight;
 mod maintenance;
 
-pub use builder::{WorkerBuilder, DEFAULT_CONCURRENCY, MAX_CONCURRENCY};
+pub use builder::{WorkerBuilder, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFETCH};
 pub use context::{CancelReason, JobContext};
 pub use error::{Action, JobError};
 
@@ -116,8 +117,8 @@ pub(crate) struct Shared {
     pub config: Config,
     pub handlers: Handlers,
     pub inflight: InFlight,
-    /// Handler threads not holding a job (neither running one nor with one
-    /// waiting in the channel).
+    /// Slots (handler threads plus prefetch) not holding a job: neither
+    /// running one nor with one waiting in the channel.
     pub free: AtomicUsize,
     /// Set when shutdown begins: no new leases, queued jobs are released.
     pub stopping: AtomicBool,
@@ -194,16 +195,16 @@ impl Worker {
         let request = LeaseRequest {
             queues: config.queues.clone(),
             kinds: Some(handlers.kinds()),
-            limit: config.concurrency,
+            limit: config.slots(),
             worker_id: config.worker_id.clone(),
             ttl: config.lease_ttl,
         };
-        let concurrency = config.concurrency;
+        let slots = config.slots();
         let shared = Arc::new(Shared {
             queue,
             handlers,
             inflight: InFlight::default(),
-            free: AtomicUsize::new(concurrency),
+            free: AtomicUsize::new(slots),
             stopping: AtomicBool::new(false),
             config,
         });
@@ -220,12 +221,13 @@ impl Worker {
         watcher: crate::backend::ChangeWatcher,
     ) -> Result<Worker> {
         let concurrency = shared.config.concurrency;
+        let slots = shared.config.slots();
         let (stop_fetch, stop_fetch_rx) = bounded::<()>(0);
         let (stop_background, stop_background_rx) = bounded::<()>(0);
         // Each leased job produces one message; twice the slots leaves room
         // for outcomes waiting while the fetcher refills the slots.
-        let (outcomes, outcomes_rx) = bounded::<Settle>(2 * concurrency);
-        let (jobs, jobs_rx) = bounded(concurrency);
+        let (outcomes, outcomes_rx) = bounded::<Settle>(2 * slots);
+        let (jobs, jobs_rx) = bounded(slots);
         let (slot_freed, slot_freed_rx) = bounded::<()>(1);
         let (deadline_set, deadline_set_rx) = bounded::<()>(1);
         let (alive, executors_alive) = bounded::<()>(0);
