@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Reproduces BENCHMARKS.md: the end-to-end figures (3 runs each, both
+# durabilities, about 15 minutes on a 2-core machine) into benches/results/,
+# then the criterion micro-benchmarks (about a minute).
+#
+#   benches/run.sh            # everything
+#   benches/run.sh --runs 5   # extra arguments go to `bench all`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p benches/results
+
+cargo run --release --example bench -- all --out benches/results "$@"
+cargo bench --bench queue
