@@ -187,10 +187,7 @@ impl Queue {
     ) -> Result<Vec<Enqueued>> {
         let prepared = self.prepare_all(jobs)?;
         self.check_caller_connection(conn)?;
-        self.params(&prepared)
-            .iter()
-            .map(|p| sqlite::jobs::enqueue(conn, p))
-            .collect()
+        sqlite::jobs::enqueue_all(conn, &self.params(&prepared))
     }
 
     fn prepare_all<J: IntoNewJob>(

@@ -82,10 +82,7 @@ impl Backend {
     pub(crate) fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
         match self {
             Backend::Sqlite(db) => db.write(|tx| {
-                let ids = jobs
-                    .iter()
-                    .map(|p| sqlite::jobs::enqueue(tx, p))
-                    .collect::<Result<Vec<_>>>()?;
+                let ids = sqlite::jobs::enqueue_all(tx, jobs)?;
                 failpoint!("enqueue-before-commit");
                 Ok(ids)
             }),

@@ -11,8 +11,20 @@ use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job, Lease};
 use crate::outcome::{AttemptError, FinalStatus, Transition};
 
+/// Inserts jobs in order, each one or the id of the job already holding its
+/// unique key. The insert is looked up in the statement cache once per batch,
+/// not once per job: that lookup hashes the SQL text.
+pub(crate) fn enqueue_all(conn: &Connection, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
+    let mut insert = conn.prepare_cached(queries::ENQUEUE)?;
+    jobs.iter().map(|p| enqueue(conn, &mut insert, p)).collect()
+}
+
 /// Inserts a job, or finds the job already holding its unique key.
-pub(crate) fn enqueue(conn: &Connection, p: &EnqueueParams<'_>) -> Result<Enqueued> {
+fn enqueue(
+    conn: &Connection,
+    insert: &mut rusqlite::CachedStatement<'_>,
+    p: &EnqueueParams<'_>,
+) -> Result<Enqueued> {
     if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
         let mut find = conn.prepare_cached(queries::FIND_HISTORY_UNIQUE)?;
         if let Some(id) = find
@@ -22,7 +34,6 @@ pub(crate) fn enqueue(conn: &Connection, p: &EnqueueParams<'_>) -> Result<Enqueu
             return Ok(Enqueued { id, existed: true });
         }
     }
-    let mut insert = conn.prepare_cached(queries::ENQUEUE)?;
     let inserted = insert.execute(params![
         p.queue,
         p.kind,
