@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduces BENCHMARKS.md: the end-to-end figures (3 runs each, both
-# durabilities, about 15 minutes on a 2-core machine) into benches/results/,
+# durabilities, about 5 minutes on a 2-core machine) into benches/results/,
 # then the criterion micro-benchmarks (about a minute).
 #
 #   benches/run.sh            # everything

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use crate::report::{Report, Series};
 
-const WIDTH: f64 = 960.0;
-const LEFT: f64 = 300.0;
+const WIDTH: f64 = 1000.0;
+const LEFT: f64 = 340.0;
 const RIGHT: f64 = 150.0;
 const BAR: f64 = 11.0;
 const GAP: f64 = 10.0;
