@@ -4,7 +4,7 @@
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -12,12 +12,17 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
+use super::checkpointer::Checkpointer;
 use super::wal;
 use crate::error::{Error, Result};
 use crate::options::{Durability, QueueOptions};
 
 /// The WAL is truncated back to this size after checkpoints.
 const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+
+/// Commits between two nudges of the checkpointer (each a passive checkpoint
+/// on its thread).
+const CHECKPOINT_NUDGE_EVERY: u64 = 32;
 
 /// Commits between two looks at the WAL's size (a `stat`).
 const WAL_CHECK_EVERY: u64 = 64;
@@ -71,6 +76,13 @@ impl Pragmas {
             JOURNAL_SIZE_LIMIT,
             read_pragma::<i64>(conn, "journal_size_limit")?,
         )?;
+        // Checkpoints run on the checkpointer's thread, not inside commits.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        expect(
+            "wal_autocheckpoint",
+            0,
+            read_pragma::<i64>(conn, "wal_autocheckpoint")?,
+        )?;
         Ok(())
     }
 }
@@ -104,12 +116,13 @@ fn expect<T: PartialEq + ToString>(name: &'static str, expected: T, actual: T) -
 /// SQLite's busy handler against each other) and a pool of readers.
 pub(crate) struct Connections {
     path: PathBuf,
-    writer: Mutex<Connection>,
+    writer: Arc<Mutex<Connection>>,
     readers: r2d2::Pool<SqliteConnectionManager>,
     write_deadline: Duration,
     busy_retries: AtomicU64,
     commits: AtomicU64,
     wal_truncate_not_before: Mutex<Option<Instant>>,
+    checkpointer: Checkpointer,
     /// Past this size the WAL is checkpointed and emptied (see
     /// [`wal::truncate_if_over`]).
     wal_limit: u64,
@@ -147,6 +160,12 @@ impl Connections {
         retry_busy(options.write_deadline, &AtomicU64::new(0), || {
             pragmas.apply(&writer)
         })?;
+        let checkpoints = Connection::open_with_flags(path, flags)?;
+        retry_busy(options.write_deadline, &AtomicU64::new(0), || {
+            pragmas.apply(&checkpoints)
+        })?;
+        let writer = Arc::new(Mutex::new(writer));
+        let checkpointer = Checkpointer::start(checkpoints, writer.clone())?;
 
         let manager = SqliteConnectionManager::file(path)
             .with_flags(flags)
@@ -167,12 +186,13 @@ impl Connections {
 
         Ok(Connections {
             path: path.to_path_buf(),
-            writer: Mutex::new(writer),
+            writer,
             readers,
             write_deadline: options.write_deadline,
             busy_retries: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             wal_truncate_not_before: Mutex::new(None),
+            checkpointer,
             wal_limit: JOURNAL_SIZE_LIMIT as u64,
         })
     }
@@ -240,6 +260,9 @@ impl Connections {
     /// long-lived reader (a backup) stalls writes rarely.
     fn committed(&self, conn: &Connection) {
         let n = self.commits.fetch_add(1, Ordering::Relaxed);
+        if n.is_multiple_of(CHECKPOINT_NUDGE_EVERY) {
+            self.checkpointer.nudge();
+        }
         if !n.is_multiple_of(WAL_CHECK_EVERY) {
             return;
         }
@@ -252,7 +275,7 @@ impl Connections {
         }
         let done = wal::truncate_if_over(
             conn,
-            &self.wal_path(),
+            &wal_path(&self.path),
             self.wal_limit,
             WAL_TRUNCATE_PATIENCE,
         );
@@ -262,17 +285,18 @@ impl Connections {
         };
     }
 
-    fn wal_path(&self) -> PathBuf {
-        let mut wal = self.path.clone().into_os_string();
-        wal.push("-wal");
-        PathBuf::from(wal)
-    }
-
     /// Runs `f` on a pooled read connection.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let conn = self.readers.get()?;
         f(&conn)
     }
+}
+
+/// The WAL file of the database at `path`.
+fn wal_path(path: &Path) -> PathBuf {
+    let mut wal = path.to_path_buf().into_os_string();
+    wal.push("-wal");
+    PathBuf::from(wal)
 }
 
 /// Retries `f` while it fails with [`Error::Busy`], sleeping a jittered,
