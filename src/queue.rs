@@ -144,8 +144,9 @@ impl Queue {
         &self,
         jobs: impl IntoIterator<Item = J>,
     ) -> Result<Vec<Enqueued>> {
-        let prepared = self.prepare_all(jobs)?;
-        let params: Vec<EnqueueParams<'_>> = self.params(&prepared);
+        let now = self.now_micros();
+        let prepared = self.prepare_all(jobs, now)?;
+        let params: Vec<EnqueueParams<'_>> = params(&prepared, now);
         let ids = self.inner.backend.enqueue_many(&params)?;
         failpoint!("enqueue-after-commit");
         if self.inner.bus.has_listeners() {
@@ -185,36 +186,19 @@ impl Queue {
         conn: &Connection,
         jobs: impl IntoIterator<Item = J>,
     ) -> Result<Vec<Enqueued>> {
-        let prepared = self.prepare_all(jobs)?;
+        let now = self.now_micros();
+        let prepared = self.prepare_all(jobs, now)?;
         self.check_caller_connection(conn)?;
-        sqlite::jobs::enqueue_all(conn, &self.params(&prepared))
+        sqlite::jobs::enqueue_all(conn, &params(&prepared, now))
     }
 
     fn prepare_all<J: IntoNewJob>(
         &self,
         jobs: impl IntoIterator<Item = J>,
+        now: i64,
     ) -> Result<Vec<Prepared>> {
-        let now = self.now_micros();
         jobs.into_iter()
             .map(|j| self.prepare(j.into_new_job()?, now))
-            .collect()
-    }
-
-    fn params<'a>(&self, prepared: &'a [Prepared]) -> Vec<EnqueueParams<'a>> {
-        let now = self.now_micros();
-        prepared
-            .iter()
-            .map(|p| EnqueueParams {
-                queue: &p.job.queue,
-                kind: &p.job.kind,
-                priority: p.job.priority,
-                unique_key: p.job.unique_key.as_deref(),
-                unique_history_since: p.unique_history_since,
-                payload: &p.payload,
-                max_attempts: p.job.max_attempts,
-                available_at: p.available_at,
-                now,
-            })
             .collect()
     }
 
@@ -703,4 +687,22 @@ fn settled_event(job_id: i64, attempt: u32, transition: &Transition) -> Event {
             available_at: *available_at,
         },
     }
+}
+
+/// The backend's view of prepared jobs, all stamped with the same `now`.
+fn params(prepared: &[Prepared], now: i64) -> Vec<EnqueueParams<'_>> {
+    prepared
+        .iter()
+        .map(|p| EnqueueParams {
+            queue: &p.job.queue,
+            kind: &p.job.kind,
+            priority: p.job.priority,
+            unique_key: p.job.unique_key.as_deref(),
+            unique_history_since: p.unique_history_since,
+            payload: &p.payload,
+            max_attempts: p.job.max_attempts,
+            available_at: p.available_at,
+            now,
+        })
+        .collect()
 }

@@ -34,6 +34,11 @@ const WAL_TRUNCATE_PATIENCE: Duration = Duration::from_secs(1);
 /// After a try to empty the WAL failed, how long until the next.
 const WAL_TRUNCATE_BACKOFF: Duration = Duration::from_secs(30);
 
+/// How every connection of a queue opens the file (which must exist).
+pub(crate) const OPEN_FLAGS: OpenFlags = OpenFlags::SQLITE_OPEN_READ_WRITE
+    .union(OpenFlags::SQLITE_OPEN_NO_MUTEX)
+    .union(OpenFlags::SQLITE_OPEN_URI);
+
 /// Pragmas every connection gets, read back after they are set.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pragmas {
@@ -152,9 +157,7 @@ impl Connections {
             durability: options.durability,
             busy_timeout: options.busy_timeout,
         };
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
-            | OpenFlags::SQLITE_OPEN_URI;
+        let flags = OPEN_FLAGS;
         let writer = Connection::open_with_flags(path, flags)?;
         // Setting WAL needs a lock another process may hold: retry like a write.
         retry_busy(options.write_deadline, &AtomicU64::new(0), || {

@@ -8,8 +8,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 
+use super::connection::OPEN_FLAGS;
 use super::queries;
 use crate::error::Result;
 
@@ -31,10 +32,7 @@ impl std::fmt::Debug for DataVersion {
 impl DataVersion {
     /// Opens a watcher on the (existing) database at `path`.
     pub(crate) fn open(path: &Path) -> Result<Self> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
-            | OpenFlags::SQLITE_OPEN_URI;
-        let conn = Connection::open_with_flags(path, flags)?;
+        let conn = Connection::open_with_flags(path, OPEN_FLAGS)?;
         // A read only waits while another connection recovers the WAL.
         conn.busy_timeout(Duration::from_millis(100))?;
         let last = read(&conn)?;

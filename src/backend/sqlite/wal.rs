@@ -1,9 +1,9 @@
 //! Keeping the write-ahead log small.
 //!
-//! SQLite checkpoints on its own once the WAL passes 1000 pages, but only from
-//! a committing writer; a worker also checkpoints when it is idle, so a quiet
-//! queue's WAL is copied back and, through `journal_size_limit`, truncated
-//! when the next writer restarts it.
+//! The checkpointer thread ([`super::checkpointer`]) copies the WAL back as
+//! commits grow it; a worker also checkpoints when it is idle, so a quiet
+//! queue's WAL is copied back whole and, through `journal_size_limit`,
+//! truncated when the next writer restarts it.
 //!
 //! Those checkpoints are passive: they copy back only frames no reader still
 //! needs, and the log restarts only once it was copied back whole. Readers
