@@ -6,6 +6,7 @@ mod worker_common;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use backlog::{NewJob, Worker};
@@ -16,6 +17,9 @@ use worker_common::*;
 const TEST: &str = "a_worker_killed_mid_job_leaves_each_effect_exactly_once";
 const JOBS: u32 = 6;
 
+/// Child side: how many of the blocking jobs (3, 4, 5) have started.
+static BLOCKING_STARTED: AtomicUsize = AtomicUsize::new(0);
+
 /// Commits the job's effect and completion together. Jobs 3 and up never get
 /// there in the child: it is killed holding their transaction (or waiting).
 fn charge(
@@ -24,6 +28,15 @@ fn charge(
 ) -> impl Fn(Work, &backlog::JobContext) -> Result<u32, backlog::JobError> {
     move |args: Work, ctx| {
         println!("[job] started {}", ctx.id());
+        if block && args.n >= 3 {
+            // Hold back until all three blocking jobs run: the first to take
+            // the write gate keeps it until the kill, and a job not yet
+            // leased then could never be.
+            BLOCKING_STARTED.fetch_add(1, Ordering::SeqCst);
+            while BLOCKING_STARTED.load(Ordering::SeqCst) < 3 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         ctx.transaction(|tx| {
             tx.execute(
                 "INSERT INTO effects (job_id, worker) VALUES (?1, ?2)",
