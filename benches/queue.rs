@@ -126,7 +126,7 @@ fn lease(c: &mut Criterion) {
     let mut group = c.benchmark_group("lease");
     for depth in DEPTHS {
         let (_dir, queue) = fresh_queue(Durability::Fast);
-        prefill(queue.path(), depth);
+        prefill(queue.path().expect("a SQLite queue"), depth);
         for batch in [1, 100] {
             group.throughput(Throughput::Elements(batch as u64));
             group.bench_function(

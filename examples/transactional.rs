@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use backlog::sqlite::{JobContextExt, QueueExt};
 use backlog::{Error, Event, JobArgs, LeaseRequest, Queue, Worker};
 use rusqlite::{Connection, TransactionBehavior};
 use serde::{Deserialize, Serialize};

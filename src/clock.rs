@@ -16,6 +16,17 @@ use crate::error::{Error, Result};
 pub trait Clock: Send + Sync + Debug {
     /// Microseconds since the unix epoch.
     fn now_micros(&self) -> i64;
+
+    /// True for a clock moved by hand ([`ManualClock`]). On SQLite every time
+    /// comes from the queue's clock either way. The server backends
+    /// (PostgreSQL, MySQL) read "now" from the database server, so that nodes
+    /// whose clocks disagree still agree on leases and schedules, and use
+    /// this clock only to measure offsets (a delay, a backoff); a manual
+    /// clock overrides the server's, so tests can step over a lease TTL on
+    /// every backend. Defaults to `false`.
+    fn is_manual(&self) -> bool {
+        false
+    }
 }
 
 /// The host's wall clock. The default.
@@ -72,6 +83,10 @@ impl Default for ManualClock {
 impl Clock for ManualClock {
     fn now_micros(&self) -> i64 {
         self.micros.load(Ordering::SeqCst)
+    }
+
+    fn is_manual(&self) -> bool {
+        true
     }
 }
 

@@ -81,6 +81,16 @@ pub enum Error {
     /// Typed job arguments or a handler's output could not be encoded or
     /// decoded as JSON.
     Serialization(serde_json::Error),
+    /// A database URL names a backend this build of backlog does not
+    /// include: rebuild with the feature named here (`postgres`, `mysql`).
+    FeatureDisabled {
+        /// The cargo feature to enable.
+        feature: &'static str,
+    },
+    /// The database server cannot run backlog, for example a MySQL older than
+    /// 8.0.1 or a MariaDB older than 10.6 (no `SKIP LOCKED`). Checked when
+    /// connecting.
+    UnsupportedServer(String),
     /// Any other database error.
     Database(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -143,6 +153,11 @@ impl fmt::Display for Error {
             Error::StorageFull => f.write_str("database or disk is full"),
             Error::Migration(why) => write!(f, "migration failed: {why}"),
             Error::Serialization(e) => write!(f, "JSON encoding failed: {e}"),
+            Error::FeatureDisabled { feature } => write!(
+                f,
+                "this database URL needs backlog built with the `{feature}` cargo feature"
+            ),
+            Error::UnsupportedServer(why) => write!(f, "unsupported database server: {why}"),
             Error::Database(e) => write!(f, "database error: {e}"),
         }
     }

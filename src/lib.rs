@@ -44,10 +44,15 @@ mod events;
 pub mod inspect;
 mod job;
 mod lease;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 mod options;
 mod outcome;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod queue;
 mod retry;
+pub mod sqlite;
 mod validate;
 pub mod worker;
 
@@ -59,7 +64,7 @@ pub use job::{
     Enqueued, IntoNewJob, JobArgs, NewJob, UniqueScope, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,
 };
 pub use lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport, DEFAULT_LEASE_TTL};
-pub use options::{Durability, QueueOptions};
+pub use options::{Durability, QueueOptions, DEFAULT_TABLE_PREFIX};
 pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
 pub use queue::Queue;
 pub use retry::RetryPolicy;

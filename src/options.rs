@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::queue::Queue;
 use crate::retry::RetryPolicy;
+use crate::validate;
 
 /// How hard SQLite works to keep a commit on power loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -55,7 +56,14 @@ pub struct QueueOptions {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) retry_policy: RetryPolicy,
     pub(crate) retry_policies: HashMap<String, RetryPolicy>,
+    pub(crate) table_prefix: String,
+    pub(crate) schema: Option<String>,
+    pub(crate) connect_timeout: Duration,
 }
+
+/// The prefix of backlog's table names by default: `backlog_jobs`,
+/// `backlog_history`, `backlog_queues`, `backlog_schema_history`.
+pub const DEFAULT_TABLE_PREFIX: &str = "backlog_";
 
 impl Default for QueueOptions {
     fn default() -> Self {
@@ -69,6 +77,9 @@ impl Default for QueueOptions {
             clock: Arc::new(SystemClock),
             retry_policy: RetryPolicy::default(),
             retry_policies: HashMap::new(),
+            table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
+            schema: None,
+            connect_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -84,7 +95,14 @@ impl QueueOptions {
         Queue::open_with(path, self)
     }
 
-    /// Durability of commits. Defaults to [`Durability::Full`].
+    /// Connects to the queue at a database URL with these options: see
+    /// [`Queue::connect`].
+    pub fn connect(self, url: &str) -> Result<Queue> {
+        Queue::connect_with(url, self)
+    }
+
+    /// Durability of commits (SQLite). Defaults to [`Durability::Full`]. The
+    /// server backends commit as their server is configured to.
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
         self
@@ -104,7 +122,9 @@ impl QueueOptions {
         self
     }
 
-    /// Read connections in the pool, at least 1. Defaults to 4.
+    /// Connections in the pool, at least 1: read connections on SQLite (which
+    /// writes through one connection per process), all connections on a
+    /// server. Defaults to 4.
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;
         self
@@ -141,6 +161,59 @@ impl QueueOptions {
     pub fn retry_policy_for(mut self, kind: impl Into<String>, policy: RetryPolicy) -> Self {
         self.retry_policies.insert(kind.into(), policy);
         self
+    }
+
+    /// The prefix of backlog's table names on a server backend, so several
+    /// applications or environments can share one database: `app1_` makes
+    /// `app1_jobs`, `app1_history`, `app1_queues` and
+    /// `app1_schema_history`. ASCII letters, digits and `_`, at most 32
+    /// bytes. Defaults to [`DEFAULT_TABLE_PREFIX`] (`backlog_`); SQLite
+    /// supports only the default.
+    pub fn table_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.table_prefix = prefix.into();
+        self
+    }
+
+    /// The PostgreSQL schema backlog's tables live in (created if missing).
+    /// Defaults to none: the connection's `search_path` (usually `public`).
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// How long connecting to a database server may take, per connection.
+    /// Defaults to 10 seconds.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Checks the options every backend shares, and the ones that only a
+    /// server backend takes.
+    pub(crate) fn check_common(&self) -> Result<()> {
+        if self.pool_size == 0 {
+            return Err(Error::InvalidArgument(
+                "pool_size must be at least 1".into(),
+            ));
+        }
+        validate::identifier("table prefix", &self.table_prefix)?;
+        if let Some(schema) = &self.schema {
+            validate::identifier("schema", schema)?;
+        }
+        Ok(())
+    }
+
+    /// Refuses options that SQLite cannot honour.
+    pub(crate) fn check_sqlite(&self) -> Result<()> {
+        self.check_common()?;
+        if self.table_prefix != DEFAULT_TABLE_PREFIX || self.schema.is_some() {
+            return Err(Error::InvalidArgument(
+                "table_prefix and schema apply to the server backends; SQLite uses the default \
+                 `backlog_` tables"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     pub(crate) fn policy_for(&self, kind: &str) -> &RetryPolicy {

@@ -4,10 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use rusqlite::{Connection, Transaction};
 use serde_json::Value;
 
-use crate::backend::sqlite::{self, Connections};
+use crate::backend::sqlite::Connections;
 use crate::backend::{Backend, EnqueueParams, HeartbeatParams, LeaseParams, SettleParams};
 use crate::clock::{add_micros, duration_micros, system_time_to_micros};
 use crate::error::{Error, Result};
@@ -19,10 +18,15 @@ use crate::options::QueueOptions;
 use crate::outcome::{decide, AttemptError, FinalStatus, Outcome, Transition};
 use crate::validate;
 
-/// A durable job queue in a SQLite file.
+/// A durable job queue: in a SQLite file ([`Queue::open`]), or on a
+/// PostgreSQL or MySQL server ([`Queue::connect`], behind the `postgres` and
+/// `mysql` features).
 ///
 /// Cheap to clone; clones share connections. All methods are blocking and
-/// safe to call from many threads.
+/// safe to call from many threads. What only one database can do (its
+/// transaction type for `enqueue_in` and `complete_in`) lives in that
+/// database's module: [`crate::sqlite`], `backlog::postgres`,
+/// `backlog::mysql`.
 #[derive(Debug, Clone)]
 pub struct Queue {
     inner: Arc<Inner>,
@@ -32,15 +36,15 @@ pub struct Queue {
 struct Inner {
     backend: Backend,
     options: QueueOptions,
-    /// The path as given and its canonical form, to check that a caller's
-    /// connection (`enqueue_in`, `complete_in`) is to this database.
-    path: PathBuf,
+    /// SQLite: the path as given and its canonical form, to check that a
+    /// caller's connection (`enqueue_in`, `complete_in`) is to this database.
+    path: Option<PathBuf>,
     canonical_path: Option<PathBuf>,
     bus: Bus,
 }
 
 /// An encoded, validated job, ready for the backend.
-struct Prepared {
+pub(crate) struct Prepared {
     job: NewJob,
     payload: String,
     available_at: i64,
@@ -57,15 +61,57 @@ impl Queue {
     /// Opens the queue at `path` with `options`.
     pub fn open_with(path: impl AsRef<Path>, options: QueueOptions) -> Result<Queue> {
         let path = path.as_ref();
+        options.check_sqlite()?;
         let connections = Connections::open(path, &options)?;
+        Self::start(
+            Backend::Sqlite(connections),
+            options,
+            Some(path.to_path_buf()),
+        )
+    }
+
+    /// Connects to the queue at `url` with the default options, migrating it:
+    ///
+    /// - `postgres://user@host/db` (or `postgresql://`): PostgreSQL, with the
+    ///   `postgres` feature. `sslmode=require` or `verify-full` in the URL
+    ///   turns on TLS.
+    /// - `mysql://user@host/db`: MySQL ≥ 8.0.1 or MariaDB ≥ 10.6, with the
+    ///   `mysql` feature.
+    /// - `sqlite:PATH` or `sqlite://PATH`: the SQLite file at `PATH`, as
+    ///   [`Queue::open`].
+    ///
+    /// A URL for a backend this build does not include is
+    /// [`Error::FeatureDisabled`]; its password never appears in an error.
+    pub fn connect(url: &str) -> Result<Queue> {
+        Self::connect_with(url, QueueOptions::default())
+    }
+
+    /// Connects to the queue at `url` with `options`. See [`Queue::connect`].
+    pub fn connect_with(url: &str, options: QueueOptions) -> Result<Queue> {
+        match Target::parse(url)? {
+            Target::Sqlite(path) => Self::open_with(path, options),
+            #[cfg(feature = "postgres")]
+            Target::Postgres => {
+                let db = crate::backend::postgres::Db::connect(url, &options)?;
+                Self::start(Backend::Postgres(db), options, None)
+            }
+            #[cfg(feature = "mysql")]
+            Target::Mysql => {
+                let db = crate::backend::mysql::Db::connect(url, &options)?;
+                Self::start(Backend::Mysql(db), options, None)
+            }
+        }
+    }
+
+    fn start(backend: Backend, options: QueueOptions, path: Option<PathBuf>) -> Result<Queue> {
         if options.migrate {
-            sqlite::migrate::migrate(&mut connections.writer(), options.write_deadline)?;
+            backend.migrate(options.write_deadline)?;
         }
         Ok(Queue {
             inner: Arc::new(Inner {
-                backend: Backend::Sqlite(connections),
-                canonical_path: path.canonicalize().ok(),
-                path: path.to_path_buf(),
+                backend,
+                canonical_path: path.as_ref().and_then(|p| p.canonicalize().ok()),
+                path,
                 options,
                 bus: Bus::default(),
             }),
@@ -75,13 +121,33 @@ impl Queue {
     /// Applies pending schema migrations (for queues opened with
     /// [`QueueOptions::migrate`]`(false)`).
     pub fn migrate(&self) -> Result<()> {
-        let Backend::Sqlite(db) = &self.inner.backend;
-        sqlite::migrate::migrate(&mut db.writer(), self.inner.options.write_deadline)
+        self.inner
+            .backend
+            .migrate(self.inner.options.write_deadline)
     }
 
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.inner.path
+    /// The database file, for a queue on SQLite.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// The backend, for the per-database modules.
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.inner.backend
+    }
+
+    /// The options the queue was opened with.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    pub(crate) fn options(&self) -> &QueueOptions {
+        &self.inner.options
+    }
+
+    /// SQLite: the path as given and its canonical form.
+    pub(crate) fn paths(&self) -> (Option<&Path>, Option<&Path>) {
+        (
+            self.inner.path.as_deref(),
+            self.inner.canonical_path.as_deref(),
+        )
     }
 
     /// The current time of the queue's clock, unix µs.
@@ -89,40 +155,25 @@ impl Queue {
         self.inner.options.clock.now_micros()
     }
 
-    /// How many writes were retried after SQLite reported BUSY/LOCKED.
+    /// How many transactions were retried after a transient failure: SQLite's
+    /// BUSY/LOCKED, or a server's deadlock or serialization failure.
     pub fn busy_retries(&self) -> u64 {
-        let Backend::Sqlite(db) = &self.inner.backend;
-        db.busy_retries()
+        self.inner.backend.busy_retries()
     }
 
-    /// The `synchronous` pragma in force on the queue's write connection, read
-    /// back from SQLite: 2 (FULL) for [`Durability::Full`](crate::Durability),
-    /// 1 (NORMAL) for [`Durability::Fast`](crate::Durability). The setting is
-    /// per connection, so another connection to the file cannot observe it.
-    pub fn synchronous(&self) -> Result<i64> {
-        let Backend::Sqlite(db) = &self.inner.backend;
-        db.synchronous()
-    }
-
-    /// The `EXPLAIN QUERY PLAN` of the statement [`Queue::lease`] would run
-    /// for `request`, one line per plan node, indented two spaces per level.
-    /// Claims nothing. For tests that pin the lease to its index.
+    /// The plan of the statement [`Queue::lease`] would run for `request`
+    /// (SQLite's `EXPLAIN QUERY PLAN`, the server's `EXPLAIN`), one line per
+    /// plan node. Claims nothing. For tests that pin the lease to its index.
     #[doc(hidden)]
     pub fn explain_lease(&self, request: &LeaseRequest) -> Result<Vec<String>> {
         let now = self.now_micros();
-        let Backend::Sqlite(db) = &self.inner.backend;
-        db.read(|conn| {
-            sqlite::jobs::explain_lease(
-                conn,
-                &LeaseParams {
-                    queues: &request.queues,
-                    kinds: request.kinds.as_deref(),
-                    limit: request.limit,
-                    worker_id: &request.worker_id,
-                    now,
-                    lease_until: add_micros(now, request.ttl)?,
-                },
-            )
+        self.inner.backend.explain_lease(&LeaseParams {
+            queues: &request.queues,
+            kinds: request.kinds.as_deref(),
+            limit: request.limit,
+            worker_id: &request.worker_id,
+            now,
+            lease_until: add_micros(now, request.ttl)?,
         })
     }
 
@@ -167,32 +218,7 @@ impl Queue {
         Ok(ids)
     }
 
-    /// Enqueues a job inside the caller's transaction on `conn` (a
-    /// `rusqlite::Transaction` derefs to one): the job exists if and only if
-    /// that transaction commits.
-    ///
-    /// `conn` must be open on this queue's database file and inside a
-    /// transaction; start it with `BEGIN IMMEDIATE`
-    /// (`TransactionBehavior::Immediate`) so it cannot fail with BUSY halfway.
-    pub fn enqueue_in(&self, conn: &Connection, job: impl IntoNewJob) -> Result<Enqueued> {
-        let mut ids = self.enqueue_many_in(conn, [job])?;
-        ids.pop()
-            .ok_or_else(|| Error::Database("enqueue returned no id".into()))
-    }
-
-    /// Enqueues many jobs inside the caller's transaction on `conn`.
-    pub fn enqueue_many_in<J: IntoNewJob>(
-        &self,
-        conn: &Connection,
-        jobs: impl IntoIterator<Item = J>,
-    ) -> Result<Vec<Enqueued>> {
-        let now = self.now_micros();
-        let prepared = self.prepare_all(jobs, now)?;
-        self.check_caller_connection(conn)?;
-        sqlite::jobs::enqueue_all(conn, &params(&prepared, now))
-    }
-
-    fn prepare_all<J: IntoNewJob>(
+    pub(crate) fn prepare_all<J: IntoNewJob>(
         &self,
         jobs: impl IntoIterator<Item = J>,
         now: i64,
@@ -253,27 +279,6 @@ impl Queue {
             available_at,
             unique_history_since,
         })
-    }
-
-    /// Refuses a connection that is not in a transaction or is open on
-    /// another database file.
-    fn check_caller_connection(&self, conn: &Connection) -> Result<()> {
-        if conn.is_autocommit() {
-            return Err(Error::NotInTransaction);
-        }
-        let theirs = conn.path().map(Path::new);
-        let same = match theirs {
-            Some(p) if p == self.inner.path => true,
-            Some(p) => p.canonicalize().ok() == self.inner.canonical_path,
-            None => false,
-        };
-        if !same {
-            return Err(Error::InvalidArgument(format!(
-                "connection is open on {:?}, not on the queue's database {:?}",
-                theirs, self.inner.path
-            )));
-        }
-        Ok(())
     }
 
     // ---- lease -------------------------------------------------------------
@@ -403,67 +408,18 @@ impl Queue {
         self.settle_many(jobs.into_iter().map(|j| (j, Outcome::Complete(None))))
     }
 
-    /// Completes a leased job inside the caller's transaction on `conn`: the
-    /// seed design's transactional Ack. The completion commits if and only if
-    /// the caller's transaction does, together with the caller's effects.
-    ///
-    /// On `Err(LeaseLost)` nothing was changed and **the caller's transaction
-    /// must not commit** its effects: another worker owns the job now. Using
-    /// `?` does this for you, since a `rusqlite::Transaction` dropped without
-    /// `commit()` rolls back; [`Queue::transaction`] also rolls back on any
-    /// `Err`. Call it first in the transaction (fence first) to learn of a
-    /// lost lease before doing the work.
-    pub fn complete_in(&self, conn: &Connection, job: &Job, result: Option<Value>) -> Result<()> {
-        self.settle_in(conn, job, Outcome::Complete(result))
-    }
-
-    /// Records a failed attempt inside the caller's transaction on `conn`: the
-    /// seed design's transactional Nack. Same rules as [`Queue::complete_in`].
-    pub fn fail_in(&self, conn: &Connection, job: &Job, error: impl Into<String>) -> Result<()> {
-        self.settle_in(conn, job, Outcome::fail(error))
-    }
-
-    /// Applies any outcome inside the caller's transaction on `conn`.
-    pub fn settle_in(&self, conn: &Connection, job: &Job, outcome: Outcome) -> Result<()> {
-        self.check_caller_connection(conn)?;
-        let params = self.settle_params(job, outcome, self.now_micros())?;
-        sqlite::jobs::settle(conn, &params)
-    }
-
-    fn settle_params(&self, job: &Job, outcome: Outcome, now: i64) -> Result<SettleParams> {
+    pub(crate) fn settle_params(
+        &self,
+        job: &Job,
+        outcome: Outcome,
+        now: i64,
+    ) -> Result<SettleParams> {
         let policy = self.inner.options.policy_for(&job.kind);
         Ok(SettleParams {
             lease: job.lease(),
             transition: decide(job, outcome, now, policy)?,
             now,
         })
-    }
-
-    /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the queue's write
-    /// connection, committing on `Ok` and rolling back on `Err`. Pair it with
-    /// [`Queue::complete_in`] to commit a job's effects and its completion
-    /// together:
-    ///
-    /// ```no_run
-    /// # fn demo(queue: &backlog::Queue, job: &backlog::Job) -> backlog::Result<()> {
-    /// queue.transaction(|tx| {
-    ///     queue.complete_in(tx, job, None)?; // fence first: LeaseLost rolls back
-    ///     tx.execute("UPDATE orders SET paid = 1 WHERE id = ?1", [7])?;
-    ///     Ok(())
-    /// })
-    /// # }
-    /// ```
-    ///
-    /// The write connection is held for the closure's run: keep it short.
-    pub fn transaction<T, E>(
-        &self,
-        f: impl FnOnce(&Transaction<'_>) -> Result<T, E>,
-    ) -> Result<T, E>
-    where
-        E: From<Error>,
-    {
-        let Backend::Sqlite(db) = &self.inner.backend;
-        db.transaction(f)
     }
 
     // ---- heartbeat and rescue ---------------------------------------------
@@ -560,7 +516,7 @@ impl Queue {
     /// A watcher that notices commits by other connections to this database
     /// (the worker's cross-process wake-up).
     pub(crate) fn watch_changes(&self) -> Result<crate::backend::ChangeWatcher> {
-        self.inner.backend.watch_changes(&self.inner.path)
+        self.inner.backend.watch_changes()
     }
 
     /// Checkpoints the write-ahead log without waiting on other connections
@@ -568,14 +524,6 @@ impl Queue {
     /// copied back.
     pub(crate) fn checkpoint(&self) -> Result<bool> {
         self.inner.backend.checkpoint()
-    }
-
-    /// `Ok` when `job`'s lease is still held, inside the caller's transaction
-    /// on `conn`: the fence a transactional completion checks before the
-    /// caller's effects run. Changes nothing.
-    pub(crate) fn check_lease_in(&self, conn: &Connection, job: &Job) -> Result<()> {
-        self.check_caller_connection(conn)?;
-        sqlite::jobs::check_lease(conn, job.lease())
     }
 
     /// Sends events (the worker's `Started` and `LeaseLost`).
@@ -690,7 +638,7 @@ fn settled_event(job_id: i64, attempt: u32, transition: &Transition) -> Event {
 }
 
 /// The backend's view of prepared jobs, all stamped with the same `now`.
-fn params(prepared: &[Prepared], now: i64) -> Vec<EnqueueParams<'_>> {
+pub(crate) fn params(prepared: &[Prepared], now: i64) -> Vec<EnqueueParams<'_>> {
     prepared
         .iter()
         .map(|p| EnqueueParams {
@@ -705,4 +653,40 @@ fn params(prepared: &[Prepared], now: i64) -> Vec<EnqueueParams<'_>> {
             now,
         })
         .collect()
+}
+
+/// Where [`Queue::connect`] goes.
+enum Target {
+    Sqlite(PathBuf),
+    #[cfg(feature = "postgres")]
+    Postgres,
+    #[cfg(feature = "mysql")]
+    Mysql,
+}
+
+impl Target {
+    fn parse(url: &str) -> Result<Target> {
+        let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase());
+        match scheme.as_deref() {
+            Some("sqlite") => {
+                let rest = &url["sqlite:".len()..];
+                let path = rest.strip_prefix("//").unwrap_or(rest);
+                Ok(Target::Sqlite(PathBuf::from(path)))
+            }
+            #[cfg(feature = "postgres")]
+            Some("postgres" | "postgresql") => Ok(Target::Postgres),
+            #[cfg(not(feature = "postgres"))]
+            Some("postgres" | "postgresql") => Err(Error::FeatureDisabled {
+                feature: "postgres",
+            }),
+            #[cfg(feature = "mysql")]
+            Some("mysql" | "mariadb") => Ok(Target::Mysql),
+            #[cfg(not(feature = "mysql"))]
+            Some("mysql" | "mariadb") => Err(Error::FeatureDisabled { feature: "mysql" }),
+            _ => Err(Error::InvalidArgument(format!(
+                "not a database URL (postgres://, mysql:// or sqlite:PATH): {:?}",
+                crate::validate::redact_url(url)
+            ))),
+        }
+    }
 }

@@ -5,6 +5,7 @@ mod common;
 
 use std::time::{Duration, SystemTime};
 
+use backlog::sqlite::QueueExt;
 use backlog::{
     Error, JobFilter, JobState, LeaseRequest, NewJob, Queue, QueueOptions, MAX_JSON_DEPTH,
     MAX_NAME_BYTES, MAX_UNIQUE_KEY_BYTES,

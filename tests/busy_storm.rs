@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backlog::sqlite::{JobContextExt, QueueExt};
 use backlog::{NewJob, Queue, QueueOptions, Retention, Worker};
 use rusqlite::{Connection, TransactionBehavior};
 use serde_json::json;

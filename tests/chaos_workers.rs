@@ -44,6 +44,7 @@ use std::process::Child;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use backlog::sqlite::{JobContextExt, QueueExt};
 use backlog::{JobError, NewJob, Queue, Worker};
 use chaos_common::*;
 use rusqlite::TransactionBehavior;

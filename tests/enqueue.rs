@@ -7,6 +7,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
+use backlog::sqlite::QueueExt;
 use backlog::{Error, FinalStatus, JobArgs, JobState, NewJob, Queue, UniqueScope};
 use common::{count, micros, raw, Harness, TestDb, TestResult};
 use rusqlite::TransactionBehavior;

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use backlog::sqlite::{JobContextExt, QueueExt};
 use backlog::{JobContext, JobError, LeaseRequest, NewJob, Queue, Retention, Worker};
 use rusqlite::{Connection, TransactionBehavior};
 use serde_json::{json, Value};

@@ -70,7 +70,7 @@ proptest! {
     ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let queue = open(dir.path());
-        let before = schema(queue.path());
+        let before = schema(queue.path().expect("a SQLite queue"));
 
         let result = queue.enqueue(
             NewJob::new(kind.clone(), json!({"k": key}))
@@ -111,7 +111,7 @@ proptest! {
             Err(Error::InvalidName { .. }) => prop_assert!(!valid, "refused valid input"),
             Err(other) => prop_assert!(false, "unexpected error {:?}", other),
         }
-        prop_assert_eq!(schema(queue.path()), before);
+        prop_assert_eq!(schema(queue.path().expect("a SQLite queue")), before);
     }
 }
 

@@ -6,6 +6,7 @@ mod common;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
+use backlog::sqlite::QueueExt;
 use backlog::{Durability, NewJob, Queue, QueueOptions};
 use common::{count, raw, Harness, TestDb, TestResult};
 use serde_json::json;

@@ -23,6 +23,7 @@ use std::sync::{Arc, Once};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use backlog::sqlite::JobContextExt;
 use backlog::{
     Event, FinalStatus, JobArgs, JobError, JobState, NewJob, Queue, RetryPolicy, Worker,
 };

@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use backlog::sqlite::QueueExt;
 use backlog::{
     Error, FinalStatus, Job, JobState, LeaseRequest, NewJob, Outcome, QueueOptions, RetryPolicy,
     MAX_ERRORS_KEPT,

@@ -14,6 +14,7 @@ use std::process::{Command, Output};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use backlog::sqlite::QueueExt;
 use backlog::{FinalStatus, JobState, LeaseRequest, NewJob, Queue};
 use common::{create_effects_table, raw, TestDb, TestResult};
 use serde_json::json;

@@ -6,6 +6,7 @@ mod worker_common;
 
 use std::time::Duration;
 
+use backlog::sqlite::JobContextExt;
 use backlog::{
     CancelReason, Clock, Event, JobError, ManualClock, NewJob, QueueOptions, SystemClock, Worker,
 };

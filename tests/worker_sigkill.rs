@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use backlog::sqlite::JobContextExt;
 use backlog::{NewJob, Worker};
 use crossbeam_channel::unbounded;
 use serde_json::json;

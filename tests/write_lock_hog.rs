@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backlog::sqlite::JobContextExt;
 use backlog::{Event, NewJob, QueueOptions, Worker};
 use rusqlite::{Connection, TransactionBehavior};
 use serde_json::json;

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use backlog::sqlite::JobContextExt;
 use backlog::{Event, JobError, NewJob, Queue, Worker};
 use chaos_common::*;
 use crossbeam_channel::Receiver;

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use backlog::sqlite::QueueExt;
 use backlog::{Durability, LeaseRequest, Queue, QueueOptions};
 use rusqlite::{params, Connection};
 
@@ -79,7 +80,7 @@ impl Pragmas {
     /// The pragmas of a queue: `journal_mode` is a property of the file (read
     /// from any connection), `synchronous` of the queue's own write connection.
     pub fn of_queue(queue: &Queue) -> BoxResult<Pragmas> {
-        let conn = Connection::open(queue.path())?;
+        let conn = Connection::open(queue.path().ok_or("a SQLite queue")?)?;
         Ok(Pragmas {
             journal_mode: conn.pragma_query_value(None, "journal_mode", |r| r.get(0))?,
             synchronous: queue.synchronous()?,

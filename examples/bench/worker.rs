@@ -88,11 +88,8 @@ fn drain_with_worker(
     threads: usize,
     prefetch: usize,
 ) -> BoxResult<Drained> {
-    let first_id: i64 = rusqlite::Connection::open(queue.path())?.query_row(
-        "SELECT min(id) FROM backlog_jobs",
-        [],
-        |r| r.get(0),
-    )?;
+    let first_id: i64 = rusqlite::Connection::open(queue.path().ok_or("a SQLite queue")?)?
+        .query_row("SELECT min(id) FROM backlog_jobs", [], |r| r.get(0))?;
     // How often each job's handler ran, by id - first_id.
     let runs: Arc<Vec<AtomicU32>> = Arc::new((0..jobs).map(|_| AtomicU32::new(0)).collect());
     let strays = Arc::new(AtomicU64::new(0));

@@ -2,9 +2,26 @@
 //!
 //! The engine (queue API, validation, retry policy, time) decides; a backend
 //! applies, and is the only place SQL is written. Each database keeps
-//! everything it needs in its own folder (`sqlite/` today), with one `*Params`
-//! struct per operation so the engine never depends on a dialect.
+//! everything it needs in its own folder (`sqlite/`, `postgres/`, `mysql/`),
+//! with one `*Params` struct per operation so the engine never depends on a
+//! dialect.
+//!
+//! ## Time on the server backends
+//!
+//! The engine stamps every operation with `now` from the queue's clock and
+//! computes absolute times from it (a retry's `available_at = now + backoff`).
+//! SQLite stores those values as they are. PostgreSQL and MySQL serve many
+//! nodes whose clocks may disagree, so they read "now" from the database
+//! server instead: every absolute time `t` of a `*Params` is applied as the
+//! offset `t - now` added to the server's clock. Only a clock moved by hand
+//! ([`Clock::is_manual`](crate::Clock::is_manual), the tests' `ManualClock`)
+//! overrides the server's: then its `now` is bound as the server's now, so a
+//! test steps over a backoff on every backend alike.
 
+#[cfg(feature = "mysql")]
+pub(crate) mod mysql;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 pub(crate) mod sqlite;
 
 use crate::lease::Lease;
@@ -75,32 +92,60 @@ use crate::outcome::FinalStatus;
 #[derive(Debug)]
 pub(crate) enum Backend {
     Sqlite(sqlite::Connections),
+    #[cfg(feature = "postgres")]
+    Postgres(postgres::Db),
+    #[cfg(feature = "mysql")]
+    Mysql(mysql::Db),
+}
+
+/// Runs `$sqlite` for SQLite, and `$server` for each server backend compiled
+/// in, with `$db` bound to the backend's handle. The server backends expose
+/// the same method names, so one expression serves both.
+macro_rules! dispatch {
+    ($self:expr, $db:ident => $sqlite:expr, server => $server:expr) => {
+        match $self {
+            Backend::Sqlite($db) => $sqlite,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres($db) => $server,
+            #[cfg(feature = "mysql")]
+            Backend::Mysql($db) => $server,
+        }
+    };
 }
 
 impl Backend {
+    /// Applies pending schema migrations.
+    pub(crate) fn migrate(&self, write_deadline: std::time::Duration) -> Result<()> {
+        dispatch!(self, db => sqlite::migrate::migrate(&mut db.writer(), write_deadline),
+            server => db.migrate())
+    }
+
     /// Inserts jobs in one transaction.
     pub(crate) fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
-        match self {
-            Backend::Sqlite(db) => db.write(|tx| {
+        dispatch!(self, db => db.write(|tx| {
                 let ids = sqlite::jobs::enqueue_all(tx, jobs)?;
                 failpoint!("enqueue-before-commit");
                 Ok(ids)
             }),
-        }
+            server => db.enqueue_many(jobs))
     }
 
     pub(crate) fn lease(&self, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
-        match self {
-            Backend::Sqlite(db) => db.write(|tx| sqlite::jobs::lease(tx, p)),
-        }
+        dispatch!(self, db => db.write(|tx| sqlite::jobs::lease(tx, p)), server => db.lease(p))
+    }
+
+    /// The plan of the lease statement for `p`, one line per node. Claims
+    /// nothing.
+    pub(crate) fn explain_lease(&self, p: &LeaseParams<'_>) -> Result<Vec<String>> {
+        dispatch!(self, db => db.read(|conn| sqlite::jobs::explain_lease(conn, p)),
+            server => db.explain_lease(p))
     }
 
     /// Applies many transitions in one transaction; a lost lease fails only
     /// its own item. An item's `Ok(true)` says a cancel requested while the
     /// job ran won over its reschedule.
     pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
-        match self {
-            Backend::Sqlite(db) => db.write(|tx| {
+        dispatch!(self, db => db.write(|tx| {
                 let results = items
                     .iter()
                     .map(|p| match sqlite::jobs::settle_reporting(tx, p) {
@@ -111,13 +156,12 @@ impl Backend {
                 failpoint!("settle-before-commit");
                 Ok(results)
             }),
-        }
+            server => db.settle_many(items))
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
-        match self {
-            Backend::Sqlite(db) => db.write(|tx| sqlite::jobs::heartbeat(tx, p)),
-        }
+        dispatch!(self, db => db.write(|tx| sqlite::jobs::heartbeat(tx, p)),
+            server => db.heartbeat(p))
     }
 
     /// Lists expired leases and applies the engine's decision for each, in one
@@ -128,8 +172,7 @@ impl Backend {
         limit: usize,
         decide: impl Fn(&ExpiredLease) -> SettleParams,
     ) -> Result<Vec<(ExpiredLease, SettleParams)>> {
-        match self {
-            Backend::Sqlite(db) => db.write(|tx| {
+        dispatch!(self, db => db.write(|tx| {
                 let mut done = Vec::new();
                 for expired in sqlite::jobs::expired_leases(tx, now, limit)? {
                     let settle = decide(&expired);
@@ -138,81 +181,84 @@ impl Backend {
                 }
                 Ok(done)
             }),
-        }
+            server => db.rescue(now, limit, &decide))
     }
 
     pub(crate) fn get(&self, id: i64, now: i64) -> Result<JobRecord> {
-        match self {
-            Backend::Sqlite(db) => db.read(|c| sqlite::inspect::get(c, id, now)),
-        }
+        dispatch!(self, db => db.read(|c| sqlite::inspect::get(c, id, now)),
+            server => db.get(id, now))
     }
 
     pub(crate) fn list(&self, filter: &JobFilter, now: i64) -> Result<Page> {
-        match self {
-            Backend::Sqlite(db) => db.read(|c| sqlite::inspect::list(c, filter, now)),
-        }
+        dispatch!(self, db => db.read(|c| sqlite::inspect::list(c, filter, now)),
+            server => db.list(filter, now))
     }
 
     pub(crate) fn counts(&self, now: i64) -> Result<Vec<StateCount>> {
-        match self {
-            Backend::Sqlite(db) => db.read(|c| sqlite::inspect::counts(c, now)),
-        }
+        dispatch!(self, db => db.read(|c| sqlite::inspect::counts(c, now)),
+            server => db.counts(now))
     }
 
     pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {
-        match self {
-            Backend::Sqlite(db) => db.write(|tx| sqlite::inspect::retry(tx, id, now)),
-        }
+        dispatch!(self, db => db.write(|tx| sqlite::inspect::retry(tx, id, now)),
+            server => db.retry(id, now))
     }
 
     pub(crate) fn cancel(&self, id: i64, now: i64) -> Result<CancelOutcome> {
-        match self {
-            Backend::Sqlite(db) => db.write(|tx| sqlite::inspect::cancel(tx, id, now)),
-        }
+        dispatch!(self, db => db.write(|tx| sqlite::inspect::cancel(tx, id, now)),
+            server => db.cancel(id, now))
     }
 
     pub(crate) fn delete(&self, id: i64) -> Result<()> {
-        match self {
-            Backend::Sqlite(db) => db.write(|tx| sqlite::inspect::delete(tx, id)),
-        }
+        dispatch!(self, db => db.write(|tx| sqlite::inspect::delete(tx, id)),
+            server => db.delete(id))
     }
 
     pub(crate) fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {
-        match self {
-            Backend::Sqlite(db) => {
-                db.write(|tx| sqlite::inspect::set_paused(tx, queue, paused, now))
-            }
-        }
+        dispatch!(self, db => db.write(|tx| sqlite::inspect::set_paused(tx, queue, paused, now)),
+            server => db.set_paused(queue, paused, now))
     }
 
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
-        match self {
-            Backend::Sqlite(db) => db.read(sqlite::inspect::paused_queues),
-        }
+        dispatch!(self, db => db.read(sqlite::inspect::paused_queues),
+            server => db.paused_queues())
     }
 
-    /// A watcher of commits by other connections, on a connection of its own.
-    pub(crate) fn watch_changes(&self, path: &std::path::Path) -> Result<ChangeWatcher> {
+    /// A watcher of commits by other connections (other processes and
+    /// nodes), on a connection of its own.
+    pub(crate) fn watch_changes(&self) -> Result<ChangeWatcher> {
         match self {
-            Backend::Sqlite(_) => Ok(ChangeWatcher::Sqlite(sqlite::DataVersion::open(path)?)),
+            Backend::Sqlite(db) => Ok(ChangeWatcher::Sqlite(sqlite::DataVersion::open(db.path())?)),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(db) => Ok(ChangeWatcher::Postgres(db.watch_changes()?)),
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(db) => Ok(ChangeWatcher::Mysql(db.watch_changes()?)),
         }
     }
 
     /// Copies the write-ahead log back into the database, without waiting on
-    /// other connections. Returns whether the whole log was copied.
+    /// other connections. Returns whether the whole log was copied. The server
+    /// backends have nothing to do here.
     pub(crate) fn checkpoint(&self) -> Result<bool> {
         match self {
             Backend::Sqlite(db) => {
                 let done = sqlite::wal::checkpoint(&db.writer())?;
                 Ok(!done.busy && done.checkpointed_frames >= done.log_frames)
             }
+            #[allow(unreachable_patterns)]
+            _ => Ok(true),
         }
     }
 
     pub(crate) fn prune(&self, status: FinalStatus, cutoff: i64, limit: usize) -> Result<usize> {
-        match self {
-            Backend::Sqlite(db) => db.write(|tx| sqlite::inspect::prune(tx, status, cutoff, limit)),
-        }
+        dispatch!(self, db => db.write(|tx| sqlite::inspect::prune(tx, status, cutoff, limit)),
+            server => db.prune(status, cutoff, limit))
+    }
+
+    /// How many transactions were retried after a transient failure (SQLite
+    /// BUSY, a server's deadlock or serialization failure).
+    pub(crate) fn busy_retries(&self) -> u64 {
+        dispatch!(self, db => db.busy_retries(), server => db.busy_retries())
     }
 }
 
@@ -221,13 +267,22 @@ impl Backend {
 #[derive(Debug)]
 pub(crate) enum ChangeWatcher {
     Sqlite(sqlite::DataVersion),
+    #[cfg(feature = "postgres")]
+    Postgres(postgres::Listener),
+    #[cfg(feature = "mysql")]
+    Mysql(mysql::Poller),
 }
 
 impl ChangeWatcher {
-    /// True when something was committed since the last call.
+    /// True when something was committed since the last call (or, for a
+    /// backend that can only poll, when it is time to look again).
     pub(crate) fn changed(&mut self) -> Result<bool> {
         match self {
             ChangeWatcher::Sqlite(v) => v.changed(),
+            #[cfg(feature = "postgres")]
+            ChangeWatcher::Postgres(l) => l.changed(),
+            #[cfg(feature = "mysql")]
+            ChangeWatcher::Mysql(p) => p.changed(),
         }
     }
 }

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rusqlite::Transaction;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -93,7 +92,10 @@ impl CancelFlag {
 }
 
 /// What a handler gets with its arguments: the job, a cancellation flag, a
-/// manual heartbeat and transactional completion.
+/// manual heartbeat and transactional completion (`ctx.transaction(..)`, from
+/// the extension trait of the database's module:
+/// [`crate::sqlite::JobContextExt`], `backlog::postgres::JobContextExt`,
+/// `backlog::mysql::JobContextExt`).
 ///
 /// Handlers run on plain threads and cannot be interrupted; a long handler
 /// should check [`JobContext::is_cancelled`] now and then and return when it
@@ -178,8 +180,8 @@ impl JobContext {
     /// the cancellation flag and returns [`Error::LeaseLost`] when the lease
     /// is no longer held; sets it too when a cancel was requested.
     ///
-    /// Not to be called inside [`JobContext::transaction`]: the transaction
-    /// holds the queue's write connection.
+    /// Not to be called inside `ctx.transaction(..)`: on SQLite the
+    /// transaction holds the queue's write connection.
     pub fn heartbeat(&self) -> Result<()> {
         let report = self.queue.heartbeat(&[self.job.lease()], self.lease_ttl)?;
         if !report.lost.is_empty() {
@@ -194,55 +196,28 @@ impl JobContext {
         Ok(())
     }
 
-    /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the queue's database and
-    /// completes the job in the same transaction: the effects `f` writes and
-    /// the completion commit together, or not at all.
-    ///
-    /// The lease is checked first (fence first), then `f` runs, then the job
-    /// is completed with `f`'s value as its result (a value that serializes to
-    /// JSON `null`, such as `()`, stores none) and the transaction commits.
-    /// When the lease was lost — it expired and another worker claimed the
-    /// job — nothing commits and the error says so
-    /// ([`JobError::is_lease_lost`]); the effects are never applied twice.
-    /// On any error from `f` the transaction rolls back.
-    ///
-    /// ```no_run
-    /// # use backlog::{JobContext, JobError};
-    /// fn charge(order: i64, ctx: &JobContext) -> Result<(), JobError> {
-    ///     ctx.transaction(|tx| {
-    ///         tx.execute("UPDATE orders SET paid = 1 WHERE id = ?1", [order])?;
-    ///         Ok(())
-    ///     })
-    /// }
-    /// ```
-    ///
-    /// A job completed this way is not completed again by the worker, whatever
-    /// the handler returns afterwards. The queue's write connection is held
-    /// while `f` runs: keep it short, and enqueue follow-up jobs with
-    /// [`Queue::enqueue_in`]`(tx, ..)`, not [`Queue::enqueue`].
-    pub fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
-    where
-        T: Serialize,
-        F: FnOnce(&Transaction<'_>) -> std::result::Result<T, JobError>,
-    {
+    /// The queue the job came from.
+    pub(crate) fn source(&self) -> &Queue {
+        &self.queue
+    }
+
+    /// Transactional completion, the part every backend shares: `commit`
+    /// opens the backend's transaction, checks the lease (fence first), runs
+    /// the handler's closure, completes the job, calls
+    /// [`JobContext::mark_completing`] and commits. This refuses a second
+    /// completion, and records the outcome: the completion event, or the lost
+    /// lease.
+    pub(crate) fn complete_transactionally<T>(
+        &self,
+        commit: impl FnOnce() -> std::result::Result<T, JobError>,
+    ) -> std::result::Result<T, JobError> {
         if self.completed.load(Ordering::SeqCst) {
             return Err(JobError::from(Error::InvalidState {
                 job_id: self.job.id,
                 reason: "the job was already completed in a transaction".into(),
             }));
         }
-        let committed = self.queue.transaction(|tx| {
-            self.queue.check_lease_in(tx, &self.job)?;
-            let value = f(tx)?;
-            let result = to_result(&value).map_err(JobError::from)?;
-            failpoint!("transaction-before-fence");
-            self.queue.complete_in(tx, &self.job, result)?;
-            failpoint!("transaction-before-commit");
-            // Set while this process's write gate is held, so no heartbeat
-            // of this worker can find the job gone before it is set.
-            self.cancel.set_completing(true);
-            Ok::<T, JobError>(value)
-        });
+        let committed = commit();
         if committed.is_err() {
             self.cancel.set_completing(false);
         }
@@ -264,7 +239,15 @@ impl JobContext {
         }
     }
 
-    /// True when the handler completed the job in [`JobContext::transaction`].
+    /// Called inside the completing transaction, after the completion was
+    /// written and before the commit. On SQLite this process's write gate is
+    /// held then, so no heartbeat of this worker can find the job gone before
+    /// it is set; on a server the job's row is locked by the transaction.
+    pub(crate) fn mark_completing(&self) {
+        self.cancel.set_completing(true);
+    }
+
+    /// True when the handler completed the job in `ctx.transaction(..)`.
     pub(crate) fn completed_in_transaction(&self) -> bool {
         self.completed.load(Ordering::SeqCst)
     }

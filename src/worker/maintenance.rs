@@ -87,7 +87,7 @@ mod tests {
         assert!(!watcher.changed()?, "nothing committed yet");
         // Another process would open its own queue; a second handle has its
         // own connections just the same.
-        let other = Queue::open(queue.path())?;
+        let other = Queue::open(queue.path().expect("a SQLite queue"))?;
         other.enqueue(NewJob::new("k", json!(1)))?;
         assert!(watcher.changed()?);
         assert!(!watcher.changed()?, "reported once");

@@ -84,6 +84,7 @@ mod inflight;
 mod maintenance;
 
 pub use builder::{WorkerBuilder, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFETCH};
+pub(crate) use context::to_result;
 pub use context::{CancelReason, JobContext};
 pub use error::{Action, JobError};
 

@@ -200,6 +200,11 @@ impl Connections {
         })
     }
 
+    /// The database file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The `synchronous` pragma in force on the write connection.
     pub(crate) fn synchronous(&self) -> Result<i64> {
         read_pragma(&self.writer(), "synchronous")

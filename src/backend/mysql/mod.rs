@@ -1,0 +1,1 @@
+//! The MySQL/MariaDB backend (being written).

@@ -1,0 +1,1 @@
+//! The PostgreSQL backend (being written).

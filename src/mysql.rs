@@ -1,0 +1,1 @@
+//! What only MySQL has (being written).

@@ -1,0 +1,1 @@
+//! What only PostgreSQL has (being written).

@@ -1,0 +1,268 @@
+//! What only SQLite has: its transaction type for enqueueing and completing
+//! inside your own transactions, and its durability pragma.
+//!
+//! Bring the extension traits into scope and the queue and the job context
+//! gain the transactional calls on `rusqlite` types:
+//!
+//! ```
+//! use backlog::sqlite::{rusqlite, QueueExt};
+//! use backlog::{NewJob, Queue};
+//! use rusqlite::TransactionBehavior;
+//! use serde_json::json;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let path = dir.path().join("app.db");
+//! let queue = Queue::open(&path)?;
+//! let mut conn = rusqlite::Connection::open(&path)?;
+//! conn.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY)")?;
+//!
+//! let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+//! tx.execute("INSERT INTO orders (id) VALUES (7)", [])?;
+//! queue.enqueue_in(&tx, NewJob::new("charge", json!({"order": 7})))?;
+//! tx.commit()?; // the order and its job, or neither
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A program moves to PostgreSQL or MySQL by changing this module's import
+//! to `backlog::postgres` or `backlog::mysql`, the open call to
+//! [`Queue::connect`], and the transaction type its handlers receive.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::backend::{sqlite as db, Backend};
+use crate::error::{Error, Result};
+use crate::job::{Enqueued, IntoNewJob};
+use crate::lease::Job;
+use crate::outcome::Outcome;
+use crate::queue::{params, Queue};
+use crate::worker::{JobContext, JobError};
+
+/// The `rusqlite` backlog is built with. Use it for the connections you pass
+/// to [`QueueExt::enqueue_in`] and friends: a second `rusqlite` version in
+/// one program fails to build (`links = "sqlite3"`).
+pub use rusqlite;
+
+/// A SQLite connection or transaction of the application's (a
+/// `rusqlite::Transaction` derefs to one).
+pub type Connection = rusqlite::Connection;
+
+/// The queue's own transaction, as [`QueueExt::transaction`] and
+/// [`JobContextExt::transaction`] hand it to a closure.
+pub type Transaction<'a> = rusqlite::Transaction<'a>;
+
+/// Transactional calls of a [`Queue`] on SQLite.
+///
+/// Each `*_in` call runs inside the caller's transaction on `conn`, which
+/// must be open on the queue's database file and inside a transaction
+/// (`Error::NotInTransaction` otherwise); start it with `BEGIN IMMEDIATE`
+/// (`TransactionBehavior::Immediate`) so it cannot fail with BUSY halfway.
+/// Nothing is committed by these calls and no events are sent: the caller
+/// owns the commit.
+pub trait QueueExt {
+    /// Enqueues a job inside the caller's transaction: the job exists if and
+    /// only if that transaction commits.
+    fn enqueue_in(&self, conn: &Connection, job: impl IntoNewJob) -> Result<Enqueued>;
+
+    /// Enqueues many jobs inside the caller's transaction.
+    fn enqueue_many_in<J: IntoNewJob>(
+        &self,
+        conn: &Connection,
+        jobs: impl IntoIterator<Item = J>,
+    ) -> Result<Vec<Enqueued>>;
+
+    /// Completes a leased job inside the caller's transaction: the seed
+    /// design's transactional Ack. The completion commits if and only if the
+    /// caller's transaction does, together with the caller's effects.
+    ///
+    /// On `Err(LeaseLost)` nothing was changed and **the caller's transaction
+    /// must not commit** its effects: another worker owns the job now. Using
+    /// `?` does this for you, since a `rusqlite::Transaction` dropped without
+    /// `commit()` rolls back; [`QueueExt::transaction`] also rolls back on any
+    /// `Err`. Call it first in the transaction (fence first) to learn of a
+    /// lost lease before doing the work.
+    fn complete_in(&self, conn: &Connection, job: &Job, result: Option<Value>) -> Result<()>;
+
+    /// Records a failed attempt inside the caller's transaction: the seed
+    /// design's transactional Nack. Same rules as [`QueueExt::complete_in`].
+    fn fail_in(&self, conn: &Connection, job: &Job, error: impl Into<String>) -> Result<()>;
+
+    /// Applies any outcome inside the caller's transaction.
+    fn settle_in(&self, conn: &Connection, job: &Job, outcome: Outcome) -> Result<()>;
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the queue's write
+    /// connection, committing on `Ok` and rolling back on `Err`. Pair it with
+    /// [`QueueExt::complete_in`] to commit a job's effects and its completion
+    /// together:
+    ///
+    /// ```no_run
+    /// # use backlog::sqlite::QueueExt;
+    /// # fn demo(queue: &backlog::Queue, job: &backlog::Job) -> backlog::Result<()> {
+    /// queue.transaction(|tx| {
+    ///     queue.complete_in(tx, job, None)?; // fence first: LeaseLost rolls back
+    ///     tx.execute("UPDATE orders SET paid = 1 WHERE id = ?1", [7])?;
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    ///
+    /// The write connection is held for the closure's run: keep it short. Only
+    /// taking the lock is retried, up to the queue's write deadline.
+    fn transaction<T, E>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<Error>;
+
+    /// The `synchronous` pragma in force on the queue's write connection, read
+    /// back from SQLite: 2 (FULL) for [`Durability::Full`](crate::Durability),
+    /// 1 (NORMAL) for [`Durability::Fast`](crate::Durability). The setting is
+    /// per connection, so another connection to the file cannot observe it.
+    fn synchronous(&self) -> Result<i64>;
+}
+
+impl QueueExt for Queue {
+    fn enqueue_in(&self, conn: &Connection, job: impl IntoNewJob) -> Result<Enqueued> {
+        let mut ids = self.enqueue_many_in(conn, [job])?;
+        ids.pop()
+            .ok_or_else(|| Error::Database("enqueue returned no id".into()))
+    }
+
+    fn enqueue_many_in<J: IntoNewJob>(
+        &self,
+        conn: &Connection,
+        jobs: impl IntoIterator<Item = J>,
+    ) -> Result<Vec<Enqueued>> {
+        let now = self.now_micros();
+        let prepared = self.prepare_all(jobs, now)?;
+        check_caller_connection(self, conn)?;
+        db::jobs::enqueue_all(conn, &params(&prepared, now))
+    }
+
+    fn complete_in(&self, conn: &Connection, job: &Job, result: Option<Value>) -> Result<()> {
+        self.settle_in(conn, job, Outcome::Complete(result))
+    }
+
+    fn fail_in(&self, conn: &Connection, job: &Job, error: impl Into<String>) -> Result<()> {
+        self.settle_in(conn, job, Outcome::fail(error))
+    }
+
+    fn settle_in(&self, conn: &Connection, job: &Job, outcome: Outcome) -> Result<()> {
+        check_caller_connection(self, conn)?;
+        let params = self.settle_params(job, outcome, self.now_micros())?;
+        db::jobs::settle(conn, &params)
+    }
+
+    fn transaction<T, E>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<Error>,
+    {
+        connections(self)?.transaction(f)
+    }
+
+    fn synchronous(&self) -> Result<i64> {
+        connections(self)?.synchronous()
+    }
+}
+
+/// Transactional completion for handlers on SQLite.
+pub trait JobContextExt {
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the queue's database and
+    /// completes the job in the same transaction: the effects `f` writes and
+    /// the completion commit together, or not at all.
+    ///
+    /// The lease is checked first (fence first), then `f` runs, then the job
+    /// is completed with `f`'s value as its result (a value that serializes to
+    /// JSON `null`, such as `()`, stores none) and the transaction commits.
+    /// When the lease was lost — it expired and another worker claimed the
+    /// job — nothing commits and the error says so
+    /// ([`JobError::is_lease_lost`]); the effects are never applied twice.
+    /// On any error from `f` the transaction rolls back.
+    ///
+    /// ```no_run
+    /// use backlog::sqlite::JobContextExt;
+    /// use backlog::{JobContext, JobError};
+    ///
+    /// fn charge(order: i64, ctx: &JobContext) -> Result<(), JobError> {
+    ///     ctx.transaction(|tx| {
+    ///         tx.execute("UPDATE orders SET paid = 1 WHERE id = ?1", [order])?;
+    ///         Ok(())
+    ///     })
+    /// }
+    /// ```
+    ///
+    /// A job completed this way is not completed again by the worker, whatever
+    /// the handler returns afterwards. The queue's write connection is held
+    /// while `f` runs: keep it short, and enqueue follow-up jobs with
+    /// [`QueueExt::enqueue_in`]`(tx, ..)`, not [`Queue::enqueue`].
+    fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
+    where
+        T: Serialize,
+        F: FnOnce(&Transaction<'_>) -> std::result::Result<T, JobError>;
+}
+
+impl JobContextExt for JobContext {
+    fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
+    where
+        T: Serialize,
+        F: FnOnce(&Transaction<'_>) -> std::result::Result<T, JobError>,
+    {
+        let queue = self.source();
+        self.complete_transactionally(|| {
+            queue.transaction(|tx| {
+                check_caller_connection(queue, tx)?;
+                db::jobs::check_lease(tx, self.job().lease())?;
+                let value = f(tx)?;
+                let result = crate::worker::to_result(&value).map_err(JobError::from)?;
+                failpoint!("transaction-before-fence");
+                queue.complete_in(tx, self.job(), result)?;
+                failpoint!("transaction-before-commit");
+                self.mark_completing();
+                Ok::<T, JobError>(value)
+            })
+        })
+    }
+}
+
+/// The SQLite connections of `queue`, or a typed error for a queue on a
+/// server.
+fn connections(queue: &Queue) -> Result<&db::Connections> {
+    match queue.backend() {
+        Backend::Sqlite(db) => Ok(db),
+        #[allow(unreachable_patterns)]
+        _ => Err(Error::InvalidArgument(
+            "this queue is not on SQLite: use the transaction calls of its database's module"
+                .into(),
+        )),
+    }
+}
+
+/// Refuses a connection that is not in a transaction or is open on another
+/// database file.
+fn check_caller_connection(queue: &Queue, conn: &Connection) -> Result<()> {
+    connections(queue)?;
+    if conn.is_autocommit() {
+        return Err(Error::NotInTransaction);
+    }
+    let (path, canonical) = queue.paths();
+    let theirs = conn.path().map(Path::new);
+    let same = match theirs {
+        Some(p) if Some(p) == path => true,
+        Some(p) => p.canonicalize().ok().as_deref() == canonical,
+        None => false,
+    };
+    if !same {
+        return Err(Error::InvalidArgument(format!(
+            "connection is open on {theirs:?}, not on the queue's database {path:?}"
+        )));
+    }
+    Ok(())
+}
