@@ -553,10 +553,19 @@ impl Queue {
         self.inner.backend.counts(self.now_micros())
     }
 
-    /// Runs a dead, discarded or cancelled job again (attempts reset, errors
-    /// kept), or makes a scheduled or retrying job due now.
+    /// Runs a dead, discarded or cancelled job again: it moves back from
+    /// history to live, available at once, attempts reset, errors kept.
+    /// [`Error::InvalidState`] for a completed job, a live one (see
+    /// [`Queue::run_now`]), or one whose unique key a live job now holds.
     pub fn retry(&self, id: i64) -> Result<()> {
         self.inner.backend.retry(id, self.now_micros())
+    }
+
+    /// Makes a scheduled or retrying job due now (a manual trigger), keeping
+    /// its attempts; a job already available keeps its place.
+    /// [`Error::InvalidState`] for a running or finished job.
+    pub fn run_now(&self, id: i64) -> Result<()> {
+        self.inner.backend.run_now(id, self.now_micros())
     }
 
     /// Cancels a job. One that is not running moves to history as `cancelled`

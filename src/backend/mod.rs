@@ -204,6 +204,11 @@ impl Backend {
             server => db.retry(id, now))
     }
 
+    pub(crate) fn run_now(&self, id: i64, now: i64) -> Result<()> {
+        dispatch!(self, db => db.write(|tx| sqlite::inspect::run_now(tx, id, now)),
+            server => db.run_now(id, now))
+    }
+
     pub(crate) fn cancel(&self, id: i64, now: i64) -> Result<CancelOutcome> {
         dispatch!(self, db => db.write(|tx| sqlite::inspect::cancel(tx, id, now)),
             server => db.cancel(id, now))

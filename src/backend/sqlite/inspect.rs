@@ -144,21 +144,12 @@ fn state_rank(state: JobState) -> usize {
         .unwrap_or(usize::MAX)
 }
 
-/// Makes a dead, discarded or cancelled job live again with attempts reset,
-/// or a scheduled/retrying job due now.
+/// Makes a dead, discarded or cancelled job live again with attempts reset.
 pub(crate) fn retry(conn: &Connection, id: i64, now: i64) -> Result<()> {
-    if let Some(Some(_)) = live_lease(conn, id)? {
-        return Err(Error::InvalidState {
-            job_id: id,
-            reason: "job is running".into(),
-        });
-    }
-    if conn
-        .prepare_cached(queries::RETRY_LIVE_NOW)?
-        .execute(params![id, now])?
-        == 1
-    {
-        return Ok(());
+    match live_lease(conn, id)? {
+        Some(Some(_)) => return Err(live_job(id, "running")),
+        Some(None) => return Err(live_job(id, "waiting to run; run_now makes it due at once")),
+        None => {}
     }
     match history_status(conn, id)? {
         None => Err(Error::NotFound { job_id: id }),
@@ -180,6 +171,36 @@ pub(crate) fn retry(conn: &Connection, id: i64, now: i64) -> Result<()> {
                 .execute([id])?;
             Ok(())
         }
+    }
+}
+
+/// Makes a scheduled or retrying job (one not running) due now, keeping its
+/// attempts.
+pub(crate) fn run_now(conn: &Connection, id: i64, now: i64) -> Result<()> {
+    match live_lease(conn, id)? {
+        Some(Some(_)) => Err(live_job(id, "running")),
+        Some(None) => {
+            conn.prepare_cached(queries::RUN_NOW)?
+                .execute(params![id, now])?;
+            Ok(())
+        }
+        None => match history_status(conn, id)? {
+            None => Err(Error::NotFound { job_id: id }),
+            Some(status) => Err(Error::InvalidState {
+                job_id: id,
+                reason: format!(
+                    "job already finished ({}); retry brings a finished job back",
+                    status.as_str()
+                ),
+            }),
+        },
+    }
+}
+
+fn live_job(id: i64, what: &str) -> Error {
+    Error::InvalidState {
+        job_id: id,
+        reason: format!("job is {what}"),
     }
 }
 

@@ -207,9 +207,10 @@ ON CONFLICT DO NOTHING";
 /// Removes a finished job.
 pub const DELETE_HISTORY: &str = "DELETE FROM backlog_history WHERE id = ?1";
 
-/// Makes an unleased live job due now.
-pub const RETRY_LIVE_NOW: &str =
-    "UPDATE backlog_jobs SET available_at = ?2, updated_at = ?2 WHERE id = ?1 AND lease_token IS NULL";
+/// Makes an unleased live job due now (`?2`), unless it is due already: a
+/// job keeps its place in line.
+pub const RUN_NOW: &str = "UPDATE backlog_jobs SET available_at = min(available_at, ?2), \
+     updated_at = ?2 WHERE id = ?1 AND lease_token IS NULL";
 
 /// Flags a running job for cancellation; the next heartbeat reports it.
 pub const REQUEST_CANCEL: &str = "UPDATE backlog_jobs SET cancel_requested = 1, updated_at = ?2 \
