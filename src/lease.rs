@@ -153,4 +153,7 @@ pub struct RescueReport {
     pub rescued: usize,
     /// Jobs whose lease expired on their last attempt, moved to history as `dead`.
     pub dead: usize,
+    /// Jobs whose lease expired after a cancel was requested, moved to
+    /// history as `cancelled`.
+    pub cancelled: usize,
 }

@@ -41,6 +41,11 @@ struct Inner {
     path: Option<PathBuf>,
     canonical_path: Option<PathBuf>,
     bus: Bus,
+    /// Leases settled by `settle_in` / `complete_in` inside a caller's
+    /// transaction in this process: the worker checks here before settling a
+    /// job its handler may already have finished (that transaction may also
+    /// have rolled back).
+    settled_in: std::sync::Mutex<std::collections::HashSet<Lease>>,
 }
 
 /// An encoded, validated job, ready for the backend.
@@ -114,6 +119,7 @@ impl Queue {
                 path,
                 options,
                 bus: Bus::default(),
+                settled_in: Default::default(),
             }),
         })
     }
@@ -452,7 +458,17 @@ impl Queue {
                     "lease expired: the worker stopped heartbeating (crashed, hung or stopped)"
                         .to_owned(),
             };
-            let transition = if expired.attempts >= expired.max_attempts {
+            let transition = if expired.cancel_requested {
+                // Its worker died before it could honour the cancel request.
+                Transition::Finish {
+                    status: FinalStatus::Cancelled,
+                    result: None,
+                    error: Some(AttemptError {
+                        message: "cancelled by request; the worker's lease expired first".into(),
+                        ..error
+                    }),
+                }
+            } else if expired.attempts >= expired.max_attempts {
                 Transition::Finish {
                     status: FinalStatus::Dead,
                     result: None,
@@ -482,6 +498,12 @@ impl Queue {
         self.inner
             .bus
             .emit(done.iter().map(|(expired, p)| match p.transition {
+                Transition::Finish {
+                    status: FinalStatus::Cancelled,
+                    ..
+                } => Event::Cancelled {
+                    job_id: expired.lease.job_id,
+                },
                 Transition::Finish { .. } => Event::Dead {
                     job_id: expired.lease.job_id,
                 },
@@ -489,13 +511,21 @@ impl Queue {
                     job_id: expired.lease.job_id,
                 },
             }));
-        let dead = done
-            .iter()
-            .filter(|(_, s)| matches!(s.transition, Transition::Finish { .. }))
-            .count();
+        let finished = |wanted: FinalStatus| {
+            done.iter()
+                .filter(|(_, s)| {
+                    matches!(s.transition, Transition::Finish { status, .. } if status == wanted)
+                })
+                .count()
+        };
+        let (dead, cancelled) = (
+            finished(FinalStatus::Dead),
+            finished(FinalStatus::Cancelled),
+        );
         Ok(RescueReport {
-            rescued: done.len() - dead,
+            rescued: done.len() - dead - cancelled,
             dead,
+            cancelled,
         })
     }
 
@@ -524,6 +554,26 @@ impl Queue {
     /// copied back.
     pub(crate) fn checkpoint(&self) -> Result<bool> {
         self.inner.backend.checkpoint()
+    }
+
+    /// Records that `lease` was settled inside a caller's transaction (which
+    /// may still roll back). Every backend's `settle_in` calls it.
+    pub(crate) fn note_settled_in(&self, lease: Lease) {
+        self.inner
+            .settled_in
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(lease);
+    }
+
+    /// Whether `lease` was settled inside a caller's transaction, forgetting
+    /// it.
+    pub(crate) fn take_settled_in(&self, lease: Lease) -> bool {
+        self.inner
+            .settled_in
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&lease)
     }
 
     /// Sends events (the worker's `Started` and `LeaseLost`).

@@ -155,7 +155,9 @@ impl QueueExt for Queue {
     fn settle_in(&self, conn: &Connection, job: &Job, outcome: Outcome) -> Result<()> {
         check_caller_connection(self, conn)?;
         let params = self.settle_params(job, outcome, self.now_micros())?;
-        db::jobs::settle(conn, &params)
+        db::jobs::settle(conn, &params)?;
+        self.note_settled_in(job.lease());
+        Ok(())
     }
 
     fn transaction<T, E>(

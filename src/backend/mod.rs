@@ -79,6 +79,9 @@ pub(crate) struct ExpiredLease {
     pub max_attempts: u32,
     /// When the job was due before it was claimed: its place in line.
     pub available_at: i64,
+    /// `cancel(id)` was called while it ran: the rescue finishes it as
+    /// cancelled instead of running it again.
+    pub cancel_requested: bool,
 }
 
 use crate::error::Result;

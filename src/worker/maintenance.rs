@@ -44,7 +44,7 @@ impl Maintenance {
         let queue = &self.shared.queue;
         for _ in 0..RESCUE_BATCHES_PER_PASS {
             match queue.rescue(RESCUE_BATCH) {
-                Ok(r) if r.rescued + r.dead == RESCUE_BATCH => continue,
+                Ok(r) if r.rescued + r.dead + r.cancelled == RESCUE_BATCH => continue,
                 _ => break,
             }
         }

@@ -289,6 +289,7 @@ pub(crate) fn expired_leases(
             attempts: r.get(2)?,
             max_attempts: r.get(3)?,
             available_at: r.get(4)?,
+            cancel_requested: r.get(5)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -153,7 +153,7 @@ RETURNING backlog_jobs.id, backlog_jobs.lease_token, backlog_jobs.cancel_request
 /// Leases that expired before `?1`, oldest first, at most `?2`, read from
 /// `backlog_jobs_expiry`. No payloads.
 pub const EXPIRED_LEASES: &str = "
-SELECT id, lease_token, attempts, max_attempts, available_at FROM backlog_jobs
+SELECT id, lease_token, attempts, max_attempts, available_at, cancel_requested FROM backlog_jobs
 WHERE lease_token IS NOT NULL AND lease_until < ?1
 ORDER BY lease_until LIMIT ?2";
 
