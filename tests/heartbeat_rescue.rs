@@ -108,7 +108,8 @@ fn rescue_makes_an_expired_lease_available_with_its_attempt_kept_and_an_error() 
         h.queue.rescue(100)?,
         RescueReport {
             rescued: 1,
-            dead: 0
+            dead: 0,
+            cancelled: 0
         }
     );
 
@@ -192,7 +193,8 @@ fn rescue_reports_rescued_and_dead_separately() -> TestResult {
         h.queue.rescue(100)?,
         RescueReport {
             rescued: 1,
-            dead: 1
+            dead: 1,
+            cancelled: 0
         }
     );
     Ok(())
