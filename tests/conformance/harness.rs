@@ -28,6 +28,7 @@ const START: i64 = 1_700_000_000_000_000;
 
 /// Generates one `#[test]` per backend for each scenario named:
 /// `sqlite::NAME`, `postgres::NAME`, `mysql::NAME`.
+#[allow(unused_macros)]
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -206,6 +207,26 @@ impl Harness {
         self.db.complete_in(&self.queue, job, commit)
     }
 
+    /// The environment a child process needs to open this scenario's
+    /// database: see [`child_queue`].
+    pub fn child_env(&self) -> Vec<(&'static str, String)> {
+        let (target, schema) = match &self.db {
+            Db::Sqlite { dir } => (
+                format!("sqlite:{}", dir.path().join("backlog.db").display()),
+                String::new(),
+            ),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(s) => (s.url.clone(), s.name.clone()),
+            #[cfg(feature = "mysql")]
+            Db::Mysql(d) => (d.url.clone(), String::new()),
+        };
+        vec![
+            (CHILD_BACKEND, format!("{:?}", self.backend())),
+            (CHILD_TARGET, target),
+            (CHILD_SCHEMA, schema),
+        ]
+    }
+
     /// What a transactional handler does: an effect row for its job and the
     /// completion, in `ctx.transaction(..)`.
     pub fn effects(&self) -> Effects {
@@ -275,6 +296,33 @@ impl Effects {
             _ => Err(JobError::retry("backend not built")),
         }
     }
+}
+
+const CHILD_BACKEND: &str = "BACKLOG_TEST_CHILD_BACKEND";
+const CHILD_TARGET: &str = "BACKLOG_TEST_CHILD_TARGET";
+const CHILD_SCHEMA: &str = "BACKLOG_TEST_CHILD_SCHEMA";
+
+/// In a child process started with [`Harness::child_env`]: a queue on the
+/// parent's database with `options`, and its handlers' effects writer.
+/// `None` when this process is not such a child.
+pub fn child_queue(options: QueueOptions) -> TestResult<Option<(Queue, Effects)>> {
+    let Ok(backend) = std::env::var(CHILD_BACKEND) else {
+        return Ok(None);
+    };
+    let target = std::env::var(CHILD_TARGET)?;
+    let schema = std::env::var(CHILD_SCHEMA).unwrap_or_default();
+    let (backend, options, table) = match backend.as_str() {
+        "Sqlite" => (Backend::Sqlite, options, "effects".to_owned()),
+        "Postgres" => (
+            Backend::Postgres,
+            options.schema(schema.clone()),
+            format!("{schema}.effects"),
+        ),
+        "Mysql" => (Backend::Mysql, options, "effects".to_owned()),
+        other => return Err(format!("unknown backend {other}").into()),
+    };
+    let queue = options.connect(&target)?;
+    Ok(Some((queue, Effects { backend, table })))
 }
 
 /// The database of one scenario, dropped with it.
