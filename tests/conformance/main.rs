@@ -11,6 +11,7 @@
 mod harness;
 
 mod bad_input;
+mod copy;
 mod enqueue;
 mod heartbeat_rescue;
 mod inspect;
