@@ -545,6 +545,14 @@ impl Queue {
         self.inner.bus.subscribe()
     }
 
+    /// How long until the next job of `queues` that is not due yet comes due
+    /// (delayed, retrying or snoozed, written by any process); `None` when
+    /// none is waiting. The fetcher sleeps until then.
+    pub(crate) fn next_due_in(&self, queues: &[String]) -> Result<Option<Duration>> {
+        let due = self.inner.backend.next_due(queues, self.now_micros())?;
+        Ok(due.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
+    }
+
     /// A coalescing wake-up that fires when this process enqueues a job.
     pub(crate) fn doorbell(&self) -> crossbeam_channel::Receiver<()> {
         self.inner.bus.doorbell()

@@ -144,6 +144,13 @@ impl Backend {
             server => db.explain_lease(p))
     }
 
+    /// How long after `now` the next job of `queues` that is not due yet
+    /// comes due, in µs (server backends: measured on the server's clock).
+    pub(crate) fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>> {
+        dispatch!(self, db => db.read(|c| sqlite::jobs::next_due(c, queues, now)),
+            server => db.next_due(queues, now))
+    }
+
     /// Applies many transitions in one transaction; a lost lease fails only
     /// its own item. An item's `Ok(true)` says a cancel requested while the
     /// job ran won over its reschedule.

@@ -293,6 +293,7 @@ impl Worker {
                 slot_freed: slot_freed_rx,
                 stop: stop_fetch_rx,
                 watcher,
+                next_due: None,
             };
             running.fetcher = Some(spawn("backlog-fetch".into(), move || fetcher.run())?);
             Ok(())

@@ -81,6 +81,16 @@ pub(crate) fn lease(conn: &Connection, p: &LeaseParams<'_>) -> Result<Vec<Job>> 
     Ok(jobs)
 }
 
+/// How long after `now` the next not-yet-due job of `queues` comes due, in
+/// µs; `None` when none is waiting.
+pub(crate) fn next_due(conn: &Connection, queues: &[String], now: i64) -> Result<Option<i64>> {
+    let queues = serde_json::to_string(queues)?;
+    let due: Option<i64> = conn
+        .prepare_cached(queries::NEXT_DUE)?
+        .query_row(params![now, queues], |r| r.get(0))?;
+    Ok(due.map(|at| at.saturating_sub(now)))
+}
+
 /// The `EXPLAIN QUERY PLAN` of the lease statement for `p`, with `p`'s values
 /// bound (the planner may use them once `ANALYZE` has run), one line per plan
 /// node, indented two spaces per level. Nothing is claimed.

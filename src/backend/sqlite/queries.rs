@@ -82,6 +82,15 @@ pub fn lease(queue_count: usize, filter_kinds: bool) -> String {
 pub const LEASED_COLUMNS: &str = "id, lease_token, queue, kind, priority, unique_key, payload, \
      attempts, max_attempts, available_at, lease_until, created_at";
 
+/// When the next job of the queues in `?2` (a JSON array) that is not due
+/// yet comes due, after `?1`: the fetcher sleeps until then. A seek of
+/// `backlog_jobs_due` from `?1` upward, stopping at the first row of a wanted
+/// queue.
+pub const NEXT_DUE: &str = "
+SELECT min(available_at) FROM backlog_jobs
+WHERE lease_token IS NULL AND available_at > ?1
+  AND queue IN (SELECT value FROM json_each(?2))";
+
 // ---- settle ----------------------------------------------------------------
 
 /// `errors` with `?E` appended (when not NULL), keeping the last 20.
