@@ -81,6 +81,12 @@ pub enum Error {
     /// Typed job arguments or a handler's output could not be encoded or
     /// decoded as JSON.
     Serialization(serde_json::Error),
+    /// [`Queue::wait`](crate::Queue::wait) gave up: the job had not finished
+    /// when its timeout passed. It may still finish later.
+    Timeout {
+        /// The job waited for.
+        job_id: i64,
+    },
     /// A database URL names a backend this build of backlog does not
     /// include: rebuild with the feature named here (`postgres`, `mysql`).
     FeatureDisabled {
@@ -153,6 +159,9 @@ impl fmt::Display for Error {
             Error::StorageFull => f.write_str("database or disk is full"),
             Error::Migration(why) => write!(f, "migration failed: {why}"),
             Error::Serialization(e) => write!(f, "JSON encoding failed: {e}"),
+            Error::Timeout { job_id } => {
+                write!(f, "job {job_id} had not finished when the wait timed out")
+            }
             Error::FeatureDisabled { feature } => write!(
                 f,
                 "this database URL needs backlog built with the `{feature}` cargo feature"

@@ -86,6 +86,20 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// True when this event moved job `id` to history (completed, dead,
+    /// discarded or cancelled).
+    pub fn finishes(&self, id: i64) -> bool {
+        match self {
+            Event::Completed { job_id }
+            | Event::Dead { job_id }
+            | Event::Discarded { job_id }
+            | Event::Cancelled { job_id } => *job_id == id,
+            _ => false,
+        }
+    }
+}
+
 /// Fan-out of events to subscribers, and of wake-ups to fetchers. Costs one
 /// atomic load per operation while nobody listens.
 #[derive(Debug, Default)]

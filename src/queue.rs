@@ -11,7 +11,7 @@ use crate::backend::{Backend, EnqueueParams, HeartbeatParams, LeaseParams, Settl
 use crate::clock::{add_micros, duration_micros, system_time_to_micros};
 use crate::error::{Error, Result};
 use crate::events::{Bus, Event};
-use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, Retention, StateCount};
+use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, Retention, StateCount};
 use crate::job::{Enqueued, IntoNewJob, NewJob, Payload, Schedule, UniqueScope};
 use crate::lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport};
 use crate::options::QueueOptions;
@@ -603,6 +603,59 @@ impl Queue {
         self.inner.backend.get(id, self.now_micros())
     }
 
+    /// Waits until job `id` has finished (completed, dead, discarded or
+    /// cancelled), whichever process or node ran it, and returns its final
+    /// record: the result of a job enqueued here and run elsewhere.
+    ///
+    /// It sleeps between looks: this process's own events wake it at once,
+    /// another process's commit on SQLite within the watch interval
+    /// (`PRAGMA data_version`, every 2 ms), and on a server a look every few
+    /// milliseconds, backing off to [`WAIT_MAX_POLL`]. Returns
+    /// [`Error::Timeout`] after `timeout` (the job may still finish later) and
+    /// [`Error::NotFound`] for an unknown id.
+    pub fn wait(&self, id: i64, timeout: Duration) -> Result<JobRecord> {
+        let deadline = std::time::Instant::now() + timeout;
+        let events = self.subscribe();
+        let mut watcher = self.watch_changes()?;
+        let watch = crossbeam_channel::tick(WAIT_WATCH_INTERVAL);
+        let mut poll = WAIT_WATCH_INTERVAL;
+        loop {
+            let record = self.get(id)?;
+            if matches!(record.state, JobState::Finished(_)) {
+                return Ok(record);
+            }
+            let next_look = std::time::Instant::now() + poll;
+            poll = (poll * 2).min(WAIT_MAX_POLL);
+            // Sleep until something may have finished it.
+            loop {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    return Err(Error::Timeout { job_id: id });
+                }
+                let left = deadline.min(next_look).saturating_duration_since(now);
+                crossbeam_channel::select! {
+                    recv(events) -> event => match event {
+                        Ok(e) if e.finishes(id) => break,
+                        Ok(_) => {}
+                        // The bus never drops its subscribers while the queue lives.
+                        Err(_) => break,
+                    },
+                    recv(watch) -> _ => {
+                        // An error (a lock during WAL recovery) counts as a change.
+                        if watcher.changed().unwrap_or(true) {
+                            break;
+                        }
+                    }
+                    default(left) => {
+                        if std::time::Instant::now() >= next_look {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// One page of jobs matching `filter`, by ascending id.
     pub fn list(&self, filter: &JobFilter) -> Result<Page> {
         if filter.limit == 0 {
@@ -685,6 +738,13 @@ impl Queue {
         Ok(deleted)
     }
 }
+
+/// How often [`Queue::wait`] checks for other processes' commits.
+const WAIT_WATCH_INTERVAL: Duration = Duration::from_millis(2);
+
+/// The longest [`Queue::wait`] goes without reading the job again, for
+/// changes no watcher reports (another node's completion on a server).
+pub const WAIT_MAX_POLL: Duration = Duration::from_millis(250);
 
 /// The event a committed transition produces.
 fn settled_event(job_id: i64, attempt: u32, transition: &Transition) -> Event {

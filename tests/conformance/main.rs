@@ -19,3 +19,4 @@ mod lease;
 mod on_time;
 mod settle;
 mod transactional;
+mod wait;
