@@ -559,9 +559,13 @@ impl Queue {
     }
 
     /// A watcher that notices commits by other connections to this database
-    /// (the worker's cross-process wake-up).
-    pub(crate) fn watch_changes(&self) -> Result<crate::backend::ChangeWatcher> {
-        self.inner.backend.watch_changes()
+    /// (the worker's cross-process wake-up), woken by file notifications
+    /// where it can be, else checked every `interval`.
+    pub(crate) fn watch_changes(
+        &self,
+        interval: Duration,
+    ) -> Result<crate::backend::ChangeWatcher> {
+        self.inner.backend.watch_changes(interval, true)
     }
 
     /// Checkpoints the write-ahead log without waiting on other connections
@@ -616,8 +620,13 @@ impl Queue {
     pub fn wait(&self, id: i64, timeout: Duration) -> Result<JobRecord> {
         let deadline = std::time::Instant::now() + timeout;
         let events = self.subscribe();
-        let mut watcher = self.watch_changes()?;
-        let watch = crossbeam_channel::tick(WAIT_WATCH_INTERVAL);
+        // Polling: a file-notification thread per call would cost more than
+        // a counter read every couple of milliseconds for a wait's span.
+        let mut watcher = self
+            .inner
+            .backend
+            .watch_changes(WAIT_WATCH_INTERVAL, false)?;
+        let watch = watcher.signal();
         let mut poll = WAIT_WATCH_INTERVAL;
         loop {
             let record = self.get(id)?;

@@ -255,21 +255,26 @@ impl WorkerBuilder {
         self
     }
 
-    /// The longest wait between lease attempts while the queue looks empty.
-    /// Enqueues in this process wake the worker at once and other processes'
-    /// commits within the watch interval; the poll only finds scheduled jobs
-    /// and retries that came due. After work it starts at a tenth of this and
+    /// The longest wait between lease attempts while the queue looks empty: a
+    /// safety net. Enqueues in this process wake the worker at once, other
+    /// processes' commits when the file changes (see
+    /// [`WorkerBuilder::watch_interval`]), and scheduled jobs and retries
+    /// when they come due. After work it starts at a tenth of this and
     /// doubles. Defaults to 1 second.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self
     }
 
-    /// How often the worker checks whether another connection committed to
-    /// the database (`PRAGMA data_version`: a shared-memory read, no table
-    /// scan), which is how enqueues by other processes wake it. Each check
-    /// is a thread wake-up: at 10 ms an idle worker uses about 0.3 % of one
-    /// core. Defaults to 10 ms.
+    /// How a worker notices other processes' commits (their enqueues) on a
+    /// SQLite file: it checks `PRAGMA data_version` (a shared-memory read, no
+    /// table scan) when the operating system reports a write to the file
+    /// (the default `file-events` feature: inotify on Linux, FSEvents on
+    /// macOS, ReadDirectoryChangesW on Windows, kqueue on the BSDs), and
+    /// only where that is unavailable every watch interval (each check a
+    /// thread wake-up: at 10 ms an idle worker uses about 0.3 % of one core).
+    /// On PostgreSQL it checks for LISTEN/NOTIFY messages, on MySQL it polls,
+    /// every watch interval. Defaults to 10 ms.
     pub fn watch_interval(mut self, interval: Duration) -> Self {
         self.watch_interval = interval;
         self

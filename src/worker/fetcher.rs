@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, tick, Receiver, Sender};
+use crossbeam_channel::{select, Receiver, Sender};
 
 use crate::backend::ChangeWatcher;
 use crate::lease::{Job, LeaseRequest};
@@ -62,7 +62,7 @@ impl Fetcher {
     pub(crate) fn run(mut self) {
         let config = &self.shared.config;
         let mut idle = IdleBackoff::new(config.poll_interval);
-        let watch = tick(config.watch_interval);
+        let watch = self.watcher.signal();
         loop {
             if self.shared.stopping.load(Ordering::SeqCst) {
                 return;

@@ -42,9 +42,10 @@
 //! - `backlog-fetch`: leases no more jobs than there are free handler threads
 //!   (plus the [prefetch](WorkerBuilder::prefetch), 0 by default)
 //!   and hands them over a bounded channel. It wakes on an enqueue in this
-//!   process, on another process's commit (`PRAGMA data_version`, checked
-//!   every [watch interval](WorkerBuilder::watch_interval)), on a freed
-//!   handler thread, or on an idle poll that backs off to the
+//!   process, on another process's commit (a file notification, then
+//!   `PRAGMA data_version`; see [watch interval](WorkerBuilder::watch_interval)),
+//!   on a freed handler thread, when the next scheduled job comes due, or on
+//!   an idle poll that backs off to the
 //!   [poll interval](WorkerBuilder::poll_interval). Idle, it sleeps.
 //! - `backlog-exec-N`: the handler threads. A panic is caught and recorded as
 //!   a failed attempt; the thread goes on.
@@ -192,7 +193,7 @@ impl Worker {
     }
 
     pub(crate) fn start(queue: Queue, handlers: Handlers, config: Config) -> Result<Worker> {
-        let watcher = queue.watch_changes()?;
+        let watcher = queue.watch_changes(config.watch_interval)?;
         let request = LeaseRequest {
             queues: config.queues.clone(),
             kinds: Some(handlers.kinds()),
