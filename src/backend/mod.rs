@@ -343,6 +343,7 @@ impl ChangeWatcher {
 
     /// True when woken by the operating system's file notifications rather
     /// than a timer.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn is_notified(&self) -> bool {
         match &self.source {
             Source::Sqlite(v) => v.is_notified(),

@@ -83,6 +83,7 @@ impl DataVersion {
     }
 
     /// True when woken by file notifications rather than a timer.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn is_notified(&self) -> bool {
         self.notified
     }
