@@ -385,23 +385,25 @@ impl Queue {
         items: impl IntoIterator<Item = (&'a Job, Outcome)>,
     ) -> Result<Vec<Result<()>>> {
         let now = self.now_micros();
-        let items: Vec<(&Job, SettleParams)> = items
+        // (job, released, params): a release and a snooze make the same
+        // transition but are different events.
+        let items: Vec<(&Job, bool, SettleParams)> = items
             .into_iter()
-            .map(|(job, outcome)| Ok((job, self.settle_params(job, outcome, now)?)))
+            .map(|(job, outcome)| {
+                let released = matches!(outcome, Outcome::Release);
+                Ok((job, released, self.settle_params(job, outcome, now)?))
+            })
             .collect::<Result<_>>()?;
-        let params: Vec<&SettleParams> = items.iter().map(|(_, p)| p).collect();
+        let params: Vec<&SettleParams> = items.iter().map(|(_, _, p)| p).collect();
         let results = self.inner.backend.settle_many(&params)?;
         if self.inner.bus.has_listeners() {
-            self.inner.bus.emit(
-                items
-                    .iter()
-                    .zip(&results)
-                    .filter_map(|((job, p), r)| match r {
-                        Ok(true) => Some(Event::Cancelled { job_id: job.id }),
-                        Ok(false) => Some(settled_event(job.id, job.attempt, &p.transition)),
-                        Err(_) => None,
-                    }),
-            );
+            self.inner.bus.emit(items.iter().zip(&results).filter_map(
+                |((job, released, p), r)| match r {
+                    Ok(true) => Some(Event::Cancelled { job_id: job.id }),
+                    Ok(false) => Some(settled_event(job, *released, &p.transition)),
+                    Err(_) => None,
+                },
+            ));
         }
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
@@ -671,8 +673,10 @@ impl Queue {
     }
 }
 
-/// The event a committed transition produces.
-fn settled_event(job_id: i64, attempt: u32, transition: &Transition) -> Event {
+/// The event a committed transition produces. `released`: the outcome was
+/// [`Outcome::Release`], which reschedules as a snooze does.
+fn settled_event(job: &Job, released: bool, transition: &Transition) -> Event {
+    let (job_id, attempt) = (job.id, job.attempt);
     match transition {
         Transition::Finish { status, .. } => match status {
             FinalStatus::Completed => Event::Completed { job_id },
@@ -680,6 +684,7 @@ fn settled_event(job_id: i64, attempt: u32, transition: &Transition) -> Event {
             FinalStatus::Cancelled => Event::Cancelled { job_id },
             FinalStatus::Dead => Event::Dead { job_id },
         },
+        Transition::Reschedule { .. } if released => Event::Released { job_id },
         Transition::Reschedule {
             available_at,
             refund_attempt: true,

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use backlog::sqlite::QueueExt;
 use backlog::{
-    Error, FinalStatus, Job, JobState, LeaseRequest, NewJob, Outcome, QueueOptions, RetryPolicy,
-    MAX_ERRORS_KEPT,
+    Error, Event, FinalStatus, Job, JobState, LeaseRequest, NewJob, Outcome, QueueOptions,
+    RetryPolicy, MAX_ERRORS_KEPT,
 };
 use common::{create_effects_table, effects_of, micros, Harness, TestResult};
 use rusqlite::TransactionBehavior;
@@ -341,6 +341,32 @@ fn snooze_reschedules_without_using_an_attempt() -> TestResult {
     // Still on its one allowed attempt: a failure now is terminal.
     h.queue.fail(&again, "x")?;
     assert_eq!(h.state(enqueued.id)?, JobState::Finished(FinalStatus::Dead));
+    Ok(())
+}
+
+#[test]
+fn release_is_reported_as_released_and_snooze_as_snoozed() -> TestResult {
+    let h = Harness::new()?;
+    let events = h.queue.subscribe();
+    h.queue.enqueue(NewJob::new("k", json!(1)))?;
+    h.queue.enqueue(NewJob::new("k", json!(2)))?;
+    let (a, b) = (h.lease_one("w")?, h.lease_one("w")?);
+    h.queue.release(&a)?;
+    h.queue.snooze(&b, Duration::from_secs(5))?;
+    let settled: Vec<Event> = events
+        .try_iter()
+        .filter(|e| matches!(e, Event::Released { .. } | Event::Snoozed { .. }))
+        .collect();
+    assert_eq!(
+        settled,
+        [
+            Event::Released { job_id: a.id },
+            Event::Snoozed {
+                job_id: b.id,
+                available_at: h.now() + micros(Duration::from_secs(5)),
+            },
+        ]
+    );
     Ok(())
 }
 
