@@ -601,6 +601,29 @@ impl Queue {
     }
 
     /// How many jobs each queue holds in each state; empty states are left out.
+    ///
+    /// The list mixes two kinds of count: live jobs by their state now
+    /// (available, scheduled, retrying, running), and finished jobs by their
+    /// history status ([`JobState::Finished`], for as long as
+    /// [`Retention`] keeps them). Tell them apart with
+    /// [`JobState::is_finished`]:
+    ///
+    /// ```
+    /// # use backlog::{NewJob, Queue};
+    /// # fn main() -> backlog::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let queue = Queue::open(dir.path().join("app.db"))?;
+    /// # queue.enqueue(NewJob::new("k", serde_json::json!({})))?;
+    /// let counts = queue.counts()?;
+    /// let live: u64 = counts.iter().filter(|c| !c.state.is_finished()).map(|c| c.count).sum();
+    /// let dead: u64 = counts.iter().filter(|c| c.state == backlog::JobState::DEAD).map(|c| c.count).sum();
+    /// assert_eq!((live, dead), (1, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`JobState::Finished`]: crate::JobState::Finished
+    /// [`JobState::is_finished`]: crate::JobState::is_finished
     pub fn counts(&self) -> Result<Vec<StateCount>> {
         self.inner.backend.counts(self.now_micros())
     }
