@@ -132,8 +132,8 @@ impl JobContext {
     /// be called without a running [`Worker`](crate::Worker): in a unit test,
     /// or in a loop that leases jobs itself.
     ///
-    /// Everything works on it as in a worker: [`JobContext::transaction`]
-    /// completes the job (fenced on its lease), [`JobContext::heartbeat`]
+    /// Everything works on it as in a worker: `ctx.transaction(..)`
+    /// ([`JobContextExt`](crate::sqlite::JobContextExt)) completes the job (fenced on its lease), [`JobContext::heartbeat`]
     /// extends the lease by [`DEFAULT_LEASE_TTL`](crate::DEFAULT_LEASE_TTL).
     /// Nothing else happens behind the handler's back: no heartbeats, no
     /// timeout, no cancellation flag. Settling the job after the handler

@@ -2,7 +2,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use backlog::{JobArgs, JobError, Queue, Worker};
+//! use backlog::{Event, JobArgs, JobError, Queue, Worker};
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Serialize, Deserialize)]
@@ -14,10 +14,10 @@
 //!     const KIND: &'static str = "send_email";
 //! }
 //!
-//! # fn main() -> backlog::Result<()> {
-//! # let dir = tempfile::tempdir().unwrap();
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
 //! let queue = Queue::open(dir.path().join("app.db"))?;
-//! let done = queue.subscribe();
+//! let events = queue.subscribe();
 //! queue.enqueue(SendEmail { to: "a@b.c".into() })?;
 //!
 //! let worker = Worker::builder(queue.clone())
@@ -29,7 +29,9 @@
 //!         Ok(format!("sent to {}", args.to)) // stored as the job's result
 //!     })
 //!     .start()?;
-//! # while !matches!(done.recv_timeout(Duration::from_secs(10)), Ok(backlog::Event::Completed { .. })) {}
+//!
+//! // The worker runs on its own threads; wait here until the job completed.
+//! while !matches!(events.recv_timeout(Duration::from_secs(10))?, Event::Completed { .. }) {}
 //! worker.shutdown(Duration::from_secs(5))?;
 //! # Ok(())
 //! # }
