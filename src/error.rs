@@ -97,6 +97,12 @@ pub enum Error {
     /// 8.0.1 or a MariaDB older than 10.6 (no `SKIP LOCKED`). Checked when
     /// connecting.
     UnsupportedServer(String),
+    /// One of a [`Worker`](crate::Worker)'s own threads failed: it could not
+    /// be spawned (at [`WorkerBuilder::start`](crate::WorkerBuilder::start)),
+    /// or it panicked (reported by
+    /// [`Worker::shutdown`](crate::Worker::shutdown)). A handler's panic is
+    /// not this: it is recorded as a failed attempt of its job.
+    Worker(String),
     /// Any other database error.
     Database(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -167,6 +173,7 @@ impl fmt::Display for Error {
                 "this database URL needs backlog built with the `{feature}` cargo feature"
             ),
             Error::UnsupportedServer(why) => write!(f, "unsupported database server: {why}"),
+            Error::Worker(why) => write!(f, "worker thread failed: {why}"),
             Error::Database(e) => write!(f, "database error: {e}"),
         }
     }

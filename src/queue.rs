@@ -392,23 +392,25 @@ impl Queue {
         items: impl IntoIterator<Item = (&'a Job, Outcome)>,
     ) -> Result<Vec<Result<()>>> {
         let now = self.now_micros();
-        let items: Vec<(&Job, SettleParams)> = items
+        // (job, released, params): a release and a snooze make the same
+        // transition but are different events.
+        let items: Vec<(&Job, bool, SettleParams)> = items
             .into_iter()
-            .map(|(job, outcome)| Ok((job, self.settle_params(job, outcome, now)?)))
+            .map(|(job, outcome)| {
+                let released = matches!(outcome, Outcome::Release);
+                Ok((job, released, self.settle_params(job, outcome, now)?))
+            })
             .collect::<Result<_>>()?;
-        let params: Vec<&SettleParams> = items.iter().map(|(_, p)| p).collect();
+        let params: Vec<&SettleParams> = items.iter().map(|(_, _, p)| p).collect();
         let results = self.inner.backend.settle_many(&params)?;
         if self.inner.bus.has_listeners() {
-            self.inner.bus.emit(
-                items
-                    .iter()
-                    .zip(&results)
-                    .filter_map(|((job, p), r)| match r {
-                        Ok(true) => Some(Event::Cancelled { job_id: job.id }),
-                        Ok(false) => Some(settled_event(job.id, job.attempt, &p.transition)),
-                        Err(_) => None,
-                    }),
-            );
+            self.inner.bus.emit(items.iter().zip(&results).filter_map(
+                |((job, released, p), r)| match r {
+                    Ok(true) => Some(Event::Cancelled { job_id: job.id }),
+                    Ok(false) => Some(settled_event(job, *released, &p.transition)),
+                    Err(_) => None,
+                },
+            ));
         }
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
@@ -676,6 +678,29 @@ impl Queue {
     }
 
     /// How many jobs each queue holds in each state; empty states are left out.
+    ///
+    /// The list mixes two kinds of count: live jobs by their state now
+    /// (available, scheduled, retrying, running), and finished jobs by their
+    /// history status ([`JobState::Finished`], for as long as
+    /// [`Retention`] keeps them). Tell them apart with
+    /// [`JobState::is_finished`]:
+    ///
+    /// ```
+    /// # use backlog::{NewJob, Queue};
+    /// # fn main() -> backlog::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let queue = Queue::open(dir.path().join("app.db"))?;
+    /// # queue.enqueue(NewJob::new("k", serde_json::json!({})))?;
+    /// let counts = queue.counts()?;
+    /// let live: u64 = counts.iter().filter(|c| !c.state.is_finished()).map(|c| c.count).sum();
+    /// let dead: u64 = counts.iter().filter(|c| c.state == backlog::JobState::DEAD).map(|c| c.count).sum();
+    /// assert_eq!((live, dead), (1, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`JobState::Finished`]: crate::JobState::Finished
+    /// [`JobState::is_finished`]: crate::JobState::is_finished
     pub fn counts(&self) -> Result<Vec<StateCount>> {
         self.inner.backend.counts(self.now_micros())
     }
@@ -755,8 +780,10 @@ const WAIT_WATCH_INTERVAL: Duration = Duration::from_millis(2);
 /// changes no watcher reports (another node's completion on a server).
 pub const WAIT_MAX_POLL: Duration = Duration::from_millis(250);
 
-/// The event a committed transition produces.
-fn settled_event(job_id: i64, attempt: u32, transition: &Transition) -> Event {
+/// The event a committed transition produces. `released`: the outcome was
+/// [`Outcome::Release`], which reschedules as a snooze does.
+fn settled_event(job: &Job, released: bool, transition: &Transition) -> Event {
+    let (job_id, attempt) = (job.id, job.attempt);
     match transition {
         Transition::Finish { status, .. } => match status {
             FinalStatus::Completed => Event::Completed { job_id },
@@ -764,6 +791,7 @@ fn settled_event(job_id: i64, attempt: u32, transition: &Transition) -> Event {
             FinalStatus::Cancelled => Event::Cancelled { job_id },
             FinalStatus::Dead => Event::Dead { job_id },
         },
+        Transition::Reschedule { .. } if released => Event::Released { job_id },
         Transition::Reschedule {
             available_at,
             refund_attempt: true,
