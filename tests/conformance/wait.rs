@@ -9,11 +9,11 @@ use serde_json::json;
 
 use crate::harness::{Backend, TestResult};
 
+/// How a test finishes a leased job.
+type Finish = fn(&Queue, &backlog::Job) -> backlog::Result<()>;
+
 /// Finishes the only job of `other` after a moment, as `finish` says.
-fn finish_later(
-    other: Queue,
-    finish: fn(&Queue, &backlog::Job) -> backlog::Result<()>,
-) -> thread::JoinHandle<backlog::Result<()>> {
+fn finish_later(other: Queue, finish: Finish) -> thread::JoinHandle<backlog::Result<()>> {
     thread::spawn(move || {
         thread::sleep(Duration::from_millis(150));
         let job = other
@@ -26,10 +26,7 @@ fn finish_later(
 
 fn wait_returns_the_final_record_finished_through_other_connections(b: &Backend) -> TestResult {
     let h = b.harness()?;
-    let cases: [(
-        FinalStatus,
-        fn(&Queue, &backlog::Job) -> backlog::Result<()>,
-    ); 4] = [
+    let cases: [(FinalStatus, Finish); 4] = [
         (FinalStatus::Completed, |q, j| {
             q.complete(j, Some(json!({"answer": 42})))
         }),
