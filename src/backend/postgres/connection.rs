@@ -1,0 +1,569 @@
+//! Connecting to PostgreSQL: the URL and its TLS modes, the pool (with a
+//! statement cache per connection), and the retry loop every operation goes
+//! through.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use postgres::config::SslMode;
+use postgres::types::ToSql;
+use postgres::{Client, Config, GenericClient, Row, Statement};
+use postgres_native_tls::MakeTlsConnector;
+
+use crate::error::{Error, Result};
+use crate::options::QueueOptions;
+use crate::validate::redact_url;
+
+/// How a connection uses TLS, as libpq's `sslmode` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TlsMode {
+    /// Never.
+    Disable,
+    /// When the server offers it, without checking its certificate. libpq's
+    /// default, and so the default here.
+    Prefer,
+    /// Always, without checking the certificate (as libpq: encryption
+    /// against eavesdropping, not against an impostor).
+    Require,
+    /// Always, with a certificate signed by a trusted root (`sslrootcert`,
+    /// else the system's roots), for any host name.
+    VerifyCa,
+    /// As `VerifyCa`, and the certificate must name the host connected to.
+    VerifyFull,
+}
+
+impl TlsMode {
+    fn parse(value: &str) -> Result<TlsMode> {
+        Ok(match value {
+            "disable" => TlsMode::Disable,
+            "allow" | "prefer" => TlsMode::Prefer,
+            "require" => TlsMode::Require,
+            "verify-ca" => TlsMode::VerifyCa,
+            "verify-full" => TlsMode::VerifyFull,
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "sslmode={other:?}: expected disable, prefer, require, verify-ca or \
+                     verify-full"
+                )))
+            }
+        })
+    }
+
+    /// What rust-postgres is told: it knows only disable, prefer and require,
+    /// and leaves checking the certificate to the TLS connector.
+    fn driver_mode(self) -> SslMode {
+        match self {
+            TlsMode::Disable => SslMode::Disable,
+            TlsMode::Prefer => SslMode::Prefer,
+            _ => SslMode::Require,
+        }
+    }
+}
+
+/// A parsed `postgres://` URL: the driver's config and the TLS connector.
+#[derive(Clone)]
+pub(crate) struct Target {
+    pub config: Config,
+    pub tls: MakeTlsConnector,
+    pub tls_mode: TlsMode,
+    /// The URL with its password masked, for messages.
+    pub redacted: String,
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("url", &self.redacted)
+            .field("tls_mode", &self.tls_mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Target {
+    /// Parses `url`. `sslmode` and `sslrootcert` are taken out of the query
+    /// string and applied here; every other parameter goes to rust-postgres.
+    pub(crate) fn parse(url: &str, options: &QueueOptions) -> Result<Target> {
+        let redacted = redact_url(url);
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut kept = Vec::new();
+        let mut mode = None;
+        let mut root_cert = None;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "sslmode" => mode = Some(TlsMode::parse(&percent_decode(value))?),
+                "sslrootcert" => root_cert = Some(percent_decode(value)),
+                _ => kept.push(pair),
+            }
+        }
+        let mut mode = mode.unwrap_or(TlsMode::Prefer);
+        // As libpq: `require` with a root certificate verifies the chain.
+        if mode == TlsMode::Require && root_cert.is_some() {
+            mode = TlsMode::VerifyCa;
+        }
+        let driver_mode = match mode.driver_mode() {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            _ => "require",
+        };
+        kept.push(match driver_mode {
+            "disable" => "sslmode=disable",
+            "prefer" => "sslmode=prefer",
+            _ => "sslmode=require",
+        });
+        let rebuilt = format!("{base}?{}", kept.join("&"));
+        let mut config = Config::from_str(&rebuilt)
+            .map_err(|e| Error::InvalidArgument(format!("bad PostgreSQL URL {redacted:?}: {e}")))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(options.connect_timeout);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("backlog");
+        }
+        let tls = tls_connector(mode, root_cert.as_deref())?;
+        Ok(Target {
+            config,
+            tls,
+            tls_mode: mode,
+            redacted,
+        })
+    }
+
+    /// Opens one connection.
+    pub(crate) fn connect(&self) -> Result<Client> {
+        Ok(self.config.connect(self.tls.clone())?)
+    }
+}
+
+/// The TLS connector for `mode`, trusting `root_cert` (a PEM file) if given.
+fn tls_connector(mode: TlsMode, root_cert: Option<&str>) -> Result<MakeTlsConnector> {
+    let mut builder = native_tls::TlsConnector::builder();
+    match mode {
+        TlsMode::Disable | TlsMode::Prefer | TlsMode::Require => {
+            builder.danger_accept_invalid_certs(true);
+        }
+        TlsMode::VerifyCa => {
+            builder.danger_accept_invalid_hostnames(true);
+        }
+        TlsMode::VerifyFull => {}
+    }
+    if let Some(path) = root_cert {
+        let pem = std::fs::read(path).map_err(|e| {
+            Error::InvalidArgument(format!("sslrootcert {path:?} cannot be read: {e}"))
+        })?;
+        let cert = native_tls::Certificate::from_pem(&pem).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "sslrootcert {path:?} is not a PEM certificate: {e}"
+            ))
+        })?;
+        builder.add_root_certificate(cert);
+    }
+    let connector = builder
+        .build()
+        .map_err(|e| Error::Database(format!("TLS setup failed: {e}").into()))?;
+    Ok(MakeTlsConnector::new(connector))
+}
+
+/// `%XX` escapes decoded (a path in a URL); anything malformed is kept as is.
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                let (h, l) = (hex(h).unwrap_or(0), hex(l).unwrap_or(0));
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Prepared statements of one connection, by SQL text.
+pub(crate) type Statements = HashMap<String, Statement>;
+
+/// A pooled connection: the client and the statements prepared on it.
+pub(crate) struct PgConnection {
+    pub client: Client,
+    statements: Statements,
+    /// Set when an operation found the connection dead, so the pool drops it
+    /// instead of handing it out again.
+    broken: bool,
+}
+
+/// Opens the pool's connections.
+pub(crate) struct Manager {
+    target: Target,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = PgConnection;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> std::result::Result<PgConnection, postgres::Error> {
+        Ok(PgConnection {
+            client: self.target.config.connect(self.target.tls.clone())?,
+            statements: Statements::new(),
+            broken: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut PgConnection) -> std::result::Result<(), postgres::Error> {
+        conn.client.simple_query("").map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut PgConnection) -> bool {
+        conn.broken || conn.client.is_closed()
+    }
+}
+
+/// One client (the queue's transaction, a pooled connection, or the
+/// application's transaction) and, on the queue's own connections, its
+/// statement cache.
+pub(crate) struct Tx<'a, C> {
+    client: &'a mut C,
+    statements: Option<&'a mut Statements>,
+}
+
+/// Parameters as the driver takes them.
+pub(crate) type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+impl<'a, C: GenericClient> Tx<'a, C> {
+    /// A client without a statement cache (the application's transaction).
+    pub(crate) fn uncached(client: &'a mut C) -> Self {
+        Tx {
+            client,
+            statements: None,
+        }
+    }
+
+    fn statement(&mut self, sql: &str) -> Result<Statement> {
+        if let Some(cache) = self.statements.as_deref_mut() {
+            if let Some(stmt) = cache.get(sql) {
+                return Ok(stmt.clone());
+            }
+            let stmt = self.client.prepare(sql)?;
+            cache.insert(sql.to_owned(), stmt.clone());
+            return Ok(stmt);
+        }
+        Ok(self.client.prepare(sql)?)
+    }
+
+    pub(crate) fn query(&mut self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>> {
+        let stmt = self.statement(sql)?;
+        Ok(self.client.query(&stmt, params)?)
+    }
+
+    pub(crate) fn query_opt(&mut self, sql: &str, params: &Params<'_>) -> Result<Option<Row>> {
+        let stmt = self.statement(sql)?;
+        Ok(self.client.query_opt(&stmt, params)?)
+    }
+
+    pub(crate) fn execute(&mut self, sql: &str, params: &Params<'_>) -> Result<u64> {
+        let stmt = self.statement(sql)?;
+        Ok(self.client.execute(&stmt, params)?)
+    }
+
+    /// Runs SQL text as is (EXPLAIN), bypassing the statement cache.
+    pub(crate) fn query_text(&mut self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>> {
+        Ok(self.client.query(sql, params)?)
+    }
+}
+
+/// The pool of one queue, its retry loop and its counters.
+pub(crate) struct Pool {
+    pub target: Target,
+    pool: r2d2::Pool<Manager>,
+    deadline: Duration,
+    busy_retries: AtomicU64,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// A pool of up to `options.pool_size` connections. Opens none: the
+    /// caller checks the server on a connection of its own first.
+    pub(crate) fn new(target: Target, options: &QueueOptions) -> Result<Pool> {
+        let pool = r2d2::Pool::builder()
+            .max_size(options.pool_size)
+            .min_idle(Some(0))
+            .connection_timeout(options.connect_timeout.max(Duration::from_millis(100)))
+            // A round trip per checkout would cost as much as the lease
+            // itself. A dead connection is found by the operation instead,
+            // marked broken, and the operation retried on a fresh one.
+            .test_on_check_out(false)
+            .build_unchecked(Manager {
+                target: target.clone(),
+            });
+        Ok(Pool {
+            target,
+            pool,
+            deadline: options.write_deadline,
+            busy_retries: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn busy_retries(&self) -> u64 {
+        self.busy_retries.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` in a transaction on a pooled connection and commits. Retried
+    /// whole, with jittered backoff until the write deadline, on a deadlock
+    /// or serialization failure, and on a connection found dead before the
+    /// commit (the server rolled that transaction back). A connection lost
+    /// during the commit is not retried: whether it committed is unknown.
+    pub(crate) fn write<T>(
+        &self,
+        mut f: impl FnMut(&mut Tx<'_, postgres::Transaction<'_>>) -> Result<T>,
+    ) -> Result<T> {
+        self.retrying(|| {
+            let mut conn = self.pool.get()?;
+            let result = (|| {
+                let PgConnection {
+                    client, statements, ..
+                } = &mut *conn;
+                let mut tx = client.transaction()?;
+                let value = f(&mut Tx {
+                    client: &mut tx,
+                    statements: Some(statements),
+                })?;
+                tx.commit().map_err(commit_error)?;
+                Ok(value)
+            })();
+            if result.as_ref().is_err_and(is_connection_lost) {
+                conn.broken = true;
+            }
+            result
+        })
+    }
+
+    /// Runs `f` on a pooled connection outside a transaction: one statement
+    /// commits by itself (a lease, a heartbeat), or reads. Retried as
+    /// [`Pool::write`]; a connection lost while the statement ran is
+    /// retried too, so `f` must be one statement whose repetition is
+    /// harmless (a read, a lease the server rolled back with the session).
+    pub(crate) fn autocommit<T>(
+        &self,
+        mut f: impl FnMut(&mut Tx<'_, Client>) -> Result<T>,
+    ) -> Result<T> {
+        self.retrying(|| {
+            let mut conn = self.pool.get()?;
+            let PgConnection {
+                client,
+                statements,
+                broken,
+            } = &mut *conn;
+            let result = f(&mut Tx {
+                client,
+                statements: Some(statements),
+            });
+            if result.as_ref().is_err_and(is_connection_lost) {
+                *broken = true;
+            }
+            result
+        })
+    }
+
+    /// Hands a pooled connection to `f` in a transaction it owns (the
+    /// application's closure). Only checking out and `BEGIN` are retried; `f`
+    /// runs once. Commits on `Ok`, rolls back on `Err`.
+    pub(crate) fn transaction<T, E>(
+        &self,
+        f: impl FnOnce(&mut postgres::Transaction<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<Error>,
+    {
+        let mut conn = self.retrying(|| Ok(self.pool.get()?))?;
+        let result = (|| {
+            let mut tx = conn.client.transaction().map_err(Error::from)?;
+            let value = f(&mut tx)?;
+            tx.commit().map_err(commit_error)?;
+            Ok(value)
+        })();
+        if conn.client.is_closed() {
+            conn.broken = true;
+        }
+        result
+    }
+
+    /// Retries `f` on transient failures until the deadline.
+    fn retrying<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        let start = Instant::now();
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            match f() {
+                Err(e) if retriable(&e) && start.elapsed() < self.deadline => {
+                    if e.is_busy() {
+                        self.busy_retries.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        // A dead connection or an unreachable server: wait
+                        // longer than for a lock (a restart takes seconds).
+                        backoff = backoff.max(Duration::from_millis(50));
+                    }
+                    let jittered = backoff.mul_f64(rand::random_range(0.5..=1.5));
+                    thread::sleep(jittered.min(self.deadline.saturating_sub(start.elapsed())));
+                    backoff = (backoff * 2).min(Duration::from_millis(250));
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Whether an operation may simply run again.
+fn retriable(e: &Error) -> bool {
+    e.is_busy() || is_connection_lost(e) || is_pool_timeout(e)
+}
+
+fn is_pool_timeout(e: &Error) -> bool {
+    matches!(e, Error::Database(inner) if inner.is::<r2d2::Error>())
+}
+
+/// True for an error that says the connection is gone: closed, reset, or
+/// terminated by the server (`pg_terminate_backend`, a shutdown).
+pub(crate) fn is_connection_lost(e: &Error) -> bool {
+    let Error::Database(inner) = e else {
+        return false;
+    };
+    let Some(pg) = inner.downcast_ref::<postgres::Error>() else {
+        return false;
+    };
+    if pg.is_closed() {
+        return true;
+    }
+    if let Some(code) = pg.code() {
+        let code = code.code();
+        // 08: connection exception; 57P01-03: admin shutdown, crash
+        // shutdown, cannot connect now.
+        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03");
+    }
+    // An I/O error with no SQLSTATE: the socket failed.
+    std::error::Error::source(pg).is_some_and(|s| s.is::<std::io::Error>())
+}
+
+/// The error of a failed `COMMIT`. When the connection died during it, the
+/// transaction may or may not have committed: say so, and do not let the
+/// retry loop run it again.
+fn commit_error(e: postgres::Error) -> Error {
+    let e = Error::from(e);
+    if is_connection_lost(&e) {
+        Error::Database(Box::new(CommitUnknown(e.to_string())))
+    } else {
+        e
+    }
+}
+
+/// The connection was lost while committing.
+#[derive(Debug)]
+pub(crate) struct CommitUnknown(String);
+
+impl fmt::Display for CommitUnknown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the connection was lost during COMMIT; the transaction may or may not have \
+             committed: {}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for CommitUnknown {}
+
+/// Maps PostgreSQL errors: deadlocks, serialization failures and lock
+/// timeouts are transient ([`Error::Busy`] once retries run out), a full disk
+/// is [`Error::StorageFull`], anything else is [`Error::Database`]. The
+/// driver's messages never include the password.
+impl From<postgres::Error> for Error {
+    fn from(e: postgres::Error) -> Self {
+        match e.code().map(|c| c.code()) {
+            // serialization_failure, deadlock_detected, lock_not_available
+            Some("40001" | "40P01" | "55P03") => Error::Busy,
+            // disk_full
+            Some("53100") => Error::StorageFull,
+            _ => Error::Database(Box::new(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sslmode_maps_to_the_driver_and_the_connector() -> Result<()> {
+        let options = QueueOptions::default();
+        let cases = [
+            ("postgres://u@h/db", TlsMode::Prefer, SslMode::Prefer),
+            (
+                "postgres://u@h/db?sslmode=disable",
+                TlsMode::Disable,
+                SslMode::Disable,
+            ),
+            (
+                "postgres://u@h/db?sslmode=require",
+                TlsMode::Require,
+                SslMode::Require,
+            ),
+            (
+                "postgres://u@h/db?sslmode=verify-full",
+                TlsMode::VerifyFull,
+                SslMode::Require,
+            ),
+            (
+                "postgres://u@h/db?connect_timeout=3&sslmode=verify-ca",
+                TlsMode::VerifyCa,
+                SslMode::Require,
+            ),
+        ];
+        for (url, mode, driver) in cases {
+            let target = Target::parse(url, &options)?;
+            assert_eq!(target.tls_mode, mode, "{url}");
+            assert_eq!(target.config.get_ssl_mode(), driver, "{url}");
+        }
+        let target = Target::parse("postgres://u@h/db?connect_timeout=3", &options)?;
+        assert_eq!(
+            target.config.get_connect_timeout(),
+            Some(&Duration::from_secs(3))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_bad_sslmode_or_url_is_a_typed_error_without_the_password() {
+        let options = QueueOptions::default();
+        let bad = Target::parse("postgres://u:s3cret@h/db?sslmode=sometimes", &options);
+        assert!(matches!(bad, Err(Error::InvalidArgument(_))));
+        let bad = Target::parse("postgres://u:s3cret@h/db?bogus=1", &options);
+        match bad {
+            Err(e @ Error::InvalidArgument(_)) => assert!(!e.to_string().contains("s3cret"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        let missing = Target::parse("postgres://u@h/db?sslrootcert=/nonexistent.pem", &options);
+        assert!(matches!(missing, Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn percent_escapes_in_paths_are_decoded() {
+        assert_eq!(percent_decode("%2Fetc%2Fssl%20x.pem"), "/etc/ssl x.pem");
+        assert_eq!(percent_decode("100%"), "100%");
+    }
+}
