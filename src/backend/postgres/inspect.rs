@@ -3,10 +3,11 @@
 //! rows an action changes are locked first (`FOR UPDATE`), since here a
 //! lease on another node may run at the same moment.
 
+use postgres::types::ToSql;
 use postgres::{GenericClient, Row};
 
 use super::connection::Tx;
-use super::jobs::{self, to_u32};
+use super::jobs::{self, canonical_json, to_u32};
 use super::queries::{self, Queries};
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
@@ -101,7 +102,7 @@ fn record(r: &Row) -> Result<JobRecord> {
         kind: r.try_get(2)?,
         priority: r.try_get(3)?,
         unique_key: r.try_get(4)?,
-        payload: r.try_get(5)?,
+        payload: canonical_json(r.try_get(5)?),
         attempts: to_u32(r.try_get(6)?),
         max_attempts: to_u32(r.try_get(7)?),
         available_at: r.try_get(8)?,
@@ -110,7 +111,7 @@ fn record(r: &Row) -> Result<JobRecord> {
         lease_until: r.try_get(11)?,
         started_at: r.try_get(12)?,
         cancel_requested: r.try_get(13)?,
-        result: r.try_get(14)?,
+        result: r.try_get::<_, Option<String>>(14)?.map(canonical_json),
         finished_at: r.try_get(15)?,
         created_at: r.try_get(16)?,
         updated_at: r.try_get(17)?,
@@ -284,6 +285,53 @@ fn history_status<C: GenericClient>(
         Some(row) => FinalStatus::parse(&row.try_get::<_, String>(0)?),
         None => None,
     })
+}
+
+/// Inserts jobs copied from another database (see `backlog::copy`), keeping
+/// their ids; returns how many were written (the others were already there).
+pub(crate) fn import<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    records: &[JobRecord],
+) -> Result<usize> {
+    let mut written = 0;
+    let mut highest = 0;
+    for r in records {
+        let errors = serde_json::to_string(&r.errors)?;
+        let attempts = i32::try_from(r.attempts).unwrap_or(i32::MAX);
+        let max_attempts = i32::try_from(r.max_attempts).unwrap_or(i32::MAX);
+        let common: [&(dyn ToSql + Sync); 14] = [
+            &r.id,
+            &r.queue,
+            &r.kind,
+            &r.priority,
+            &r.unique_key,
+            &r.payload,
+            &attempts,
+            &max_attempts,
+            &r.available_at,
+            &r.started_at,
+            &errors,
+            &r.cancel_requested,
+            &r.created_at,
+            &r.updated_at,
+        ];
+        written += match r.state {
+            JobState::Finished(status) => {
+                let finished_at = r.finished_at.unwrap_or(r.updated_at);
+                let status = status.as_str();
+                let mut values = common.to_vec();
+                values.extend_from_slice(&[&r.result, &status, &r.worker, &finished_at]);
+                tx.execute(&q.import_history, &values)?
+            }
+            _ => tx.execute(&q.import_live, &common)?,
+        };
+        highest = highest.max(r.id);
+    }
+    if highest > 0 {
+        tx.query(&q.raise_next_id, &[&highest])?;
+    }
+    Ok(usize::try_from(written).unwrap_or(usize::MAX))
 }
 
 /// Pauses (`true`) or resumes (`false`) a queue. A resume wakes the

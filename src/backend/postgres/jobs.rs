@@ -240,7 +240,7 @@ fn leased_job(r: &Row) -> Result<Job> {
         kind: r.try_get(3)?,
         priority: r.try_get(4)?,
         unique_key: r.try_get(5)?,
-        payload: r.try_get(6)?,
+        payload: canonical_json(r.try_get(6)?),
         attempt: to_u32(r.try_get(7)?),
         max_attempts: to_u32(r.try_get(8)?),
         available_at: r.try_get(9)?,
@@ -533,6 +533,17 @@ pub(crate) fn expired_leases<C: GenericClient>(
             })
         })
         .collect()
+}
+
+/// JSON text as the engine writes it (serde_json's compact form), from
+/// JSONB's output (`{"a": 1}`, keys reordered): a payload or result reads
+/// back as the same text on every backend. Text that does not parse is left
+/// as it is.
+pub(crate) fn canonical_json(text: String) -> String {
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(value) => serde_json::to_string(&value).unwrap_or(text),
+        Err(_) => text,
+    }
 }
 
 /// A count stored as INTEGER; the schema never stores a negative one.

@@ -173,6 +173,13 @@ impl Db {
             .write(|tx| inspect::set_paused(tx, &self.q, queue, paused, now))
     }
 
+    /// Inserts jobs copied from another database, keeping their ids.
+    // Called by `Backend::import` (`backlog::copy`), which lands with it.
+    #[allow(dead_code)]
+    pub(crate) fn import(&self, records: &[JobRecord]) -> Result<usize> {
+        self.pool.write(|tx| inspect::import(tx, &self.q, records))
+    }
+
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
         self.pool
             .autocommit(|tx| inspect::paused_queues(tx, &self.q))

@@ -342,6 +342,48 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded
 /// Queues that are paused.
 pub const PAUSED_QUEUES: &str = "SELECT name FROM {queues} WHERE paused ORDER BY name";
 
+// ---- copy ------------------------------------------------------------------
+
+/// Inserts a live job copied from another database, keeping its id, unless
+/// the id is taken (live or finished) or its unique key is held: then nothing
+/// changes. Not leased: a job leased at copy time arrives available.
+/// Parameters: `$1` id, `$2` queue, `$3` kind, `$4` priority, `$5` unique
+/// key, `$6` payload, `$7` attempts, `$8` max attempts, `$9` available_at,
+/// `$10` first leased at, `$11` errors, `$12` cancel requested, `$13`
+/// created_at, `$14` updated_at.
+///
+/// Differs from SQLite in that the JSON texts are parsed into JSONB. The
+/// times are copied as they are: they are absolute, whichever clock made
+/// them.
+pub const IMPORT_LIVE: &str = "
+INSERT INTO {jobs}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     first_leased_at, errors, cancel_requested, created_at, updated_at)
+SELECT $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11::text::jsonb, $12, $13, $14
+WHERE NOT EXISTS (SELECT 1 FROM {history} WHERE id = $1)
+ON CONFLICT DO NOTHING";
+
+/// Inserts a finished job copied from another database, keeping its id,
+/// unless the id is taken. Parameters as [`IMPORT_LIVE`], then `$15` result,
+/// `$16` status, `$17` processed by, `$18` finished_at (`$10` is started_at).
+pub const IMPORT_HISTORY: &str = "
+INSERT INTO {history}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     started_at, errors, cancel_requested, created_at, updated_at, result, status,
+     processed_by, finished_at)
+SELECT $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11::text::jsonb, $12, $13, $14,
+       $15::text::jsonb, $16, $17, $18
+WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE id = $1)
+ON CONFLICT DO NOTHING";
+
+/// Makes new ids start above `$1`, the highest copied id.
+///
+/// Differs from SQLite (two statements on `sqlite_sequence`) in that the
+/// id sequence is moved with `setval`, never backwards.
+pub const RAISE_NEXT_ID: &str = "
+SELECT setval(s, GREATEST($1, COALESCE(pg_sequence_last_value(s), 0)))
+FROM (SELECT pg_get_serial_sequence('{jobs}', 'id')::regclass AS s) AS seq";
+
 // ---- maintenance -----------------------------------------------------------
 
 /// Deletes up to `$4` finished jobs of status `$2` that finished before `$3`
@@ -444,6 +486,9 @@ pub(crate) struct Queries {
     pub history_status: String,
     pub set_paused: String,
     pub paused_queues: String,
+    pub import_live: String,
+    pub import_history: String,
+    pub raise_next_id: String,
     pub prune_history: String,
     pub notify: String,
     pub listen: String,
@@ -477,6 +522,9 @@ impl Queries {
             history_status: r(HISTORY_STATUS),
             set_paused: r(SET_PAUSED),
             paused_queues: r(PAUSED_QUEUES),
+            import_live: r(IMPORT_LIVE),
+            import_history: r(IMPORT_HISTORY),
+            raise_next_id: r(RAISE_NEXT_ID),
             prune_history: r(PRUNE_HISTORY),
             notify: r(NOTIFY),
             listen: r(LISTEN),
