@@ -29,8 +29,8 @@ pub(crate) enum TlsMode {
     /// Always, without checking the certificate (as libpq: encryption
     /// against eavesdropping, not against an impostor).
     Require,
-    /// Always, with a certificate signed by a trusted root (`sslrootcert`,
-    /// else the system's roots), for any host name.
+    /// Always, with a certificate signed by a trusted root (the ones in
+    /// `sslrootcert` only, else the system's), for any host name.
     VerifyCa,
     /// As `VerifyCa`, and the certificate must name the host connected to.
     VerifyFull,
@@ -160,6 +160,8 @@ fn tls_connector(mode: TlsMode, root_cert: Option<&str>) -> Result<MakeTlsConnec
                 "sslrootcert {path:?} is not a PEM certificate: {e}"
             ))
         })?;
+        // As libpq: the file replaces the system's roots, not adds to them.
+        builder.disable_built_in_roots(true);
         builder.add_root_certificate(cert);
     }
     let connector = builder
