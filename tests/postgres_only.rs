@@ -213,6 +213,38 @@ fn a_node_whose_clock_is_minutes_behind_never_runs_delayed_jobs_early() -> TestR
     Ok(())
 }
 
+#[test]
+fn a_heartbeat_does_not_wait_for_a_job_locked_by_its_transactional_completion() -> TestResult {
+    let Some(server) = Server::new()? else {
+        return Ok(());
+    };
+    let (queue, _clock) = server.manual_queue()?;
+    queue.enqueue_many([NewJob::new("k", json!(1)), NewJob::new("k", json!(2))])?;
+    let jobs = queue.lease(&LeaseRequest::new("w", 2))?;
+    let leases: Vec<_> = jobs.iter().map(|j| j.lease()).collect();
+    let ttl = Duration::from_secs(60);
+
+    queue.transaction(|tx| {
+        // Locks job 0's row until this transaction ends.
+        queue.complete_in(tx, &jobs[0], None)?;
+        let (send, recv) = std::sync::mpsc::channel();
+        let (other, leases) = (queue.clone(), leases.clone());
+        std::thread::spawn(move || {
+            let _ = send.send(other.heartbeat(&leases, ttl).map_err(|e| e.to_string()));
+        });
+        let report = recv
+            .recv_timeout(Duration::from_secs(5))
+            .map_err(|_| backlog::Error::InvalidArgument("the heartbeat waited".into()))?
+            .map_err(backlog::Error::InvalidArgument)?;
+        assert!(report.lost.is_empty(), "{report:?}");
+        assert_eq!(report.extended.len(), 2, "{report:?}");
+        Ok::<(), backlog::Error>(())
+    })?;
+    let report = queue.heartbeat(&leases, ttl)?;
+    assert_eq!(report.lost, vec![leases[0]], "completed once committed");
+    Ok(())
+}
+
 // ---- TLS ---------------------------------------------------------------------
 
 /// Whether the queue's own connection is encrypted, as the server sees it.

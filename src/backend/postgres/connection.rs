@@ -384,8 +384,8 @@ impl Pool {
     }
 
     /// Hands a pooled connection to `f` in a transaction it owns (the
-    /// application's closure). Only checking out and `BEGIN` are retried; `f`
-    /// runs once. Commits on `Ok`, rolls back on `Err`.
+    /// application's closure). Only checking out a live connection is
+    /// retried; `f` runs once. Commits on `Ok`, rolls back on `Err`.
     pub(crate) fn transaction<T, E>(
         &self,
         f: impl FnOnce(&mut postgres::Transaction<'_>) -> std::result::Result<T, E>,
@@ -393,7 +393,17 @@ impl Pool {
     where
         E: From<Error>,
     {
-        let mut conn = self.retrying(|| Ok(self.pool.get()?))?;
+        // The closure runs once, so the connection is checked first: one
+        // the server closed while it sat in the pool is replaced, not handed
+        // to `f` to fail on.
+        let mut conn = self.retrying(|| {
+            let mut conn = self.pool.get()?;
+            if let Err(e) = conn.client.simple_query("") {
+                conn.broken = true;
+                return Err(Error::from(e));
+            }
+            Ok(conn)
+        })?;
         let result = (|| {
             let mut tx = conn.client.transaction().map_err(Error::from)?;
             let value = f(&mut tx)?;

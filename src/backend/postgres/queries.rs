@@ -240,14 +240,30 @@ pub const LEASE_HELD: &str = "SELECT 1 FROM {jobs} WHERE id = $1 AND lease_token
 
 /// Extends every given lease still held to `$2` (µs from now), in one
 /// statement. `$3` and `$4` are the ids and tokens; a pair that matches no
-/// row was lost.
+/// row was lost. Returns the leases held, and whether each job was asked to
+/// cancel.
 ///
-/// Differs from SQLite in that the pairs come as two arrays, not JSON.
+/// Differs from SQLite in that the pairs come as two arrays, not JSON, and
+/// in the locked rows: a row whose transactional completion (or an
+/// operator's action) holds its lock is skipped, not waited for, and
+/// reported as held, as it still is. Waiting would stall every other lease
+/// of the worker behind one handler's transaction; and no rescuer can take
+/// a locked row either (it skips locked rows too).
 pub const HEARTBEAT: &str = "
-UPDATE {jobs} AS j SET lease_until = {now} + $2, updated_at = {now}
-FROM unnest($3::int8[], $4::int8[]) AS held (id, token)
-WHERE j.id = held.id AND j.lease_token = held.token
-RETURNING j.id, j.lease_token, j.cancel_requested";
+WITH held AS (
+    SELECT * FROM unnest($3::int8[], $4::int8[]) AS h (id, token)),
+free AS (
+    SELECT j.id FROM {jobs} AS j JOIN held ON j.id = held.id AND j.lease_token = held.token
+    FOR NO KEY UPDATE OF j SKIP LOCKED),
+extended AS (
+    UPDATE {jobs} AS j SET lease_until = {now} + $2, updated_at = {now}
+    FROM free WHERE j.id = free.id
+    RETURNING j.id, j.lease_token, j.cancel_requested)
+SELECT id, lease_token, cancel_requested FROM extended
+UNION ALL
+SELECT j.id, j.lease_token, j.cancel_requested
+FROM {jobs} AS j JOIN held ON j.id = held.id AND j.lease_token = held.token
+WHERE j.id NOT IN (SELECT id FROM free)";
 
 // ---- rescue ----------------------------------------------------------------
 
