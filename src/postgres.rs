@@ -63,6 +63,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::backend::postgres::connection::Tx;
 use crate::backend::postgres::{self as db, jobs, Db};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -200,7 +201,7 @@ impl QueueExt for Queue {
     where
         E: From<Error>,
     {
-        database(self)?.pool().transaction(f)
+        database(self)?.pool().transaction(|tx, _| f(tx))
     }
 }
 
@@ -237,16 +238,25 @@ impl JobContextExt for JobContext {
         let queue = self.source();
         self.complete_transactionally(|| {
             let db = database(queue)?;
-            db.pool().transaction(|tx| {
-                jobs::check_lease(
-                    &mut db::on_transaction(tx),
-                    db.queries(),
-                    self.job().lease(),
-                )?;
+            db.pool().transaction(|tx, statements| {
+                // backlog's statements run prepared once per connection:
+                // this is the hot path of a transactional worker.
+                let lease = self.job().lease();
+                jobs::check_lease(&mut Tx::cached(tx, statements), db.queries(), lease)?;
                 let value = f(tx)?;
                 let result = crate::worker::to_result(&value).map_err(JobError::from)?;
                 failpoint!("transaction-before-fence");
-                queue.complete_in(tx, self.job(), result)?;
+                let params = queue.settle_params(
+                    self.job(),
+                    Outcome::Complete(result),
+                    queue.now_micros(),
+                )?;
+                let mut tx = Tx::cached(tx, statements);
+                let mut settled = jobs::settle_all(&mut tx, db.queries(), &[&params], false)?;
+                settled
+                    .pop()
+                    .unwrap_or_else(|| Err(Error::Database("settle returned no result".into())))?;
+                queue.note_settled_in(lease);
                 failpoint!("transaction-before-commit");
                 self.mark_completing();
                 Ok::<T, JobError>(value)

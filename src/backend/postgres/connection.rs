@@ -242,6 +242,14 @@ pub(crate) struct Tx<'a, C> {
 pub(crate) type Params<'p> = [&'p (dyn ToSql + Sync)];
 
 impl<'a, C: GenericClient> Tx<'a, C> {
+    /// A client of the queue's, with its connection's statement cache.
+    pub(crate) fn cached(client: &'a mut C, statements: &'a mut Statements) -> Self {
+        Tx {
+            client,
+            statements: Some(statements),
+        }
+    }
+
     /// A client without a statement cache (the application's transaction).
     pub(crate) fn uncached(client: &'a mut C) -> Self {
         Tx {
@@ -384,11 +392,12 @@ impl Pool {
     }
 
     /// Hands a pooled connection to `f` in a transaction it owns (the
-    /// application's closure). Only checking out a live connection is
+    /// application's closure), with the connection's statement cache for
+    /// backlog's own statements in it. Only checking out a live connection is
     /// retried; `f` runs once. Commits on `Ok`, rolls back on `Err`.
     pub(crate) fn transaction<T, E>(
         &self,
-        f: impl FnOnce(&mut postgres::Transaction<'_>) -> std::result::Result<T, E>,
+        f: impl FnOnce(&mut postgres::Transaction<'_>, &mut Statements) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E>
     where
         E: From<Error>,
@@ -405,8 +414,11 @@ impl Pool {
             Ok(conn)
         })?;
         let result = (|| {
-            let mut tx = conn.client.transaction().map_err(Error::from)?;
-            let value = f(&mut tx)?;
+            let PgConnection {
+                client, statements, ..
+            } = &mut *conn;
+            let mut tx = client.transaction().map_err(Error::from)?;
+            let value = f(&mut tx, statements)?;
             tx.commit().map_err(commit_error)?;
             Ok(value)
         })();
