@@ -26,8 +26,11 @@ const RECONNECT_EVERY: Duration = Duration::from_secs(1);
 /// The longest a reconnect may take.
 const RECONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A dedicated connection listening on the queue's channel.
-pub(crate) struct Listener {
+/// A dedicated connection listening on the queue's channel. Boxed: a driver
+/// config and client are large, and `ChangeWatcher` holds a listener.
+pub(crate) struct Listener(Box<State>);
+
+struct State {
     target: Target,
     listen: String,
     client: Option<Client>,
@@ -38,8 +41,8 @@ pub(crate) struct Listener {
 impl fmt::Debug for Listener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Listener")
-            .field("target", &self.target)
-            .field("connected", &self.client.is_some())
+            .field("target", &self.0.target)
+            .field("connected", &self.0.client.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -54,21 +57,29 @@ impl Listener {
             .get_connect_timeout()
             .map_or(RECONNECT_TIMEOUT, |t| (*t).min(RECONNECT_TIMEOUT));
         target.config.connect_timeout(timeout);
-        Ok(Listener {
+        Ok(Listener(Box::new(State {
             target,
             listen,
             client: Some(client),
             last_ping: Instant::now(),
             last_connect: Instant::now(),
-        })
+        })))
     }
 
+    /// True when an enqueue (or a retry, a resume) was committed since the
+    /// last call: see [`State::changed`].
+    pub(crate) fn changed(&mut self) -> Result<bool> {
+        self.0.changed()
+    }
+}
+
+impl State {
     /// True when an enqueue (or a retry, a resume) was committed since the
     /// last call, by any node, this one included. Never blocks on the
     /// server except for a ping every [`PING_EVERY`] and a reconnect. After a
     /// lost connection it reconnects and reports `true`, since notifications
     /// sent meanwhile were missed.
-    pub(crate) fn changed(&mut self) -> Result<bool> {
+    fn changed(&mut self) -> Result<bool> {
         let Some(client) = self.client.as_mut() else {
             return Ok(self.reconnect());
         };

@@ -34,11 +34,22 @@ use crate::outcome::FinalStatus;
 /// The oldest server backlog runs on: `MATERIALIZED` CTEs came in 12.
 const MIN_SERVER_VERSION: i32 = 120_000;
 
-/// A queue's connections to one PostgreSQL database, and its SQL.
-pub(crate) struct Db {
+/// A queue's connections to one PostgreSQL database, and its SQL. Boxed:
+/// the rendered statements are large, and `Backend` holds one of these.
+pub(crate) struct Db(Box<Inner>);
+
+pub(crate) struct Inner {
     pool: Pool,
     q: Queries,
     clock: Arc<dyn Clock>,
+}
+
+impl std::ops::Deref for Db {
+    type Target = Inner;
+
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
 }
 
 impl fmt::Debug for Db {
@@ -69,11 +80,11 @@ impl Db {
             )));
         }
         let q = Queries::render(Tables::new(options), options.clock.is_manual());
-        Ok(Db {
+        Ok(Db(Box::new(Inner {
             pool: Pool::new(target, options)?,
             q,
             clock: options.clock.clone(),
-        })
+        })))
     }
 
     pub(crate) fn migrate(&self) -> Result<()> {
