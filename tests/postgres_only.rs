@@ -533,6 +533,42 @@ fn a_worker_carries_on_after_its_connections_are_killed() -> TestResult {
     Ok(())
 }
 
+// ---- errors --------------------------------------------------------------------
+
+#[test]
+fn a_serialization_failure_is_busy_and_nul_in_json_is_an_invalid_payload() -> TestResult {
+    let Some(server) = Server::new()? else {
+        return Ok(());
+    };
+    let (queue, _clock) = server.manual_queue()?;
+    let mut a = server.client()?;
+    let mut b = server.client()?;
+    let table = format!("{}.t", server.schema);
+    a.batch_execute(&format!(
+        "CREATE TABLE {table} (x int); INSERT INTO {table} VALUES (1)"
+    ))?;
+    let mut tx = a
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .start()?;
+    tx.query(&format!("SELECT x FROM {table}"), &[])?;
+    b.execute(&format!("UPDATE {table} SET x = 2"), &[])?;
+    let e = tx
+        .execute(&format!("UPDATE {table} SET x = 3"), &[])
+        .expect_err("a concurrent update under REPEATABLE READ");
+    assert!(backlog::Error::from(e).is_busy());
+    drop(tx);
+
+    // JSON allows \u0000 in strings; JSONB does not. Nothing is written.
+    let nul = queue.enqueue(NewJob::new("k", json!({"s": "a\u{0}b"})));
+    assert!(
+        matches!(nul, Err(backlog::Error::InvalidPayload(_))),
+        "{nul:?}"
+    );
+    assert!(queue.lease(&LeaseRequest::new("w", 1))?.is_empty());
+    Ok(())
+}
+
 // ---- the lease plan -------------------------------------------------------------
 
 #[test]

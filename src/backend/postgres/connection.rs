@@ -514,7 +514,8 @@ impl std::error::Error for CommitUnknown {}
 
 /// Maps PostgreSQL errors: deadlocks, serialization failures and lock
 /// timeouts are transient ([`Error::Busy`] once retries run out), a full disk
-/// is [`Error::StorageFull`], anything else is [`Error::Database`]. The
+/// is [`Error::StorageFull`], JSON that JSONB cannot store (`\u0000`) is
+/// [`Error::InvalidPayload`], anything else is [`Error::Database`]. The
 /// driver's messages never include the password.
 impl From<postgres::Error> for Error {
     fn from(e: postgres::Error) -> Self {
@@ -523,6 +524,12 @@ impl From<postgres::Error> for Error {
             Some("40001" | "40P01" | "55P03") => Error::Busy,
             // disk_full
             Some("53100") => Error::StorageFull,
+            // untranslatable_character: JSONB cannot hold `\u0000`, which
+            // JSON text can; the whole statement was refused.
+            Some("22P05") => Error::InvalidPayload(format!(
+                "PostgreSQL cannot store this JSON: {}",
+                e.as_db_error().map_or("", |d| d.message())
+            )),
             _ => Error::Database(Box::new(e)),
         }
     }
