@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 
-use super::connection::Target;
+use super::target::Target;
 use crate::error::Result;
 
 /// How often an idle listener checks that its connection is alive: a

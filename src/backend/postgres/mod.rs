@@ -14,14 +14,16 @@ pub(crate) mod jobs;
 pub(crate) mod listen;
 pub(crate) mod migrate;
 pub(crate) mod queries;
+pub(crate) mod target;
 
 use std::fmt;
 use std::sync::Arc;
 
 pub(crate) use listen::Listener;
 
-use self::connection::{Pool, Target, Tx};
+use self::connection::{Pool, Tx};
 use self::queries::{Queries, Tables};
+use self::target::Target;
 use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
