@@ -53,6 +53,20 @@
 //! statement names them fully, so `enqueue_in` works whatever the
 //! `search_path` of your connection.
 //!
+//! ## Connections
+//!
+//! [`QueueOptions::pool_size`](crate::QueueOptions::pool_size) is the whole
+//! pool: a worker's fetcher, completer, heartbeater and maintenance take a
+//! connection for each statement, and every handler inside
+//! [`JobContextExt::transaction`] holds one until it commits. For
+//! transactional handlers, size the pool to the worker's concurrency plus
+//! three. A connection the server closed (a restart, `pg_terminate_backend`)
+//! is replaced: the operation that found it dead runs again on a new one,
+//! unless it died during `COMMIT`, when whether it committed is unknown and
+//! the error says so. Deadlocks and serialization failures are retried with
+//! jittered backoff until the write deadline, then reported as
+//! [`Error::Busy`]. PostgreSQL 12 or newer is required (tested on 15).
+//!
 //! ## Time
 //!
 //! Lease expiries and schedules are computed by the database server's clock,
