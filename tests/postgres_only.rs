@@ -569,6 +569,124 @@ fn a_serialization_failure_is_busy_and_nul_in_json_is_an_invalid_payload() -> Te
     Ok(())
 }
 
+/// A TCP proxy to the test server that can be taken down and brought back,
+/// like a server restart, without disturbing anyone else's connections.
+struct Proxy {
+    port: u16,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    streams: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(upstream: String) -> TestResult<Proxy> {
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let streams = Arc::new(std::sync::Mutex::new(Vec::<TcpStream>::new()));
+        let (up2, streams2) = (up.clone(), streams.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if !up2.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused
+                }
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let pipes = (client.try_clone(), server.try_clone());
+                let (Ok(mut client_r), Ok(mut server_r)) = pipes else {
+                    continue;
+                };
+                let (mut client_w, mut server_w) = (client, server);
+                if let (Ok(a), Ok(b)) = (client_w.try_clone(), server_w.try_clone()) {
+                    if let Ok(mut all) = streams2.lock() {
+                        all.extend([a, b]);
+                    }
+                }
+                std::thread::spawn(move || std::io::copy(&mut client_r, &mut server_w));
+                std::thread::spawn(move || std::io::copy(&mut server_r, &mut client_w));
+            }
+        });
+        Ok(Proxy { port, up, streams })
+    }
+
+    /// Cuts every connection and refuses new ones.
+    fn down(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        if let Ok(mut all) = self.streams.lock() {
+            for s in all.drain(..) {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    fn up(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_server_outage_is_waited_out_within_the_write_deadline() -> TestResult {
+    let Some(server) = Server::new()? else {
+        return Ok(());
+    };
+    let config: postgres::Config = server.url.parse()?;
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let proxy = Proxy::start(format!("127.0.0.1:{port}"))?;
+    let url = server.url_with("sslmode=disable").replacen(
+        &format!(":{port}/"),
+        &format!(":{}/", proxy.port),
+        1,
+    );
+    assert!(url.contains(&proxy.port.to_string()), "{url}");
+    let clock = ManualClock::at_micros(1_700_000_000_000_000);
+    let queue = server
+        .options()
+        .clock(clock)
+        .connect_timeout(Duration::from_secs(2))
+        .write_deadline(Duration::from_secs(5))
+        .connect(&url)?;
+    let id = queue.enqueue(NewJob::new("k", json!(1)))?.id;
+    let job = queue.lease(&LeaseRequest::new("w", 1))?.remove(0);
+
+    // The "server" goes away for a while; the completion waits it out.
+    proxy.down();
+    let back = std::thread::spawn({
+        let up = proxy.up.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            up.store(true, Ordering::SeqCst);
+        }
+    });
+    let start = Instant::now();
+    queue.complete(&job, None)?;
+    assert!(
+        start.elapsed() >= Duration::from_millis(1000),
+        "{:?}",
+        start.elapsed()
+    );
+    back.join().map_err(|_| "thread panicked")?;
+    assert_eq!(
+        queue.get(id)?.state,
+        JobState::Finished(backlog::FinalStatus::Completed)
+    );
+
+    // Past the write deadline, the error says what happened.
+    proxy.down();
+    let down_for_good = QueueOptions::new()
+        .schema(server.schema.clone())
+        .migrate(false)
+        .connect_timeout(Duration::from_millis(500))
+        .write_deadline(Duration::from_secs(1));
+    let failed = down_for_good.connect(&url);
+    assert!(failed.is_err());
+    let failed = queue.enqueue(NewJob::new("k", json!(2)));
+    proxy.up();
+    let failed = failed.expect_err("the server stayed away");
+    assert!(!failed.is_invalid_input(), "{failed}");
+    Ok(())
+}
+
 // ---- the lease plan -------------------------------------------------------------
 
 #[test]
