@@ -1,0 +1,439 @@
+//! The job operations on one MySQL session: enqueue, lease, settle,
+//! heartbeat, rescue. Each runs inside a transaction its caller opened (the
+//! queue's own, or the application's `mysql::Transaction`).
+
+use std::collections::HashMap;
+
+use mysql::prelude::Queryable;
+use mysql::{params, Params, Row, Value};
+
+use super::queries::Sql;
+use super::{take, Now};
+use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::error::{Error, Result};
+use crate::job::Enqueued;
+use crate::lease::{HeartbeatReport, Job, Lease};
+use crate::outcome::{AttemptError, FinalStatus, Transition};
+
+/// Inserts jobs in order, each one or the id of the job already holding its
+/// unique key.
+pub(crate) fn enqueue_all(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    jobs: &[EnqueueParams<'_>],
+    now: Now,
+) -> Result<Vec<Enqueued>> {
+    jobs.iter().map(|p| enqueue(sql, q, p, now)).collect()
+}
+
+/// Inserts a job, or finds the job already holding its unique key.
+fn enqueue(sql: &Sql, q: &mut impl Queryable, p: &EnqueueParams<'_>, now: Now) -> Result<Enqueued> {
+    if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
+        let found: Option<i64> = q.exec_first(
+            &sql.find_history_unique,
+            params! {
+                "queue" => p.queue, "unique_key" => key,
+                "since_in" => now.offset(since), "now" => now.param(),
+            },
+        )?;
+        if let Some(id) = found {
+            return Ok(Enqueued { id, existed: true });
+        }
+    }
+    let (inserted, id) = {
+        let result = q.exec_iter(
+            &sql.enqueue,
+            params! {
+                "queue" => p.queue, "kind" => p.kind, "priority" => p.priority,
+                "unique_key" => p.unique_key, "payload" => p.payload,
+                "max_attempts" => p.max_attempts,
+                "available_in" => now.offset(p.available_at), "now" => now.param(),
+            },
+        )?;
+        (result.affected_rows(), result.last_insert_id())
+    };
+    if inserted == 1 {
+        let id = id
+            .and_then(|id| i64::try_from(id).ok())
+            .ok_or_else(|| Error::Database("insert returned no id".into()))?;
+        return Ok(Enqueued { id, existed: false });
+    }
+    // Nothing inserted: only the unique index can refuse a row. The refused
+    // insert holds a lock on the row it collided with until commit, so it is
+    // still there to be found.
+    let key = p
+        .unique_key
+        .ok_or_else(|| Error::Database("insert ignored without a unique key conflict".into()))?;
+    let id: Option<i64> = q.exec_first(
+        &sql.find_live_unique,
+        params! { "queue" => p.queue, "unique_key" => key },
+    )?;
+    let id = id.ok_or_else(|| Error::Database("unique key conflict with no live job".into()))?;
+    Ok(Enqueued { id, existed: true })
+}
+
+/// The walk's parameters for `p`: `:q0..`, `:k0..`, `:limit`, `:now`.
+fn lease_params(p: &LeaseParams<'_>, now: Now) -> Params {
+    let mut named: HashMap<Vec<u8>, Value> = HashMap::new();
+    for (i, queue) in p.queues.iter().enumerate() {
+        named.insert(format!("q{i}").into_bytes(), queue.as_str().into());
+    }
+    for (i, kind) in p.kinds.unwrap_or_default().iter().enumerate() {
+        named.insert(format!("k{i}").into_bytes(), kind.as_str().into());
+    }
+    let limit = u64::try_from(p.limit).unwrap_or(u64::MAX);
+    named.insert(b"limit".to_vec(), limit.into());
+    named.insert(b"now".to_vec(), now.param().into());
+    Params::Named(named)
+}
+
+/// A job as the walk reads it, before its claim.
+struct Candidate {
+    job: Job,
+    server_now: i64,
+}
+
+/// Reads a row in [`super::queries::LEASED_COLUMNS`] order, then `now`.
+fn candidate(mut r: Row) -> Result<Candidate> {
+    let attempts: u32 = take(&mut r, 6)?;
+    Ok(Candidate {
+        job: Job {
+            id: take(&mut r, 0)?,
+            lease_token: 0,
+            queue: take(&mut r, 1)?,
+            kind: take(&mut r, 2)?,
+            priority: take(&mut r, 3)?,
+            unique_key: take(&mut r, 4)?,
+            payload: take(&mut r, 5)?,
+            attempt: attempts.saturating_add(1),
+            max_attempts: take(&mut r, 7)?,
+            available_at: take(&mut r, 8)?,
+            lease_until: 0,
+            created_at: take(&mut r, 9)?,
+        },
+        server_now: take(&mut r, 10)?,
+    })
+}
+
+/// Claims up to `limit` jobs and returns them in claim order: the walk locks
+/// the candidates, then one update claims them.
+pub(crate) fn lease(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &LeaseParams<'_>,
+    now: Now,
+) -> Result<Vec<Job>> {
+    let kinds = p.kinds.map_or(0, <[String]>::len);
+    let rows: Vec<Row> = q.exec(sql.lease(p.queues.len(), kinds), lease_params(p, now))?;
+    let candidates = rows
+        .into_iter()
+        .map(candidate)
+        .collect::<Result<Vec<_>>>()?;
+    let Some(server_now) = candidates.first().map(|c| c.server_now) else {
+        return Ok(Vec::new());
+    };
+    let lease_until = server_now.saturating_add(now.offset(p.lease_until));
+    let mut jobs: Vec<Job> = candidates
+        .into_iter()
+        .map(|c| Job {
+            // 63 random bits: a token is never negative, never reused by
+            // chance.
+            lease_token: rand::random::<i64>() & i64::MAX,
+            lease_until,
+            ..c.job
+        })
+        .collect();
+    let claims: Vec<[i64; 2]> = jobs.iter().map(|j| [j.id, j.lease_token]).collect();
+    q.exec_drop(
+        &sql.claim,
+        params! {
+            "claims" => serde_json::to_string(&claims)?, "lease_until" => lease_until,
+            "worker_id" => p.worker_id, "now" => server_now,
+        },
+    )?;
+    jobs.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.available_at.cmp(&b.available_at))
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(jobs)
+}
+
+/// The server's `EXPLAIN` of the lease walk for `p`, with `p`'s values
+/// bound, one line per plan row: `table type key rows extra`. Claims and
+/// locks nothing.
+pub(crate) fn explain_lease(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &LeaseParams<'_>,
+    now: Now,
+) -> Result<Vec<String>> {
+    let kinds = p.kinds.map_or(0, <[String]>::len);
+    let text = format!("EXPLAIN {}", sql.lease(p.queues.len(), kinds));
+    let rows: Vec<Row> = q.exec(text, lease_params(p, now))?;
+    rows.into_iter()
+        .map(|mut r| {
+            let mut field = |name: &str| -> Result<String> {
+                let i = r
+                    .columns_ref()
+                    .iter()
+                    .position(|c| c.name_str().eq_ignore_ascii_case(name));
+                match i {
+                    Some(i) => Ok(take::<Option<String>>(&mut r, i)?.unwrap_or_default()),
+                    None => Ok(String::new()),
+                }
+            };
+            Ok(format!(
+                "{} {} table={} type={} key={} rows={} {}",
+                field("id")?,
+                field("select_type")?,
+                field("table")?,
+                field("type")?,
+                field("key")?,
+                field("rows")?,
+                field("Extra")?
+            )
+            .trim_end()
+            .to_owned())
+        })
+        .collect()
+}
+
+/// Applies a decided transition, fenced on the lease. `LeaseLost` when the
+/// lease is no longer held; nothing is changed then.
+pub(crate) fn settle(sql: &Sql, q: &mut impl Queryable, p: &SettleParams, now: Now) -> Result<()> {
+    settle_reporting(sql, q, p, now).map(|_| ())
+}
+
+/// [`settle`], telling whether a cancel requested while the job ran won over
+/// a reschedule (`Ok(true)`: the job went to history as `cancelled`).
+pub(crate) fn settle_reporting(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &SettleParams,
+    now: Now,
+) -> Result<bool> {
+    match &p.transition {
+        Transition::Finish {
+            status,
+            result,
+            error,
+        } => finish(
+            sql,
+            q,
+            p.lease.job_id,
+            Some(p.lease.token),
+            *status,
+            result.as_deref(),
+            error.as_ref(),
+            now,
+        )
+        .map(|()| false),
+        Transition::Reschedule {
+            available_at,
+            error,
+            refund_attempt,
+        } => reschedule(
+            sql,
+            q,
+            p.lease,
+            Some(*available_at),
+            *refund_attempt,
+            error.as_ref(),
+            now,
+        ),
+    }
+}
+
+/// Unleases a job: due at `available_at`, or (`None`, a rescue) in its place
+/// in line. A cancel requested while it ran wins: the job is finished as
+/// cancelled instead (`Ok(true)`).
+fn reschedule(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    lease: Lease,
+    available_at: Option<i64>,
+    refund_attempt: bool,
+    error: Option<&AttemptError>,
+    now: Now,
+) -> Result<bool> {
+    let updated = q
+        .exec_iter(
+            &sql.reschedule,
+            params! {
+                "id" => lease.job_id, "token" => lease.token,
+                "keep_place" => available_at.is_none(),
+                "available_in" => now.offset(available_at.unwrap_or(0)),
+                "refund" => i64::from(refund_attempt),
+                "error" => error_json(error)?, "now" => now.param(),
+            },
+        )?
+        .affected_rows();
+    if updated == 1 {
+        return Ok(false);
+    }
+    let cancel_requested: Option<bool> = q.exec_first(
+        &sql.cancel_requested,
+        params! { "id" => lease.job_id, "token" => lease.token },
+    )?;
+    match cancel_requested {
+        None => Err(Error::LeaseLost {
+            job_id: lease.job_id,
+        }),
+        // Still leased (the update skipped it): finished under its own
+        // token, with this attempt's error, as SQLite's reschedule-then-
+        // cancel leaves it.
+        Some(true) => finish(
+            sql,
+            q,
+            lease.job_id,
+            Some(lease.token),
+            FinalStatus::Cancelled,
+            None,
+            error,
+            now,
+        )
+        .map(|()| true),
+        // The row matched the fence and was not cancelled, yet the update
+        // missed it: only a concurrent change can do that. Run it again.
+        Some(false) => Err(Error::Busy),
+    }
+}
+
+/// `Ok` when the lease is still held, `LeaseLost` otherwise. Locks the row
+/// until the caller's transaction ends.
+pub(crate) fn check_lease(sql: &Sql, q: &mut impl Queryable, lease: Lease) -> Result<()> {
+    let held: Option<i64> = q.exec_first(
+        &sql.lease_held,
+        params! { "id" => lease.job_id, "token" => lease.token },
+    )?;
+    held.map(|_| ()).ok_or(Error::LeaseLost {
+        job_id: lease.job_id,
+    })
+}
+
+/// Moves a live job to history. `token` fences a leased job; `None` matches
+/// only a job that is not leased.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn finish(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    job_id: i64,
+    token: Option<i64>,
+    status: FinalStatus,
+    result: Option<&str>,
+    error: Option<&AttemptError>,
+    now: Now,
+) -> Result<()> {
+    let copied = q
+        .exec_iter(
+            &sql.finish_to_history,
+            params! {
+                "id" => job_id, "token" => token, "result" => result,
+                "status" => status.as_str(), "error" => error_json(error)?,
+                "now" => now.param(),
+            },
+        )?
+        .affected_rows();
+    if copied == 0 {
+        return Err(Error::LeaseLost { job_id });
+    }
+    q.exec_drop(&sql.delete_live, params! { "id" => job_id })?;
+    Ok(())
+}
+
+fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {
+    Ok(error.map(serde_json::to_string).transpose()?)
+}
+
+/// Extends the given leases; reports which were lost and which jobs were asked
+/// to cancel.
+pub(crate) fn heartbeat(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &HeartbeatParams<'_>,
+    now: Now,
+) -> Result<HeartbeatReport> {
+    // Locked in id order, like settle batches.
+    let mut pairs: Vec<[i64; 2]> = p.leases.iter().map(|l| [l.job_id, l.token]).collect();
+    pairs.sort_unstable();
+    let pairs = serde_json::to_string(&pairs)?;
+    q.exec_drop(
+        &sql.heartbeat,
+        params! {
+            "leases" => &pairs, "lease_for" => now.offset(p.lease_until), "now" => now.param(),
+        },
+    )?;
+    let rows: Vec<Row> = q.exec(&sql.heartbeat_held, params! { "leases" => &pairs })?;
+    let mut report = HeartbeatReport::default();
+    for mut r in rows {
+        let lease = Lease {
+            job_id: take(&mut r, 0)?,
+            token: take(&mut r, 1)?,
+        };
+        if take::<bool>(&mut r, 2)? {
+            report.cancel_requested.push(lease.job_id);
+        }
+        report.extended.push(lease);
+    }
+    report.lost = p
+        .leases
+        .iter()
+        .filter(|l| !report.extended.contains(l))
+        .copied()
+        .collect();
+    Ok(report)
+}
+
+/// Up to `limit` leases that expired before now, locked (other nodes'
+/// rescuers skip them), each settled as `decide` says. A rescheduled job
+/// keeps its place in line by the server's clock, whatever `available_at`
+/// the decision carries.
+pub(crate) fn rescue(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    now: Now,
+    limit: usize,
+    decide: &dyn Fn(&ExpiredLease) -> SettleParams,
+) -> Result<Vec<(ExpiredLease, SettleParams)>> {
+    let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+    let rows: Vec<Row> = q.exec(
+        &sql.expired_leases,
+        params! { "limit" => limit, "now" => now.param() },
+    )?;
+    let mut done = Vec::with_capacity(rows.len());
+    for mut r in rows {
+        let expired = ExpiredLease {
+            lease: Lease {
+                job_id: take(&mut r, 0)?,
+                token: take(&mut r, 1)?,
+            },
+            attempts: take(&mut r, 2)?,
+            max_attempts: take(&mut r, 3)?,
+            available_at: take(&mut r, 4)?,
+            cancel_requested: take(&mut r, 5)?,
+        };
+        let settle = decide(&expired);
+        match &settle.transition {
+            Transition::Reschedule {
+                error,
+                refund_attempt,
+                ..
+            } => {
+                reschedule(
+                    sql,
+                    q,
+                    expired.lease,
+                    None,
+                    *refund_attempt,
+                    error.as_ref(),
+                    now,
+                )?;
+            }
+            Transition::Finish { .. } => self::settle(sql, q, &settle, now)?,
+        }
+        done.push((expired, settle));
+    }
+    Ok(done)
+}
