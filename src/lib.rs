@@ -39,6 +39,7 @@ mod failpoint;
 
 mod backend;
 pub mod clock;
+mod copy;
 mod error;
 mod events;
 pub mod inspect;
@@ -57,6 +58,7 @@ mod validate;
 pub mod worker;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use copy::{copy, CopyReport};
 pub use error::{Error, Result};
 pub use events::Event;
 pub use inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, Retention, StateCount};

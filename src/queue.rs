@@ -148,6 +148,13 @@ impl Queue {
         &self.inner.options
     }
 
+    /// Whether `other` is a handle on the same database.
+    pub(crate) fn same_database(&self, other: &Queue) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+            || (self.inner.canonical_path.is_some()
+                && self.inner.canonical_path == other.inner.canonical_path)
+    }
+
     /// SQLite: the path as given and its canonical form.
     pub(crate) fn paths(&self) -> (Option<&Path>, Option<&Path>) {
         (

@@ -227,6 +227,13 @@ impl Backend {
             server => db.set_paused(queue, paused, now))
     }
 
+    /// Inserts jobs copied from another database, keeping their ids; returns
+    /// how many were written (the rest were there already).
+    pub(crate) fn import(&self, records: &[JobRecord]) -> Result<usize> {
+        dispatch!(self, db => db.write(|tx| sqlite::inspect::import(tx, records)),
+            server => db.import(records))
+    }
+
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
         dispatch!(self, db => db.read(sqlite::inspect::paused_queues),
             server => db.paused_queues())

@@ -230,6 +230,47 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded
 /// Queues that are paused.
 pub const PAUSED_QUEUES: &str = "SELECT name FROM backlog_queues WHERE paused ORDER BY name";
 
+// ---- copy ------------------------------------------------------------------
+
+/// Inserts a live job copied from another database, keeping its id, unless
+/// the id is taken (live or finished) or its unique key is held: then nothing
+/// changes. Not leased: a job leased at copy time arrives available.
+/// Parameters: `?1` id, `?2` queue, `?3` kind, `?4` priority, `?5` unique
+/// key, `?6` payload, `?7` attempts, `?8` max attempts, `?9` available_at,
+/// `?10` first leased at, `?11` errors, `?12` cancel requested, `?13`
+/// created_at, `?14` updated_at.
+pub const IMPORT_LIVE: &str = "
+INSERT INTO backlog_jobs
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     first_leased_at, errors, cancel_requested, created_at, updated_at)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14
+WHERE NOT EXISTS (SELECT 1 FROM backlog_history WHERE id = ?1)
+ON CONFLICT DO NOTHING";
+
+/// Inserts a finished job copied from another database, keeping its id,
+/// unless the id is taken. Parameters as [`IMPORT_LIVE`], then `?15` result,
+/// `?16` status, `?17` processed by, `?18` finished_at (`?10` is started_at).
+pub const IMPORT_HISTORY: &str = "
+INSERT INTO backlog_history
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     started_at, errors, cancel_requested, created_at, updated_at, result, status,
+     processed_by, finished_at)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18
+WHERE NOT EXISTS (SELECT 1 FROM backlog_jobs WHERE id = ?1)
+ON CONFLICT DO NOTHING";
+
+/// Makes new ids start above `?1`: `AUTOINCREMENT` keeps the highest id
+/// handed out in `sqlite_sequence`, which a copied history id never touched.
+/// This one makes sure the row exists ([`RAISE_NEXT_ID`] raises it).
+pub const ENSURE_NEXT_ID: &str = "
+INSERT INTO sqlite_sequence (name, seq)
+SELECT 'backlog_jobs', ?1
+WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'backlog_jobs')";
+
+/// Raises the next id above `?1`.
+pub const RAISE_NEXT_ID: &str =
+    "UPDATE sqlite_sequence SET seq = max(seq, ?1) WHERE name = 'backlog_jobs'";
+
 // ---- maintenance -----------------------------------------------------------
 
 /// Deletes up to `?3` finished jobs of status `?1` that finished before `?2`,

@@ -1,7 +1,5 @@
 //! Inspection and operator actions: get, list, counts, cancel, delete, prune.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -9,14 +7,14 @@ use backlog::{
     CancelOutcome, Error, FinalStatus, JobFilter, JobState, LeaseRequest, NewJob, Retention,
     StateCount,
 };
-use common::{Harness, TestResult};
 use serde_json::json;
+
+use crate::harness::{Backend, TestResult};
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
-#[test]
-fn get_finds_live_and_finished_jobs_and_unknown_ids_are_not_found() -> TestResult {
-    let h = Harness::new()?;
+fn get_finds_live_and_finished_jobs_and_unknown_ids_are_not_found(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let live = h.queue.enqueue(NewJob::new("k", json!(1)))?;
     let done = h.queue.enqueue(NewJob::new("k", json!(2)))?;
     let jobs = h.lease("w", 2)?;
@@ -34,9 +32,8 @@ fn get_finds_live_and_finished_jobs_and_unknown_ids_are_not_found() -> TestResul
     Ok(())
 }
 
-#[test]
-fn cancel_of_a_queued_job_moves_it_to_cancelled() -> TestResult {
-    let h = Harness::new()?;
+fn cancel_of_a_queued_job_moves_it_to_cancelled(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let available = h.queue.enqueue(NewJob::new("k", json!(1)))?;
     let scheduled = h
         .queue
@@ -57,9 +54,10 @@ fn cancel_of_a_queued_job_moves_it_to_cancelled() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn cancel_of_a_running_job_is_requested_reported_by_heartbeat_and_honoured_on_fail() -> TestResult {
-    let h = Harness::new()?;
+fn cancel_of_a_running_job_is_requested_reported_by_heartbeat_and_honoured_on_fail(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h.queue.enqueue(NewJob::new("k", json!(1)))?;
     let job = h.lease_one("w")?;
     assert_eq!(h.queue.cancel(enqueued.id)?, CancelOutcome::Requested);
@@ -80,9 +78,8 @@ fn cancel_of_a_running_job_is_requested_reported_by_heartbeat_and_honoured_on_fa
     Ok(())
 }
 
-#[test]
-fn cancel_requested_job_that_completes_anyway_is_completed() -> TestResult {
-    let h = Harness::new()?;
+fn cancel_requested_job_that_completes_anyway_is_completed(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h.queue.enqueue(NewJob::new("k", json!(1)))?;
     let job = h.lease_one("w")?;
     assert_eq!(h.queue.cancel(enqueued.id)?, CancelOutcome::Requested);
@@ -94,9 +91,8 @@ fn cancel_requested_job_that_completes_anyway_is_completed() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn delete_removes_live_and_finished_jobs() -> TestResult {
-    let h = Harness::new()?;
+fn delete_removes_live_and_finished_jobs(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let queued = h.queue.enqueue(NewJob::new("k", json!(1)))?;
     let running = h.queue.enqueue(NewJob::new("k", json!(2)))?;
     let finished = h.queue.enqueue(NewJob::new("k", json!(3)))?;
@@ -120,9 +116,8 @@ fn delete_removes_live_and_finished_jobs() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn list_filters_by_state_queue_and_kind() -> TestResult {
-    let h = Harness::new()?;
+fn list_filters_by_state_queue_and_kind(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let q = &h.queue;
     let a_email = q.enqueue(NewJob::new("email", json!(1)).queue("a"))?;
     let a_resize = q.enqueue(NewJob::new("resize", json!(2)).queue("a"))?;
@@ -164,9 +159,8 @@ fn list_filters_by_state_queue_and_kind() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn list_pages_by_keyset_over_several_pages() -> TestResult {
-    let h = Harness::new()?;
+fn list_pages_by_keyset_over_several_pages(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let ids: Vec<i64> = h
         .queue
         .enqueue_many((0..25).map(|i| NewJob::new("k", json!(i)).queue("pages")))?
@@ -194,9 +188,8 @@ fn list_pages_by_keyset_over_several_pages() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn counts_report_every_queue_and_state() -> TestResult {
-    let h = Harness::new()?;
+fn counts_report_every_queue_and_state(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let q = &h.queue;
     // Queue a: 2 available, 1 scheduled, 1 retrying, 1 running.
     q.enqueue_many((0..2).map(|i| NewJob::new("k", json!(i)).queue("a")))?;
@@ -248,9 +241,8 @@ fn counts_report_every_queue_and_state() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn prune_history_deletes_expired_rows_in_small_batches() -> TestResult {
-    let h = Harness::new()?;
+fn prune_history_deletes_expired_rows_in_small_batches(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     h.queue
         .enqueue_many((0..5).map(|i| NewJob::new("k", json!(i))))?;
     let old = h.lease("w", 5)?;
@@ -280,9 +272,8 @@ fn prune_history_deletes_expired_rows_in_small_batches() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn prune_history_keeps_each_status_for_its_own_retention() -> TestResult {
-    let h = Harness::new()?;
+fn prune_history_keeps_each_status_for_its_own_retention(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     h.queue
         .enqueue_many((0..2).map(|i| NewJob::new("k", json!(i)).max_attempts(1)))?;
     let jobs = h.lease("w", 2)?;
@@ -306,3 +297,71 @@ fn prune_history_keeps_each_status_for_its_own_retention() -> TestResult {
     ));
     Ok(())
 }
+
+fn run_now_makes_a_scheduled_or_retrying_job_due_and_keeps_its_attempts(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let scheduled = h
+        .queue
+        .enqueue(NewJob::new("k", json!(1)).delay(Duration::from_secs(3600)))?;
+    let retrying = h.queue.enqueue(NewJob::new("k", json!(2)))?;
+    let job = h.lease_one("w")?;
+    h.queue.fail(&job, "boom")?;
+    assert_eq!(h.state(retrying.id)?, JobState::Retrying);
+    assert_eq!(h.state(scheduled.id)?, JobState::Scheduled);
+
+    h.queue.run_now(scheduled.id)?;
+    h.queue.run_now(retrying.id)?;
+    for id in [scheduled.id, retrying.id] {
+        let record = h.record(id)?;
+        assert_eq!(record.state, JobState::Available);
+        assert_eq!(record.available_at, h.now());
+    }
+    assert_eq!(
+        h.record(retrying.id)?.attempts,
+        1,
+        "the failed attempt is kept"
+    );
+    assert_eq!(h.lease("w", 10)?.len(), 2);
+    Ok(())
+}
+
+fn run_now_refuses_running_and_finished_jobs_and_retry_refuses_live_ones(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness()?;
+    let running = h.queue.enqueue(NewJob::new("k", json!(1)))?;
+    let waiting = h
+        .queue
+        .enqueue(NewJob::new("k", json!(2)).delay(Duration::from_secs(60)))?;
+    let job = h.lease_one("w")?;
+    let invalid = |r: backlog::Result<()>| match r {
+        Err(Error::InvalidState { .. }) => {}
+        other => panic!("expected InvalidState, got {other:?}"),
+    };
+    invalid(h.queue.run_now(running.id));
+    invalid(h.queue.retry(running.id));
+    invalid(h.queue.retry(waiting.id));
+    h.queue.complete(&job, None)?;
+    invalid(h.queue.run_now(running.id));
+    assert!(matches!(
+        h.queue.run_now(waiting.id + 1000),
+        Err(Error::NotFound { .. })
+    ));
+    assert_eq!(h.state(waiting.id)?, JobState::Scheduled);
+    Ok(())
+}
+
+conformance!(
+    run_now_makes_a_scheduled_or_retrying_job_due_and_keeps_its_attempts,
+    run_now_refuses_running_and_finished_jobs_and_retry_refuses_live_ones,
+    get_finds_live_and_finished_jobs_and_unknown_ids_are_not_found,
+    cancel_of_a_queued_job_moves_it_to_cancelled,
+    cancel_of_a_running_job_is_requested_reported_by_heartbeat_and_honoured_on_fail,
+    cancel_requested_job_that_completes_anyway_is_completed,
+    delete_removes_live_and_finished_jobs,
+    list_filters_by_state_queue_and_kind,
+    list_pages_by_keyset_over_several_pages,
+    counts_report_every_queue_and_state,
+    prune_history_deletes_expired_rows_in_small_batches,
+    prune_history_keeps_each_status_for_its_own_retention,
+);

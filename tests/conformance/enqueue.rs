@@ -1,18 +1,16 @@
-//! Enqueue: one, many, inside the caller's transaction, and unique keys.
-
-mod common;
+//! Enqueue: one, many, and unique keys (inside the caller's transaction:
+//! `transactional.rs`).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use backlog::sqlite::QueueExt;
-use backlog::{Error, FinalStatus, JobArgs, JobState, NewJob, Queue, UniqueScope};
-use common::{count, micros, raw, Harness, TestDb, TestResult};
-use rusqlite::TransactionBehavior;
+use backlog::{FinalStatus, JobArgs, JobState, NewJob, Queue, UniqueScope};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+use crate::harness::{micros, Backend, TestResult};
 
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 struct SendEmail {
@@ -23,9 +21,8 @@ impl JobArgs for SendEmail {
     const KIND: &'static str = "send_email";
 }
 
-#[test]
-fn enqueue_stores_every_option_as_given() -> TestResult {
-    let h = Harness::new()?;
+fn enqueue_stores_every_option_as_given(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let t0 = h.now();
     let enqueued = h.queue.enqueue(
         NewJob::new("resize", json!({"w": 64, "name": "ä"}))
@@ -56,9 +53,8 @@ fn enqueue_stores_every_option_as_given() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn typed_args_are_stored_under_their_kind_and_decode_back() -> TestResult {
-    let h = Harness::new()?;
+fn typed_args_are_stored_under_their_kind_and_decode_back(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h.queue.enqueue(SendEmail { to: "a@b.c".into() })?;
     let job = h.lease_one("w")?;
     assert_eq!(job.id, enqueued.id);
@@ -69,9 +65,8 @@ fn typed_args_are_stored_under_their_kind_and_decode_back() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn enqueue_many_returns_ids_in_input_order() -> TestResult {
-    let h = Harness::new()?;
+fn enqueue_many_returns_ids_in_input_order(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let ids = h
         .queue
         .enqueue_many((0..5).map(|i| NewJob::new("k", json!({ "i": i }))))?;
@@ -86,9 +81,8 @@ fn enqueue_many_returns_ids_in_input_order() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn duplicate_unique_key_returns_the_existing_id() -> TestResult {
-    let h = Harness::new()?;
+fn duplicate_unique_key_returns_the_existing_id(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let first = h
         .queue
         .enqueue(NewJob::new("k", json!(1)).unique_key("u"))?;
@@ -104,9 +98,8 @@ fn duplicate_unique_key_returns_the_existing_id() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn unique_key_is_scoped_to_its_queue() -> TestResult {
-    let h = Harness::new()?;
+fn unique_key_is_scoped_to_its_queue(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let a = h
         .queue
         .enqueue(NewJob::new("k", json!(1)).queue("a").unique_key("u"))?;
@@ -119,9 +112,8 @@ fn unique_key_is_scoped_to_its_queue() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn live_scope_frees_the_key_once_the_job_finishes() -> TestResult {
-    let h = Harness::new()?;
+fn live_scope_frees_the_key_once_the_job_finishes(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let first = h
         .queue
         .enqueue(NewJob::new("k", json!(1)).unique_key("u"))?;
@@ -142,9 +134,8 @@ fn live_scope_frees_the_key_once_the_job_finishes() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn batch_enqueue_dedups_inside_the_batch_and_against_existing_jobs() -> TestResult {
-    let h = Harness::new()?;
+fn batch_enqueue_dedups_inside_the_batch_and_against_existing_jobs(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let existing = h
         .queue
         .enqueue(NewJob::new("k", json!("old")).unique_key("x"))?;
@@ -163,17 +154,15 @@ fn batch_enqueue_dedups_inside_the_batch_and_against_existing_jobs() -> TestResu
     assert!(!ids[4].existed);
     // old x, y, the keyless job and z.
     assert_eq!(h.live_rows()?, 4);
-    let keys: i64 = count(
-        &h.raw()?,
+    let keys = h.count(
         "SELECT count(DISTINCT unique_key) FROM backlog_jobs WHERE unique_key IS NOT NULL",
     )?;
     assert_eq!(keys, 3);
     Ok(())
 }
 
-#[test]
-fn live_and_history_scope_blocks_the_key_within_the_window_only() -> TestResult {
-    let h = Harness::new()?;
+fn live_and_history_scope_blocks_the_key_within_the_window_only(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let window = Duration::from_secs(3600);
     let tick = || {
         NewJob::new("tick", json!({}))
@@ -208,15 +197,15 @@ fn live_and_history_scope_blocks_the_key_within_the_window_only() -> TestResult 
     Ok(())
 }
 
-#[test]
-fn concurrent_enqueues_of_one_unique_key_insert_exactly_one_row() -> TestResult {
-    let h = Harness::new()?;
+fn concurrent_enqueues_of_one_unique_key_insert_exactly_one_row(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let other = h.second_handle()?;
     const THREADS: usize = 8;
     let barrier = Arc::new(Barrier::new(THREADS));
     let handles: Vec<_> = (0..THREADS)
         .map(|i| {
-            // Half share the first handle's write gate, half race through SQLite's locks.
+            // Half share the first handle's connections, half race through the
+            // database's own locks (another process or node).
             let queue: Queue = if i % 2 == 0 {
                 h.queue.clone()
             } else {
@@ -240,84 +229,14 @@ fn concurrent_enqueues_of_one_unique_key_insert_exactly_one_row() -> TestResult 
     Ok(())
 }
 
-#[test]
-fn enqueue_in_then_rollback_leaves_no_job() -> TestResult {
-    let h = Harness::new()?;
-    let mut conn = h.raw()?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let enqueued = h.queue.enqueue_in(&tx, NewJob::new("k", json!(1)))?;
-    // Visible inside the transaction...
-    assert_eq!(count(&tx, "SELECT count(*) FROM backlog_jobs")?, 1);
-    tx.rollback()?;
-    // ...and gone after the rollback.
-    assert_eq!(h.live_rows()?, 0);
-    assert!(matches!(
-        h.queue.get(enqueued.id),
-        Err(Error::NotFound { .. })
-    ));
-    assert!(h.lease("w", 10)?.is_empty());
-    Ok(())
-}
-
-#[test]
-fn enqueue_in_then_commit_leaves_one_job() -> TestResult {
-    let h = Harness::new()?;
-    let mut conn = h.raw()?;
-    conn.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER)")?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    tx.execute("INSERT INTO orders (id, total) VALUES (7, 100)", [])?;
-    let enqueued = h
-        .queue
-        .enqueue_in(&tx, NewJob::new("charge", json!({"order": 7})))?;
-    tx.commit()?;
-
-    assert_eq!(h.live_rows()?, 1);
-    let job = h.lease_one("w")?;
-    assert_eq!(job.id, enqueued.id);
-    assert_eq!(job.kind, "charge");
-    assert_eq!(count(&h.raw()?, "SELECT count(*) FROM orders")?, 1);
-    Ok(())
-}
-
-#[test]
-fn enqueue_many_in_is_all_or_nothing_with_the_callers_transaction() -> TestResult {
-    let h = Harness::new()?;
-    let mut conn = h.raw()?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let ids = h
-        .queue
-        .enqueue_many_in(&tx, (0..3).map(|i| NewJob::new("k", json!(i))))?;
-    assert_eq!(ids.len(), 3);
-    tx.rollback()?;
-    assert_eq!(h.live_rows()?, 0);
-    Ok(())
-}
-
-#[test]
-fn enqueue_in_on_an_autocommit_connection_is_not_in_transaction() -> TestResult {
-    let h = Harness::new()?;
-    let conn = h.raw()?;
-    let err = h
-        .queue
-        .enqueue_in(&conn, NewJob::new("k", json!(1)))
-        .unwrap_err();
-    assert!(matches!(err, Error::NotInTransaction), "{err:?}");
-    assert_eq!(h.live_rows()?, 0);
-    Ok(())
-}
-
-#[test]
-fn enqueue_in_on_another_database_file_is_refused() -> TestResult {
-    let h = Harness::new()?;
-    let elsewhere = TestDb::new()?;
-    let mut conn = raw(&elsewhere.path)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let err = h
-        .queue
-        .enqueue_in(&tx, NewJob::new("k", json!(1)))
-        .unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
-    tx.rollback()?;
-    assert_eq!(h.live_rows()?, 0);
-    Ok(())
-}
+conformance!(
+    enqueue_stores_every_option_as_given,
+    typed_args_are_stored_under_their_kind_and_decode_back,
+    enqueue_many_returns_ids_in_input_order,
+    duplicate_unique_key_returns_the_existing_id,
+    unique_key_is_scoped_to_its_queue,
+    live_scope_frees_the_key_once_the_job_finishes,
+    batch_enqueue_dedups_inside_the_batch_and_against_existing_jobs,
+    live_and_history_scope_blocks_the_key_within_the_window_only,
+    concurrent_enqueues_of_one_unique_key_insert_exactly_one_row,
+);

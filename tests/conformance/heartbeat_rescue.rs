@@ -1,13 +1,12 @@
 //! Heartbeats extend leases and report lost ones; the rescuer recovers jobs
 //! whose lease expired.
 
-mod common;
-
 use std::time::Duration;
 
 use backlog::{FinalStatus, HeartbeatReport, JobState, LeaseRequest, NewJob, RescueReport};
-use common::{micros, Harness, TestResult};
 use serde_json::json;
+
+use crate::harness::{micros, Backend, Harness, TestResult};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -15,9 +14,8 @@ fn lease_with_ttl(h: &Harness, worker: &str, n: usize) -> TestResult<Vec<backlog
     Ok(h.queue.lease(&LeaseRequest::new(worker, n).ttl(TTL))?)
 }
 
-#[test]
-fn heartbeat_extends_every_held_lease_in_one_call() -> TestResult {
-    let h = Harness::new()?;
+fn heartbeat_extends_every_held_lease_in_one_call(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     h.queue
         .enqueue_many((0..3).map(|i| NewJob::new("k", json!(i))))?;
     let jobs = lease_with_ttl(&h, "w", 3)?;
@@ -43,9 +41,8 @@ fn heartbeat_extends_every_held_lease_in_one_call() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn heartbeat_reports_a_stale_lease_as_lost() -> TestResult {
-    let h = Harness::new()?;
+fn heartbeat_reports_a_stale_lease_as_lost(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     h.queue.enqueue(NewJob::new("k", json!(1)))?;
     h.queue.enqueue(NewJob::new("k", json!(2)))?;
     let mut jobs = lease_with_ttl(&h, "slow", 2)?;
@@ -68,9 +65,8 @@ fn heartbeat_reports_a_stale_lease_as_lost() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn heartbeat_reports_finished_and_deleted_jobs_as_lost() -> TestResult {
-    let h = Harness::new()?;
+fn heartbeat_reports_finished_and_deleted_jobs_as_lost(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     h.queue
         .enqueue_many((0..3).map(|i| NewJob::new("k", json!(i))))?;
     let jobs = lease_with_ttl(&h, "w", 3)?;
@@ -83,16 +79,16 @@ fn heartbeat_reports_finished_and_deleted_jobs_as_lost() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn heartbeat_of_no_leases_reports_nothing() -> TestResult {
-    let h = Harness::new()?;
+fn heartbeat_of_no_leases_reports_nothing(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     assert_eq!(h.queue.heartbeat(&[], TTL)?, HeartbeatReport::default());
     Ok(())
 }
 
-#[test]
-fn rescue_makes_an_expired_lease_available_with_its_attempt_kept_and_an_error() -> TestResult {
-    let h = Harness::new()?;
+fn rescue_makes_an_expired_lease_available_with_its_attempt_kept_and_an_error(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h.queue.enqueue(NewJob::new("k", json!(1)))?;
     let due = h.now();
     let job = lease_with_ttl(&h, "crashed", 1)?.pop().ok_or("no job")?;
@@ -137,9 +133,8 @@ fn rescue_makes_an_expired_lease_available_with_its_attempt_kept_and_an_error() 
 /// waiting; with a backlog an orphaned job then waited far longer than lease
 /// TTL + rescue interval (found by tests/chaos_workers.rs with all jobs
 /// enqueued up front: 11.9 s against a 3.5 s bound).
-#[test]
-fn a_rescued_job_keeps_its_place_in_line_ahead_of_later_jobs() -> TestResult {
-    let h = Harness::new()?;
+fn a_rescued_job_keeps_its_place_in_line_ahead_of_later_jobs(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let orphaned = h.queue.enqueue(NewJob::new("k", json!("first")))?.id;
     lease_with_ttl(&h, "crashed", 1)?;
     h.advance(Duration::from_secs(1));
@@ -160,9 +155,8 @@ fn a_rescued_job_keeps_its_place_in_line_ahead_of_later_jobs() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn rescue_of_an_expired_last_attempt_moves_the_job_to_dead() -> TestResult {
-    let h = Harness::new()?;
+fn rescue_of_an_expired_last_attempt_moves_the_job_to_dead(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h
         .queue
         .enqueue(NewJob::new("k", json!(1)).max_attempts(2))?;
@@ -180,9 +174,8 @@ fn rescue_of_an_expired_last_attempt_moves_the_job_to_dead() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn rescue_reports_rescued_and_dead_separately() -> TestResult {
-    let h = Harness::new()?;
+fn rescue_reports_rescued_and_dead_separately(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     h.queue
         .enqueue(NewJob::new("k", json!(1)).max_attempts(1))?;
     h.queue
@@ -200,9 +193,8 @@ fn rescue_reports_rescued_and_dead_separately() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn rescue_works_in_bounded_batches_oldest_expiry_first() -> TestResult {
-    let h = Harness::new()?;
+fn rescue_works_in_bounded_batches_oldest_expiry_first(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let mut order = Vec::new();
     for i in 0..5 {
         h.queue.enqueue(NewJob::new("k", json!(i)))?;
@@ -224,9 +216,8 @@ fn rescue_works_in_bounded_batches_oldest_expiry_first() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn rescue_of_an_expired_lease_with_a_cancel_request_cancels_the_job() -> TestResult {
-    let h = Harness::new()?;
+fn rescue_of_an_expired_lease_with_a_cancel_request_cancels_the_job(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h.queue.enqueue(NewJob::new("k", json!(1)))?;
     lease_with_ttl(&h, "hung", 1)?.pop().ok_or("no job")?;
     assert_eq!(
@@ -234,7 +225,21 @@ fn rescue_of_an_expired_lease_with_a_cancel_request_cancels_the_job() -> TestRes
         backlog::CancelOutcome::Requested
     );
     h.advance(TTL + Duration::from_secs(1));
-    h.queue.rescue(100)?;
+    let events = h.queue.subscribe();
+    assert_eq!(
+        h.queue.rescue(100)?,
+        RescueReport {
+            rescued: 0,
+            dead: 0,
+            cancelled: 1
+        }
+    );
+    assert_eq!(
+        events.try_recv()?,
+        backlog::Event::Cancelled {
+            job_id: enqueued.id
+        }
+    );
     assert_eq!(
         h.state(enqueued.id)?,
         JobState::Finished(FinalStatus::Cancelled)
@@ -242,3 +247,16 @@ fn rescue_of_an_expired_lease_with_a_cancel_request_cancels_the_job() -> TestRes
     assert!(h.lease("w", 1)?.is_empty());
     Ok(())
 }
+
+conformance!(
+    heartbeat_extends_every_held_lease_in_one_call,
+    heartbeat_reports_a_stale_lease_as_lost,
+    heartbeat_reports_finished_and_deleted_jobs_as_lost,
+    heartbeat_of_no_leases_reports_nothing,
+    rescue_makes_an_expired_lease_available_with_its_attempt_kept_and_an_error,
+    a_rescued_job_keeps_its_place_in_line_ahead_of_later_jobs,
+    rescue_of_an_expired_last_attempt_moves_the_job_to_dead,
+    rescue_reports_rescued_and_dead_separately,
+    rescue_works_in_bounded_batches_oldest_expiry_first,
+    rescue_of_an_expired_lease_with_a_cancel_request_cancels_the_job,
+);

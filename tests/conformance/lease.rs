@@ -1,23 +1,21 @@
 //! Lease: claim order, visibility (delay, pause, kind), and exclusivity.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, SystemTime};
 
 use backlog::{clock::micros_to_system_time, JobState, LeaseRequest, NewJob, Queue};
-use common::{micros, Harness, TestResult};
 use serde_json::json;
+
+use crate::harness::{micros, Backend, TestResult};
 
 fn ids(jobs: &[backlog::Job]) -> Vec<i64> {
     jobs.iter().map(|j| j.id).collect()
 }
 
-#[test]
-fn lease_orders_by_priority_then_available_at_then_id() -> TestResult {
-    let h = Harness::new()?;
+fn lease_orders_by_priority_then_available_at_then_id(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let q = &h.queue;
     // Due 10 s from now, enqueued first: lowest id, latest available_at.
     let late = q.enqueue(NewJob::new("k", json!("late")).delay(Duration::from_secs(10)))?;
@@ -35,9 +33,8 @@ fn lease_orders_by_priority_then_available_at_then_id() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn lease_limit_takes_the_head_of_the_claim_order() -> TestResult {
-    let h = Harness::new()?;
+fn lease_limit_takes_the_head_of_the_claim_order(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let ids_in: Vec<i64> = h
         .queue
         .enqueue_many((0..6).map(|i| NewJob::new("k", json!(i)).priority(i % 3)))?
@@ -53,9 +50,8 @@ fn lease_limit_takes_the_head_of_the_claim_order() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn lease_orders_across_two_queues_by_priority_then_available_at_then_id() -> TestResult {
-    let h = Harness::new()?;
+fn lease_orders_across_two_queues_by_priority_then_available_at_then_id(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let q = &h.queue;
     let a_late = q.enqueue(
         NewJob::new("k", json!(1))
@@ -88,9 +84,8 @@ fn lease_orders_across_two_queues_by_priority_then_available_at_then_id() -> Tes
     Ok(())
 }
 
-#[test]
-fn lease_marks_each_claim_with_attempt_token_expiry_and_worker() -> TestResult {
-    let h = Harness::new()?;
+fn lease_marks_each_claim_with_attempt_token_expiry_and_worker(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h.queue.enqueue(NewJob::new("k", json!(1)))?;
     let t0 = h.now();
     let job = h
@@ -112,11 +107,10 @@ fn lease_marks_each_claim_with_attempt_token_expiry_and_worker() -> TestResult {
     assert_eq!(record.worker.as_deref(), Some("worker-7"));
     assert_eq!(record.lease_until, Some(job.lease_until));
     assert_eq!(record.started_at, Some(t0));
-    let token: i64 = h.raw()?.query_row(
-        "SELECT lease_token FROM backlog_jobs WHERE id = ?1",
-        [job.id],
-        |r| r.get(0),
-    )?;
+    let token = h.count(&format!(
+        "SELECT lease_token FROM backlog_jobs WHERE id = {}",
+        job.id
+    ))?;
     assert_eq!(token, job.lease_token);
 
     // A second claim gets a new token, a new attempt, and keeps first_leased_at.
@@ -130,9 +124,8 @@ fn lease_marks_each_claim_with_attempt_token_expiry_and_worker() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn delayed_jobs_are_invisible_until_due() -> TestResult {
-    let h = Harness::new()?;
+fn delayed_jobs_are_invisible_until_due(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let delayed = h
         .queue
         .enqueue(NewJob::new("k", json!(1)).delay(Duration::from_secs(60)))?;
@@ -165,9 +158,8 @@ fn delayed_jobs_are_invisible_until_due() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn run_at_in_the_past_means_now() -> TestResult {
-    let h = Harness::new()?;
+fn run_at_in_the_past_means_now(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let past = micros_to_system_time(h.now()) - Duration::from_secs(3600);
     let enqueued = h.queue.enqueue(NewJob::new("k", json!(1)).run_at(past))?;
     assert_eq!(h.record(enqueued.id)?.available_at, h.now());
@@ -175,9 +167,8 @@ fn run_at_in_the_past_means_now() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn run_at_before_the_unix_epoch_means_now() -> TestResult {
-    let h = Harness::new()?;
+fn run_at_before_the_unix_epoch_means_now(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let before_epoch = SystemTime::UNIX_EPOCH - Duration::from_secs(1);
     let enqueued = h
         .queue
@@ -187,9 +178,8 @@ fn run_at_before_the_unix_epoch_means_now() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn lease_naming_a_queue_twice_still_claims_up_to_the_limit() -> TestResult {
-    let h = Harness::new()?;
+fn lease_naming_a_queue_twice_still_claims_up_to_the_limit(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let a: Vec<i64> = h
         .queue
         .enqueue_many((0..3).map(|i| NewJob::new("k", json!(i)).queue("a")))?
@@ -208,9 +198,8 @@ fn lease_naming_a_queue_twice_still_claims_up_to_the_limit() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn paused_queue_is_skipped_until_resumed() -> TestResult {
-    let h = Harness::new()?;
+fn paused_queue_is_skipped_until_resumed(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let q = &h.queue;
     let a = q.enqueue(NewJob::new("k", json!(1)).queue("a").priority(10))?;
     let b = q.enqueue(NewJob::new("k", json!(2)).queue("b"))?;
@@ -231,9 +220,8 @@ fn paused_queue_is_skipped_until_resumed() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn lease_only_claims_the_requested_kinds() -> TestResult {
-    let h = Harness::new()?;
+fn lease_only_claims_the_requested_kinds(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let q = &h.queue;
     let email = q.enqueue(NewJob::new("email", json!(1)))?;
     let resize = q.enqueue(NewJob::new("resize", json!(2)))?;
@@ -250,9 +238,8 @@ fn lease_only_claims_the_requested_kinds() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn a_leased_job_is_not_leased_again_while_its_lease_holds() -> TestResult {
-    let h = Harness::new()?;
+fn a_leased_job_is_not_leased_again_while_its_lease_holds(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     h.queue.enqueue(NewJob::new("k", json!(1)))?;
     let job = h.lease_one("w1")?;
     assert!(h.lease("w2", 10)?.is_empty());
@@ -276,9 +263,10 @@ fn drain(queue: Queue, worker: String, barrier: Arc<Barrier>) -> backlog::Result
     }
 }
 
-#[test]
-fn concurrent_leases_from_clones_and_two_handles_are_disjoint_and_cover_every_job() -> TestResult {
-    let h = Harness::new()?;
+fn concurrent_leases_from_clones_and_two_handles_are_disjoint_and_cover_every_job(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness()?;
     let other = h.second_handle()?;
     let all: HashSet<i64> = h
         .queue
@@ -311,17 +299,32 @@ fn concurrent_leases_from_clones_and_two_handles_are_disjoint_and_cover_every_jo
     }
     assert_eq!(seen, all);
     // Every job was claimed exactly once.
-    let claims: i64 = common::count(&h.raw()?, "SELECT sum(attempts) FROM backlog_jobs")?;
+    let claims: i64 = h.count("SELECT sum(attempts) FROM backlog_jobs")?;
     assert_eq!(claims, 400);
     assert_eq!(per_handle[0] + per_handle[1], 400);
     Ok(())
 }
 
-#[test]
-fn run_at_a_future_time_is_stored_to_the_microsecond() -> TestResult {
-    let h = Harness::new()?;
+fn run_at_a_future_time_is_stored_to_the_microsecond(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let when = SystemTime::UNIX_EPOCH + Duration::from_micros(1_800_000_000_123_456);
     let enqueued = h.queue.enqueue(NewJob::new("k", json!(1)).run_at(when))?;
     assert_eq!(h.record(enqueued.id)?.available_at, 1_800_000_000_123_456);
     Ok(())
 }
+
+conformance!(
+    lease_orders_by_priority_then_available_at_then_id,
+    lease_limit_takes_the_head_of_the_claim_order,
+    lease_orders_across_two_queues_by_priority_then_available_at_then_id,
+    lease_marks_each_claim_with_attempt_token_expiry_and_worker,
+    delayed_jobs_are_invisible_until_due,
+    run_at_in_the_past_means_now,
+    run_at_before_the_unix_epoch_means_now,
+    lease_naming_a_queue_twice_still_claims_up_to_the_limit,
+    paused_queue_is_skipped_until_resumed,
+    lease_only_claims_the_requested_kinds,
+    a_leased_job_is_not_leased_again_while_its_lease_holds,
+    concurrent_leases_from_clones_and_two_handles_are_disjoint_and_cover_every_job,
+    run_at_a_future_time_is_stored_to_the_microsecond,
+);

@@ -1,19 +1,16 @@
 //! Settling a leased job: complete, fail (backoff, dead-lettering), snooze,
-//! discard, release, their batch forms, and the transactional `*_in` forms,
-//! all fenced on the lease token.
-
-mod common;
+//! discard, release and their batch forms, all fenced on the lease token.
+//! The transactional forms are in `transactional.rs`.
 
 use std::time::Duration;
 
-use backlog::sqlite::QueueExt;
 use backlog::{
     Error, FinalStatus, Job, JobState, LeaseRequest, NewJob, Outcome, QueueOptions, RetryPolicy,
     MAX_ERRORS_KEPT,
 };
-use common::{create_effects_table, effects_of, micros, Harness, TestResult};
-use rusqlite::TransactionBehavior;
 use serde_json::json;
+
+use crate::harness::{micros, Backend, Harness, TestResult};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -58,9 +55,8 @@ fn assert_lease_lost<T: std::fmt::Debug>(result: backlog::Result<T>, job_id: i64
     }
 }
 
-#[test]
-fn complete_moves_the_job_to_history_with_its_result() -> TestResult {
-    let h = Harness::new()?;
+fn complete_moves_the_job_to_history_with_its_result(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h.queue.enqueue(NewJob::new("k", json!({"n": 1})))?;
     let started = h.now();
     let job = h.lease_one("w1")?;
@@ -82,9 +78,8 @@ fn complete_moves_the_job_to_history_with_its_result() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn fail_records_the_error_and_schedules_a_retry() -> TestResult {
-    let h = Harness::with(QueueOptions::new().retry_policy(RetryPolicy {
+fn fail_records_the_error_and_schedules_a_retry(b: &Backend) -> TestResult {
+    let h = b.harness_with(QueueOptions::new().retry_policy(RetryPolicy {
         base: Duration::from_secs(5),
         jitter: 0.0,
         max: Duration::from_secs(60),
@@ -115,9 +110,8 @@ fn fail_records_the_error_and_schedules_a_retry() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn fail_with_retry_after_overrides_the_backoff() -> TestResult {
-    let h = Harness::new()?;
+fn fail_with_retry_after_overrides_the_backoff(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     h.queue.enqueue(NewJob::new("k", json!(1)))?;
     let job = h.lease_one("w")?;
     h.queue.settle(
@@ -154,9 +148,8 @@ fn backoffs(h: &Harness, attempts: u32) -> TestResult<Vec<i64>> {
     Ok(waits)
 }
 
-#[test]
-fn backoff_doubles_from_base_and_is_capped_without_jitter() -> TestResult {
-    let h = Harness::with(QueueOptions::new().retry_policy(RetryPolicy {
+fn backoff_doubles_from_base_and_is_capped_without_jitter(b: &Backend) -> TestResult {
+    let h = b.harness_with(QueueOptions::new().retry_policy(RetryPolicy {
         base: Duration::from_secs(1),
         jitter: 0.0,
         max: Duration::from_secs(10),
@@ -171,14 +164,13 @@ fn backoff_doubles_from_base_and_is_capped_without_jitter() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn backoff_grows_and_is_capped_within_the_jitter_bounds() -> TestResult {
+fn backoff_grows_and_is_capped_within_the_jitter_bounds(b: &Backend) -> TestResult {
     let policy = RetryPolicy {
         base: Duration::from_secs(1),
         jitter: 0.2,
         max: Duration::from_secs(20),
     };
-    let h = Harness::with(QueueOptions::new().retry_policy(policy))?;
+    let h = b.harness_with(QueueOptions::new().retry_policy(policy))?;
     h.queue
         .enqueue(NewJob::new("k", json!(1)).max_attempts(10))?;
     let waits = backoffs(&h, 9)?;
@@ -201,9 +193,8 @@ fn backoff_grows_and_is_capped_within_the_jitter_bounds() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn retry_policy_for_a_kind_overrides_the_queue_policy() -> TestResult {
-    let h = Harness::with(
+fn retry_policy_for_a_kind_overrides_the_queue_policy(b: &Backend) -> TestResult {
+    let h = b.harness_with(
         QueueOptions::new()
             .retry_policy(RetryPolicy {
                 base: Duration::from_secs(1),
@@ -236,9 +227,8 @@ fn retry_policy_for_a_kind_overrides_the_queue_policy() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn exhausted_attempts_move_the_job_to_dead_with_every_error() -> TestResult {
-    let h = Harness::new()?;
+fn exhausted_attempts_move_the_job_to_dead_with_every_error(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h
         .queue
         .enqueue(NewJob::new("k", json!(1)).max_attempts(3))?;
@@ -262,17 +252,13 @@ fn exhausted_attempts_move_the_job_to_dead_with_every_error() -> TestResult {
         .map(|e| (e.attempt, e.message.as_str()))
         .collect();
     assert_eq!(errors, vec![(1, "boom 1"), (2, "boom 2"), (3, "boom 3")]);
-    let dead: i64 = common::count(
-        &h.raw()?,
-        "SELECT count(*) FROM backlog_history WHERE status = 'dead'",
-    )?;
+    let dead = h.count("SELECT count(*) FROM backlog_history WHERE status = 'dead'")?;
     assert_eq!(dead, 1);
     Ok(())
 }
 
-#[test]
-fn retry_brings_a_dead_job_back_available_with_attempts_reset() -> TestResult {
-    let h = Harness::new()?;
+fn retry_brings_a_dead_job_back_available_with_attempts_reset(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h
         .queue
         .enqueue(NewJob::new("k", json!(1)).max_attempts(1))?;
@@ -300,9 +286,8 @@ fn retry_brings_a_dead_job_back_available_with_attempts_reset() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn retry_of_a_completed_job_is_refused() -> TestResult {
-    let h = Harness::new()?;
+fn retry_of_a_completed_job_is_refused(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h.queue.enqueue(NewJob::new("k", json!(1)))?;
     let job = h.lease_one("w")?;
     h.queue.complete(&job, None)?;
@@ -315,9 +300,8 @@ fn retry_of_a_completed_job_is_refused() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn snooze_reschedules_without_using_an_attempt() -> TestResult {
-    let h = Harness::new()?;
+fn snooze_reschedules_without_using_an_attempt(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h
         .queue
         .enqueue(NewJob::new("k", json!(1)).max_attempts(1))?;
@@ -344,9 +328,8 @@ fn snooze_reschedules_without_using_an_attempt() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn release_makes_the_job_available_at_once_without_using_an_attempt() -> TestResult {
-    let h = Harness::new()?;
+fn release_makes_the_job_available_at_once_without_using_an_attempt(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h.queue.enqueue(NewJob::new("k", json!(1)))?;
     let job = h.lease_one("w")?;
     h.queue.release(&job)?;
@@ -362,9 +345,8 @@ fn release_makes_the_job_available_at_once_without_using_an_attempt() -> TestRes
     Ok(())
 }
 
-#[test]
-fn discard_moves_the_job_to_history_as_discarded() -> TestResult {
-    let h = Harness::new()?;
+fn discard_moves_the_job_to_history_as_discarded(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let enqueued = h.queue.enqueue(NewJob::new("k", json!(1)))?;
     let job = h.lease_one("w")?;
     h.queue.discard(&job, "malformed address")?;
@@ -381,9 +363,8 @@ fn discard_moves_the_job_to_history_as_discarded() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn the_error_list_keeps_only_the_most_recent_entries() -> TestResult {
-    let h = Harness::with(QueueOptions::new().retry_policy(RetryPolicy {
+fn the_error_list_keeps_only_the_most_recent_entries(b: &Backend) -> TestResult {
+    let h = b.harness_with(QueueOptions::new().retry_policy(RetryPolicy {
         base: Duration::from_micros(1),
         jitter: 0.0,
         max: Duration::from_micros(1),
@@ -404,41 +385,36 @@ fn the_error_list_keeps_only_the_most_recent_entries() -> TestResult {
 
 // ---- stale leases -----------------------------------------------------------
 
-#[test]
-fn complete_with_a_stale_lease_is_lease_lost() -> TestResult {
-    let h = Harness::new()?;
+fn complete_with_a_stale_lease_is_lease_lost(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let (stale, fresh) = stale_and_fresh(&h)?;
     assert_lease_lost(h.queue.complete(&stale, Some(json!("late"))), stale.id);
     assert_fresh_claim_untouched(&h, &fresh)
 }
 
-#[test]
-fn fail_with_a_stale_lease_is_lease_lost() -> TestResult {
-    let h = Harness::new()?;
+fn fail_with_a_stale_lease_is_lease_lost(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let (stale, fresh) = stale_and_fresh(&h)?;
     assert_lease_lost(h.queue.fail(&stale, "late failure"), stale.id);
     assert_fresh_claim_untouched(&h, &fresh)
 }
 
-#[test]
-fn snooze_with_a_stale_lease_is_lease_lost() -> TestResult {
-    let h = Harness::new()?;
+fn snooze_with_a_stale_lease_is_lease_lost(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let (stale, fresh) = stale_and_fresh(&h)?;
     assert_lease_lost(h.queue.snooze(&stale, Duration::from_secs(5)), stale.id);
     assert_fresh_claim_untouched(&h, &fresh)
 }
 
-#[test]
-fn discard_with_a_stale_lease_is_lease_lost() -> TestResult {
-    let h = Harness::new()?;
+fn discard_with_a_stale_lease_is_lease_lost(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let (stale, fresh) = stale_and_fresh(&h)?;
     assert_lease_lost(h.queue.discard(&stale, "late discard"), stale.id);
     assert_fresh_claim_untouched(&h, &fresh)
 }
 
-#[test]
-fn release_with_a_stale_lease_is_lease_lost() -> TestResult {
-    let h = Harness::new()?;
+fn release_with_a_stale_lease_is_lease_lost(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let (stale, fresh) = stale_and_fresh(&h)?;
     assert_lease_lost(h.queue.release(&stale), stale.id);
     assert_fresh_claim_untouched(&h, &fresh)
@@ -446,9 +422,8 @@ fn release_with_a_stale_lease_is_lease_lost() -> TestResult {
 
 // ---- batches -----------------------------------------------------------------
 
-#[test]
-fn complete_many_completes_every_job_in_one_call() -> TestResult {
-    let h = Harness::new()?;
+fn complete_many_completes_every_job_in_one_call(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     h.queue
         .enqueue_many((0..5).map(|i| NewJob::new("k", json!(i))))?;
     let jobs = h.lease("w", 5)?;
@@ -460,9 +435,8 @@ fn complete_many_completes_every_job_in_one_call() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn settle_many_applies_each_outcome_to_its_own_job() -> TestResult {
-    let h = Harness::new()?;
+fn settle_many_applies_each_outcome_to_its_own_job(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let ids: Vec<i64> = h
         .queue
         .enqueue_many((0..6).map(|i| NewJob::new("k", json!(i))))?
@@ -498,9 +472,8 @@ fn settle_many_applies_each_outcome_to_its_own_job() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn settle_many_with_one_stale_lease_applies_the_others() -> TestResult {
-    let h = Harness::new()?;
+fn settle_many_with_one_stale_lease_applies_the_others(b: &Backend) -> TestResult {
+    let h = b.harness()?;
     let (stale, fresh) = stale_and_fresh(&h)?;
     h.queue
         .enqueue_many([NewJob::new("k", json!("a")), NewJob::new("k", json!("b"))])?;
@@ -529,130 +502,26 @@ fn settle_many_with_one_stale_lease_applies_the_others() -> TestResult {
 
 // ---- transactional completion -----------------------------------------------
 
-#[test]
-fn complete_in_then_rollback_leaves_the_job_leased_and_the_effects_absent() -> TestResult {
-    let h = Harness::new()?;
-    create_effects_table(h.path())?;
-    h.queue.enqueue(NewJob::new("k", json!(1)))?;
-    let job = h.lease_one("w")?;
-
-    let mut conn = h.raw()?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    tx.execute(
-        "INSERT INTO effects (job_id, note) VALUES (?1, 'charged')",
-        [job.id],
-    )?;
-    h.queue.complete_in(&tx, &job, Some(json!("ok")))?;
-    tx.rollback()?;
-
-    assert_eq!(effects_of(h.path(), job.id)?, 0);
-    let record = h.record(job.id)?;
-    assert_eq!(record.state, JobState::Running);
-    assert_eq!(h.history_rows()?, 0);
-    // The lease is still this caller's.
-    let beat = h.queue.heartbeat(&[job.lease()], TTL)?;
-    assert_eq!(beat.extended, vec![job.lease()]);
-    Ok(())
-}
-
-#[test]
-fn complete_in_then_commit_completes_the_job_with_its_effects() -> TestResult {
-    let h = Harness::new()?;
-    create_effects_table(h.path())?;
-    h.queue.enqueue(NewJob::new("k", json!(1)))?;
-    let job = h.lease_one("w")?;
-
-    let mut conn = h.raw()?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    tx.execute(
-        "INSERT INTO effects (job_id, note) VALUES (?1, 'charged')",
-        [job.id],
-    )?;
-    h.queue.complete_in(&tx, &job, Some(json!("ok")))?;
-    tx.commit()?;
-
-    assert_eq!(effects_of(h.path(), job.id)?, 1);
-    let record = h.record(job.id)?;
-    assert_eq!(record.state, JobState::Finished(FinalStatus::Completed));
-    assert_eq!(record.result.as_deref(), Some(r#""ok""#));
-    Ok(())
-}
-
-#[test]
-fn complete_in_with_a_stale_lease_rolls_back_the_effects_of_its_transaction() -> TestResult {
-    let h = Harness::new()?;
-    create_effects_table(h.path())?;
-    let (stale, fresh) = stale_and_fresh(&h)?;
-
-    let outcome: backlog::Result<()> = h.queue.transaction(|tx| {
-        tx.execute(
-            "INSERT INTO effects (job_id, note) VALUES (?1, 'stale')",
-            [stale.id],
-        )?;
-        h.queue.complete_in(tx, &stale, None)?;
-        Ok(())
-    });
-    assert_lease_lost(outcome, stale.id);
-    assert_eq!(effects_of(h.path(), stale.id)?, 0);
-    assert_eq!(h.state(stale.id)?, JobState::Running);
-
-    // The fresh holder's transaction commits its effects exactly once.
-    h.queue.transaction(|tx| -> backlog::Result<()> {
-        h.queue.complete_in(tx, &fresh, None)?;
-        tx.execute(
-            "INSERT INTO effects (job_id, note) VALUES (?1, 'fresh')",
-            [fresh.id],
-        )?;
-        Ok(())
-    })?;
-    assert_eq!(effects_of(h.path(), fresh.id)?, 1);
-    assert_eq!(
-        h.state(fresh.id)?,
-        JobState::Finished(FinalStatus::Completed)
-    );
-    Ok(())
-}
-
-#[test]
-fn fail_in_commits_the_retry_with_the_callers_transaction() -> TestResult {
-    let h = Harness::new()?;
-    create_effects_table(h.path())?;
-    h.queue.enqueue(NewJob::new("k", json!(1)))?;
-    let job = h.lease_one("w")?;
-
-    let mut conn = h.raw()?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    h.queue.fail_in(&tx, &job, "declined")?;
-    tx.execute(
-        "INSERT INTO effects (job_id, note) VALUES (?1, 'logged decline')",
-        [job.id],
-    )?;
-    tx.rollback()?;
-    assert_eq!(h.state(job.id)?, JobState::Running);
-
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    h.queue.fail_in(&tx, &job, "declined")?;
-    tx.execute(
-        "INSERT INTO effects (job_id, note) VALUES (?1, 'logged decline')",
-        [job.id],
-    )?;
-    tx.commit()?;
-    let record = h.record(job.id)?;
-    assert_eq!(record.state, JobState::Retrying);
-    assert_eq!(record.errors.len(), 1);
-    assert_eq!(record.errors[0].message, "declined");
-    assert_eq!(effects_of(h.path(), job.id)?, 1);
-    Ok(())
-}
-
-#[test]
-fn complete_in_on_an_autocommit_connection_is_not_in_transaction() -> TestResult {
-    let h = Harness::new()?;
-    h.queue.enqueue(NewJob::new("k", json!(1)))?;
-    let job = h.lease_one("w")?;
-    let conn = h.raw()?;
-    let err = h.queue.complete_in(&conn, &job, None).unwrap_err();
-    assert!(matches!(err, Error::NotInTransaction), "{err:?}");
-    assert_eq!(h.state(job.id)?, JobState::Running);
-    Ok(())
-}
+conformance!(
+    complete_moves_the_job_to_history_with_its_result,
+    fail_records_the_error_and_schedules_a_retry,
+    fail_with_retry_after_overrides_the_backoff,
+    backoff_doubles_from_base_and_is_capped_without_jitter,
+    backoff_grows_and_is_capped_within_the_jitter_bounds,
+    retry_policy_for_a_kind_overrides_the_queue_policy,
+    exhausted_attempts_move_the_job_to_dead_with_every_error,
+    retry_brings_a_dead_job_back_available_with_attempts_reset,
+    retry_of_a_completed_job_is_refused,
+    snooze_reschedules_without_using_an_attempt,
+    release_makes_the_job_available_at_once_without_using_an_attempt,
+    discard_moves_the_job_to_history_as_discarded,
+    the_error_list_keeps_only_the_most_recent_entries,
+    complete_with_a_stale_lease_is_lease_lost,
+    fail_with_a_stale_lease_is_lease_lost,
+    snooze_with_a_stale_lease_is_lease_lost,
+    discard_with_a_stale_lease_is_lease_lost,
+    release_with_a_stale_lease_is_lease_lost,
+    complete_many_completes_every_job_in_one_call,
+    settle_many_applies_each_outcome_to_its_own_job,
+    settle_many_with_one_stale_lease_applies_the_others,
+);

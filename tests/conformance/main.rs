@@ -1,0 +1,20 @@
+//! The conformance suite: every behaviour of the queue is a scenario written
+//! once, and each runs on SQLite, PostgreSQL and MySQL (`sqlite::NAME`,
+//! `postgres::NAME`, `mysql::NAME`). The server runs need
+//! `BACKLOG_TEST_POSTGRES_URL` / `BACKLOG_TEST_MYSQL_URL` and the cargo
+//! features; without them they print `SKIPPED: ...` and pass.
+//!
+//! What only one database has (SQLite's pragmas, files and query plans; a
+//! server's TLS or LISTEN/NOTIFY) is tested in that database's own files.
+
+#[macro_use]
+mod harness;
+
+mod bad_input;
+mod copy;
+mod enqueue;
+mod heartbeat_rescue;
+mod inspect;
+mod lease;
+mod settle;
+mod transactional;
