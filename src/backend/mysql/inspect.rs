@@ -2,7 +2,7 @@
 //! cancel, delete, pause, prune.
 
 use mysql::prelude::Queryable;
-use mysql::{params, Row};
+use mysql::{params, Params, Row};
 
 use super::queries::Sql;
 use super::{jobs, take, Now};
@@ -237,6 +237,46 @@ fn live_lease(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Option<Optio
 fn history_status(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Option<FinalStatus>> {
     let status: Option<String> = q.exec_first(&sql.history_status, params! { "id" => id })?;
     Ok(status.as_deref().and_then(FinalStatus::parse))
+}
+
+/// Inserts jobs copied from another database (see [`crate::copy`]), keeping
+/// their ids; returns how many were written (the others were already there).
+pub(crate) fn import(sql: &Sql, q: &mut impl Queryable, records: &[JobRecord]) -> Result<usize> {
+    let mut written = 0;
+    let mut highest = 0;
+    for r in records {
+        let mut values = params! {
+            "id" => r.id, "queue" => &r.queue, "kind" => &r.kind, "priority" => r.priority,
+            "unique_key" => r.unique_key.as_deref(), "payload" => &r.payload,
+            "attempts" => r.attempts, "max_attempts" => r.max_attempts,
+            "available_at" => r.available_at, "started_at" => r.started_at,
+            "errors" => serde_json::to_string(&r.errors)?,
+            "cancel_requested" => r.cancel_requested, "created_at" => r.created_at,
+            "updated_at" => r.updated_at,
+        };
+        let statement = match r.state {
+            JobState::Finished(status) => {
+                if let Params::Named(map) = &mut values {
+                    map.insert(b"result".to_vec(), r.result.as_deref().into());
+                    map.insert(b"status".to_vec(), status.as_str().into());
+                    map.insert(b"processed_by".to_vec(), r.worker.as_deref().into());
+                    map.insert(
+                        b"finished_at".to_vec(),
+                        r.finished_at.unwrap_or(r.updated_at).into(),
+                    );
+                }
+                &sql.import_history
+            }
+            _ => &sql.import_live,
+        };
+        written += q.exec_iter(statement, values)?.affected_rows();
+        highest = highest.max(r.id);
+    }
+    if highest > 0 {
+        q.exec_drop(&sql.raise_next_id, params! { "id" => highest })?;
+        q.exec_drop(&sql.drop_id_placeholder, params! { "id" => highest })?;
+    }
+    Ok(usize::try_from(written).unwrap_or(usize::MAX))
 }
 
 /// Pauses (`true`) or resumes (`false`) a queue.

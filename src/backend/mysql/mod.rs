@@ -185,6 +185,10 @@ impl Db {
         self.write(|tx| inspect::set_paused(&self.sql, tx, queue, paused, self.now(now)))
     }
 
+    pub(crate) fn import(&self, records: &[JobRecord]) -> Result<usize> {
+        self.write(|tx| inspect::import(&self.sql, tx, records))
+    }
+
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
         self.read(|conn| inspect::paused_queues(&self.sql, conn))
     }

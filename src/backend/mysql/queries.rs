@@ -295,6 +295,47 @@ ON DUPLICATE KEY UPDATE paused = :paused, updated_at = {now}";
 /// Queues that are paused.
 pub const PAUSED_QUEUES: &str = "SELECT name FROM {queues} WHERE paused ORDER BY name";
 
+// ---- copy ------------------------------------------------------------------
+
+/// Inserts a live job copied from another database, keeping its id, unless
+/// the id is taken (live or finished) or its unique key is held: then nothing
+/// changes. Not leased: a job leased at copy time arrives available. Times
+/// are the copied values, not offsets. Differs from SQLite in `INSERT
+/// IGNORE` (see [`ENQUEUE`]) and `FROM DUAL`.
+pub const IMPORT_LIVE: &str = "
+INSERT IGNORE INTO {jobs}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     first_leased_at, errors, cancel_requested, created_at, updated_at)
+SELECT :id, :queue, :kind, :priority, :unique_key, :payload, :attempts, :max_attempts,
+       :available_at, :started_at, :errors, :cancel_requested, :created_at, :updated_at
+FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM {history} WHERE id = :id)";
+
+/// Inserts a finished job copied from another database, keeping its id,
+/// unless the id is taken.
+pub const IMPORT_HISTORY: &str = "
+INSERT IGNORE INTO {history}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     started_at, errors, cancel_requested, created_at, updated_at, result, status,
+     processed_by, finished_at)
+SELECT :id, :queue, :kind, :priority, :unique_key, :payload, :attempts, :max_attempts,
+       :available_at, :started_at, :errors, :cancel_requested, :created_at, :updated_at,
+       :result, :status, :processed_by, :finished_at
+FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE id = :id)";
+
+/// Makes new ids start above `:id`. Differs from SQLite (which raises
+/// `sqlite_sequence`) in that InnoDB raises the AUTO_INCREMENT counter past
+/// any id inserted explicitly, and never lowers it: a placeholder row (kind
+/// `''`, which no job can have) is inserted at `:id`, unless a live job holds
+/// it, and deleted by [`DROP_ID_PLACEHOLDER`]. (`ALTER TABLE .. AUTO_INCREMENT`
+/// would commit the copy's transaction, and could lower the counter.)
+pub const RAISE_NEXT_ID: &str = "
+INSERT IGNORE INTO {jobs}
+    (id, queue, kind, payload, errors, available_at, created_at, updated_at)
+VALUES (:id, '', '', 'null', '[]', 0, 0, 0)";
+
+/// Removes [`RAISE_NEXT_ID`]'s placeholder. Only in MySQL.
+pub const DROP_ID_PLACEHOLDER: &str = "DELETE FROM {jobs} WHERE id = :id AND kind = ''";
+
 // ---- maintenance -----------------------------------------------------------
 
 /// Deletes up to `:limit` finished jobs of `:status` that finished before
@@ -376,6 +417,10 @@ pub struct Sql {
     pub history_status: String,
     pub set_paused: String,
     pub paused_queues: String,
+    pub import_live: String,
+    pub import_history: String,
+    pub raise_next_id: String,
+    pub drop_id_placeholder: String,
     pub prune_history: String,
     pub latest_job: String,
 }
@@ -412,6 +457,10 @@ impl Sql {
             history_status: r(HISTORY_STATUS),
             set_paused: r(SET_PAUSED),
             paused_queues: r(PAUSED_QUEUES),
+            import_live: r(IMPORT_LIVE),
+            import_history: r(IMPORT_HISTORY),
+            raise_next_id: r(RAISE_NEXT_ID),
+            drop_id_placeholder: r(DROP_ID_PLACEHOLDER),
             prune_history: r(PRUNE_HISTORY),
             latest_job: r(LATEST_JOB),
             tables,
