@@ -172,32 +172,37 @@ pub(crate) fn explain_lease(
     let kinds = p.kinds.map_or(0, <[String]>::len);
     let text = format!("EXPLAIN {}", sql.lease(p.queues.len(), kinds));
     let rows: Vec<Row> = q.exec(text, lease_params(p, now))?;
-    rows.into_iter()
-        .map(|mut r| {
-            let mut field = |name: &str| -> Result<String> {
-                let i = r
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let field = |name: &str| -> String {
+                let value = r
                     .columns_ref()
                     .iter()
-                    .position(|c| c.name_str().eq_ignore_ascii_case(name));
-                match i {
-                    Some(i) => Ok(take::<Option<String>>(&mut r, i)?.unwrap_or_default()),
-                    None => Ok(String::new()),
+                    .position(|c| c.name_str().eq_ignore_ascii_case(name))
+                    .and_then(|i| r.as_ref(i));
+                match value {
+                    Some(Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+                    Some(Value::NULL) | None => String::new(),
+                    Some(Value::Int(i)) => i.to_string(),
+                    Some(Value::UInt(u)) => u.to_string(),
+                    Some(other) => format!("{other:?}"),
                 }
             };
-            Ok(format!(
+            format!(
                 "{} {} table={} type={} key={} rows={} {}",
-                field("id")?,
-                field("select_type")?,
-                field("table")?,
-                field("type")?,
-                field("key")?,
-                field("rows")?,
-                field("Extra")?
+                field("id"),
+                field("select_type"),
+                field("table"),
+                field("type"),
+                field("key"),
+                field("rows"),
+                field("Extra")
             )
             .trim_end()
-            .to_owned())
+            .to_owned()
         })
-        .collect()
+        .collect())
 }
 
 /// Applies a decided transition, fenced on the lease. `LeaseLost` when the
