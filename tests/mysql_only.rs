@@ -26,8 +26,8 @@ mod server {
     use backlog::mysql::mysql::{Conn, Opts};
     use backlog::mysql::JobContextExt;
     use backlog::{
-        Clock, Error, Event, JobState, LeaseRequest, NewJob, Queue, QueueOptions, SystemClock,
-        Worker,
+        Clock, Error, Event, JobState, LeaseRequest, NewJob, Outcome, Queue, QueueOptions,
+        SystemClock, Worker,
     };
     use serde_json::{json, Value};
 
@@ -247,6 +247,45 @@ mod server {
         );
         // The backoff counts from the server's now.
         assert!(failed.available_at - stamped <= 2_000_000, "{failed:?}");
+        Ok(())
+    }
+
+    // ---- batches ------------------------------------------------------------------
+
+    #[test]
+    fn a_batch_of_completions_fences_each_lease_and_keeps_each_result() -> TestResult {
+        let Some(db) = TestDb::create()? else {
+            return Ok(());
+        };
+        let queue = db.queue(QueueOptions::new())?;
+        queue.enqueue_many((0..5).map(|i| NewJob::new("k", json!(i))))?;
+        let jobs = queue.lease(&LeaseRequest::new("w", 5))?;
+        queue.delete(jobs[2].id)?; // its lease is gone
+        let results = queue.settle_many(jobs.iter().enumerate().map(|(i, job)| {
+            let result = (i % 2 == 0).then(|| json!({"n": i, "text": "a \"quoted\" ✓"}));
+            (job, Outcome::Complete(result))
+        }))?;
+        for (i, (job, result)) in jobs.iter().zip(&results).enumerate() {
+            if i == 2 {
+                assert!(matches!(result, Err(e) if e.is_lease_lost()), "{result:?}");
+                continue;
+            }
+            assert!(result.is_ok(), "{i}: {result:?}");
+            let record = queue.get(job.id)?;
+            assert_eq!(record.state.as_str(), "completed");
+            assert_eq!(record.worker.as_deref(), Some("w"));
+            let stored: Option<Value> = record
+                .result
+                .map(|r| serde_json::from_str(&r))
+                .transpose()?;
+            let wanted = (i % 2 == 0).then(|| json!({"n": i, "text": "a \"quoted\" ✓"}));
+            assert_eq!(stored, wanted, "{i}");
+        }
+        // A second completion of the same leases changes nothing.
+        let again = queue.complete_many(&jobs)?;
+        assert!(again
+            .iter()
+            .all(|r| matches!(r, Err(e) if e.is_lease_lost())));
         Ok(())
     }
 

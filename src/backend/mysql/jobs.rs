@@ -251,6 +251,50 @@ pub(crate) fn settle_reporting(
     }
 }
 
+/// Completes many leased jobs (completions without an error) in three
+/// statements, whatever their number: fence and lock, copy to history,
+/// delete. Returns each job's outcome in `items` order: `Ok(false)`, or
+/// `LeaseLost` for a lease no longer held (that job is left as it was).
+pub(crate) fn complete_many(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    items: &[(Lease, Option<&str>)],
+    now: Now,
+) -> Result<Vec<Result<bool>>> {
+    let mut leases: Vec<[i64; 2]> = items.iter().map(|(l, _)| [l.job_id, l.token]).collect();
+    leases.sort_unstable();
+    let leases = serde_json::to_string(&leases)?;
+    let held: Vec<i64> = q.exec(&sql.lock_held, params! { "leases" => &leases })?;
+    let held: std::collections::HashSet<i64> = held.into_iter().collect();
+    if !held.is_empty() {
+        let completions: Vec<serde_json::Value> = items
+            .iter()
+            .filter(|(l, _)| held.contains(&l.job_id))
+            .map(|(l, result)| match result {
+                Some(text) => serde_json::json!([l.job_id, l.token, text]),
+                None => serde_json::json!([l.job_id, l.token]),
+            })
+            .collect();
+        q.exec_drop(
+            &sql.complete_many_to_history,
+            params! {
+                "completions" => serde_json::to_string(&completions)?, "now" => now.param(),
+            },
+        )?;
+        q.exec_drop(&sql.delete_many_live, params! { "leases" => &leases })?;
+    }
+    Ok(items
+        .iter()
+        .map(|(l, _)| {
+            if held.contains(&l.job_id) {
+                Ok(false)
+            } else {
+                Err(Error::LeaseLost { job_id: l.job_id })
+            }
+        })
+        .collect())
+}
+
 /// Unleases a job: due at `available_at`, or (`None`, a rescue) in its place
 /// in line. A cancel requested while it ran wins: the job is finished as
 /// cancelled instead (`Ok(true)`).

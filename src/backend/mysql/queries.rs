@@ -154,6 +154,40 @@ FROM {jobs} WHERE id = :id AND lease_token <=> :token
 FOR UPDATE"
 );
 
+/// The leases of `:leases` (a JSON array of `[id, token]`) still held,
+/// locked: the fence of a batch of completions. Only in MySQL (see
+/// [`COMPLETE_MANY_TO_HISTORY`]).
+pub const LOCK_HELD: &str = "
+SELECT j.id
+FROM JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
+STRAIGHT_JOIN {jobs} AS j ON j.id = held.id AND j.lease_token = held.token
+FOR UPDATE";
+
+/// Copies a batch of completed jobs into history in one statement.
+/// `:completions` is a JSON array of `[id, token]` or `[id, token, result
+/// text]`. Only in MySQL: SQLite runs [`FINISH_TO_HISTORY`] per job, cheap
+/// in-process, while here each statement is a round trip to the server; the
+/// batch (the worker's completer) is fenced by [`LOCK_HELD`] first, and its
+/// live rows deleted by [`DELETE_MANY_LIVE`].
+pub const COMPLETE_MANY_TO_HISTORY: &str = "
+INSERT INTO {history}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
+     started_at, finished_at)
+SELECT j.id, j.queue, j.kind, j.priority, j.unique_key, j.payload, j.attempts, j.max_attempts,
+       j.available_at, j.errors, j.cancel_requested, j.created_at, {now}, c.result, 'completed',
+       j.locked_by, j.first_leased_at, {now}
+FROM JSON_TABLE(:completions, '$[*]' COLUMNS (
+         id BIGINT PATH '$[0]', token BIGINT PATH '$[1]', result LONGTEXT PATH '$[2]')) AS c
+STRAIGHT_JOIN {jobs} AS j ON j.id = c.id AND j.lease_token = c.token";
+
+/// Removes the live rows of a batch [`COMPLETE_MANY_TO_HISTORY`] copied.
+/// Only in MySQL.
+pub const DELETE_MANY_LIVE: &str = "
+DELETE j
+FROM JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
+STRAIGHT_JOIN {jobs} AS j ON j.id = held.id AND j.lease_token = held.token";
+
 /// Removes the live row after [`FINISH_TO_HISTORY`] copied it.
 pub const DELETE_LIVE: &str = "DELETE FROM {jobs} WHERE id = :id";
 
@@ -402,6 +436,9 @@ pub struct Sql {
     pub find_history_unique: String,
     pub claim: String,
     pub finish_to_history: String,
+    pub lock_held: String,
+    pub complete_many_to_history: String,
+    pub delete_many_live: String,
     pub delete_live: String,
     pub reschedule: String,
     pub cancel_requested: String,
@@ -438,6 +475,9 @@ impl Sql {
             find_history_unique: r(FIND_HISTORY_UNIQUE),
             claim: r(CLAIM),
             finish_to_history: r(FINISH_TO_HISTORY),
+            lock_held: r(LOCK_HELD),
+            complete_many_to_history: r(COMPLETE_MANY_TO_HISTORY),
+            delete_many_live: r(DELETE_MANY_LIVE),
             delete_live: r(DELETE_LIVE),
             reschedule: r(RESCHEDULE),
             cancel_requested: r(CANCEL_REQUESTED),
