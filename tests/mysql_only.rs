@@ -253,6 +253,46 @@ mod server {
     // ---- batches ------------------------------------------------------------------
 
     #[test]
+    fn a_large_batch_enqueue_returns_each_jobs_id_in_input_order() -> TestResult {
+        let Some(db) = TestDb::create()? else {
+            return Ok(());
+        };
+        let queue = db.queue(QueueOptions::new())?;
+        let before = queue.enqueue(NewJob::new("k", json!("old")).unique_key("key-3"))?;
+        // 300 jobs span several multi-row inserts; every seventh has one of
+        // five keys, one of which a live job holds already.
+        let jobs: Vec<NewJob> = (0..300)
+            .map(|i| {
+                let job = NewJob::new("k", json!(i));
+                if i % 7 == 0 {
+                    job.unique_key(format!("key-{}", i % 5))
+                } else {
+                    job
+                }
+            })
+            .collect();
+        let ids = queue.enqueue_many(jobs)?;
+        assert_eq!(ids.len(), 300);
+        let mut first_of_key = std::collections::HashMap::new();
+        first_of_key.insert("key-3".to_owned(), before.id);
+        for (i, e) in ids.iter().enumerate() {
+            let record = queue.get(e.id)?;
+            if i % 7 == 0 {
+                let key = format!("key-{}", i % 5);
+                let seen = first_of_key.contains_key(&key);
+                let first = *first_of_key.entry(key.clone()).or_insert(e.id);
+                assert_eq!(e.id, first, "{i}: {key}");
+                assert_eq!(e.existed, seen, "{i}");
+                assert_eq!(record.unique_key.as_deref(), Some(key.as_str()));
+            } else {
+                assert!(!e.existed, "{i}");
+                assert_eq!(record.payload, i.to_string(), "{i}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
     fn a_batch_of_completions_fences_each_lease_and_keeps_each_result() -> TestResult {
         let Some(db) = TestDb::create()? else {
             return Ok(());

@@ -88,7 +88,10 @@ impl Db {
         Ok(Db {
             pool,
             opts,
-            sql: std::sync::Arc::new(Sql::new(Tables::new(&database, &options.table_prefix))),
+            sql: std::sync::Arc::new(Sql::new(
+                Tables::new(&database, &options.table_prefix),
+                server.is_mariadb(),
+            )),
             prefix: options.table_prefix.clone(),
             server,
             url: redacted,

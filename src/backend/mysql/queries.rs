@@ -36,6 +36,32 @@ INSERT IGNORE INTO {jobs}
 VALUES (:queue, :kind, :priority, :unique_key, :payload, '[]', :max_attempts,
         {now} + :available_in, {now}, {now})";
 
+/// Inserts `rows` jobs in one statement and returns the inserted rows'
+/// `id, queue, unique_key` in input order; a row refused for its unique key
+/// returns nothing. Parameters as [`ENQUEUE`], suffixed by the row's index
+/// (`:queue0`, `:kind0`, ..). Only on MariaDB (10.5+ has `INSERT ..
+/// RETURNING`; MySQL has no way to read the ids of a multi-row insert, whose
+/// AUTO_INCREMENT values need not be consecutive): one round trip for many
+/// jobs where MySQL takes one per job.
+pub fn enqueue_rows(rows: usize) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|i| {
+            format!(
+                "(:queue{i}, :kind{i}, :priority{i}, :unique_key{i}, :payload{i}, '[]', \
+                 :max_attempts{i}, {{now}} + :available_in{i}, {{now}}, {{now}})"
+            )
+        })
+        .collect();
+    format!(
+        "INSERT IGNORE INTO {{jobs}}
+    (queue, kind, priority, unique_key, payload, errors, max_attempts, available_at,
+     created_at, updated_at)
+VALUES {}
+RETURNING id, queue, unique_key",
+        values.join(",\n       ")
+    )
+}
+
 /// The live job holding a unique key. Differs from SQLite in that the seek
 /// is on the key's hash (the indexed column; the key itself is compared
 /// too), and in that it is a locking read: in a caller's REPEATABLE READ
@@ -431,6 +457,8 @@ impl Tables {
 #[derive(Debug)]
 pub struct Sql {
     pub tables: Tables,
+    /// Whether the server has `INSERT .. RETURNING` (MariaDB).
+    pub returning: bool,
     pub enqueue: String,
     pub find_live_unique: String,
     pub find_history_unique: String,
@@ -467,7 +495,7 @@ pub struct Sql {
 }
 
 impl Sql {
-    pub fn new(tables: Tables) -> Sql {
+    pub fn new(tables: Tables, returning: bool) -> Sql {
         let r = |t: &str| tables.render(t);
         Sql {
             enqueue: r(ENQUEUE),
@@ -508,7 +536,13 @@ impl Sql {
             prune_history: r(PRUNE_HISTORY),
             latest_job: r(LATEST_JOB),
             tables,
+            returning,
         }
+    }
+
+    /// The multi-row insert of `rows` jobs (MariaDB).
+    pub fn enqueue_rows(&self, rows: usize) -> String {
+        self.tables.render(&enqueue_rows(rows))
     }
 
     /// The lease walk for this many queues and kinds (0: any kind).
