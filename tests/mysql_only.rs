@@ -24,7 +24,7 @@ mod server {
 
     use backlog::mysql::mysql::prelude::Queryable;
     use backlog::mysql::mysql::{Conn, Opts};
-    use backlog::mysql::JobContextExt;
+    use backlog::mysql::{JobContextExt, QueueExt};
     use backlog::{
         Clock, Error, Event, JobState, LeaseRequest, NewJob, Outcome, Queue, QueueOptions,
         SystemClock, Worker,
@@ -326,6 +326,40 @@ mod server {
         assert!(again
             .iter()
             .all(|r| matches!(r, Err(e) if e.is_lease_lost())));
+        Ok(())
+    }
+
+    #[test]
+    fn a_heartbeat_does_not_wait_for_a_transaction_completing_one_of_its_jobs() -> TestResult {
+        let Some(db) = TestDb::create()? else {
+            return Ok(());
+        };
+        let queue = db.queue(QueueOptions::new().write_deadline(Duration::from_secs(3)))?;
+        queue.enqueue_many((0..2).map(|i| NewJob::new("k", json!(i))))?;
+        let jobs = queue.lease(&LeaseRequest::new("w", 2))?;
+        let leases = [jobs[0].lease(), jobs[1].lease()];
+        let report = queue.transaction(|tx| -> TestResult<_> {
+            queue.complete_in(tx, &jobs[0], None)?; // locks its row until commit
+            let other = queue.clone();
+            let beat = thread::spawn(move || {
+                let start = Instant::now();
+                (
+                    other.heartbeat(&leases, Duration::from_secs(30)),
+                    start.elapsed(),
+                )
+            });
+            let (report, took) = beat.join().map_err(|_| "heartbeat panicked")?;
+            assert!(
+                took < Duration::from_secs(1),
+                "the heartbeat waited {took:?}"
+            );
+            Ok(report?)
+        })?;
+        assert_eq!(report.extended, vec![jobs[1].lease()]);
+        assert!(report.lost.is_empty(), "{report:?}");
+        assert_eq!(queue.get(jobs[0].id)?.state.as_str(), "completed");
+        let after = queue.heartbeat(&leases, Duration::from_secs(30))?;
+        assert_eq!(after.lost, vec![jobs[0].lease()]);
         Ok(())
     }
 

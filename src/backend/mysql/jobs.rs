@@ -492,40 +492,69 @@ fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {
 }
 
 /// Extends the given leases; reports which were lost and which jobs were asked
-/// to cancel.
+/// to cancel. A lease whose row another transaction holds (a handler's
+/// `ctx.transaction(..)` committing its job) is not waited for: still held,
+/// it is reported neither extended nor lost, and the next heartbeat extends
+/// it.
 pub(crate) fn heartbeat(
     sql: &Sql,
     q: &mut impl Queryable,
     p: &HeartbeatParams<'_>,
     now: Now,
 ) -> Result<HeartbeatReport> {
-    // Locked in id order, like settle batches.
-    let mut pairs: Vec<[i64; 2]> = p.leases.iter().map(|l| [l.job_id, l.token]).collect();
-    pairs.sort_unstable();
-    let pairs = serde_json::to_string(&pairs)?;
-    q.exec_drop(
-        &sql.heartbeat,
-        params! {
-            "leases" => &pairs, "lease_for" => now.offset(p.lease_until), "now" => now.param(),
-        },
-    )?;
-    let rows: Vec<Row> = q.exec(&sql.heartbeat_held, params! { "leases" => &pairs })?;
+    let json = |leases: &[Lease]| {
+        let mut pairs: Vec<[i64; 2]> = leases.iter().map(|l| [l.job_id, l.token]).collect();
+        // Locked in id order, like settle batches.
+        pairs.sort_unstable();
+        serde_json::to_string(&pairs)
+    };
+    let read = |rows: Vec<Row>| -> Result<Vec<(Lease, bool)>> {
+        rows.into_iter()
+            .map(|mut r| {
+                let lease = Lease {
+                    job_id: take(&mut r, 0)?,
+                    token: take(&mut r, 1)?,
+                };
+                Ok((lease, take::<bool>(&mut r, 2)?))
+            })
+            .collect()
+    };
     let mut report = HeartbeatReport::default();
-    for mut r in rows {
-        let lease = Lease {
-            job_id: take(&mut r, 0)?,
-            token: take(&mut r, 1)?,
-        };
-        if take::<bool>(&mut r, 2)? {
+    let locked = read(q.exec(&sql.heartbeat_lock, params! { "leases" => json(p.leases)? })?)?;
+    if !locked.is_empty() {
+        let leases: Vec<Lease> = locked.iter().map(|(l, _)| *l).collect();
+        q.exec_drop(
+            &sql.heartbeat,
+            params! {
+                "leases" => json(&leases)?, "lease_for" => now.offset(p.lease_until),
+                "now" => now.param(),
+            },
+        )?;
+    }
+    for (lease, cancel) in &locked {
+        if *cancel {
             report.cancel_requested.push(lease.job_id);
         }
-        report.extended.push(lease);
+        report.extended.push(*lease);
     }
-    report.lost = p
+    let skipped: Vec<Lease> = p
         .leases
         .iter()
         .filter(|l| !report.extended.contains(l))
         .copied()
+        .collect();
+    if skipped.is_empty() {
+        return Ok(report);
+    }
+    let busy = read(q.exec(&sql.heartbeat_held, params! { "leases" => json(&skipped)? })?)?;
+    for (lease, cancel) in &busy {
+        if *cancel {
+            report.cancel_requested.push(lease.job_id);
+        }
+    }
+    report.lost = skipped
+        .into_iter()
+        .filter(|l| !busy.iter().any(|(b, _)| b == l))
         .collect();
     Ok(report)
 }

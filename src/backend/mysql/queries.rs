@@ -67,9 +67,9 @@ RETURNING id, queue, unique_key",
 /// too), and in that it is a locking read: in a caller's REPEATABLE READ
 /// transaction a plain read would use a snapshot older than the row the
 /// insert collided with. The insert holds that lock already. (`LOCK IN SHARE
-/// MODE`: MariaDB has no `FOR SHARE`.)
+/// MODE`: MariaDB has no `FOR SHARE`. The index is forced: see [`CLAIM`].)
 pub const FIND_LIVE_UNIQUE: &str = "
-SELECT id FROM {jobs}
+SELECT id FROM {jobs} FORCE INDEX (jobs_unique)
 WHERE queue = :queue AND unique_hash = UNHEX(SHA2(:unique_key, 256)) AND unique_key = :unique_key
 LOCK IN SHARE MODE";
 
@@ -142,9 +142,15 @@ pub const LEASED_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload
 /// walk. Differs from SQLite in that it is a second statement of the claim's
 /// transaction (the rows are locked since the walk), and tokens come from
 /// the engine's random source (MySQL's `RAND()` has 53 bits).
+///
+/// Every join on a `JSON_TABLE` here and below is `STRAIGHT_JOIN` (the
+/// pairs drive) and forces the primary key: on a small table the optimizer
+/// otherwise scans `{jobs}` for each pair, and a locking scan waits on every
+/// row another transaction holds (another node's claim, a handler's
+/// transaction), not just on the rows named.
 pub const CLAIM: &str = "
 UPDATE JSON_TABLE(:claims, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS c
-STRAIGHT_JOIN {jobs} AS j ON j.id = c.id
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = c.id
 SET j.attempts = j.attempts + 1, j.lease_token = c.token, j.lease_until = :lease_until,
     j.locked_by = :worker_id, j.first_leased_at = COALESCE(j.first_leased_at, :now),
     j.updated_at = :now";
@@ -186,7 +192,7 @@ FOR UPDATE"
 pub const LOCK_HELD: &str = "
 SELECT j.id
 FROM JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
-STRAIGHT_JOIN {jobs} AS j ON j.id = held.id AND j.lease_token = held.token
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = held.id AND j.lease_token = held.token
 FOR UPDATE";
 
 /// Copies a batch of completed jobs into history in one statement.
@@ -205,14 +211,14 @@ SELECT j.id, j.queue, j.kind, j.priority, j.unique_key, j.payload, j.attempts, j
        j.locked_by, j.first_leased_at, {now}
 FROM JSON_TABLE(:completions, '$[*]' COLUMNS (
          id BIGINT PATH '$[0]', token BIGINT PATH '$[1]', result LONGTEXT PATH '$[2]')) AS c
-STRAIGHT_JOIN {jobs} AS j ON j.id = c.id AND j.lease_token = c.token";
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = c.id AND j.lease_token = c.token";
 
 /// Removes the live rows of a batch [`COMPLETE_MANY_TO_HISTORY`] copied.
 /// Only in MySQL.
 pub const DELETE_MANY_LIVE: &str = "
 DELETE j
 FROM JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
-STRAIGHT_JOIN {jobs} AS j ON j.id = held.id AND j.lease_token = held.token";
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = held.id AND j.lease_token = held.token";
 
 /// Removes the live row after [`FINISH_TO_HISTORY`] copied it.
 pub const DELETE_LIVE: &str = "DELETE FROM {jobs} WHERE id = :id";
@@ -250,23 +256,34 @@ pub const LEASE_HELD: &str =
 
 // ---- heartbeat -------------------------------------------------------------
 
-/// Extends every given lease still held, in one statement, to `:lease_for`
-/// from now. `:leases` is a JSON array of `[id, token]` pairs. Differs from
-/// SQLite in that `JSON_TABLE` stands for `json_each` and drives the join
-/// (one primary-key seek per pair), and in that [`HEARTBEAT_HELD`] then
-/// reads which pairs matched (no `RETURNING`, and affected-row counts skip
-/// rows that were already up to date).
+/// The given leases still held whose rows no other transaction holds,
+/// locked for [`HEARTBEAT`]. `:leases` is a JSON array of `[id, token]`
+/// pairs. Only in MySQL: a heartbeat must not wait for a handler's
+/// `ctx.transaction(..)`, which holds its job's row until it commits (and
+/// the heartbeat extends every lease of the worker at once); a row skipped
+/// here is looked at by [`HEARTBEAT_HELD`].
+pub const HEARTBEAT_LOCK: &str = "
+SELECT j.id, j.lease_token, j.cancel_requested
+FROM JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = held.id AND j.lease_token = held.token
+FOR UPDATE SKIP LOCKED";
+
+/// Extends the leases [`HEARTBEAT_LOCK`] locked, in one statement, to
+/// `:lease_for` from now. Differs from SQLite in that `JSON_TABLE` stands
+/// for `json_each` and drives the join (one primary-key seek per pair), and
+/// in that which pairs matched was read before (no `RETURNING`).
 pub const HEARTBEAT: &str = "
 UPDATE JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
-STRAIGHT_JOIN {jobs} AS j ON j.id = held.id AND j.lease_token = held.token
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = held.id AND j.lease_token = held.token
 SET j.lease_until = {now} + :lease_for, j.updated_at = {now}";
 
-/// The leases of `:leases` still held, after [`HEARTBEAT`] extended (and
-/// locked) them. Only in MySQL.
+/// Which of the leases [`HEARTBEAT_LOCK`] skipped are still held, by their
+/// last committed state (a read that waits for no lock): those are busy,
+/// neither extended nor lost; the rest are lost. Only in MySQL.
 pub const HEARTBEAT_HELD: &str = "
 SELECT j.id, j.lease_token, j.cancel_requested
 FROM JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
-STRAIGHT_JOIN {jobs} AS j ON j.id = held.id AND j.lease_token = held.token";
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = held.id AND j.lease_token = held.token";
 
 // ---- rescue ----------------------------------------------------------------
 
@@ -471,6 +488,7 @@ pub struct Sql {
     pub reschedule: String,
     pub cancel_requested: String,
     pub lease_held: String,
+    pub heartbeat_lock: String,
     pub heartbeat: String,
     pub heartbeat_held: String,
     pub expired_leases: String,
@@ -510,6 +528,7 @@ impl Sql {
             reschedule: r(RESCHEDULE),
             cancel_requested: r(CANCEL_REQUESTED),
             lease_held: r(LEASE_HELD),
+            heartbeat_lock: r(HEARTBEAT_LOCK),
             heartbeat: r(HEARTBEAT),
             heartbeat_held: r(HEARTBEAT_HELD),
             expired_leases: r(EXPIRED_LEASES),
