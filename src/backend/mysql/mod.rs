@@ -267,6 +267,10 @@ impl From<mysql::Error> for Error {
                 1213 | 1205 => Error::Busy,
                 // ER_DISK_FULL, ER_RECORD_FILE_FULL (the table is full)
                 1021 | 1114 => Error::StorageFull,
+                // EE_WRITE, ER_GET_ERRNO with the OS's ENOSPC (28): "Error
+                // writing file (Errcode: 28 ..)", "Got error 28 from storage
+                // engine".
+                3 | 1030 if m.message.contains("28") => Error::StorageFull,
                 _ => Error::Database(Box::new(e)),
             },
             mysql::Error::DriverError(mysql::DriverError::Timeout) => Error::Busy,
