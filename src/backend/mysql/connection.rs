@@ -46,7 +46,22 @@ pub(crate) fn opts(url: &str, options: &QueueOptions) -> Result<(Opts, String)> 
     let constraints = PoolConstraints::new(0, pool_size)
         .ok_or_else(|| Error::InvalidArgument("pool_size must be at least 1".into()))?;
     let lock_wait = options.write_deadline.as_secs().clamp(1, 50);
-    let builder = OptsBuilder::from_opts(parsed)
+    // A server that vanished without closing its sockets (a host down, a
+    // network cut) would leave a call waiting for its answer forever: TCP
+    // keepalive probes find the dead peer in about a minute, without
+    // limiting how long a statement may legitimately run. URL values win.
+    let keepalive = parsed.get_tcp_keepalive_time_ms().is_none();
+    let mut builder = OptsBuilder::from_opts(parsed);
+    if keepalive {
+        builder = builder.tcp_keepalive_time_ms(Some(30_000));
+        #[cfg(any(target_os = "linux", target_os = "macos"))]
+        {
+            builder = builder
+                .tcp_keepalive_probe_interval_secs(Some(10))
+                .tcp_keepalive_probe_count(Some(3));
+        }
+    }
+    let builder = builder
         .tcp_connect_timeout(Some(options.connect_timeout))
         .stmt_cache_size(STATEMENT_CACHE)
         // A broken connection is found by the next statement and discarded

@@ -16,6 +16,10 @@ use crate::error::Result;
 /// poll.
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(25);
 
+/// After a failed probe (the server unreachable), how long until the next,
+/// and how long connecting may take: the fetcher waits on the probe.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// Reads `MAX(id)` of the jobs table on a connection of its own (not one of
 /// the pool's, which handler transactions may all hold), at most every
 /// [`PROBE_INTERVAL`], and reports a change when it moved.
@@ -23,7 +27,8 @@ pub(crate) struct Poller {
     opts: Opts,
     sql: Arc<Sql>,
     conn: Option<Conn>,
-    last_probe: Option<Instant>,
+    /// No probe before this.
+    next_probe: Option<Instant>,
     latest: Option<i64>,
 }
 
@@ -42,7 +47,7 @@ impl Poller {
             opts,
             sql,
             conn: None,
-            last_probe: None,
+            next_probe: None,
             latest: None,
         }
     }
@@ -51,21 +56,19 @@ impl Poller {
     /// connection (the next probe opens another) and counts as a change, so
     /// the fetcher looks at once.
     pub(crate) fn changed(&mut self) -> Result<bool> {
-        if self
-            .last_probe
-            .is_some_and(|at| at.elapsed() < PROBE_INTERVAL)
-        {
+        let now = Instant::now();
+        if self.next_probe.is_some_and(|at| now < at) {
             return Ok(false);
         }
-        self.last_probe = Some(Instant::now());
         match self.probe() {
             Ok(latest) => {
-                let changed = self.latest.is_some_and(|before| latest != Some(before))
-                    || (self.latest.is_none() && latest.is_some());
+                self.next_probe = Some(now + PROBE_INTERVAL);
+                let changed = latest != self.latest;
                 self.latest = latest;
                 Ok(changed)
             }
             Err(e) => {
+                self.next_probe = Some(now + RETRY_AFTER);
                 self.conn = None;
                 Err(e)
             }
@@ -75,7 +78,11 @@ impl Poller {
     fn probe(&mut self) -> Result<Option<i64>> {
         let conn = match &mut self.conn {
             Some(conn) => conn,
-            slot => slot.insert(Conn::new(self.opts.clone())?),
+            slot => {
+                let opts = mysql::OptsBuilder::from_opts(self.opts.clone())
+                    .tcp_connect_timeout(Some(RETRY_AFTER));
+                slot.insert(Conn::new(opts)?)
+            }
         };
         let latest: Option<Option<i64>> = conn.query_first(&self.sql.latest_job)?;
         Ok(latest.flatten())
