@@ -463,6 +463,77 @@ mod server {
         Ok(())
     }
 
+    // ---- lock conflicts ------------------------------------------------------------
+
+    #[test]
+    fn a_deadlock_is_retried_inside_the_call_and_counted() -> TestResult {
+        let Some(db) = TestDb::create()? else {
+            return Ok(());
+        };
+        let queue = db.queue(QueueOptions::new())?;
+        queue.enqueue_many((0..2).map(|i| NewJob::new("k", json!(i))))?;
+        queue.enqueue_many((0..50).map(|i| NewJob::new("k", json!(i)).queue("filler")))?;
+        let jobs = queue.lease(&LeaseRequest::new("w", 2))?;
+        let (a, b) = (jobs[0].id.min(jobs[1].id), jobs[0].id.max(jobs[1].id));
+
+        // The application's transaction: heavy (50 rows changed, so InnoDB
+        // picks the queue's as the deadlock victim), holding job b.
+        let mut app = db.conn()?;
+        let mut tx = app.start_transaction(backlog::mysql::mysql::TxOpts::default())?;
+        // (By id range: a scan of the small table would lock a and b too.)
+        tx.exec_drop(
+            "UPDATE backlog_jobs SET updated_at = updated_at + 1 WHERE id > ?",
+            (b,),
+        )?;
+        tx.exec_drop("SELECT id FROM backlog_jobs WHERE id = ? FOR UPDATE", (b,))?;
+
+        // The queue fails both jobs in one transaction: a, then waits for b.
+        let settling = {
+            let queue = queue.clone();
+            let jobs = jobs.clone();
+            thread::spawn(move || {
+                queue
+                    .settle_many(jobs.iter().map(|j| (j, Outcome::fail("boom"))))
+                    .map(|results| results.into_iter().collect::<backlog::Result<Vec<_>>>())
+            })
+        };
+        thread::sleep(Duration::from_millis(500));
+        // Now the application wants a: a deadlock, and the queue's
+        // transaction is rolled back.
+        tx.exec_drop("SELECT id FROM backlog_jobs WHERE id = ? FOR UPDATE", (a,))?;
+        thread::sleep(Duration::from_millis(100));
+        tx.commit()?;
+        settling.join().map_err(|_| "settle panicked")???;
+        assert!(queue.busy_retries() >= 1, "the deadlock was not retried");
+        for id in [a, b] {
+            assert_eq!(queue.get(id)?.state, JobState::Retrying, "{id}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_lock_held_past_the_write_deadline_is_busy() -> TestResult {
+        let Some(db) = TestDb::create()? else {
+            return Ok(());
+        };
+        let queue = db.queue(QueueOptions::new().write_deadline(Duration::from_secs(1)))?;
+        let id = queue.enqueue(NewJob::new("k", json!(1)))?.id;
+        let mut app = db.conn()?;
+        let mut tx = app.start_transaction(backlog::mysql::mysql::TxOpts::default())?;
+        tx.exec_drop("SELECT id FROM backlog_jobs WHERE id = ? FOR UPDATE", (id,))?;
+        let start = Instant::now();
+        let cancelled = queue.cancel(id);
+        assert!(matches!(cancelled, Err(Error::Busy)), "{cancelled:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        tx.rollback()?;
+        queue.cancel(id)?;
+        Ok(())
+    }
+
     // ---- wake-ups --------------------------------------------------------------
 
     #[test]
