@@ -16,5 +16,7 @@ mod enqueue;
 mod heartbeat_rescue;
 mod inspect;
 mod lease;
+mod on_time;
 mod settle;
 mod transactional;
+mod wait;
