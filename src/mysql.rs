@@ -156,7 +156,7 @@ impl QueueExt for Queue {
         let now = self.now_micros();
         let prepared = self.prepare_all(jobs, now)?;
         let db = mysql_db(self)?;
-        db::jobs::enqueue_all(&db.sql, tx, &params(&prepared, now), db.now(now))
+        db::jobs::enqueue_all(&db.sql, tx, &params(&prepared, now), clocked(self, now))
     }
 
     fn complete_in(
@@ -176,7 +176,7 @@ impl QueueExt for Queue {
         let db = mysql_db(self)?;
         let now = self.now_micros();
         let params = self.settle_params(job, outcome, now)?;
-        db::jobs::settle(&db.sql, tx, &params, db.now(now))?;
+        db::jobs::settle(&db.sql, tx, &params, clocked(self, now))?;
         self.note_settled_in(job.lease());
         Ok(())
     }
@@ -238,6 +238,11 @@ impl JobContextExt for JobContext {
             })
         })
     }
+}
+
+/// `now` of `queue`'s clock, overriding the server's only for a manual clock.
+fn clocked(queue: &Queue, now: i64) -> db::Now {
+    db::Now::new(now, queue.options().clock.is_manual())
 }
 
 /// The MySQL connections of `queue`, or a typed error for a queue on another

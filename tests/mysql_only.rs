@@ -698,9 +698,11 @@ mod server {
             node.join().map_err(|_| "node panicked")??;
         }
         let mut conn = db.conn()?;
-        let applied: Option<i64> =
-            conn.query_first("SELECT count(*) FROM backlog_schema_history")?;
-        assert_eq!(applied, Some(1));
+        // Each migration recorded once.
+        let applied: Vec<(i64, i64)> = conn.query(
+            "SELECT version, count(*) FROM backlog_schema_history GROUP BY version ORDER BY version",
+        )?;
+        assert_eq!(applied, vec![(1, 1), (2, 1)]);
         Ok(())
     }
 

@@ -255,6 +255,27 @@ pub(crate) fn lease(
     Ok(jobs)
 }
 
+/// How long after now the next not-yet-due job of `queues` comes due, in
+/// µs of the server's clock; `None` when none is waiting.
+pub(crate) fn next_due(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    queues: &[String],
+    now: Now,
+) -> Result<Option<i64>> {
+    if queues.is_empty() {
+        return Ok(None);
+    }
+    let mut named: HashMap<Vec<u8>, Value> = HashMap::new();
+    for (i, queue) in queues.iter().enumerate() {
+        named.insert(format!("q{i}").into_bytes(), queue.as_str().into());
+    }
+    named.insert(b"now".to_vec(), now.param().into());
+    let due: Option<Option<i64>> =
+        q.exec_first(sql.next_due(queues.len()), Params::Named(named))?;
+    Ok(due.flatten().map(|after| after.max(0)))
+}
+
 /// The server's `EXPLAIN` of the lease walk for `p`, with `p`'s values
 /// bound, one line per plan row: `table type key rows extra`. Claims and
 /// locks nothing.

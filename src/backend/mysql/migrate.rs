@@ -8,10 +8,16 @@ use super::Db;
 use crate::error::{Error, Result};
 
 /// The migrations in order, as templates.
-const MIGRATIONS: &[(&str, &str)] = &[(
-    "V1__initial",
-    include_str!("../../../migrations/mysql/V1__initial.sql"),
-)];
+const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "V1__initial",
+        include_str!("../../../migrations/mysql/V1__initial.sql"),
+    ),
+    (
+        "V2__due",
+        include_str!("../../../migrations/mysql/V2__due.sql"),
+    ),
+];
 
 /// Applies pending migrations.
 ///
@@ -95,6 +101,12 @@ mod tests {
         assert!(sql.contains("CREATE TABLE app1_jobs"));
         assert!(sql.contains("CREATE TABLE app1_history"));
         assert!(sql.contains("CREATE TABLE app1_queues"));
-        assert!(!sql.contains('{'), "a placeholder is left");
+        assert!(render(MIGRATIONS[1].1, "app1_").contains("ON app1_jobs"));
+        for (name, template) in MIGRATIONS {
+            assert!(
+                !render(template, "app1_").contains('{'),
+                "{name}: a placeholder is left"
+            );
+        }
     }
 }

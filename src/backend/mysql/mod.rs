@@ -51,6 +51,10 @@ pub(crate) struct Db {
     write_deadline: Duration,
     clock: Arc<dyn Clock>,
     busy_retries: AtomicU64,
+    /// Bumped by this process's commits that make a job runnable at some
+    /// time (a reschedule, a rescue, a retry, a resumed queue): its workers'
+    /// pollers see them without asking the server.
+    rescheduled: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Db {
@@ -113,6 +117,10 @@ impl Db {
         self.write(|tx| jobs::lease(&self.sql, tx, p, self.now(p.now)))
     }
 
+    pub(crate) fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>> {
+        self.read(|conn| jobs::next_due(&self.sql, conn, queues, self.now(now)))
+    }
+
     pub(crate) fn explain_lease(&self, p: &LeaseParams<'_>) -> Result<Vec<String>> {
         self.read(|conn| jobs::explain_lease(&self.sql, conn, p, self.now(p.now)))
     }
@@ -132,7 +140,10 @@ impl Db {
             .iter()
             .filter_map(|&i| plain_completion(items[i]))
             .collect();
-        self.write(|tx| {
+        let reschedules = items
+            .iter()
+            .any(|p| matches!(p.transition, Transition::Reschedule { .. }));
+        let results = self.write(|tx| {
             let mut results: Vec<Option<Result<bool>>> = (0..items.len()).map(|_| None).collect();
             if let Some(&first) = plain.first() {
                 let done =
@@ -154,7 +165,11 @@ impl Db {
                 .into_iter()
                 .map(|r| r.unwrap_or_else(|| Err(Error::Database("item not settled".into()))))
                 .collect())
-        })
+        })?;
+        if reschedules {
+            self.rescheduled();
+        }
+        Ok(results)
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
@@ -167,7 +182,11 @@ impl Db {
         limit: usize,
         decide: &dyn Fn(&ExpiredLease) -> SettleParams,
     ) -> Result<Vec<(ExpiredLease, SettleParams)>> {
-        self.write(|tx| jobs::rescue(&self.sql, tx, self.now(now), limit, decide))
+        let done = self.write(|tx| jobs::rescue(&self.sql, tx, self.now(now), limit, decide))?;
+        if !done.is_empty() {
+            self.rescheduled();
+        }
+        Ok(done)
     }
 
     pub(crate) fn get(&self, id: i64, now: i64) -> Result<JobRecord> {
@@ -183,11 +202,15 @@ impl Db {
     }
 
     pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {
-        self.write(|tx| inspect::retry(&self.sql, tx, id, self.now(now)))
+        self.write(|tx| inspect::retry(&self.sql, tx, id, self.now(now)))?;
+        self.rescheduled();
+        Ok(())
     }
 
     pub(crate) fn run_now(&self, id: i64, now: i64) -> Result<()> {
-        self.write(|tx| inspect::run_now(&self.sql, tx, id, self.now(now)))
+        self.write(|tx| inspect::run_now(&self.sql, tx, id, self.now(now)))?;
+        self.rescheduled();
+        Ok(())
     }
 
     pub(crate) fn cancel(&self, id: i64, now: i64) -> Result<CancelOutcome> {
@@ -199,11 +222,17 @@ impl Db {
     }
 
     pub(crate) fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {
-        self.write(|tx| inspect::set_paused(&self.sql, tx, queue, paused, self.now(now)))
+        self.write(|tx| inspect::set_paused(&self.sql, tx, queue, paused, self.now(now)))?;
+        if !paused {
+            self.rescheduled();
+        }
+        Ok(())
     }
 
     pub(crate) fn import(&self, records: &[JobRecord]) -> Result<usize> {
-        self.write(|tx| inspect::import(&self.sql, tx, records))
+        let written = self.write(|tx| inspect::import(&self.sql, tx, records))?;
+        self.rescheduled();
+        Ok(written)
     }
 
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
@@ -222,7 +251,16 @@ impl Db {
     }
 
     pub(crate) fn watch_changes(&self) -> Result<Poller> {
-        Ok(Poller::new(self.opts.clone(), self.sql.clone()))
+        Ok(Poller::new(
+            self.opts.clone(),
+            self.sql.clone(),
+            self.rescheduled.clone(),
+        ))
+    }
+
+    /// Notes a commit that made a job runnable at some time.
+    fn rescheduled(&self) {
+        self.rescheduled.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether the server is MariaDB (rather than MySQL).

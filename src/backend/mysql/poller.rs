@@ -1,6 +1,8 @@
-//! How a worker notices another node's enqueue on MySQL, which has no
-//! LISTEN/NOTIFY: by polling the newest job id.
+//! How a worker notices changes on MySQL, which has no LISTEN/NOTIFY: its
+//! own process's reschedules by a counter, other nodes' enqueues by polling
+//! the newest job id.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,12 +22,18 @@ pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(25);
 /// and how long connecting may take: the fetcher waits on the probe.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Reads `MAX(id)` of the jobs table on a connection of its own (not one of
-/// the pool's, which handler transactions may all hold), at most every
-/// [`PROBE_INTERVAL`], and reports a change when it moved.
+/// Reports a change when this process committed a reschedule (a failed
+/// job's retry, a rescue, a retry or run-now, a resumed queue: its
+/// fetcher then asks again when the next job comes due), or when `MAX(id)`
+/// of the jobs table moved (another node enqueued). `MAX(id)` is read on a
+/// connection of its own (not one of the pool's, which handler transactions
+/// may all hold), at most every [`PROBE_INTERVAL`]. Other nodes'
+/// reschedules are seen at the fetcher's next lease or idle poll.
 pub(crate) struct Poller {
     opts: Opts,
     sql: Arc<Sql>,
+    rescheduled: Arc<AtomicU64>,
+    seen_rescheduled: u64,
     conn: Option<Conn>,
     /// No probe before this.
     next_probe: Option<Instant>,
@@ -42,20 +50,28 @@ impl std::fmt::Debug for Poller {
 
 impl Poller {
     /// Connects lazily, at the first probe.
-    pub(crate) fn new(opts: Opts, sql: Arc<Sql>) -> Poller {
+    pub(crate) fn new(opts: Opts, sql: Arc<Sql>, rescheduled: Arc<AtomicU64>) -> Poller {
         Poller {
+            seen_rescheduled: rescheduled.load(Ordering::Relaxed),
             opts,
             sql,
+            rescheduled,
             conn: None,
             next_probe: None,
             latest: None,
         }
     }
 
-    /// True when a job was inserted since the last probe. An error drops the
+    /// True when this process rescheduled a job, or a job was inserted
+    /// since the last probe. An error drops the
     /// connection (the next probe opens another) and counts as a change, so
     /// the fetcher looks at once.
     pub(crate) fn changed(&mut self) -> Result<bool> {
+        let rescheduled = self.rescheduled.load(Ordering::Relaxed);
+        if rescheduled != self.seen_rescheduled {
+            self.seen_rescheduled = rescheduled;
+            return Ok(true);
+        }
         let now = Instant::now();
         if self.next_probe.is_some_and(|at| now < at) {
             return Ok(false);

@@ -155,6 +155,27 @@ SET j.attempts = j.attempts + 1, j.lease_token = c.token, j.lease_until = :lease
     j.locked_by = :worker_id, j.first_leased_at = COALESCE(j.first_leased_at, :now),
     j.updated_at = :now";
 
+/// How long after now the next unleased job of `queue_count` queues
+/// (`:q0..`) that is not due yet comes due, in µs on the server's clock;
+/// NULL when none waits. One seek of `jobs_scheduled` per queue. Differs
+/// from SQLite's `NEXT_DUE` in that the jobs not due yet are told apart by
+/// `available_at` (no `due` flag, see `migrations/mysql/V2__due.sql`), and
+/// in that it answers relative to the server's now.
+pub fn next_due(queue_count: usize) -> String {
+    let seeks: Vec<String> = (0..queue_count)
+        .map(|i| {
+            format!(
+                "(SELECT MIN(available_at) AS at FROM {{jobs}} FORCE INDEX (jobs_scheduled)
+                  WHERE lease_queue = :q{i} AND available_at > {{now}})"
+            )
+        })
+        .collect();
+    format!(
+        "SELECT MIN(at) - {{now}} FROM ({}) AS due",
+        seeks.join(" UNION ALL ")
+    )
+}
+
 // ---- settle ----------------------------------------------------------------
 
 /// `errors` with `:error` appended (when not NULL), keeping the last 20.
@@ -557,6 +578,11 @@ impl Sql {
             tables,
             returning,
         }
+    }
+
+    /// When the next job of this many queues comes due.
+    pub fn next_due(&self, queue_count: usize) -> String {
+        self.tables.render(&next_due(queue_count))
     }
 
     /// The multi-row insert of `rows` jobs (MariaDB).
