@@ -3,7 +3,8 @@
 //!
 //! Everything MySQL-specific lives in this folder: the schema
 //! (`migrations/mysql/`), every statement ([`queries`], in the order of
-//! SQLite's), and the operations that run them ([`jobs`], [`inspect`]).
+//! SQLite's), and the operations that run them ([`enqueue`], [`jobs`],
+//! [`inspect`]).
 //! Operations take any `Queryable` (the queue's own transaction, or an
 //! application's `mysql::Transaction` for `enqueue_in` and `complete_in`).
 //!
@@ -12,6 +13,7 @@
 //! documents, and the places the two differ are commented where they meet.
 
 pub(crate) mod connection;
+pub(crate) mod enqueue;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
 pub(crate) mod migrate;
