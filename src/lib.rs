@@ -61,7 +61,10 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use copy::{copy, CopyReport};
 pub use error::{Error, Result};
 pub use events::Event;
-pub use inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, Retention, StateCount};
+pub use inspect::{
+    BulkReport, CancelOutcome, JobFilter, JobRecord, JobState, JobUpdate, Page, QueueStats,
+    Retention, StateCount,
+};
 pub use job::{
     Enqueued, IntoNewJob, JobArgs, NewJob, UniqueScope, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,
 };

@@ -16,5 +16,6 @@ mod enqueue;
 mod heartbeat_rescue;
 mod inspect;
 mod lease;
+mod operate;
 mod settle;
 mod transactional;

@@ -4,6 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{jobs, queries};
+use crate::backend::{RecentCompletions, UpdateParams};
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
@@ -107,13 +108,33 @@ fn record(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
 
 /// Jobs per queue and state (states with no jobs are left out).
 pub(crate) fn counts(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
+    count_by_state(
+        conn,
+        &[
+            (queries::COUNT_LIVE, vec![now]),
+            (queries::COUNT_HISTORY, vec![]),
+        ],
+    )
+}
+
+/// Live jobs per queue and state, and dead jobs per queue.
+pub(crate) fn depth(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
+    count_by_state(
+        conn,
+        &[
+            (queries::COUNT_LIVE, vec![now]),
+            (queries::COUNT_DEAD, vec![]),
+        ],
+    )
+}
+
+/// Runs queries that return `(queue, state, count)` rows, sorted by queue
+/// then state.
+fn count_by_state(conn: &Connection, queries: &[(&str, Vec<i64>)]) -> Result<Vec<StateCount>> {
     let mut out = Vec::new();
-    for (sql, args) in [
-        (queries::COUNT_LIVE, vec![now]),
-        (queries::COUNT_HISTORY, vec![]),
-    ] {
+    for (sql, args) in queries {
         let mut stmt = conn.prepare_cached(sql)?;
-        let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| {
+        let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
@@ -307,6 +328,54 @@ pub(crate) fn import(conn: &Connection, records: &[JobRecord]) -> Result<usize> 
     conn.execute(queries::ENSURE_NEXT_ID, [highest])?;
     conn.execute(queries::RAISE_NEXT_ID, [highest])?;
     Ok(written)
+}
+
+/// Completed jobs per queue since `hour_since`, and since `minute_since`.
+pub(crate) fn recent_completions(
+    conn: &Connection,
+    hour_since: i64,
+    minute_since: i64,
+) -> Result<Vec<RecentCompletions>> {
+    let mut stmt = conn.prepare_cached(queries::COUNT_RECENT_COMPLETIONS)?;
+    let rows = stmt.query_map(params![hour_since, minute_since], |r| {
+        Ok(RecentCompletions {
+            queue: r.get(0)?,
+            hour: r.get::<_, i64>(1)?.max(0) as u64,
+            minute: r.get::<_, Option<i64>>(2)?.unwrap_or(0).max(0) as u64,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Changes priority, due time or queue of a job that is not running.
+pub(crate) fn update(conn: &Connection, p: &UpdateParams<'_>) -> Result<()> {
+    match live_lease(conn, p.id)? {
+        Some(Some(_)) => Err(live_job(p.id, "running; only a waiting job can be updated")),
+        Some(None) => {
+            let changed = conn
+                .prepare_cached(queries::UPDATE_WAITING)?
+                .execute(params![p.id, p.priority, p.available_at, p.queue, p.now])?;
+            // The job is unleased and this transaction holds the write lock:
+            // only the unique index can have ignored the row.
+            if changed == 0 {
+                return Err(Error::InvalidState {
+                    job_id: p.id,
+                    reason: format!(
+                        "a live job in queue {:?} already holds its unique key",
+                        p.queue.unwrap_or_default()
+                    ),
+                });
+            }
+            Ok(())
+        }
+        None => match history_status(conn, p.id)? {
+            None => Err(Error::NotFound { job_id: p.id }),
+            Some(status) => Err(Error::InvalidState {
+                job_id: p.id,
+                reason: format!("job already finished ({})", status.as_str()),
+            }),
+        },
+    }
 }
 
 /// Pauses (`true`) or resumes (`false`) a queue.

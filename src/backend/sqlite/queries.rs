@@ -230,6 +230,27 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded
 /// Queues that are paused.
 pub const PAUSED_QUEUES: &str = "SELECT name FROM backlog_queues WHERE paused ORDER BY name";
 
+/// Changes an unleased live job; a NULL parameter keeps the column.
+/// Parameters: `?1` id, `?2` priority, `?3` available_at, `?4` queue, `?5`
+/// now. `OR IGNORE`: a move onto a unique key the target queue already holds
+/// changes no row instead of failing, and the caller reports it.
+pub const UPDATE_WAITING: &str = "
+UPDATE OR IGNORE backlog_jobs
+SET priority = coalesce(?2, priority), available_at = coalesce(?3, available_at),
+    queue = coalesce(?4, queue), updated_at = ?5
+WHERE id = ?1 AND lease_token IS NULL";
+
+/// Dead jobs per queue: the dead-letter count. Walks only the `dead` range
+/// of `backlog_history_finished`, never the rest of history.
+pub const COUNT_DEAD: &str = "
+SELECT queue, 'dead', count(*) FROM backlog_history WHERE status = 'dead' GROUP BY queue";
+
+/// Completed jobs per queue since `?1` (and since `?2`, a later time), from
+/// the `completed` range of `backlog_history_finished`.
+pub const COUNT_RECENT_COMPLETIONS: &str = "
+SELECT queue, count(*), sum(finished_at >= ?2) FROM backlog_history
+WHERE status = 'completed' AND finished_at >= ?1 GROUP BY queue";
+
 // ---- copy ------------------------------------------------------------------
 
 /// Inserts a live job copied from another database, keeping its id, unless
