@@ -45,6 +45,8 @@ mod events;
 pub mod inspect;
 mod job;
 mod lease;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 mod options;

@@ -722,7 +722,7 @@ impl Queue {
     /// Every queue at a glance, by name: its live jobs by state, its dead
     /// jobs, completions in the last hour and minute, and whether it is
     /// paused. A queue is listed when it has live or dead jobs, completed
-    /// one in the last hour, or was ever paused.
+    /// one in the last hour, or is paused.
     ///
     /// Counts the live jobs (a scan of the live table) and reads the dead
     /// and recently completed ranges of history, never the rest of it.
@@ -769,10 +769,35 @@ impl Queue {
         Ok(by_queue.into_values().collect())
     }
 
+    /// The size of the SQLite write-ahead log in bytes (0 when there is
+    /// none); `None` on a server backend.
+    pub fn wal_size(&self) -> Option<u64> {
+        let mut wal = self.path()?.as_os_str().to_owned();
+        wal.push("-wal");
+        Some(std::fs::metadata(wal).map_or(0, |m| m.len()))
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     /// Live jobs per queue and state, and dead jobs per queue: the cheap
     /// part of [`Queue::counts`] that metrics scrape.
     pub(crate) fn depth(&self) -> Result<Vec<StateCount>> {
         self.inner.backend.depth(self.now_micros())
+    }
+
+    /// Discards a job that is waiting to run (available, scheduled or
+    /// retrying): it moves to history as `discarded`, with `reason` as its
+    /// last error. What an operator does to a job that must not run; a
+    /// handler discards its own job with [`Queue::discard`].
+    /// [`Error::NotFound`], or [`Error::InvalidState`] for a running job
+    /// (see [`Queue::cancel`]) or a finished one.
+    pub fn discard_job(&self, id: i64, reason: &str) -> Result<()> {
+        self.inner.backend.discard(id, reason, self.now_micros())
+    }
+
+    /// Discards every waiting job matching `filter`, page by page; see
+    /// [`Queue::discard_job`].
+    pub fn discard_matching(&self, filter: &JobFilter, reason: &str) -> Result<BulkReport> {
+        self.for_each_matching(filter, |id| self.discard_job(id, reason).map(|()| false))
     }
 
     /// Retries every job matching `filter` (a dead, discarded or cancelled

@@ -238,6 +238,14 @@ impl Backend {
             server => db.cancel(id, now))
     }
 
+    /// Moves a job that is not running to history as `discarded`, `reason`
+    /// appended to its errors (attempt 0): `NotFound`, or `InvalidState` for
+    /// a running or finished job.
+    pub(crate) fn discard(&self, id: i64, reason: &str, now: i64) -> Result<()> {
+        dispatch!(self, db => db.write(|tx| sqlite::inspect::discard(tx, id, reason, now)),
+            server => db.discard(id, reason, now))
+    }
+
     pub(crate) fn delete(&self, id: i64) -> Result<()> {
         dispatch!(self, db => db.write(|tx| sqlite::inspect::delete(tx, id)),
             server => db.delete(id))

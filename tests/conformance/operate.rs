@@ -251,7 +251,41 @@ fn delete_matching_deletes_only_what_the_filter_lists(b: &Backend) -> TestResult
     Ok(())
 }
 
+fn discard_job_moves_a_waiting_job_to_history_and_refuses_running_ones(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let waiting = h
+        .queue
+        .enqueue(NewJob::new("k", json!(1)).delay(Duration::from_secs(60)))?;
+    let running = h.queue.enqueue(NewJob::new("k", json!(2)))?;
+    let job = h.lease_one("w")?;
+    h.queue.discard_job(waiting.id, "bad data")?;
+    let record = h.record(waiting.id)?;
+    assert_eq!(record.state, JobState::Finished(FinalStatus::Discarded));
+    assert_eq!(record.finished_at, Some(h.now()));
+    assert_eq!(
+        record.errors.last().map(|e| e.message.as_str()),
+        Some("bad data")
+    );
+    for id in [waiting.id, running.id] {
+        let err = h.queue.discard_job(id, "x").unwrap_err();
+        assert!(matches!(err, Error::InvalidState { .. }), "{err:?}");
+    }
+    let err = h.queue.discard_job(running.id + 1000, "x").unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+    h.queue.complete(&job, None)?;
+
+    h.queue
+        .enqueue_many((0..3).map(|i| NewJob::new("k", json!(i)).queue("bulk")))?;
+    let report = h
+        .queue
+        .discard_matching(&JobFilter::new(JobState::Available).queue("bulk"), "drain")?;
+    assert_eq!(report.done, 3);
+    assert_eq!(h.live_rows()?, 0);
+    Ok(())
+}
+
 conformance!(
+    discard_job_moves_a_waiting_job_to_history_and_refuses_running_ones,
     update_changes_priority_run_time_and_queue_of_a_waiting_job,
     update_with_a_past_run_time_makes_the_job_due_now,
     update_keeps_attempts_and_errors_of_a_retrying_job,

@@ -260,6 +260,37 @@ pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<CancelOutco
     }
 }
 
+/// Moves a job that is not running to history as `discarded`, with
+/// `reason` as its last error.
+pub(crate) fn discard(conn: &Connection, id: i64, reason: &str, now: i64) -> Result<()> {
+    match live_lease(conn, id)? {
+        Some(Some(_)) => Err(live_job(id, "running; cancel asks its handler to stop")),
+        Some(None) => {
+            let error = AttemptError {
+                attempt: 0,
+                at: now,
+                message: reason.to_owned(),
+            };
+            jobs::finish(
+                conn,
+                id,
+                None,
+                FinalStatus::Discarded,
+                None,
+                Some(&error),
+                now,
+            )
+        }
+        None => match history_status(conn, id)? {
+            None => Err(Error::NotFound { job_id: id }),
+            Some(status) => Err(Error::InvalidState {
+                job_id: id,
+                reason: format!("job already finished ({})", status.as_str()),
+            }),
+        },
+    }
+}
+
 /// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
 pub(crate) fn delete(conn: &Connection, id: i64) -> Result<()> {
     let live = conn.prepare_cached(queries::DELETE_LIVE)?.execute([id])?;
