@@ -298,3 +298,98 @@ conformance!(
     cancel_matching_cancels_waiting_jobs_and_asks_running_ones_to_stop,
     delete_matching_deletes_only_what_the_filter_lists,
 );
+
+#[cfg(feature = "metrics")]
+mod metrics {
+    use std::collections::HashMap;
+
+    use backlog::metrics::Metrics;
+    use backlog::{LeaseRequest, NewJob};
+    use serde_json::json;
+
+    use crate::harness::{Backend, TestResult};
+
+    /// Metric families by name with their type, and samples by series.
+    fn parse(text: &str) -> TestResult<(HashMap<String, String>, HashMap<String, f64>)> {
+        let mut types = HashMap::new();
+        let mut samples = HashMap::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').ok_or(line.to_owned())?;
+                types.insert(name.to_owned(), kind.to_owned());
+            } else if !line.starts_with('#') {
+                let (series, value) = line.rsplit_once(' ').ok_or(line.to_owned())?;
+                samples.insert(series.to_owned(), value.parse()?);
+            }
+        }
+        Ok((types, samples))
+    }
+
+    fn metrics_count_a_known_workload_by_queue_state_and_event(b: &Backend) -> TestResult {
+        let h = b.harness()?;
+        let q = &h.queue;
+        let metrics = Metrics::new(q);
+        q.enqueue_many((0..3).map(|i| NewJob::new("email", json!(i)).queue("a")))?;
+        q.enqueue(NewJob::new("resize", json!(1)).queue("b").max_attempts(1))?;
+        let a = q.lease(&LeaseRequest::new("w", 3).queues(["a"]))?;
+        q.complete(&a[0], None)?;
+        q.fail(&a[1], "boom")?;
+        let b_job = q.lease(&LeaseRequest::new("w", 1).queues(["b"]))?;
+        q.fail(&b_job[0], "fatal")?;
+        q.pause("b")?;
+
+        let text = metrics.render()?;
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let (types, samples) = parse(&text)?;
+        assert!(types.keys().all(|n| n.starts_with("backlog_")), "{types:?}");
+        let kind = |name: &str| types.get(name).map(String::as_str);
+        assert_eq!(kind("backlog_jobs"), Some("gauge"));
+        assert_eq!(kind("backlog_dead_letter_jobs"), Some("gauge"));
+        assert_eq!(kind("backlog_jobs_enqueued"), Some("counter"));
+        assert_eq!(kind("backlog_job_events"), Some("counter"));
+        assert_eq!(kind("backlog_job_run_seconds"), Some("histogram"));
+        assert_eq!(kind("backlog_busy_retries"), Some("counter"));
+        let sample = |series: &str| samples.get(series).copied();
+        assert_eq!(
+            sample(r#"backlog_jobs{queue="a",state="retrying"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(r#"backlog_jobs{queue="a",state="running"}"#),
+            Some(1.0)
+        );
+        assert_eq!(sample(r#"backlog_jobs{queue="a",state="available"}"#), None);
+        assert_eq!(sample(r#"backlog_dead_letter_jobs{queue="b"}"#), Some(1.0));
+        assert_eq!(sample(r#"backlog_queue_paused{queue="b"}"#), Some(1.0));
+        assert_eq!(
+            sample(r#"backlog_jobs_enqueued_total{queue="a",kind="email"}"#),
+            Some(3.0)
+        );
+        assert_eq!(
+            sample(r#"backlog_jobs_enqueued_total{queue="b",kind="resize"}"#),
+            Some(1.0)
+        );
+        for (event, n) in [
+            ("leased", 4.0),
+            ("completed", 1.0),
+            ("retried", 1.0),
+            ("dead", 1.0),
+        ] {
+            let series = format!(r#"backlog_job_events_total{{event="{event}"}}"#);
+            assert_eq!(sample(&series), Some(n), "{series}");
+        }
+        assert_eq!(sample("backlog_jobs_in_flight"), Some(1.0));
+        assert_eq!(sample("backlog_database_up"), Some(1.0));
+        assert_eq!(
+            sample("backlog_sqlite_wal_size_bytes").is_some(),
+            *b == Backend::Sqlite
+        );
+        // The gauges alone, as `backlog metrics` prints them.
+        let (types, _) = parse(&q.metrics()?)?;
+        assert!(types.contains_key("backlog_jobs"));
+        assert!(!types.contains_key("backlog_job_events"));
+        Ok(())
+    }
+
+    conformance!(metrics_count_a_known_workload_by_queue_state_and_event);
+}
