@@ -117,15 +117,46 @@ pub(crate) fn counts(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
     )
 }
 
-/// Live jobs per queue and state, and dead jobs per queue.
+/// Live jobs per queue and state, and dead jobs per queue, read from
+/// indexes (see [`queries::COUNT_WAITING`]).
 pub(crate) fn depth(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
-    count_by_state(
+    let mut out = count_by_state(
         conn,
         &[
-            (queries::COUNT_LIVE, vec![now]),
+            (queries::COUNT_RUNNING, vec![]),
             (queries::COUNT_DEAD, vec![]),
         ],
-    )
+    )?;
+    let mut stmt = conn.prepare_cached(queries::COUNT_WAITING)?;
+    let rows = stmt.query_map([now], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, Option<i64>>(1)?.unwrap_or(0),
+            r.get::<_, Option<i64>>(2)?.unwrap_or(0),
+            r.get::<_, i64>(3)?,
+        ))
+    })?;
+    for row in rows {
+        let (queue, due, retrying, all) = row?;
+        let scheduled = all - due - retrying;
+        for (state, count) in [
+            (JobState::Available, due),
+            (JobState::Scheduled, scheduled),
+            (JobState::Retrying, retrying),
+        ] {
+            if count > 0 {
+                out.push(StateCount {
+                    queue: queue.clone(),
+                    state,
+                    count: count as u64,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| {
+        (a.queue.as_str(), state_rank(a.state)).cmp(&(b.queue.as_str(), state_rank(b.state)))
+    });
+    Ok(out)
 }
 
 /// Runs queries that return `(queue, state, count)` rows, sorted by queue
@@ -434,4 +465,40 @@ pub(crate) fn prune(
     Ok(conn
         .prepare_cached(queries::PRUNE_HISTORY)?
         .execute(params![status.as_str(), cutoff, limit])?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::QueueOptions;
+
+    /// A scrape must not read every payload or the whole history: each count
+    /// walks an index.
+    #[test]
+    fn depth_and_recent_completions_read_indexes_only() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
+        let db = super::super::Connections::open(&dir.path().join("q.db"), &QueueOptions::new())?;
+        super::super::migrate::migrate(&mut db.writer(), std::time::Duration::from_secs(5))?;
+        let plan = |sql: &str, args: &[i64]| -> Result<String> {
+            let conn = db.writer();
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+            let rows =
+                stmt.query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))
+        };
+        for (sql, args, index) in [
+            (queries::COUNT_WAITING, &[0][..], "backlog_jobs_lease"),
+            (queries::COUNT_RUNNING, &[], "backlog_jobs_expiry"),
+            (queries::COUNT_DEAD, &[], "backlog_history_finished"),
+            (
+                queries::COUNT_RECENT_COMPLETIONS,
+                &[0, 0],
+                "backlog_history_finished",
+            ),
+        ] {
+            let plan = plan(sql, args)?;
+            assert!(plan.contains(index), "{sql}\n{plan}");
+        }
+        Ok(())
+    }
 }
