@@ -16,6 +16,8 @@ mod enqueue;
 mod heartbeat_rescue;
 mod inspect;
 mod lease;
+mod on_time;
 mod operate;
 mod settle;
 mod transactional;
+mod wait;

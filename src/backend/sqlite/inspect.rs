@@ -449,9 +449,7 @@ pub(crate) fn set_paused(conn: &Connection, queue: &str, paused: bool, now: i64)
 
 /// The paused queues.
 pub(crate) fn paused_queues(conn: &Connection) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(queries::PAUSED_QUEUES)?;
-    let names = stmt.query_map([], |r| r.get(0))?;
-    Ok(names.collect::<rusqlite::Result<_>>()?)
+    jobs::paused_queues(conn)
 }
 
 /// Deletes up to `limit` finished jobs of `status` that finished before `cutoff`.
