@@ -10,9 +10,10 @@
 //!   renders these alone (what `backlog metrics` prints).
 //! - **What this process did**, counted from [`Queue::subscribe`] events by a
 //!   [`Metrics`] recorder from its creation on: jobs enqueued (by queue and
-//!   kind), leased, completed, retried, snoozed, dead, discarded, cancelled,
-//!   rescued and lease-lost; jobs in flight; a histogram of handler run time;
-//!   transactions retried after a transient failure (SQLite BUSY).
+//!   kind), leased, completed, retried, snoozed, released, dead, discarded,
+//!   cancelled, rescued and lease-lost; jobs in flight; a histogram of
+//!   handler run time; transactions retried after a transient failure
+//!   (SQLite BUSY).
 //!
 //! ```
 //! # fn main() -> backlog::Result<()> {
@@ -30,9 +31,10 @@
 //! To serve backlog's metrics next to the application's own, register the
 //! recorder in the application's registry with [`Metrics::register`].
 //!
-//! A scrape counts the live table (on SQLite an index-only pass over it, see
-//! BENCHMARKS.md for its cost at a million live jobs) and the `dead` range of
-//! history; it never reads the rest of history.
+//! A scrape counts the live jobs (on SQLite from the lease and schedule
+//! indexes, not the table; see `examples/metrics_scrape.rs` for its cost at
+//! a million live jobs) and the `dead` range of history; it never reads the
+//! rest of history.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -76,7 +78,8 @@ impl Queue {
 
 /// A queue's metrics recorder: the database gauges plus counters of the
 /// events this process sends from its creation on. Counting runs on a
-/// thread of its own (`backlog-metrics`) that ends when the queue is dropped.
+/// thread of its own (`backlog-metrics`) that ends once the recorder (every
+/// clone) or the queue is dropped.
 #[derive(Debug, Clone)]
 pub struct Metrics {
     queue: Queue,
@@ -90,18 +93,21 @@ impl Metrics {
             events: queue.subscribe(),
             ..EventCounts::default()
         });
-        let recorder = counts.clone();
+        // The thread holds the counters weakly: it ends at the first event
+        // after the last `Metrics` handle is dropped, or when the queue is.
+        let (recorder, events) = (Arc::downgrade(&counts), counts.events.clone());
         let spawned = std::thread::Builder::new()
             .name("backlog-metrics".into())
             .spawn(move || {
                 // Waits for an event without taking it, so that events leave
                 // the channel only under the gate (see `EventCounts::drain`).
                 let mut ready = crossbeam_channel::Select::new();
-                ready.recv(&recorder.events);
+                ready.recv(&events);
                 loop {
                     ready.ready();
-                    if !recorder.drain() {
-                        return;
+                    match recorder.upgrade() {
+                        Some(counts) if counts.drain() => {}
+                        _ => return,
                     }
                 }
             });
@@ -238,7 +244,7 @@ impl Collector for Counters {
         c.counted.encode(encoder.encode_descriptor(
             "backlog_job_events",
             "What happened to jobs in this process: leased, started, completed, retried, \
-             snoozed, dead, discarded, cancelled, rescued, lease_lost",
+             snoozed, released, dead, discarded, cancelled, rescued, lease_lost",
             None,
             c.counted.metric_type(),
         )?)?;
@@ -336,6 +342,7 @@ impl EventCounts {
             Event::Completed { job_id } => ("completed", *job_id, true),
             Event::Retried { job_id, .. } => ("retried", *job_id, true),
             Event::Snoozed { job_id, .. } => ("snoozed", *job_id, true),
+            Event::Released { job_id } => ("released", *job_id, true),
             Event::Dead { job_id } => ("dead", *job_id, true),
             Event::Discarded { job_id } => ("discarded", *job_id, true),
             Event::Cancelled { job_id } => ("cancelled", *job_id, true),

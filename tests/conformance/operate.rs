@@ -55,6 +55,7 @@ fn update_with_a_past_run_time_makes_the_job_due_now(b: &Backend) -> TestResult 
     let record = h.record(job.id)?;
     assert_eq!(record.state, JobState::Available);
     assert_eq!(record.available_at, h.now());
+    assert_eq!(h.lease_one("w")?.id, job.id, "a lease finds it at once");
     Ok(())
 }
 

@@ -118,7 +118,7 @@ pub(crate) fn counts(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
 }
 
 /// Live jobs per queue and state, and dead jobs per queue, read from
-/// indexes (see [`queries::COUNT_WAITING`]).
+/// indexes (see [`queries::COUNT_WAITING_DUE`]).
 pub(crate) fn depth(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
     let mut out = count_by_state(
         conn,
@@ -127,17 +127,29 @@ pub(crate) fn depth(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
             (queries::COUNT_DEAD, vec![]),
         ],
     )?;
-    let mut stmt = conn.prepare_cached(queries::COUNT_WAITING)?;
-    let rows = stmt.query_map([now], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, Option<i64>>(1)?.unwrap_or(0),
-            r.get::<_, Option<i64>>(2)?.unwrap_or(0),
-            r.get::<_, i64>(3)?,
-        ))
-    })?;
-    for row in rows {
-        let (queue, due, retrying, all) = row?;
+    // Per queue: due now, retrying, all unleased.
+    let mut waiting = std::collections::BTreeMap::<String, [i64; 3]>::new();
+    for sql in [queries::COUNT_WAITING_DUE, queries::COUNT_WAITING_LATER] {
+        let mut stmt = conn.prepare_cached(sql)?;
+        let rows = stmt.query_map([now], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                [
+                    r.get::<_, Option<i64>>(1)?.unwrap_or(0),
+                    r.get::<_, Option<i64>>(2)?.unwrap_or(0),
+                    r.get::<_, i64>(3)?,
+                ],
+            ))
+        })?;
+        for row in rows {
+            let (queue, counts) = row?;
+            let sums = waiting.entry(queue).or_default();
+            for (sum, n) in sums.iter_mut().zip(counts) {
+                *sum += n;
+            }
+        }
+    }
+    for (queue, [due, retrying, all]) in waiting {
         let scheduled = all - due - retrying;
         for (state, count) in [
             (JobState::Available, due),
@@ -485,7 +497,8 @@ mod tests {
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))
         };
         for (sql, args, index) in [
-            (queries::COUNT_WAITING, &[0][..], "backlog_jobs_lease"),
+            (queries::COUNT_WAITING_DUE, &[0][..], "backlog_jobs_lease"),
+            (queries::COUNT_WAITING_LATER, &[0], "backlog_jobs_scheduled"),
             (queries::COUNT_RUNNING, &[], "backlog_jobs_expiry"),
             (queries::COUNT_DEAD, &[], "backlog_history_finished"),
             (

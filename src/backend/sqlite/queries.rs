@@ -264,23 +264,34 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded
 
 /// Changes an unleased live job; a NULL parameter keeps the column.
 /// Parameters: `?1` id, `?2` priority, `?3` available_at, `?4` queue, `?5`
-/// now. `OR IGNORE`: a move onto a unique key the target queue already holds
-/// changes no row instead of failing, and the caller reports it.
+/// now. `due` follows the new time, so the job is in the lease indexes
+/// exactly when it can run. `OR IGNORE`: a move onto a unique key the target
+/// queue already holds changes no row instead of failing, and the caller
+/// reports it.
 pub const UPDATE_WAITING: &str = "
 UPDATE OR IGNORE backlog_jobs
 SET priority = coalesce(?2, priority), available_at = coalesce(?3, available_at),
-    queue = coalesce(?4, queue), updated_at = ?5
+    due = coalesce(?3, available_at) <= ?5, queue = coalesce(?4, queue), updated_at = ?5
 WHERE id = ?1 AND lease_token IS NULL";
 
 /// Unleased jobs per queue: how many are due at `?1`, how many of the rest
-/// were attempted before (retrying), and all of them. A pass over
-/// `backlog_jobs_lease`, which holds all but `attempts`: only rows due later
-/// are looked up in the table. A scan of the table itself ([`COUNT_LIVE`])
-/// reads every payload and costs several times more at a million jobs.
-pub const COUNT_WAITING: &str = "
+/// were attempted before (retrying), and all of them. In two parts, each read
+/// from its own partial index instead of the table and its payloads (a scan
+/// of the table, as [`COUNT_LIVE`], costs several times more at a million
+/// jobs): the due jobs from `backlog_jobs_lease`, which holds everything but
+/// `attempts` (only a job due later, which a due job rarely is, is looked up
+/// for it) ...
+pub const COUNT_WAITING_DUE: &str = "
 SELECT queue, sum(available_at <= ?1),
        sum(CASE WHEN available_at <= ?1 THEN 0 WHEN attempts > 0 THEN 1 ELSE 0 END), count(*)
-FROM backlog_jobs WHERE lease_token IS NULL GROUP BY queue";
+FROM backlog_jobs WHERE lease_token IS NULL AND due GROUP BY queue";
+
+/// ... and the jobs not due yet from `backlog_jobs_scheduled`, each looked
+/// up for its queue.
+pub const COUNT_WAITING_LATER: &str = "
+SELECT queue, sum(available_at <= ?1),
+       sum(CASE WHEN available_at <= ?1 THEN 0 WHEN attempts > 0 THEN 1 ELSE 0 END), count(*)
+FROM backlog_jobs WHERE lease_token IS NULL AND NOT due GROUP BY queue";
 
 /// Leased jobs per queue, through `backlog_jobs_expiry`.
 pub const COUNT_RUNNING: &str = "
