@@ -35,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         queue.enqueue_many(jobs)?;
     }
-    let leased = queue.lease(&LeaseRequest::new("w", 100))?;
+    let leased = queue.lease(&LeaseRequest::new("w", 100).queues(["a"]))?;
     for job in leased.iter().take(10) {
         queue.discard(job, "x")?;
     }

@@ -137,6 +137,15 @@ impl Queue {
             .migrate(self.inner.options.write_deadline)
     }
 
+    /// The schema migrations this version of backlog has that the database
+    /// has not applied yet, oldest first (`V2__due`); empty when the schema
+    /// is current. Reads only: tools that open with
+    /// [`QueueOptions::migrate`]`(false)` check here before using a database
+    /// an older backlog created.
+    pub fn pending_migrations(&self) -> Result<Vec<String>> {
+        self.inner.backend.pending_migrations()
+    }
+
     /// The database file, for a queue on SQLite.
     pub fn path(&self) -> Option<&Path> {
         self.inner.path.as_deref()

@@ -807,3 +807,24 @@ fn copy_moves_a_queue_into_a_new_file() -> TestResult {
     assert!(!missing.exists());
     Ok(())
 }
+
+#[test]
+fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("old.db");
+    backlog(&db, &["migrate"])?.ok()?;
+    // Back to the schema of the first release: V1 only.
+    let conn = rusqlite::Connection::open(&db)?;
+    conn.execute_batch(
+        "DROP INDEX backlog_jobs_lease; DROP INDEX backlog_jobs_lease_kind;
+         DROP INDEX backlog_jobs_scheduled; ALTER TABLE backlog_jobs DROP COLUMN due;
+         CREATE INDEX backlog_jobs_lease ON backlog_jobs (queue, priority DESC, available_at, id)
+             WHERE lease_token IS NULL;
+         DELETE FROM backlog_schema_history WHERE version > 1;",
+    )?;
+    drop(conn);
+    backlog(&db, &["stats"])?.fails_with(10, "its schema lacks V2__due")?;
+    backlog(&db, &["migrate"])?.ok()?;
+    backlog(&db, &["stats"])?.ok()?;
+    Ok(())
+}

@@ -144,6 +144,13 @@ impl Backend {
             server => db.migrate())
     }
 
+    /// The migrations this build has that the database has not applied,
+    /// oldest first (`V2__due`). Reads only.
+    pub(crate) fn pending_migrations(&self) -> Result<Vec<String>> {
+        dispatch!(self, db => db.read(sqlite::migrate::pending),
+            server => db.pending_migrations())
+    }
+
     /// Inserts jobs in one transaction.
     pub(crate) fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
         dispatch!(self, db => db.write(|tx| {

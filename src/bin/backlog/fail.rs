@@ -24,6 +24,8 @@ pub enum Code {
     NotBacklog = 8,
     /// A bulk operation was not confirmed.
     Aborted = 9,
+    /// The database's schema is older than this backlog: `backlog migrate`.
+    SchemaBehind = 10,
 }
 
 /// A failed command.
@@ -80,4 +82,5 @@ Exit codes:
   6  unknown queue
   7  database unreachable (missing file, server down)
   8  not a backlog database
-  9  bulk operation not confirmed";
+  9  bulk operation not confirmed
+ 10  the database's schema is older than this backlog (run `backlog migrate`)";

@@ -56,7 +56,11 @@ impl Target {
             Target::Server(url) => options.connect(url).map_err(|e| self.unreachable(e))?,
         };
         // A server database without backlog's tables fails here.
-        queue.paused_queues().map_err(|e| {
+        let pending = queue.pending_migrations().and_then(|pending| {
+            queue.paused_queues()?;
+            Ok(pending)
+        });
+        let pending = pending.map_err(|e| {
             Failure::new(
                 Code::NotBacklog,
                 format!(
@@ -65,6 +69,17 @@ impl Target {
                 ),
             )
         })?;
+        if !pending.is_empty() {
+            return Err(Failure::new(
+                Code::SchemaBehind,
+                format!(
+                    "{} was created by an older backlog: its schema lacks {}; \
+                     `backlog migrate` brings it up to date (stop old workers first)",
+                    self.display(),
+                    pending.join(", ")
+                ),
+            ));
+        }
         Ok(queue)
     }
 
