@@ -398,3 +398,52 @@ pub struct BulkReport {
     /// asked to stop and they finish as `cancelled` later.
     pub requested: u64,
 }
+
+/// What a file is, as [`probe_sqlite_file`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SqliteFile {
+    /// Nothing at the path.
+    Missing,
+    /// A file of zero bytes (SQLite would make it a new database).
+    Empty,
+    /// A file that is not a SQLite database.
+    NotSqlite,
+    /// A SQLite database without backlog's tables: another application's.
+    OtherDatabase,
+    /// A SQLite database with backlog's tables.
+    Backlog,
+}
+
+/// Looks at the file at `path` without creating or changing anything, for
+/// tools that must not harm a file they were pointed at: opening a queue
+/// creates a missing file and switches a database to WAL mode, which must
+/// not happen to another application's database.
+pub fn probe_sqlite_file(path: &std::path::Path) -> crate::Result<SqliteFile> {
+    use std::io::Read;
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SqliteFile::Missing),
+        Err(e) => return Err(crate::Error::Database(Box::new(e))),
+    };
+    let mut header = [0u8; 16];
+    let mut read = 0;
+    while read < header.len() {
+        match file.read(&mut header[read..]) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) => return Err(crate::Error::Database(Box::new(e))),
+        }
+    }
+    if read == 0 {
+        return Ok(SqliteFile::Empty);
+    }
+    // Every SQLite database starts with this.
+    if &header != b"SQLite format 3\0" {
+        return Ok(SqliteFile::NotSqlite);
+    }
+    Ok(match crate::backend::sqlite::inspect::probe_tables(path)? {
+        (3, _) => SqliteFile::Backlog,
+        _ => SqliteFile::OtherDatabase,
+    })
+}

@@ -21,7 +21,7 @@
 //! let queue = backlog::Queue::open(dir.path().join("app.db"))?;
 //! let metrics = backlog::metrics::Metrics::new(&queue);
 //! queue.enqueue(backlog::NewJob::new("email", serde_json::json!({})))?;
-//! //! let text = metrics.render()?;
+//! let text = metrics.render()?;
 //! assert!(text.contains(r#"backlog_jobs{queue="default",state="available"} 1"#));
 //! assert!(text.contains(r#"backlog_jobs_enqueued_total{queue="default",kind="email"} 1"#));
 //! # Ok(())

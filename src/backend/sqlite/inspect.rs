@@ -452,6 +452,16 @@ pub(crate) fn update(conn: &Connection, p: &UpdateParams<'_>) -> Result<()> {
     }
 }
 
+/// Backlog's tables (of 3) and all tables in the SQLite file at `path`,
+/// read on a read-only connection of its own: nothing is created or changed.
+pub(crate) fn probe_tables(path: &std::path::Path) -> Result<(i64, i64)> {
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    Ok(conn.query_row(queries::PROBE_TABLES, [], |r| Ok((r.get(0)?, r.get(1)?)))?)
+}
+
 /// Pauses (`true`) or resumes (`false`) a queue.
 pub(crate) fn set_paused(conn: &Connection, queue: &str, paused: bool, now: i64) -> Result<()> {
     conn.prepare_cached(queries::SET_PAUSED)?

@@ -308,6 +308,13 @@ pub const COUNT_RECENT_COMPLETIONS: &str = "
 SELECT queue, count(*), sum(finished_at >= ?2) FROM backlog_history
 WHERE status = 'completed' AND finished_at >= ?1 GROUP BY queue";
 
+/// How many of backlog's tables a file has, and how many tables in all: a
+/// read-only look before a tool opens a file it must not convert.
+pub const PROBE_TABLES: &str = "
+SELECT count(*) FILTER (WHERE name IN ('backlog_jobs', 'backlog_history', 'backlog_queues')),
+       count(*)
+FROM sqlite_master WHERE type = 'table'";
+
 // ---- copy ------------------------------------------------------------------
 
 /// Inserts a live job copied from another database, keeping its id, unless

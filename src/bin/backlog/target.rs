@@ -4,10 +4,9 @@
 //! backlog database before backlog touches it (opening switches a file to
 //! WAL mode, which must not happen to some other application's database).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use backlog::{Queue, QueueOptions};
+use backlog::{Queue, QueueOptions, SqliteFile};
 
 use crate::fail::{Code, Failure};
 
@@ -87,9 +86,14 @@ impl Target {
     /// for commands asked to write a database (`migrate`, `copy`'s target).
     pub fn open_and_migrate(&self) -> Result<Queue, Failure> {
         if let Target::Sqlite(path) = self {
-            if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
-                check_header(path)?;
-                if !has_backlog_tables(path)? && has_any_table(path)? {
+            match probe(path)? {
+                SqliteFile::NotSqlite => {
+                    return Err(Failure::new(
+                        Code::NotBacklog,
+                        format!("{} is not a SQLite database", path.display()),
+                    ))
+                }
+                SqliteFile::OtherDatabase => {
                     return Err(Failure::new(
                         Code::NotBacklog,
                         format!(
@@ -98,8 +102,10 @@ impl Target {
                              switch the file to WAL mode)",
                             path.display()
                         ),
-                    ));
+                    ))
                 }
+                // Missing, empty, or a backlog database: create or migrate.
+                _ => {}
             }
         }
         let queue = match self {
@@ -120,8 +126,9 @@ impl Target {
 
 /// Checks, read-only, that `path` is a SQLite file with backlog's tables.
 fn probe_sqlite(path: &Path) -> Result<(), Failure> {
-    if !path.exists() {
-        return Err(Failure::new(
+    let (code, why) = match probe(path)? {
+        SqliteFile::Backlog => return Ok(()),
+        SqliteFile::Missing => (
             Code::Unreachable,
             format!(
                 "no database at {} (backlog does not create a file it was asked to read; \
@@ -129,87 +136,36 @@ fn probe_sqlite(path: &Path) -> Result<(), Failure> {
                 path.display(),
                 path.display()
             ),
-        ));
-    }
-    check_header(path)?;
-    if !has_backlog_tables(path)? {
-        return Err(Failure::new(
-            Code::NotBacklog,
-            format!(
-                "{} is a SQLite database without backlog's tables",
-                path.display()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Every SQLite database starts with this.
-const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
-
-fn check_header(path: &Path) -> Result<(), Failure> {
-    let mut header = [0u8; 16];
-    let read = std::fs::File::open(path)
-        .and_then(|mut f| f.read(&mut header))
-        .map_err(|e| {
-            Failure::new(
-                Code::Unreachable,
-                format!("cannot read {}: {e}", path.display()),
-            )
-        })?;
-    if read == 0 {
-        return Err(Failure::new(
+        ),
+        SqliteFile::Empty => (
             Code::NotBacklog,
             format!(
                 "{} is an empty file, not a backlog database",
                 path.display()
             ),
-        ));
-    }
-    if read < header.len() || &header != SQLITE_HEADER {
-        return Err(Failure::new(
+        ),
+        SqliteFile::NotSqlite => (
             Code::NotBacklog,
             format!("{} is not a SQLite database", path.display()),
-        ));
-    }
-    Ok(())
+        ),
+        _ => (
+            Code::NotBacklog,
+            format!(
+                "{} is a SQLite database without backlog's tables",
+                path.display()
+            ),
+        ),
+    };
+    Err(Failure::new(code, why))
 }
 
-fn read_only(path: &Path) -> Result<rusqlite::Connection, Failure> {
-    let flags =
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(|e| {
+fn probe(path: &Path) -> Result<SqliteFile, Failure> {
+    backlog::probe_sqlite_file(path).map_err(|e| {
         Failure::new(
             Code::Unreachable,
-            format!("cannot open {}: {e}", path.display()),
-        )
-    })?;
-    let _ = conn.busy_timeout(std::time::Duration::from_secs(5));
-    Ok(conn)
-}
-
-fn count_tables(path: &Path, only_backlog: bool) -> Result<i64, Failure> {
-    let conn = read_only(path)?;
-    let sql = if only_backlog {
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' \
-         AND name IN ('backlog_jobs', 'backlog_history', 'backlog_queues')"
-    } else {
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
-    };
-    conn.query_row(sql, [], |r| r.get(0)).map_err(|e| {
-        Failure::new(
-            Code::NotBacklog,
-            format!("{} is not a readable SQLite database: {e}", path.display()),
+            format!("cannot read {}: {e}", path.display()),
         )
     })
-}
-
-fn has_backlog_tables(path: &Path) -> Result<bool, Failure> {
-    Ok(count_tables(path, true)? == 3)
-}
-
-fn has_any_table(path: &Path) -> Result<bool, Failure> {
-    Ok(count_tables(path, false)? > 0)
 }
 
 /// `scheme://user:secret@host` → `scheme://user:***@host`.
