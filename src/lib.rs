@@ -104,6 +104,8 @@ mod events;
 pub mod inspect;
 mod job;
 mod lease;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 mod options;
@@ -120,7 +122,10 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use copy::{copy, CopyReport};
 pub use error::{Error, Result};
 pub use events::Event;
-pub use inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, Retention, StateCount};
+pub use inspect::{
+    probe_sqlite_file, BulkReport, CancelOutcome, JobFilter, JobRecord, JobState, JobUpdate, Page,
+    QueueStats, Retention, SqliteFile, StateCount,
+};
 pub use job::{
     Enqueued, IntoNewJob, JobArgs, NewJob, UniqueScope, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,
 };
