@@ -139,3 +139,8 @@ pub use worker::{
     Action, CancelReason, JobContext, JobError, Worker, WorkerBuilder, DEFAULT_CONCURRENCY,
     MAX_CONCURRENCY, MAX_PREFETCH,
 };
+
+/// The README's code blocks, compiled as doctests so the tour stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
