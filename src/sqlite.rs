@@ -204,7 +204,10 @@ pub trait JobContextExt {
     /// A job completed this way is not completed again by the worker, whatever
     /// the handler returns afterwards. The queue's write connection is held
     /// while `f` runs: keep it short, and enqueue follow-up jobs with
-    /// [`QueueExt::enqueue_in`]`(tx, ..)`, not [`Queue::enqueue`].
+    /// [`QueueExt::enqueue_in`]`(tx, ..)`; [`Queue::enqueue`] and every other
+    /// call that writes through the queue's own connection return
+    /// [`Error::InsideTransaction`] at once there (they would wait for this
+    /// transaction).
     fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
     where
         T: Serialize,

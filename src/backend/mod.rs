@@ -140,7 +140,7 @@ macro_rules! dispatch {
 impl Backend {
     /// Applies pending schema migrations.
     pub(crate) fn migrate(&self, write_deadline: std::time::Duration) -> Result<()> {
-        dispatch!(self, db => sqlite::migrate::migrate(&mut db.writer(), write_deadline),
+        dispatch!(self, db => sqlite::migrate::migrate(&mut *db.writer()?, write_deadline),
             server => db.migrate())
     }
 
@@ -366,7 +366,7 @@ impl Backend {
     pub(crate) fn checkpoint(&self) -> Result<bool> {
         match self {
             Backend::Sqlite(db) => {
-                let done = sqlite::wal::checkpoint(&db.writer())?;
+                let done = sqlite::wal::checkpoint(&*db.writer()?)?;
                 Ok(!done.busy && done.checkpointed_frames >= done.log_frames)
             }
             #[allow(unreachable_patterns)]

@@ -207,7 +207,7 @@ impl Connections {
 
     /// The `synchronous` pragma in force on the write connection.
     pub(crate) fn synchronous(&self) -> Result<i64> {
-        read_pragma(&self.writer(), "synchronous")
+        read_pragma(&*self.writer()?, "synchronous")
     }
 
     /// How many times a write was retried after BUSY/LOCKED.
@@ -218,15 +218,26 @@ impl Connections {
     /// The write connection, held for the guard's life. A panic while it was
     /// held leaves no open transaction (rusqlite rolls back on drop), so a
     /// poisoned gate is safe to take over.
-    pub(crate) fn writer(&self) -> MutexGuard<'_, Connection> {
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    ///
+    /// A thread that already holds this gate (a handler inside
+    /// `ctx.transaction`, a closure of `QueueExt::transaction`) gets
+    /// [`Error::InsideTransaction`] at once instead of waiting for itself
+    /// forever.
+    pub(crate) fn writer(&self) -> Result<WriteGate<'_>> {
+        let id = Arc::as_ptr(&self.writer) as usize;
+        if GATES_HELD.with(|held| held.borrow().contains(&id)) {
+            return Err(Error::InsideTransaction);
+        }
+        let conn = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        GATES_HELD.with(|held| held.borrow_mut().push(id));
+        Ok(WriteGate { conn, id })
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the write connection and
     /// commits. The whole transaction is retried on BUSY/LOCKED with jittered
     /// backoff until the write deadline; `f` must therefore be repeatable.
     pub(crate) fn write<T>(&self, mut f: impl FnMut(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = self.writer();
+        let mut conn = self.writer()?;
         let value = retry_busy(self.write_deadline, &self.busy_retries, || {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let value = f(&tx)?;
@@ -247,7 +258,7 @@ impl Connections {
     where
         E: From<Error>,
     {
-        let conn = self.writer();
+        let conn = self.writer()?;
         // Only BEGIN is retried, before `f` runs. A shared borrow lets the
         // retry loop hand the transaction out.
         let tx = retry_busy(self.write_deadline, &self.busy_retries, || {
@@ -297,6 +308,43 @@ impl Connections {
     pub(crate) fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let conn = self.readers.get()?;
         f(&conn)
+    }
+}
+
+thread_local! {
+    /// The write gates this thread holds (by address): a second take on the
+    /// same thread would wait for itself.
+    static GATES_HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The write connection, taken by one thread (see [`Connections::writer`]).
+pub(crate) struct WriteGate<'a> {
+    conn: MutexGuard<'a, Connection>,
+    id: usize,
+}
+
+impl std::ops::Deref for WriteGate<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for WriteGate<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+}
+
+impl Drop for WriteGate<'_> {
+    fn drop(&mut self) {
+        GATES_HELD.with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(at) = held.iter().rposition(|g| *g == self.id) {
+                held.remove(at);
+            }
+        });
     }
 }
 

@@ -498,9 +498,9 @@ mod tests {
     fn depth_and_recent_completions_read_indexes_only() -> Result<()> {
         let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
         let db = super::super::Connections::open(&dir.path().join("q.db"), &QueueOptions::new())?;
-        super::super::migrate::migrate(&mut db.writer(), std::time::Duration::from_secs(5))?;
+        super::super::migrate::migrate(&mut *db.writer()?, std::time::Duration::from_secs(5))?;
         let plan = |sql: &str, args: &[i64]| -> Result<String> {
-            let conn = db.writer();
+            let conn = db.writer()?;
             let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
             let rows =
                 stmt.query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))?;
