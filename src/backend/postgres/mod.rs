@@ -140,6 +140,27 @@ impl Db {
             .write(|tx| jobs::settle_all(tx, &self.q, items, false))
     }
 
+    /// Settles `items` and then leases with `lease`, in one transaction: one
+    /// commit for both halves, as on SQLite. The lease claims with `SKIP
+    /// LOCKED`, so it waits on no row the settle (or anyone) locked, and a
+    /// failure of either half rolls back both and is retried whole: each
+    /// settle is fenced on its lease token, so a retry applies it once.
+    pub(crate) fn settle_and_lease(
+        &self,
+        items: &[&SettleParams],
+        lease: Option<&LeaseParams<'_>>,
+    ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
+        match (items.is_empty(), lease) {
+            (true, None) => Ok((Vec::new(), Vec::new())),
+            (true, Some(p)) => Ok((Vec::new(), self.lease(p)?)),
+            (false, None) => Ok((self.settle_many(items)?, Vec::new())),
+            (false, Some(p)) => self.pool.write(|tx| {
+                let results = jobs::settle_all(tx, &self.q, items, false)?;
+                Ok((results, jobs::lease(tx, &self.q, p)?))
+            }),
+        }
+    }
+
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
         self.pool.autocommit(|tx| jobs::heartbeat(tx, &self.q, p))
     }
