@@ -30,7 +30,10 @@ use mysql::{Opts, Pool, Row};
 
 pub(crate) use poller::Poller;
 
-use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::backend::{
+    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, RecentCompletions, SettleParams,
+    UpdateParams,
+};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
@@ -108,6 +111,10 @@ impl Db {
 
     pub(crate) fn migrate(&self) -> Result<()> {
         migrate::migrate(self)
+    }
+
+    pub(crate) fn pending_migrations(&self) -> Result<Vec<String>> {
+        migrate::pending(self)
     }
 
     pub(crate) fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
@@ -203,6 +210,27 @@ impl Db {
         self.read(|conn| inspect::counts(&self.sql, conn, self.now(now)))
     }
 
+    pub(crate) fn depth(&self, now: i64) -> Result<Vec<StateCount>> {
+        self.read(|conn| inspect::depth(&self.sql, conn, self.now(now)))
+    }
+
+    /// The two times come without the engine's `now`; the queue's clock,
+    /// read here, stands in for it (as in [`Db::prune`]): they are bound as
+    /// offsets from it onto the server's clock, like every other time, so a
+    /// node whose clock is off still counts the server's last hour. (The
+    /// microseconds between the engine's read and this one widen both
+    /// windows by as much; a manual clock reads the same value twice.)
+    pub(crate) fn recent_completions(
+        &self,
+        hour_since: i64,
+        minute_since: i64,
+    ) -> Result<Vec<RecentCompletions>> {
+        let now = self.now(self.clock.now_micros());
+        self.read(|conn| {
+            inspect::recent_completions(&self.sql, conn, hour_since, minute_since, now)
+        })
+    }
+
     pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {
         self.write(|tx| inspect::retry(&self.sql, tx, id, self.now(now)))?;
         self.rescheduled();
@@ -219,8 +247,19 @@ impl Db {
         self.write(|tx| inspect::cancel(&self.sql, tx, id, self.now(now)))
     }
 
+    pub(crate) fn discard(&self, id: i64, reason: &str, now: i64) -> Result<()> {
+        self.write(|tx| inspect::discard(&self.sql, tx, id, reason, self.now(now)))
+    }
+
     pub(crate) fn delete(&self, id: i64) -> Result<()> {
         self.write(|tx| inspect::delete(&self.sql, tx, id))
+    }
+
+    /// Wakes this process's fetchers too: the job may have come due.
+    pub(crate) fn update(&self, p: &UpdateParams<'_>) -> Result<()> {
+        self.write(|tx| inspect::update(&self.sql, tx, p, self.now(p.now)))?;
+        self.rescheduled();
+        Ok(())
     }
 
     pub(crate) fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {
