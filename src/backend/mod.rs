@@ -181,7 +181,7 @@ impl Backend {
 
     /// Applies many transitions in one transaction, then a lease with
     /// `lease` when given: one transaction on SQLite (group commit for both
-    /// halves); two on the server backends for now. A lost lease fails only
+    /// halves) and MySQL; two on PostgreSQL for now. A lost lease fails only
     /// its own item; an item's `Ok(true)` says a cancel requested while the
     /// job ran won over its reschedule.
     pub(crate) fn settle_and_lease(
@@ -189,29 +189,38 @@ impl Backend {
         items: &[&SettleParams],
         lease: Option<&LeaseParams<'_>>,
     ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
-        dispatch!(self, db => db.write(|tx| {
-            let results = items
-                .iter()
-                .map(|p| match sqlite::jobs::settle_reporting(tx, p) {
-                    Err(e) if !e.is_lease_lost() => Err(e),
-                    result => Ok(result),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            failpoint!("settle-before-commit");
-            let jobs = match lease {
-                Some(p) => sqlite::jobs::lease(tx, p)?,
-                None => Vec::new(),
-            };
-            Ok((results, jobs))
-        }),
-        server => {
-            let results = if items.is_empty() { Vec::new() } else { db.settle_many(items)? };
-            let jobs = match lease {
-                Some(p) => db.lease(p)?,
-                None => Vec::new(),
-            };
-            Ok((results, jobs))
-        })
+        match self {
+            Backend::Sqlite(db) => db.write(|tx| {
+                let results = items
+                    .iter()
+                    .map(|p| match sqlite::jobs::settle_reporting(tx, p) {
+                        Err(e) if !e.is_lease_lost() => Err(e),
+                        result => Ok(result),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                failpoint!("settle-before-commit");
+                let jobs = match lease {
+                    Some(p) => sqlite::jobs::lease(tx, p)?,
+                    None => Vec::new(),
+                };
+                Ok((results, jobs))
+            }),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(db) => {
+                let results = if items.is_empty() {
+                    Vec::new()
+                } else {
+                    db.settle_many(items)?
+                };
+                let jobs = match lease {
+                    Some(p) => db.lease(p)?,
+                    None => Vec::new(),
+                };
+                Ok((results, jobs))
+            }
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(db) => db.settle_and_lease(items, lease),
+        }
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {

@@ -134,7 +134,41 @@ impl Db {
         self.read(|conn| jobs::explain_lease(&self.sql, conn, p, self.now(p.now)))
     }
 
-    pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
+    /// Applies many transitions, then a lease with `lease` when given, in
+    /// one transaction: one commit where there were two. The claim's walk
+    /// skips locked rows, so holding the settled rows adds no lock wait to
+    /// it; a failure of either half rolls back both (as on SQLite), and a
+    /// retried transaction runs both again.
+    pub(crate) fn settle_and_lease(
+        &self,
+        items: &[&SettleParams],
+        lease: Option<&LeaseParams<'_>>,
+    ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
+        let done = self.write(|tx| {
+            let results = if items.is_empty() {
+                Vec::new()
+            } else {
+                self.settle_in(tx, items)?
+            };
+            let jobs = match lease {
+                Some(p) => jobs::lease(&self.sql, tx, p, self.now(p.now))?,
+                None => Vec::new(),
+            };
+            Ok((results, jobs))
+        })?;
+        if has_reschedules(items) {
+            self.rescheduled();
+        }
+        Ok(done)
+    }
+
+    /// Applies `items` in the caller's transaction. A lost lease fails only
+    /// its own item.
+    fn settle_in(
+        &self,
+        tx: &mut mysql::Transaction<'_>,
+        items: &[&SettleParams],
+    ) -> Result<Vec<Result<bool>>> {
         // Plain completions (the worker's usual batch) go in three statements
         // for the lot; the other outcomes one by one, their rows locked in id
         // order. Results go back in the caller's order.
@@ -149,36 +183,27 @@ impl Db {
             .iter()
             .filter_map(|&i| plain_completion(items[i]))
             .collect();
-        let reschedules = items
-            .iter()
-            .any(|p| matches!(p.transition, Transition::Reschedule { .. }));
-        let results = self.write(|tx| {
-            let mut results: Vec<Option<Result<bool>>> = (0..items.len()).map(|_| None).collect();
-            if let Some(&first) = plain.first() {
-                let done =
-                    jobs::complete_many(&self.sql, tx, &completions, self.now(items[first].now))?;
-                for (&i, result) in plain.iter().zip(done) {
-                    results[i] = Some(result);
-                }
+        let mut results: Vec<Option<Result<bool>>> = (0..items.len()).map(|_| None).collect();
+        if let Some(&first) = plain.first() {
+            let done =
+                jobs::complete_many(&self.sql, tx, &completions, self.now(items[first].now))?;
+            for (&i, result) in plain.iter().zip(done) {
+                results[i] = Some(result);
             }
-            for &i in &other {
-                let p = items[i];
-                results[i] = Some(
-                    match jobs::settle_reporting(&self.sql, tx, p, self.now(p.now)) {
-                        Err(e) if !e.is_lease_lost() => return Err(e),
-                        result => result,
-                    },
-                );
-            }
-            Ok(results
-                .into_iter()
-                .map(|r| r.unwrap_or_else(|| Err(Error::Database("item not settled".into()))))
-                .collect())
-        })?;
-        if reschedules {
-            self.rescheduled();
         }
-        Ok(results)
+        for &i in &other {
+            let p = items[i];
+            results[i] = Some(
+                match jobs::settle_reporting(&self.sql, tx, p, self.now(p.now)) {
+                    Err(e) if !e.is_lease_lost() => return Err(e),
+                    result => result,
+                },
+            );
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::Database("item not settled".into()))))
+            .collect())
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
@@ -303,6 +328,13 @@ impl Db {
     fn rescheduled(&self) {
         self.rescheduled.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Whether settling `items` makes a job runnable at some time.
+fn has_reschedules(items: &[&SettleParams]) -> bool {
+    items
+        .iter()
+        .any(|p| matches!(p.transition, Transition::Reschedule { .. }))
 }
 
 /// The lease and result of a completion that records no error.
