@@ -157,7 +157,7 @@ impl Queue {
     }
 
     /// The options the queue was opened with.
-    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn options(&self) -> &QueueOptions {
         &self.inner.options
     }

@@ -179,11 +179,10 @@ impl Backend {
             server => db.next_due(queues, now))
     }
 
-    /// Applies many transitions in one transaction, then a lease with
-    /// `lease` when given: one transaction on SQLite (group commit for both
-    /// halves) and PostgreSQL; two on MySQL for now. A lost lease fails only
-    /// its own item; an item's `Ok(true)` says a cancel requested while the
-    /// job ran won over its reschedule.
+    /// Applies many transitions, then a lease with `lease` when given, in
+    /// one transaction (group commit for both halves). A lost lease fails
+    /// only its own item; an item's `Ok(true)` says a cancel requested while
+    /// the job ran won over its reschedule.
     pub(crate) fn settle_and_lease(
         &self,
         items: &[&SettleParams],
@@ -208,18 +207,7 @@ impl Backend {
             #[cfg(feature = "postgres")]
             Backend::Postgres(db) => db.settle_and_lease(items, lease),
             #[cfg(feature = "mysql")]
-            Backend::Mysql(db) => {
-                let results = if items.is_empty() {
-                    Vec::new()
-                } else {
-                    db.settle_many(items)?
-                };
-                let jobs = match lease {
-                    Some(p) => db.lease(p)?,
-                    None => Vec::new(),
-                };
-                Ok((results, jobs))
-            }
+            Backend::Mysql(db) => db.settle_and_lease(items, lease),
         }
     }
 
