@@ -64,7 +64,7 @@
 //! retry by the policy (any error, with `?`), retry after a delay, snooze
 //! (no attempt used), discard, or cancel. A payload that does not decode into
 //! the handler's argument type sends the job to `dead` at once. A handler that
-//! commits its effects with [`JobContext::transaction`] completes the job in
+//! commits its effects with `ctx.transaction(..)` ([`crate::sqlite::JobContextExt`]) completes the job in
 //! the same transaction, exactly once.
 //!
 //! ## Shutdown
@@ -229,7 +229,7 @@ impl Worker {
     /// A handler cannot be interrupted: one still running a second after the
     /// grace period (it ignores [`JobContext::is_cancelled`]) is left on its
     /// detached thread. Its job was released, so nothing it returns or
-    /// commits with [`JobContext::transaction`] is applied (`LeaseLost`).
+    /// commits with `ctx.transaction(..)` is applied (`LeaseLost`).
     ///
     /// Errors only if one of the worker's own threads panicked.
     pub fn shutdown(mut self, grace: Duration) -> Result<()> {
