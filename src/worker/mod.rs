@@ -90,6 +90,7 @@ pub use builder::{WorkerBuilder, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFE
 pub(crate) use context::to_result;
 pub use context::{CancelReason, JobContext};
 pub use error::{Action, JobError};
+pub(crate) use executor::run_handler;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
