@@ -166,7 +166,8 @@ impl InFlight {
         for entry in entries.values().filter(|e| e.stage == Stage::Running) {
             match entry.deadline {
                 Some(d) if d <= now => {
-                    if entry.cancel.cancel(CancelReason::Timeout) {
+                    let first = entry.cancel.cancel(CancelReason::Timeout);
+                    if first {
                         tracing::warn!(
                             job_id = entry.job.id,
                             kind = %entry.job.kind,
