@@ -90,6 +90,28 @@
 //!
 //! See [`inspect`] for a job's life, [`Queue`] for every operation, and the
 //! README for the guarantees.
+//!
+//! ## Logging
+//!
+//! backlog logs through [`tracing`](https://docs.rs/tracing) and prints
+//! nothing itself: install a subscriber to see it. Each job runs inside a
+//! `job` span (`id`, `kind`, `queue`, `attempt`), so a handler's own events
+//! carry those fields; a `job started` event (debug) and a `job finished`
+//! event (info; warn for a retry or a discard, error for a dead job) with
+//! the run's `duration` and `outcome` frame it. Warnings report what an
+//! operator should hear of: a lease lost, a job rescued after its worker
+//! stopped heartbeating, a database error the worker retried or gave up on,
+//! the write deadline passed under lock contention (`Error::Busy`), a
+//! handler past its timeout, and a WAL over its bound. A worker's threads
+//! log to the subscriber in force where it was started, a scoped one
+//! (`tracing::subscriber::set_default`) included. See
+//! `examples/tracing.rs`.
+//!
+//! ## Testing your code
+//!
+//! [`testing`] asserts what your code enqueued (inside an open transaction
+//! too), runs the jobs inline with your worker's handlers, and moves a
+//! [`ManualClock`] so scheduled jobs and retries come due.
 
 #![warn(missing_docs)]
 
@@ -115,6 +137,7 @@ pub mod postgres;
 mod queue;
 mod retry;
 pub mod sqlite;
+pub mod testing;
 mod validate;
 pub mod worker;
 

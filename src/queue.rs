@@ -567,6 +567,20 @@ impl Queue {
         if !done.is_empty() {
             failpoint!("rescue");
         }
+        for (expired, p) in &done {
+            let became = match p.transition {
+                Transition::Finish { status, .. } => status.as_str(),
+                Transition::Reschedule { .. } => "available",
+            };
+            tracing::warn!(
+                job_id = expired.lease.job_id,
+                attempt = expired.attempts,
+                max_attempts = expired.max_attempts,
+                became,
+                "rescued a job whose lease expired: its worker stopped heartbeating \
+                 (crashed, hung or stopped)"
+            );
+        }
         self.inner
             .bus
             .emit(done.iter().map(|(expired, p)| match p.transition {

@@ -257,6 +257,13 @@ fn check_caller_connection(queue: &Queue, conn: &Connection) -> Result<()> {
     if conn.is_autocommit() {
         return Err(Error::NotInTransaction);
     }
+    check_same_database(queue, conn)
+}
+
+/// Refuses a connection open on another database file than the queue's (or
+/// a queue that is not on SQLite).
+pub(crate) fn check_same_database(queue: &Queue, conn: &Connection) -> Result<()> {
+    connections(queue)?;
     let (path, canonical) = queue.paths();
     let theirs = conn.path().map(Path::new);
     let same = match theirs {

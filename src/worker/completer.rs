@@ -114,15 +114,38 @@ impl Completer {
                         .map(|((job, _), _)| job.lease())
                         .collect();
                     let news = shared.inflight.lose(&lost);
+                    for job_id in &news {
+                        tracing::warn!(
+                            job_id,
+                            "lease lost: the job's outcome was not applied (its lease \
+                             expired and it was rescued, or it was deleted)"
+                        );
+                    }
                     queue.emit(news.into_iter().map(|job_id| Event::LeaseLost { job_id }));
                     leased = jobs;
                     break;
                 }
-                Err(_) if attempt < ATTEMPTS => {
+                Err(error) if attempt < ATTEMPTS => {
+                    tracing::warn!(
+                        %error,
+                        busy = error.is_busy(),
+                        jobs = batch.len(),
+                        attempt,
+                        retry_in = ?wait,
+                        "settling a batch of outcomes failed; retrying"
+                    );
                     thread::sleep(wait);
                     wait *= 2;
                 }
-                Err(_) => {} // left to lease expiry and the rescuer
+                Err(error) => tracing::error!(
+                    %error,
+                    busy = error.is_busy(),
+                    jobs = batch.len(),
+                    job_ids = ?batch.iter().map(|(job, _)| job.id).collect::<Vec<_>>(),
+                    attempts = ATTEMPTS,
+                    "gave up settling a batch of outcomes; their leases will expire \
+                     and the rescuer will make the jobs available again"
+                ),
             }
         }
         shared.inflight.remove(batch.iter().map(|(job, _)| job.id));
@@ -168,7 +191,13 @@ impl Completer {
         if !refused.is_empty() {
             let items = refused.iter().map(|j| (j.as_ref(), Outcome::Release));
             // On failure their leases expire and the rescuer frees them.
-            let _ = shared.queue.settle_many(items);
+            if let Err(error) = shared.queue.settle_many(items) {
+                tracing::warn!(
+                    %error,
+                    jobs = refused.len(),
+                    "releasing jobs leased during shutdown failed; their leases will expire"
+                );
+            }
         }
         handed
     }

@@ -315,6 +315,12 @@ impl JobContext {
 
     fn lease_lost(&self) {
         if self.cancel.lose_lease() {
+            tracing::warn!(
+                job_id = self.job.id,
+                "lease lost: the job is no longer held by this worker (its lease \
+                 expired and it was rescued, or it was deleted); nothing it commits \
+                 applies"
+            );
             self.queue.emit([Event::LeaseLost {
                 job_id: self.job.id,
             }]);

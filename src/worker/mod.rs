@@ -90,6 +90,7 @@ pub use builder::{WorkerBuilder, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFE
 pub(crate) use context::to_result;
 pub use context::{CancelReason, JobContext};
 pub use error::{Action, JobError};
+pub(crate) use executor::run_handler;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -425,9 +426,14 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
     spawn_on(thread::Builder::new().name(name), f)
 }
 
+/// Spawns a worker thread that logs to the `tracing` subscriber in force
+/// where the worker was started: a subscriber set for a scope
+/// (`tracing::subscriber::set_default`, as a test does) sees the worker's
+/// events too, not only a global one.
 fn spawn_on(builder: thread::Builder, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
     builder
-        .spawn(f)
+        .spawn(move || tracing::dispatcher::with_default(&dispatch, f))
         .map_err(|e| Error::Worker(format!("cannot spawn a thread: {e}")))
 }
 

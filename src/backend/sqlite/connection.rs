@@ -364,13 +364,25 @@ pub(crate) fn retry_busy<T>(
 ) -> Result<T> {
     let start = Instant::now();
     let mut backoff = Duration::from_millis(1);
+    let mut tries = 0u64;
     loop {
         match f() {
             Err(Error::Busy) if start.elapsed() < deadline => {
                 retries.fetch_add(1, Ordering::Relaxed);
+                tries += 1;
                 let jittered = backoff.mul_f64(rand::random_range(0.5..=1.5));
                 thread::sleep(jittered.min(deadline.saturating_sub(start.elapsed())));
                 backoff = (backoff * 2).min(Duration::from_millis(100));
+            }
+            Err(Error::Busy) => {
+                tracing::warn!(
+                    waited = ?start.elapsed(),
+                    ?deadline,
+                    retries = tries,
+                    "the database stayed locked by another connection past the write \
+                     deadline: giving up with Error::Busy"
+                );
+                return Err(Error::Busy);
             }
             other => return other,
         }
@@ -486,6 +498,58 @@ mod tests {
         assert!(
             elapsed < WAL_TRUNCATE_PATIENCE * 2 + Duration::from_millis(500),
             "{elapsed:?}"
+        );
+        Ok(())
+    }
+
+    /// A log over its bound is a warning, and so is a truncation a reader
+    /// kept from finishing: both say something holds snapshots too long.
+    #[test]
+    fn a_wal_over_its_bound_is_a_warning() -> Result<()> {
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+
+        let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
+        let path = dir.path().join("q.db");
+        let mut db = Connections::open(&path, &QueueOptions::default())?;
+        db.wal_limit = 64 * 1024;
+        db.write(|tx| Ok(tx.execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")?))?;
+        db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
+        let reader = Connection::open(&path)?;
+        reader.execute_batch("BEGIN")?;
+        reader.query_row("SELECT count(*) FROM blobs", [], |r| r.get::<_, i64>(0))?;
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..WAL_CHECK_EVERY {
+                db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
+            }
+            Ok::<(), Error>(())
+        })?;
+        reader.execute_batch("COMMIT")?;
+
+        let logged = String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned();
+        assert!(
+            logged.contains("WARN") && logged.contains("the WAL is over its bound"),
+            "{logged}"
+        );
+        assert!(logged.contains("limit=65536"), "{logged}");
+        assert!(
+            logged.contains("the WAL could not be truncated: a reader kept an old snapshot"),
+            "{logged}"
         );
         Ok(())
     }
