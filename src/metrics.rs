@@ -58,6 +58,10 @@ use crate::queue::Queue;
 
 type Labels = Vec<(&'static str, String)>;
 
+fn labels(queue: &str, kind: &str) -> Labels {
+    vec![("queue", queue.to_owned()), ("kind", kind.to_owned())]
+}
+
 /// Jobs whose start this process saw and whose end it has not: kept for the
 /// run-time histogram, up to this many (a leak guard against lost events).
 const MAX_TRACKED_RUNS: usize = 100_000;
@@ -91,6 +95,7 @@ impl Metrics {
     pub fn new(queue: &Queue) -> Metrics {
         let counts = Arc::new(EventCounts {
             events: queue.subscribe(),
+            clock: Some(queue.options().clock.clone()),
             ..EventCounts::default()
         });
         // The thread holds the counters weakly: it ends at the first event
@@ -243,10 +248,18 @@ impl Collector for Counters {
         )?)?;
         c.counted.encode(encoder.encode_descriptor(
             "backlog_job_events",
-            "What happened to jobs in this process: leased, started, completed, retried, \
-             snoozed, released, dead, discarded, cancelled, rescued, lease_lost",
+            "What happened to jobs in this process, per event (leased, started, completed, \
+             retried, snoozed, released, dead, discarded, cancelled, rescued, lease_lost), \
+             queue and kind (empty for a job this process did not lease)",
             None,
             c.counted.metric_type(),
+        )?)?;
+        c.latency.encode(encoder.encode_descriptor(
+            "backlog_job_start_latency",
+            "From when a job was due to when its handler started in this process, per queue \
+             and kind",
+            Some(&Unit::Seconds),
+            c.latency.metric_type(),
         )?)?;
         let in_flight = ConstGauge::new(c.in_flight.load(Ordering::Relaxed));
         in_flight.encode(encoder.encode_descriptor(
@@ -257,7 +270,8 @@ impl Collector for Counters {
         )?)?;
         c.run_time.encode(encoder.encode_descriptor(
             "backlog_job_run",
-            "Handler run time, from start to settlement, of jobs run in this process",
+            "Handler run time, from start to settlement, of jobs run in this process, per \
+             queue and kind",
             Some(&Unit::Seconds),
             c.run_time.metric_type(),
         )?)?;
@@ -283,9 +297,27 @@ struct EventCounts {
     enqueued: Family<Labels, Counter>,
     counted: Family<Labels, Counter>,
     in_flight: AtomicI64,
-    run_time: Histogram,
-    /// Leased jobs not settled yet, with when their handler started.
-    leased: Mutex<HashMap<i64, Option<Instant>>>,
+    run_time: Family<Labels, Histogram, fn() -> Histogram>,
+    latency: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Leased jobs not settled yet: their labels, when they were due, and
+    /// when their handler started.
+    leased: Mutex<HashMap<i64, Tracked>>,
+    /// The queue's clock, for the start latency (due times are on it).
+    clock: Option<Arc<dyn crate::Clock>>,
+}
+
+/// A job this process leased and has not settled yet.
+#[derive(Debug)]
+struct Tracked {
+    queue: String,
+    kind: String,
+    available_at: i64,
+    started: Option<Instant>,
+}
+
+/// 1 ms to about 9 minutes.
+fn seconds_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 20))
 }
 
 impl Default for EventCounts {
@@ -296,9 +328,10 @@ impl Default for EventCounts {
             enqueued: Family::default(),
             counted: Family::default(),
             in_flight: AtomicI64::new(0),
-            // 1 ms to about 9 minutes.
-            run_time: Histogram::new(exponential_buckets(0.001, 2.0, 20)),
+            run_time: Family::new_with_constructor(seconds_histogram),
+            latency: Family::new_with_constructor(seconds_histogram),
             leased: Mutex::new(HashMap::new()),
+            clock: None,
         }
     }
 }
@@ -325,17 +358,35 @@ impl EventCounts {
                     .inc();
                 return;
             }
-            Event::Leased { job_id, .. } => {
+            Event::Leased {
+                job_id,
+                queue,
+                kind,
+                available_at,
+                ..
+            } => {
                 let mut leased = self.leased.lock().unwrap_or_else(|p| p.into_inner());
-                if leased.len() < MAX_TRACKED_RUNS && leased.insert(*job_id, None).is_none() {
+                let tracked = Tracked {
+                    queue: queue.clone(),
+                    kind: kind.clone(),
+                    available_at: *available_at,
+                    started: None,
+                };
+                if leased.len() < MAX_TRACKED_RUNS && leased.insert(*job_id, tracked).is_none() {
                     self.in_flight.fetch_add(1, Ordering::Relaxed);
                 }
                 ("leased", *job_id, false)
             }
             Event::Started { job_id, .. } => {
                 let mut leased = self.leased.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(start) = leased.get_mut(job_id) {
-                    *start = Some(Instant::now());
+                if let Some(job) = leased.get_mut(job_id) {
+                    job.started = Some(Instant::now());
+                    if let Some(clock) = &self.clock {
+                        let waited = clock.now_micros().saturating_sub(job.available_at).max(0);
+                        self.latency
+                            .get_or_create(&labels(&job.queue, &job.kind))
+                            .observe(waited as f64 / 1e6);
+                    }
                 }
                 ("started", *job_id, false)
             }
@@ -351,15 +402,22 @@ impl EventCounts {
             #[allow(unreachable_patterns)]
             _ => return,
         };
-        self.counted
-            .get_or_create(&vec![("event", name.to_owned())])
-            .inc();
+        let mut leased = self.leased.lock().unwrap_or_else(|p| p.into_inner());
+        let (queue, kind) = leased
+            .get(&job_id)
+            .map_or((String::new(), String::new()), |j| {
+                (j.queue.clone(), j.kind.clone())
+            });
+        let mut event_labels = labels(&queue, &kind);
+        event_labels.insert(0, ("event", name.to_owned()));
+        self.counted.get_or_create(&event_labels).inc();
         if settles {
-            let mut leased = self.leased.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(started) = leased.remove(&job_id) {
+            if let Some(job) = leased.remove(&job_id) {
                 self.in_flight.fetch_sub(1, Ordering::Relaxed);
-                if let (Some(started), false) = (started, name == "lease_lost") {
-                    self.run_time.observe(started.elapsed().as_secs_f64());
+                if let (Some(started), false) = (job.started, name == "lease_lost") {
+                    self.run_time
+                        .get_or_create(&labels(&job.queue, &job.kind))
+                        .observe(started.elapsed().as_secs_f64());
                 }
             }
         }

@@ -338,6 +338,9 @@ impl Queue {
         self.inner.bus.emit(jobs.iter().map(|j| Event::Leased {
             job_id: j.id,
             attempt: j.attempt,
+            queue: j.queue.clone(),
+            kind: j.kind.clone(),
+            available_at: j.available_at,
         }));
     }
 

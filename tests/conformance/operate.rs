@@ -370,15 +370,25 @@ mod metrics {
             sample(r#"backlog_jobs_enqueued_total{queue="b",kind="resize"}"#),
             Some(1.0)
         );
-        for (event, n) in [
-            ("leased", 4.0),
-            ("completed", 1.0),
-            ("retried", 1.0),
-            ("dead", 1.0),
+        for (event, queue, kind, n) in [
+            ("leased", "a", "email", 3.0),
+            ("leased", "b", "resize", 1.0),
+            ("completed", "a", "email", 1.0),
+            ("retried", "a", "email", 1.0),
+            ("dead", "b", "resize", 1.0),
         ] {
-            let series = format!(r#"backlog_job_events_total{{event="{event}"}}"#);
+            let series = format!(
+                r#"backlog_job_events_total{{event="{event}",queue="{queue}",kind="{kind}"}}"#
+            );
             assert_eq!(sample(&series), Some(n), "{series}");
         }
+        assert_eq!(kind("backlog_job_start_latency_seconds"), Some("histogram"));
+        // The three started jobs... none was started by a worker here; the
+        // lease alone is counted in the events, and the latency is empty.
+        assert_eq!(
+            sample(r#"backlog_job_start_latency_seconds_count{queue="a",kind="email"}"#),
+            None
+        );
         assert_eq!(sample("backlog_jobs_in_flight"), Some(1.0));
         assert_eq!(sample("backlog_database_up"), Some(1.0));
         assert_eq!(
@@ -392,5 +402,38 @@ mod metrics {
         Ok(())
     }
 
-    conformance!(metrics_count_a_known_workload_by_queue_state_and_event);
+    fn a_worker_run_is_timed_by_queue_and_kind(b: &Backend) -> TestResult {
+        let h = b.harness()?;
+        let q = &h.queue;
+        let metrics = Metrics::new(q);
+        let events = q.subscribe();
+        q.enqueue_many((0..2).map(|i| NewJob::new("k", json!(i))))?;
+        let worker = backlog::Worker::builder(q.clone())
+            .handle_raw("k", |_, _| Ok(()))
+            .start()?;
+        let mut completed = 0;
+        while completed < 2 {
+            if let backlog::Event::Completed { .. } =
+                events.recv_timeout(std::time::Duration::from_secs(20))?
+            {
+                completed += 1;
+            }
+        }
+        worker.shutdown(std::time::Duration::from_secs(5))?;
+        let (_, samples) = parse(&metrics.render()?)?;
+        let sample = |series: &str| samples.get(series).copied();
+        for histogram in [
+            "backlog_job_start_latency_seconds",
+            "backlog_job_run_seconds",
+        ] {
+            let series = format!(r#"{histogram}_count{{queue="default",kind="k"}}"#);
+            assert_eq!(sample(&series), Some(2.0), "{series}");
+        }
+        Ok(())
+    }
+
+    conformance!(
+        metrics_count_a_known_workload_by_queue_state_and_event,
+        a_worker_run_is_timed_by_queue_and_kind,
+    );
 }
