@@ -159,8 +159,8 @@ pub use queue::{Queue, WAIT_MAX_POLL};
 pub use retry::RetryPolicy;
 pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_UNIQUE_KEY_BYTES};
 pub use worker::{
-    Action, CancelReason, JobContext, JobError, Worker, WorkerBuilder, DEFAULT_CONCURRENCY,
-    MAX_CONCURRENCY, MAX_PREFETCH,
+    Action, CancelReason, JobContext, JobError, ShutdownReport, Worker, WorkerBuilder,
+    DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFETCH, SHUTDOWN_MARGIN,
 };
 
 /// The README's code blocks, compiled as doctests so the tour stays true.

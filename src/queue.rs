@@ -424,17 +424,18 @@ impl Queue {
         &self,
         items: impl IntoIterator<Item = (&'a Job, Outcome)>,
     ) -> Result<Vec<Result<()>>> {
-        Ok(self.settle_many_and_lease(items, None)?.0)
+        Ok(self.settle_many_and_lease(items, None, None)?.0)
     }
 
     /// [`Queue::settle_many`], and in the same transaction a lease of
     /// `refill` (when given and its limit is not zero): the worker's
     /// completer hands the slots its outcomes free to the next jobs with one
-    /// commit for both.
+    /// commit for both. With `until`, given up then (a worker's shutdown).
     pub(crate) fn settle_many_and_lease<'a>(
         &self,
         items: impl IntoIterator<Item = (&'a Job, Outcome)>,
         refill: Option<&LeaseRequest>,
+        until: Option<std::time::Instant>,
     ) -> Result<(Vec<Result<()>>, Vec<Job>)> {
         let now = self.now_micros();
         let refill = match refill {
@@ -464,10 +465,10 @@ impl Queue {
             })
             .collect::<Result<_>>()?;
         let params: Vec<&SettleParams> = items.iter().map(|(_, _, p)| p).collect();
-        let (results, jobs) = self
-            .inner
-            .backend
-            .settle_and_lease(&params, lease.as_ref())?;
+        let (results, jobs) =
+            self.inner
+                .backend
+                .settle_and_lease(&params, lease.as_ref(), until)?;
         if self.inner.bus.has_listeners() {
             self.inner.bus.emit(items.iter().zip(&results).filter_map(
                 |((job, released, p), r)| match r {

@@ -182,28 +182,37 @@ impl Backend {
     /// Applies many transitions, then a lease with `lease` when given, in
     /// one transaction (group commit for both halves). A lost lease fails
     /// only its own item; an item's `Ok(true)` says a cancel requested while
-    /// the job ran won over its reschedule.
+    /// the job ran won over its reschedule. With `until`, SQLite gives up
+    /// then (`Busy`) however long another process holds the write lock; the
+    /// servers have no such lock and keep their own bounds.
     pub(crate) fn settle_and_lease(
         &self,
         items: &[&SettleParams],
         lease: Option<&LeaseParams<'_>>,
+        until: Option<std::time::Instant>,
     ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
         match self {
-            Backend::Sqlite(db) => db.write(|tx| {
-                let results = items
-                    .iter()
-                    .map(|p| match sqlite::jobs::settle_reporting(tx, p) {
-                        Err(e) if !e.is_lease_lost() => Err(e),
-                        result => Ok(result),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                failpoint!("settle-before-commit");
-                let jobs = match lease {
-                    Some(p) => sqlite::jobs::lease(tx, p)?,
-                    None => Vec::new(),
+            Backend::Sqlite(db) => {
+                let apply = |tx: &rusqlite::Transaction<'_>| {
+                    let results = items
+                        .iter()
+                        .map(|p| match sqlite::jobs::settle_reporting(tx, p) {
+                            Err(e) if !e.is_lease_lost() => Err(e),
+                            result => Ok(result),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    failpoint!("settle-before-commit");
+                    let jobs = match lease {
+                        Some(p) => sqlite::jobs::lease(tx, p)?,
+                        None => Vec::new(),
+                    };
+                    Ok((results, jobs))
                 };
-                Ok((results, jobs))
-            }),
+                match until {
+                    Some(until) => db.write_until(until, apply),
+                    None => db.write(apply),
+                }
+            }
             #[cfg(feature = "postgres")]
             Backend::Postgres(db) => db.settle_and_lease(items, lease),
             #[cfg(feature = "mysql")]

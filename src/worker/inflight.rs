@@ -225,6 +225,11 @@ impl InFlight {
     pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
+
+    /// How many jobs are held.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
 }
 
 #[cfg(test)]

@@ -124,6 +124,7 @@ pub(crate) struct Connections {
     writer: Arc<Mutex<Connection>>,
     readers: r2d2::Pool<SqliteConnectionManager>,
     write_deadline: Duration,
+    busy_timeout: Duration,
     busy_retries: AtomicU64,
     commits: AtomicU64,
     wal_truncate_not_before: Mutex<Option<Instant>>,
@@ -192,6 +193,7 @@ impl Connections {
             writer,
             readers,
             write_deadline: options.write_deadline,
+            busy_timeout: options.busy_timeout,
             busy_retries: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             wal_truncate_not_before: Mutex::new(None),
@@ -244,6 +246,36 @@ impl Connections {
             tx.commit()?;
             Ok(value)
         })?;
+        self.committed(&conn);
+        Ok(value)
+    }
+
+    /// [`Connections::write`], finished or given up by `until`: each try's
+    /// busy timeout is cut to what is left, so a write lock another process
+    /// holds cannot keep the caller past it (a worker's shutdown). Gives up
+    /// with [`Error::Busy`].
+    pub(crate) fn write_until<T>(
+        &self,
+        until: Instant,
+        mut f: impl FnMut(&Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut conn = self.writer()?;
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Busy);
+        }
+        let patience = self.busy_timeout.min(left);
+        conn.busy_timeout(patience)?;
+        let result = retry_busy(left, &self.busy_retries, || {
+            let left = until.saturating_duration_since(Instant::now());
+            conn.busy_timeout(patience.min(left).max(Duration::from_millis(1)))?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let value = f(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        });
+        conn.busy_timeout(self.busy_timeout)?;
+        let value = result?;
         self.committed(&conn);
         Ok(value)
     }
