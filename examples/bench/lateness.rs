@@ -316,6 +316,58 @@ fn case(
     Ok(sorted)
 }
 
+/// The machine's floor for the same open loop, with no database: one thread
+/// keeps the due times in a heap and sleeps toward the earliest
+/// (`recv_timeout`, the primitive the fetcher's `select!` uses), woken when a
+/// sooner one is sent; the lateness is its wake-up after each due time. What
+/// a loaded 2-core machine adds to any wake-up, before backlog does anything.
+fn sleeper_floor(a: &LatenessArgs) -> BoxResult<Vec<f64>> {
+    use crossbeam_channel::RecvTimeoutError;
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    let (tx, rx) = crossbeam_channel::unbounded::<Instant>();
+    let sleeper = thread::spawn(move || {
+        let mut heap: BinaryHeap<Reverse<Instant>> = BinaryHeap::new();
+        let mut late = Vec::new();
+        let mut open = true;
+        loop {
+            while let Some(&Reverse(due)) = heap.peek() {
+                let now = Instant::now();
+                if due > now {
+                    break;
+                }
+                heap.pop();
+                late.push((now - due).as_secs_f64() * 1000.0);
+            }
+            let next = heap.peek().map(|&Reverse(due)| due);
+            match (open, next) {
+                (false, None) => return late,
+                (false, Some(due)) => thread::sleep(due.saturating_duration_since(Instant::now())),
+                (true, None) => match rx.recv() {
+                    Ok(due) => heap.push(Reverse(due)),
+                    Err(_) => open = false,
+                },
+                (true, Some(due)) => {
+                    match rx.recv_timeout(due.saturating_duration_since(Instant::now())) {
+                        Ok(due) => heap.push(Reverse(due)),
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => open = false,
+                    }
+                }
+            }
+        }
+    });
+    open_loop(a.jobs, a.gap_ms, |_| {
+        tx.send(Instant::now() + draw(a.min_ms, a.max_ms))?;
+        Ok(())
+    })?;
+    drop(tx);
+    let mut late = sleeper.join().map_err(|_| "the sleeper thread panicked")?;
+    late.sort_by(f64::total_cmp);
+    Ok(late)
+}
+
 /// Every case at durability `d`. Targets (Fast, as for the latency mode):
 /// p99 ≤ 5 ms in the same process, and from another process no more than
 /// the cross-process pickup target, 2 ms.
@@ -341,6 +393,11 @@ pub fn lateness(report: &mut Report, dir: &Path, d: Durability, a: &LatenessArgs
                 }
             }
         }
+    }
+    let floor = sleeper_floor(a)?;
+    for (label, p) in [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("max", 100.0)] {
+        let name = format!("floor: a bare thread sleeping to the same due times: {label}");
+        report.value("lateness", dn, &name, "ms", percentile(&floor, p));
     }
     report.value(
         "lateness",
