@@ -249,6 +249,11 @@ pub trait Raw: Send {
     /// 1 ms poll interval.
     fn wait(&mut self, timeout: Duration) -> BoxResult<()>;
 
+    /// Claims run again after a deadlock (MySQL) so far.
+    fn retries(&self) -> u64 {
+        0
+    }
+
     /// Inserts `count` available jobs numbered from 0 in a few big
     /// statements: setup only, never timed.
     fn prefill(&mut self, count: usize) -> BoxResult<()>;

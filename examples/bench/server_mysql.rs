@@ -33,11 +33,13 @@ fn insert_batch(rows: usize) -> String {
 
 /// The claim: a walk of the lease index in claim order that stops after `?`
 /// rows. Differs from PostgreSQL in that there is no partial index:
-/// `lease_queue` is the queue of an unleased job and NULL otherwise, and no
-/// `RETURNING`, so the move to history is two more statements on the ids
-/// this one locked ([`to_history`], [`delete`]), in the same transaction.
+/// `lease_queue` is the queue of an unleased job and NULL otherwise; that
+/// the index is forced, as backlog's lease forces it (a scan would lock what
+/// it reads); and that there is no `RETURNING`, so the move to history is
+/// two more statements on the ids this one locked ([`to_history`],
+/// [`delete`]), in the same transaction.
 const CLAIM: &str = "
-SELECT id, kind, payload FROM backlog_jobs
+SELECT id, kind, payload FROM backlog_jobs FORCE INDEX (jobs_lease)
 WHERE lease_queue = 'default' AND available_at <= ?
 ORDER BY priority DESC, available_at, id
 LIMIT ?
@@ -172,6 +174,7 @@ pub struct My {
     insert: Statement,
     insert_batch: HashMap<usize, Statement>,
     claim: Statement,
+    retries: u64,
 }
 
 impl My {
@@ -182,17 +185,36 @@ impl My {
             insert: conn.prep(INSERT)?,
             claim: conn.prep(CLAIM)?,
             insert_batch: HashMap::new(),
+            retries: 0,
             conn,
         })
     }
 
     /// Claims up to `batch` rows in a transaction and runs `then` on their
-    /// ids before committing.
+    /// ids before committing. Differs from PostgreSQL in that claims on
+    /// several connections deadlock now and then (InnoDB locks the lease
+    /// index entry and the row in turn): the transaction is run again, as
+    /// backlog does.
     fn claim_then(
         &mut self,
         batch: usize,
         then: impl Fn(&str, i64) -> Vec<String>,
     ) -> BoxResult<Vec<(i64, String)>> {
+        loop {
+            match self.try_claim_then(batch, &then) {
+                Err(mysql::Error::MySqlError(e)) if e.code == 1213 || e.code == 1205 => {
+                    self.retries += 1;
+                }
+                result => return Ok(result?),
+            }
+        }
+    }
+
+    fn try_claim_then(
+        &mut self,
+        batch: usize,
+        then: &impl Fn(&str, i64) -> Vec<String>,
+    ) -> mysql::Result<Vec<(i64, String)>> {
         let mut tx = self.conn.start_transaction(TxOpts::default())?;
         let now = now_micros();
         let rows: Vec<(i64, Vec<u8>, String)> = tx.exec(&self.claim, (now, batch as u64))?;
@@ -284,6 +306,10 @@ impl Raw for My {
 
     fn listen(&mut self) -> BoxResult<()> {
         Ok(())
+    }
+
+    fn retries(&self) -> u64 {
+        self.retries
     }
 
     fn wait(&mut self, timeout: Duration) -> BoxResult<()> {

@@ -258,11 +258,18 @@ pub fn raw_drain(
     let start = Instant::now();
     let threads: Vec<_> = drainers
         .into_iter()
-        .map(|mut r| thread::spawn(move || crate::server_db::drain(r.as_mut(), batch)))
+        .map(|mut r| {
+            thread::spawn(move || -> BoxResult<(usize, u64)> {
+                let (_, done) = crate::server_db::drain(r.as_mut(), batch)?;
+                Ok((done, r.retries()))
+            })
+        })
         .collect();
-    let mut done = 0;
+    let (mut done, mut retries) = (0, 0);
     for t in threads {
-        done += t.join().map_err(|_| "a drain thread panicked")??.1;
+        let (n, r) = t.join().map_err(|_| "a drain thread panicked")??;
+        done += n;
+        retries += r;
     }
     let rate = done as f64 / start.elapsed().as_secs_f64();
     let conns = if connections == 1 {
@@ -272,6 +279,10 @@ pub fn raw_drain(
     };
     let name = format!("raw drain, batch {batch}, {conns}");
     report.value("burn-down", label, &name, "jobs/s", rate);
+    if server.dialect == Dialect::Mysql {
+        let retried = format!("{name}: deadlocks retried");
+        report.value("burn-down", label, &retried, "", retries as f64);
+    }
     report.gate(
         "burn-down",
         label,
