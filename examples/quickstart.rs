@@ -39,7 +39,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             base: Duration::from_millis(20),
             ..RetryPolicy::default()
         })
-        .poll_interval(Duration::from_millis(100))
         .handle(|args: SendEmail, ctx| {
             if args.to.starts_with("flaky") && ctx.attempt() < 3 {
                 // Any error works with `?`: the attempt fails and is retried.

@@ -81,6 +81,12 @@ pub enum Error {
     /// Typed job arguments or a handler's output could not be encoded or
     /// decoded as JSON.
     Serialization(serde_json::Error),
+    /// [`Queue::wait`](crate::Queue::wait) gave up: the job had not finished
+    /// when its timeout passed. It may still finish later.
+    Timeout {
+        /// The job waited for.
+        job_id: i64,
+    },
     /// A database URL names a backend this build of backlog does not
     /// include: rebuild with the feature named here (`postgres`, `mysql`).
     FeatureDisabled {
@@ -91,6 +97,12 @@ pub enum Error {
     /// 8.0.1 or a MariaDB older than 10.6 (no `SKIP LOCKED`). Checked when
     /// connecting.
     UnsupportedServer(String),
+    /// One of a [`Worker`](crate::Worker)'s own threads failed: it could not
+    /// be spawned (at [`WorkerBuilder::start`](crate::WorkerBuilder::start)),
+    /// or it panicked (reported by
+    /// [`Worker::shutdown`](crate::Worker::shutdown)). A handler's panic is
+    /// not this: it is recorded as a failed attempt of its job.
+    Worker(String),
     /// Any other database error.
     Database(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -153,11 +165,15 @@ impl fmt::Display for Error {
             Error::StorageFull => f.write_str("database or disk is full"),
             Error::Migration(why) => write!(f, "migration failed: {why}"),
             Error::Serialization(e) => write!(f, "JSON encoding failed: {e}"),
+            Error::Timeout { job_id } => {
+                write!(f, "job {job_id} had not finished when the wait timed out")
+            }
             Error::FeatureDisabled { feature } => write!(
                 f,
                 "this database URL needs backlog built with the `{feature}` cargo feature"
             ),
             Error::UnsupportedServer(why) => write!(f, "unsupported database server: {why}"),
+            Error::Worker(why) => write!(f, "worker thread failed: {why}"),
             Error::Database(e) => write!(f, "database error: {e}"),
         }
     }

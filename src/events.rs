@@ -52,12 +52,19 @@ pub enum Event {
         /// When it runs again, unix µs.
         available_at: i64,
     },
-    /// A job was snoozed (rescheduled without using an attempt) or released.
+    /// A job was snoozed: rescheduled without using an attempt.
     Snoozed {
         /// The job.
         job_id: i64,
         /// When it runs again, unix µs.
         available_at: i64,
+    },
+    /// A leased job was given back, available at once, without using an
+    /// attempt: [`Queue::release`](crate::Queue::release), or a worker's
+    /// shutdown releasing the jobs it could not finish.
+    Released {
+        /// The job.
+        job_id: i64,
     },
     /// A job's last attempt failed (or expired): it is in the dead-letter history.
     Dead {
@@ -84,6 +91,20 @@ pub enum Event {
         /// The job.
         job_id: i64,
     },
+}
+
+impl Event {
+    /// True when this event moved job `id` to history (completed, dead,
+    /// discarded or cancelled).
+    pub fn finishes(&self, id: i64) -> bool {
+        match self {
+            Event::Completed { job_id }
+            | Event::Dead { job_id }
+            | Event::Discarded { job_id }
+            | Event::Cancelled { job_id } => *job_id == id,
+            _ => false,
+        }
+    }
 }
 
 /// Fan-out of events to subscribers, and of wake-ups to fetchers. Costs one

@@ -17,9 +17,33 @@
 //! [`Queue::fail`](crate::Queue::fail) moves it out of running, and the rescuer
 //! moves jobs whose lease expired back to available (or to `dead`).
 
+use serde::de::DeserializeOwned;
+
+use crate::error::Result;
+use crate::job::decode_args;
 use crate::outcome::{AttemptError, FinalStatus};
 
-/// Where a job is in its life.
+/// Where a job is in its life: one of four live states, or finished with a
+/// history status.
+///
+/// The finished states have short names, so matching one takes no nesting:
+///
+/// ```
+/// use backlog::JobState;
+///
+/// fn describe(state: JobState) -> &'static str {
+///     match state {
+///         JobState::COMPLETED => "done",
+///         JobState::DEAD => "needs a look",
+///         s if s.is_finished() => "stopped",
+///         _ => "still live",
+///     }
+/// }
+/// assert_eq!(describe(JobState::COMPLETED), "done");
+/// assert_eq!(describe(JobState::CANCELLED), "stopped");
+/// assert_eq!(describe(JobState::Running), "still live");
+/// assert_eq!(JobState::DEAD.final_status(), Some(backlog::FinalStatus::Dead));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JobState {
     /// Live, not leased, due now.
@@ -35,6 +59,28 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Finished: completed by its handler.
+    pub const COMPLETED: JobState = JobState::Finished(FinalStatus::Completed);
+    /// Finished: discarded by its handler or an operator.
+    pub const DISCARDED: JobState = JobState::Finished(FinalStatus::Discarded);
+    /// Finished: cancelled.
+    pub const CANCELLED: JobState = JobState::Finished(FinalStatus::Cancelled);
+    /// Finished: its attempts ran out (the dead-letter history).
+    pub const DEAD: JobState = JobState::Finished(FinalStatus::Dead);
+
+    /// True for a job in history (any [`FinalStatus`]); false for a live one.
+    pub fn is_finished(self) -> bool {
+        matches!(self, JobState::Finished(_))
+    }
+
+    /// The history status of a finished job; `None` for a live one.
+    pub fn final_status(self) -> Option<FinalStatus> {
+        match self {
+            JobState::Finished(status) => Some(status),
+            _ => None,
+        }
+    }
+
     /// The state's name: `available`, `scheduled`, `retrying`, `running`, or
     /// the history status.
     pub fn as_str(self) -> &'static str {
@@ -112,6 +158,48 @@ pub struct JobRecord {
     pub created_at: i64,
     /// When it last changed, unix µs.
     pub updated_at: i64,
+}
+
+impl JobRecord {
+    /// Decodes the payload into typed arguments, as [`Job::args`] does.
+    ///
+    /// [`Job::args`]: crate::Job::args
+    ///
+    /// ```
+    /// # use backlog::{JobArgs, Queue};
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    /// struct SendEmail {
+    ///     to: String,
+    /// }
+    /// impl JobArgs for SendEmail {
+    ///     const KIND: &'static str = "send_email";
+    /// }
+    /// # fn main() -> backlog::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let queue = Queue::open(dir.path().join("app.db"))?;
+    /// let id = queue.enqueue(SendEmail { to: "a@b.c".into() })?.id;
+    /// let record = queue.get(id)?;
+    /// assert_eq!(record.args::<SendEmail>()?, SendEmail { to: "a@b.c".into() });
+    /// assert_eq!(record.result::<String>()?, None); // not run yet
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`Error::Serialization`](crate::Error::Serialization) when it does not
+    /// decode into `T`.
+    pub fn args<T: DeserializeOwned>(&self) -> Result<T> {
+        decode_args(&self.payload)
+    }
+
+    /// Decodes the handler's result into `T`: `None` when the job stored no
+    /// result (not completed, or its handler returned a value that serializes
+    /// to JSON `null`, such as `()`).
+    /// [`Error::Serialization`](crate::Error::Serialization) when it does not
+    /// decode into `T`.
+    pub fn result<T: DeserializeOwned>(&self) -> Result<Option<T>> {
+        self.result.as_deref().map(decode_args).transpose()
+    }
 }
 
 /// Which jobs [`Queue::list`](crate::Queue::list) returns.

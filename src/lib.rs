@@ -2,8 +2,71 @@
 //!
 //! An embedded, durable background-job queue. Jobs live in the same SQLite
 //! file as your application's data; enqueue them (inside your own transaction
-//! if you like), lease them, and complete them — again inside your own
-//! transaction when the job's effects must happen exactly once.
+//! if you like), run them on a [`Worker`]'s threads with plain blocking
+//! closures, and complete them — again inside your own transaction when the
+//! job's effects must happen exactly once.
+//!
+//! ## Quick start
+//!
+//! Typed arguments, a worker, and a clean shutdown:
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use backlog::{Event, JobArgs, JobError, Queue, Worker};
+//! use serde::{Deserialize, Serialize};
+//!
+//! /// A job's arguments: any serde type, with the name its handler is
+//! /// registered under.
+//! #[derive(Serialize, Deserialize)]
+//! struct SendEmail {
+//!     to: String,
+//! }
+//!
+//! impl JobArgs for SendEmail {
+//!     const KIND: &'static str = "send_email";
+//! }
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! #   let dir = tempfile::tempdir()?;
+//! #   let path = dir.path().join("app.db");
+//!     let queue = Queue::open(&path)?; // WAL, synchronous=FULL, migrated
+//!     let events = queue.subscribe(); // to wait for the job below
+//!     let id = queue.enqueue(SendEmail { to: "a@b.c".into() })?.id;
+//!
+//!     let worker = Worker::builder(queue.clone())
+//!         .handle(|args: SendEmail, _ctx| {
+//!             if args.to.is_empty() {
+//!                 return Err(JobError::discard("no recipient")); // never retried
+//!             }
+//!             // ... send it; `?` on any error fails the attempt, retried later ...
+//!             Ok(format!("sent to {}", args.to)) // stored as the job's result
+//!         })
+//!         .start()?;
+//!
+//!     // A real program runs on; this one waits for its one job.
+//!     loop {
+//!         match events.recv_timeout(Duration::from_secs(10))? {
+//!             Event::Completed { job_id } if job_id == id => break,
+//!             _ => {}
+//!         }
+//!     }
+//!     worker.shutdown(Duration::from_secs(5))?; // running jobs get 5 s to finish
+//!
+//!     let record = queue.get(id)?;
+//!     assert_eq!(record.state, backlog::JobState::COMPLETED);
+//!     assert_eq!(record.result::<String>()?.as_deref(), Some("sent to a@b.c"));
+//!     Ok(())
+//! }
+//! ```
+//!
+//! See [`worker`] for outcomes (retry, snooze, discard, cancel), timeouts,
+//! transactional completion and shutdown, and [`sqlite`] for enqueueing and
+//! completing inside your own transactions.
+//!
+//! ## Leasing by hand
+//!
+//! Without a worker, a program can lease jobs and settle them itself:
 //!
 //! ```
 //! use backlog::{LeaseRequest, NewJob, Queue};
@@ -12,7 +75,7 @@
 //! # fn main() -> backlog::Result<()> {
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let path = dir.path().join("app.db");
-//! let queue = Queue::open(&path)?; // WAL, synchronous=FULL, migrated
+//! let queue = Queue::open(&path)?;
 //! let enqueued = queue.enqueue(NewJob::new("send_email", json!({"to": "a@b.c"})))?;
 //!
 //! let jobs = queue.lease(&LeaseRequest::new("worker-1", 10))?;
@@ -25,10 +88,6 @@
 //! # }
 //! ```
 //!
-//! Applications usually run handlers on a [`Worker`] instead of leasing by
-//! hand: see [`worker`] for registering closures, outcomes, transactional
-//! completion and shutdown.
-//!
 //! See [`inspect`] for a job's life, [`Queue`] for every operation, and the
 //! README for the guarantees.
 
@@ -39,6 +98,7 @@ mod failpoint;
 
 mod backend;
 pub mod clock;
+mod copy;
 mod error;
 mod events;
 pub mod inspect;
@@ -57,6 +117,7 @@ mod validate;
 pub mod worker;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use copy::{copy, CopyReport};
 pub use error::{Error, Result};
 pub use events::Event;
 pub use inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, Retention, StateCount};
@@ -66,7 +127,7 @@ pub use job::{
 pub use lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport, DEFAULT_LEASE_TTL};
 pub use options::{Durability, QueueOptions, DEFAULT_TABLE_PREFIX};
 pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
-pub use queue::Queue;
+pub use queue::{Queue, WAIT_MAX_POLL};
 pub use retry::RetryPolicy;
 pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_UNIQUE_KEY_BYTES};
 pub use worker::{

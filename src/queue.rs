@@ -11,7 +11,7 @@ use crate::backend::{Backend, EnqueueParams, HeartbeatParams, LeaseParams, Settl
 use crate::clock::{add_micros, duration_micros, system_time_to_micros};
 use crate::error::{Error, Result};
 use crate::events::{Bus, Event};
-use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, Retention, StateCount};
+use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, Retention, StateCount};
 use crate::job::{Enqueued, IntoNewJob, NewJob, Payload, Schedule, UniqueScope};
 use crate::lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport};
 use crate::options::QueueOptions;
@@ -146,6 +146,13 @@ impl Queue {
     #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) fn options(&self) -> &QueueOptions {
         &self.inner.options
+    }
+
+    /// Whether `other` is a handle on the same database.
+    pub(crate) fn same_database(&self, other: &Queue) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+            || (self.inner.canonical_path.is_some()
+                && self.inner.canonical_path == other.inner.canonical_path)
     }
 
     /// SQLite: the path as given and its canonical form.
@@ -385,23 +392,25 @@ impl Queue {
         items: impl IntoIterator<Item = (&'a Job, Outcome)>,
     ) -> Result<Vec<Result<()>>> {
         let now = self.now_micros();
-        let items: Vec<(&Job, SettleParams)> = items
+        // (job, released, params): a release and a snooze make the same
+        // transition but are different events.
+        let items: Vec<(&Job, bool, SettleParams)> = items
             .into_iter()
-            .map(|(job, outcome)| Ok((job, self.settle_params(job, outcome, now)?)))
+            .map(|(job, outcome)| {
+                let released = matches!(outcome, Outcome::Release);
+                Ok((job, released, self.settle_params(job, outcome, now)?))
+            })
             .collect::<Result<_>>()?;
-        let params: Vec<&SettleParams> = items.iter().map(|(_, p)| p).collect();
+        let params: Vec<&SettleParams> = items.iter().map(|(_, _, p)| p).collect();
         let results = self.inner.backend.settle_many(&params)?;
         if self.inner.bus.has_listeners() {
-            self.inner.bus.emit(
-                items
-                    .iter()
-                    .zip(&results)
-                    .filter_map(|((job, p), r)| match r {
-                        Ok(true) => Some(Event::Cancelled { job_id: job.id }),
-                        Ok(false) => Some(settled_event(job.id, job.attempt, &p.transition)),
-                        Err(_) => None,
-                    }),
-            );
+            self.inner.bus.emit(items.iter().zip(&results).filter_map(
+                |((job, released, p), r)| match r {
+                    Ok(true) => Some(Event::Cancelled { job_id: job.id }),
+                    Ok(false) => Some(settled_event(job, *released, &p.transition)),
+                    Err(_) => None,
+                },
+            ));
         }
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
@@ -538,15 +547,27 @@ impl Queue {
         self.inner.bus.subscribe()
     }
 
+    /// How long until the next job of `queues` that is not due yet comes due
+    /// (delayed, retrying or snoozed, written by any process); `None` when
+    /// none is waiting. The fetcher sleeps until then.
+    pub(crate) fn next_due_in(&self, queues: &[String]) -> Result<Option<Duration>> {
+        let due = self.inner.backend.next_due(queues, self.now_micros())?;
+        Ok(due.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
+    }
+
     /// A coalescing wake-up that fires when this process enqueues a job.
     pub(crate) fn doorbell(&self) -> crossbeam_channel::Receiver<()> {
         self.inner.bus.doorbell()
     }
 
     /// A watcher that notices commits by other connections to this database
-    /// (the worker's cross-process wake-up).
-    pub(crate) fn watch_changes(&self) -> Result<crate::backend::ChangeWatcher> {
-        self.inner.backend.watch_changes()
+    /// (the worker's cross-process wake-up), woken by file notifications
+    /// where it can be, else checked every `interval`.
+    pub(crate) fn watch_changes(
+        &self,
+        interval: Duration,
+    ) -> Result<crate::backend::ChangeWatcher> {
+        self.inner.backend.watch_changes(interval, true)
     }
 
     /// Checkpoints the write-ahead log without waiting on other connections
@@ -588,6 +609,64 @@ impl Queue {
         self.inner.backend.get(id, self.now_micros())
     }
 
+    /// Waits until job `id` has finished (completed, dead, discarded or
+    /// cancelled), whichever process or node ran it, and returns its final
+    /// record: the result of a job enqueued here and run elsewhere.
+    ///
+    /// It sleeps between looks: this process's own events wake it at once,
+    /// another process's commit on SQLite within the watch interval
+    /// (`PRAGMA data_version`, every 2 ms), and on a server a look every few
+    /// milliseconds, backing off to [`WAIT_MAX_POLL`]. Returns
+    /// [`Error::Timeout`] after `timeout` (the job may still finish later) and
+    /// [`Error::NotFound`] for an unknown id.
+    pub fn wait(&self, id: i64, timeout: Duration) -> Result<JobRecord> {
+        let deadline = std::time::Instant::now() + timeout;
+        let events = self.subscribe();
+        // Polling: a file-notification thread per call would cost more than
+        // a counter read every couple of milliseconds for a wait's span.
+        let mut watcher = self
+            .inner
+            .backend
+            .watch_changes(WAIT_WATCH_INTERVAL, false)?;
+        let watch = watcher.signal();
+        let mut poll = WAIT_WATCH_INTERVAL;
+        loop {
+            let record = self.get(id)?;
+            if matches!(record.state, JobState::Finished(_)) {
+                return Ok(record);
+            }
+            let next_look = std::time::Instant::now() + poll;
+            poll = (poll * 2).min(WAIT_MAX_POLL);
+            // Sleep until something may have finished it.
+            loop {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    return Err(Error::Timeout { job_id: id });
+                }
+                let left = deadline.min(next_look).saturating_duration_since(now);
+                crossbeam_channel::select! {
+                    recv(events) -> event => match event {
+                        Ok(e) if e.finishes(id) => break,
+                        Ok(_) => {}
+                        // The bus never drops its subscribers while the queue lives.
+                        Err(_) => break,
+                    },
+                    recv(watch) -> _ => {
+                        // An error (a lock during WAL recovery) counts as a change.
+                        if watcher.changed().unwrap_or(true) {
+                            break;
+                        }
+                    }
+                    default(left) => {
+                        if std::time::Instant::now() >= next_look {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// One page of jobs matching `filter`, by ascending id.
     pub fn list(&self, filter: &JobFilter) -> Result<Page> {
         if filter.limit == 0 {
@@ -599,6 +678,29 @@ impl Queue {
     }
 
     /// How many jobs each queue holds in each state; empty states are left out.
+    ///
+    /// The list mixes two kinds of count: live jobs by their state now
+    /// (available, scheduled, retrying, running), and finished jobs by their
+    /// history status ([`JobState::Finished`], for as long as
+    /// [`Retention`] keeps them). Tell them apart with
+    /// [`JobState::is_finished`]:
+    ///
+    /// ```
+    /// # use backlog::{NewJob, Queue};
+    /// # fn main() -> backlog::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let queue = Queue::open(dir.path().join("app.db"))?;
+    /// # queue.enqueue(NewJob::new("k", serde_json::json!({})))?;
+    /// let counts = queue.counts()?;
+    /// let live: u64 = counts.iter().filter(|c| !c.state.is_finished()).map(|c| c.count).sum();
+    /// let dead: u64 = counts.iter().filter(|c| c.state == backlog::JobState::DEAD).map(|c| c.count).sum();
+    /// assert_eq!((live, dead), (1, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`JobState::Finished`]: crate::JobState::Finished
+    /// [`JobState::is_finished`]: crate::JobState::is_finished
     pub fn counts(&self) -> Result<Vec<StateCount>> {
         self.inner.backend.counts(self.now_micros())
     }
@@ -671,8 +773,17 @@ impl Queue {
     }
 }
 
-/// The event a committed transition produces.
-fn settled_event(job_id: i64, attempt: u32, transition: &Transition) -> Event {
+/// How often [`Queue::wait`] checks for other processes' commits.
+const WAIT_WATCH_INTERVAL: Duration = Duration::from_millis(2);
+
+/// The longest [`Queue::wait`] goes without reading the job again, for
+/// changes no watcher reports (another node's completion on a server).
+pub const WAIT_MAX_POLL: Duration = Duration::from_millis(250);
+
+/// The event a committed transition produces. `released`: the outcome was
+/// [`Outcome::Release`], which reschedules as a snooze does.
+fn settled_event(job: &Job, released: bool, transition: &Transition) -> Event {
+    let (job_id, attempt) = (job.id, job.attempt);
     match transition {
         Transition::Finish { status, .. } => match status {
             FinalStatus::Completed => Event::Completed { job_id },
@@ -680,6 +791,7 @@ fn settled_event(job_id: i64, attempt: u32, transition: &Transition) -> Event {
             FinalStatus::Cancelled => Event::Cancelled { job_id },
             FinalStatus::Dead => Event::Dead { job_id },
         },
+        Transition::Reschedule { .. } if released => Event::Released { job_id },
         Transition::Reschedule {
             available_at,
             refund_attempt: true,

@@ -240,6 +240,22 @@ fn a_stopped_zombies_late_commit_is_refused(b: &Backend) -> TestResult {
     Ok(())
 }
 
+fn wait_returns_a_job_run_by_another_process(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let _worker = Children(vec![spawn(&h, "worker", &[])?]);
+    for i in 0..20 {
+        let job = h.queue.enqueue(NewJob::new("effect", json!(i)))?;
+        let record = h.queue.wait(job.id, Duration::from_secs(60))?;
+        assert_eq!(
+            record.state,
+            backlog::JobState::Finished(backlog::FinalStatus::Completed)
+        );
+    }
+    assert_eq!(h.count("SELECT count(*) FROM effects")?, 20);
+    println!("cluster wait ({b:?}): jobs=20 waited for, each run by another process");
+    Ok(())
+}
+
 /// The suites, `#[ignore]`d as long, one per backend.
 macro_rules! long_suites {
     ($($name:ident),* $(,)?) => {
@@ -271,4 +287,5 @@ long_suites!(
     multi_node_work_commits_every_effect_exactly_once,
     sigkilled_workers_lose_nothing_and_duplicate_no_effect,
     a_stopped_zombies_late_commit_is_refused,
+    wait_returns_a_job_run_by_another_process,
 );

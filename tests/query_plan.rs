@@ -1,7 +1,12 @@
-//! The lease statement walks `backlog_jobs_lease` in claim order and stops
-//! after n rows: no table scan, and no sort except the merge of the small
-//! per-queue candidate lists. Checked on a database with a few thousand rows,
-//! before and after `ANALYZE`, so the planner's choice is realistic.
+//! The lease statement walks the lease indexes in claim order and stops after
+//! n rows: no table scan, and no sort except the merge of the small
+//! per-walk candidate lists. One walk per queue (`backlog_jobs_lease`), or
+//! per queue and kind when the lease names kinds (`backlog_jobs_lease_kind`,
+//! a seek: jobs of other kinds are never walked); both indexes hold only due,
+//! unleased jobs (jobs waiting for their time are in
+//! `backlog_jobs_scheduled`), and paused queues are left out before the walk.
+//! Checked on a database with a few thousand rows, before and after
+//! `ANALYZE`, so the planner's choice is realistic.
 
 mod common;
 
@@ -12,6 +17,8 @@ use common::{Harness, TestResult};
 use serde_json::json;
 
 const WALK: &str = "SEARCH backlog_jobs USING INDEX backlog_jobs_lease (queue=?)";
+const KIND_WALK: &str =
+    "SEARCH backlog_jobs USING INDEX backlog_jobs_lease_kind (queue=? AND kind=?)";
 const SORT: &str = "USE TEMP B-TREE";
 
 /// One node of an `EXPLAIN QUERY PLAN` tree, read back from its indentation.
@@ -72,13 +79,13 @@ fn explain(h: &Harness, request: &LeaseRequest) -> TestResult<Vec<String>> {
     Ok(h.queue.explain_lease(request)?)
 }
 
-/// One queue: the walk of the lease index is the whole plan, no sort.
-fn assert_single_queue_plan(plan: &[String]) {
+/// One walk: the walk of a lease index is the whole plan, no sort.
+fn assert_single_walk_plan(plan: &[String], walk: &str) {
     let text = plan.join("\n");
     assert_eq!(
-        plan.iter().filter(|l| l.trim() == WALK).count(),
+        plan.iter().filter(|l| l.trim() == walk).count(),
         1,
-        "expected one walk of backlog_jobs_lease:\n{text}"
+        "expected one walk {walk}:\n{text}"
     );
     assert!(!text.contains(SORT), "a sort in a one-queue lease:\n{text}");
     assert!(
@@ -93,9 +100,10 @@ fn assert_single_queue_plan(plan: &[String]) {
     );
 }
 
-/// Several queues: one index walk per queue, no sort inside any walk, and
-/// exactly one sort: the ORDER BY of the merge of the walks' outputs.
-fn assert_merged_plan(plan: &[String], queues: usize) {
+/// Several walks: one index walk per queue (or queue and kind), no sort
+/// inside any walk, and exactly one sort: the ORDER BY of the merge of the
+/// walks' outputs (at most limit × walks rows).
+fn assert_merged_plan(plan: &[String], walk: &str, count: usize) {
     let text = plan.join("\n");
     let nodes = parse(plan);
     assert!(
@@ -104,9 +112,9 @@ fn assert_merged_plan(plan: &[String], queues: usize) {
     );
 
     let walks: Vec<usize> = (0..nodes.len())
-        .filter(|&i| nodes[i].detail == WALK)
+        .filter(|&i| nodes[i].detail == walk)
         .collect();
-    assert_eq!(walks.len(), queues, "one index walk per queue:\n{text}");
+    assert_eq!(walks.len(), count, "one index walk each:\n{text}");
 
     let sorts: Vec<usize> = (0..nodes.len())
         .filter(|&i| nodes[i].detail.starts_with(SORT))
@@ -166,34 +174,77 @@ fn lease_of_one_queue_walks_the_lease_index_without_a_sort() -> TestResult {
         }
         for queue in ["q1", "tiny", "missing"] {
             let any_kind = explain(&h, &LeaseRequest::new("w", 10).queues([queue]))?;
-            assert_single_queue_plan(&any_kind);
-            let some_kinds = explain(
+            assert_single_walk_plan(&any_kind, WALK);
+            let one_kind = explain(
                 &h,
-                &LeaseRequest::new("w", 10)
-                    .queues([queue])
-                    .kinds(["email", "report"]),
+                &LeaseRequest::new("w", 10).queues([queue]).kinds(["email"]),
             )?;
-            assert_single_queue_plan(&some_kinds);
+            assert_single_walk_plan(&one_kind, KIND_WALK);
         }
     }
     Ok(())
 }
 
 #[test]
-fn lease_of_several_queues_walks_the_index_per_queue_and_sorts_only_the_merge() -> TestResult {
+fn lease_of_several_queues_or_kinds_walks_each_and_sorts_only_the_merge() -> TestResult {
     let h = busy_queue()?;
     for analyzed in [false, true] {
         if analyzed {
             h.raw()?.execute_batch("ANALYZE")?;
         }
         let two = LeaseRequest::new("w", 10).queues(["q1", "tiny"]);
-        assert_merged_plan(&explain(&h, &two)?, 2);
+        assert_merged_plan(&explain(&h, &two)?, WALK, 2);
         let three = LeaseRequest::new("w", 50).queues(["q1", "q2", "q3"]);
-        assert_merged_plan(&explain(&h, &three)?, 3);
+        assert_merged_plan(&explain(&h, &three)?, WALK, 3);
+        let kinds = LeaseRequest::new("w", 10)
+            .queues(["q1"])
+            .kinds(["email", "report"]);
+        assert_merged_plan(&explain(&h, &kinds)?, KIND_WALK, 2);
         let with_kinds = LeaseRequest::new("w", 10)
             .queues(["q1", "q2", "q3", "tiny"])
             .kinds(["resize"]);
-        assert_merged_plan(&explain(&h, &with_kinds)?, 4);
+        assert_merged_plan(&explain(&h, &with_kinds)?, KIND_WALK, 4);
+    }
+    Ok(())
+}
+
+#[test]
+fn a_paused_queue_is_not_walked_at_all() -> TestResult {
+    let h = busy_queue()?;
+    h.queue.pause("q2")?;
+    let plan = explain(&h, &LeaseRequest::new("w", 10).queues(["q1", "q2"]))?;
+    assert_single_walk_plan(&plan, WALK);
+    let plan = explain(&h, &LeaseRequest::new("w", 10).queues(["q2"]))?;
+    assert!(
+        plan.is_empty(),
+        "a lease of paused queues runs no statement: {plan:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_next_due_job_is_found_by_a_seek_of_the_waiting_jobs() -> TestResult {
+    let h = busy_queue()?;
+    for analyzed in [false, true] {
+        if analyzed {
+            h.raw()?.execute_batch("ANALYZE")?;
+        }
+        let plan: Vec<String> = {
+            let conn = h.raw()?;
+            let mut stmt = conn.prepare(
+                "EXPLAIN QUERY PLAN SELECT min(available_at) FROM backlog_jobs
+                 WHERE lease_token IS NULL AND NOT due
+                   AND queue IN (SELECT value FROM json_each(?1))",
+            )?;
+            let rows = stmt.query_map(["[\"q1\"]"], |r| r.get::<_, String>(3))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let text = plan.join("\n");
+        assert!(
+            text.contains("backlog_jobs_scheduled"),
+            "the next-due query does not use backlog_jobs_scheduled:\n{text}"
+        );
+        assert!(!text.contains("SCAN backlog_jobs"), "{text}");
     }
     Ok(())
 }

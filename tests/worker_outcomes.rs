@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backlog::{CancelReason, Event, JobError, NewJob, Queue, RetryPolicy, Worker, WorkerBuilder};
+use backlog::{
+    CancelReason, Event, JobContext, JobError, NewJob, Queue, RetryPolicy, Worker, WorkerBuilder,
+};
 use serde_json::json;
 use worker_common::*;
 
@@ -59,6 +61,89 @@ fn a_job_that_fails_twice_is_retried_and_then_succeeds() -> TestResult {
     assert_eq!(record.result.as_deref(), Some("\"third time lucky\""));
     let messages: Vec<&str> = record.errors.iter().map(|e| e.message.as_str()).collect();
     assert_eq!(messages, ["flaky #1", "flaky #2"]);
+    Ok(())
+}
+
+/// A handler of the application's that uses anyhow.
+fn fetch_with_anyhow(args: Work, _: &JobContext) -> anyhow::Result<u32> {
+    anyhow::ensure!(args.n != 1, "n = {} is refused", args.n);
+    let n: u32 = "not a number"
+        .parse()
+        .map_err(anyhow::Error::from)
+        .map_err(|e| e.context(format!("parsing for job {}", args.n)))?;
+    Ok(n)
+}
+
+#[test]
+fn handlers_returning_their_own_error_types_fail_their_attempt_with_its_message() -> TestResult {
+    let db = Db::new()?;
+    let queue = db.queue()?;
+    let events = queue.subscribe();
+    let one = |n: u32| NewJob::new("work", json!({ "n": n })).max_attempts(1);
+    let refused = queue.enqueue(one(1))?.id;
+    let unparsable = queue.enqueue(one(2))?.id;
+    let boxed = queue
+        .enqueue(NewJob::new("boxed", json!({})).max_attempts(1))?
+        .id;
+    let text = queue
+        .enqueue(NewJob::new("text", json!({})).max_attempts(1))?
+        .id;
+
+    let worker = builder(&queue)
+        .handle_fn(fetch_with_anyhow)
+        .handle_raw_fn(
+            "boxed",
+            |_, _| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+                Err("a boxed error".into())
+            },
+        )
+        .handle_raw_fn("text", |_, _| -> Result<(), String> {
+            Err("a string error".to_owned())
+        })
+        .start()?;
+    wait_count(&events, 4, PATIENCE, "dead jobs", |e| match e {
+        Event::Dead { job_id } => Some(*job_id),
+        _ => None,
+    })?;
+    worker.shutdown(PATIENCE)?;
+
+    let message = |id| -> TestResult<String> {
+        let record = expect_state(&queue, id, "dead")?;
+        Ok(record.errors.last().ok_or("no error")?.message.clone())
+    };
+    assert_eq!(message(refused)?, "n = 1 is refused");
+    assert_eq!(
+        message(unparsable)?,
+        "parsing for job 2: invalid digit found in string"
+    );
+    assert_eq!(message(boxed)?, "a boxed error");
+    assert_eq!(message(text)?, "a string error");
+    Ok(())
+}
+
+#[test]
+fn question_mark_converts_anyhow_and_boxed_errors_inside_a_closure() -> TestResult {
+    let db = Db::new()?;
+    let queue = db.queue()?;
+    let events = queue.subscribe();
+    let id = queue
+        .enqueue(NewJob::new("work", json!({"n": 1})).max_attempts(1))?
+        .id;
+
+    let worker = builder(&queue)
+        .handle(|args: Work, ctx| {
+            let boxed: Result<(), Box<dyn std::error::Error + Send + Sync>> = Ok(());
+            boxed?;
+            fetch_with_anyhow(args, ctx)?;
+            Ok(())
+        })
+        .start()?;
+    wait_for(&events, PATIENCE, "dead", |e| {
+        *e == Event::Dead { job_id: id }
+    })?;
+    worker.shutdown(PATIENCE)?;
+    let record = expect_state(&queue, id, "dead")?;
+    assert_eq!(record.errors[0].message, "n = 1 is refused");
     Ok(())
 }
 

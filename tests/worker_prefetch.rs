@@ -83,7 +83,7 @@ fn prefetched_jobs_stay_leased_by_heartbeats_and_shutdown_releases_them_unused()
     assert_eq!(running(&queue)?, 5);
     worker.shutdown(Duration::from_millis(50))?;
     let releases = std::iter::from_fn(|| events.try_recv().ok())
-        .filter(|e| matches!(e, Event::Snoozed { .. }))
+        .filter(|e| matches!(e, Event::Released { .. }))
         .count();
     assert_eq!(
         releases, 5,

@@ -49,11 +49,21 @@ impl Series {
         median(&self.values)
     }
 
-    fn status(&self) -> &'static str {
+    /// Met or missed; nothing without a target, or in a smoke run.
+    fn status(&self, verdicts: bool) -> &'static str {
         match self.target {
+            _ if !verdicts => "",
             Some(t) if t.met(self.median()) => "met",
             Some(_) => "MISSED",
             None => "",
+        }
+    }
+
+    /// The target as text; nothing in a smoke run.
+    fn target_text(&self, verdicts: bool) -> String {
+        match self.target {
+            Some(t) if verdicts => t.describe(&self.unit),
+            _ => String::new(),
         }
     }
 }
@@ -90,15 +100,45 @@ struct GateLine {
 }
 
 /// Everything one invocation measured.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Report {
+    /// Whether figures are judged against their targets: not in a smoke
+    /// run, whose sizes (and usually debug build) say nothing about them.
+    verdicts: bool,
     series: Vec<Series>,
     gates: Vec<GateLine>,
     envs: Vec<(String, serde_json::Value)>,
     lines: Vec<String>,
 }
 
+/// What a smoke run says first, and again under its table.
+pub const SMOKE_NOTE: &str = "smoke run: checks correctness only (jobs lost, duplicated or left \
+behind; pragmas); its small sizes, usually in a debug build, are not judged against the targets. \
+For figures: cargo run --release --example bench -- all";
+
 impl Report {
+    /// A report that judges figures against their targets.
+    pub fn new() -> Report {
+        Report {
+            verdicts: true,
+            series: Vec::new(),
+            gates: Vec::new(),
+            envs: Vec::new(),
+            lines: Vec::new(),
+        }
+    }
+
+    /// A smoke run's report: correctness gates only, no verdict on figures.
+    pub fn smoke() -> Report {
+        let mut report = Report {
+            verdicts: false,
+            ..Report::new()
+        };
+        eprintln!("{SMOKE_NOTE}");
+        report.emit(json!({"type": "smoke", "note": SMOKE_NOTE}));
+        report
+    }
+
     fn emit(&mut self, line: serde_json::Value) {
         let text = line.to_string();
         println!("{text}");
@@ -224,8 +264,9 @@ impl Report {
                 json!({
                     "type": "summary", "mode": s.mode, "durability": s.durability,
                     "name": s.name, "unit": s.unit, "median": s.median(),
-                    "runs": s.values, "target": s.target.map(|t| t.describe(&s.unit)),
-                    "status": s.status(),
+                    "runs": s.values,
+                    "target": s.target.filter(|_| self.verdicts).map(|t| t.describe(&s.unit)),
+                    "status": s.status(self.verdicts),
                 })
             })
             .collect();
@@ -270,12 +311,15 @@ impl Report {
                 s.name,
                 fmt_value(s.median(), &s.unit),
                 s.values.len(),
-                s.target.map(|t| t.describe(&s.unit)).unwrap_or_default(),
-                s.status()
+                s.target_text(self.verdicts),
+                s.status(self.verdicts)
             );
         }
         for line in self.gate_lines() {
             let _ = writeln!(out, "gate {line}");
+        }
+        if !self.verdicts {
+            let _ = writeln!(out, "{SMOKE_NOTE}");
         }
         let _ = writeln!(
             out,
@@ -323,8 +367,8 @@ impl Report {
                     s.durability,
                     fmt_value(s.median(), &s.unit),
                     runs.join(", "),
-                    s.target.map(|t| t.describe(&s.unit)).unwrap_or_default(),
-                    s.status()
+                    s.target_text(self.verdicts),
+                    s.status(self.verdicts)
                 );
             }
         }

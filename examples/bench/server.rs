@@ -151,7 +151,11 @@ pub fn run(a: &ServerArgs, runs: Option<usize>, out: Option<&std::path::Path>) -
     let runs = runs.unwrap_or(if a.smoke { 1 } else { 3 }).max(1);
     let sizes = Sizes::of(a);
     let wants = |p: Part| a.only.is_empty() || a.only.contains(&p);
-    let mut report = Report::default();
+    let mut report = if a.smoke {
+        Report::smoke()
+    } else {
+        Report::new()
+    };
     let mut settings = Vec::new();
     let started = Instant::now();
     for server in &servers {

@@ -144,6 +144,13 @@ impl Backend {
             server => db.explain_lease(p))
     }
 
+    /// How long after `now` the next job of `queues` that is not due yet
+    /// comes due, in µs (server backends: measured on the server's clock).
+    pub(crate) fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>> {
+        dispatch!(self, db => db.read(|c| sqlite::jobs::next_due(c, queues, now)),
+            server => db.next_due(queues, now))
+    }
+
     /// Applies many transitions in one transaction; a lost lease fails only
     /// its own item. An item's `Ok(true)` says a cancel requested while the
     /// job ran won over its reschedule.
@@ -227,21 +234,50 @@ impl Backend {
             server => db.set_paused(queue, paused, now))
     }
 
+    /// Inserts jobs copied from another database, keeping their ids; returns
+    /// how many were written (the rest were there already).
+    pub(crate) fn import(&self, records: &[JobRecord]) -> Result<usize> {
+        dispatch!(self, db => db.write(|tx| sqlite::inspect::import(tx, records)),
+            server => db.import(records))
+    }
+
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
         dispatch!(self, db => db.read(sqlite::inspect::paused_queues),
             server => db.paused_queues())
     }
 
     /// A watcher of commits by other connections (other processes and
-    /// nodes), on a connection of its own.
-    pub(crate) fn watch_changes(&self) -> Result<ChangeWatcher> {
-        match self {
-            Backend::Sqlite(db) => Ok(ChangeWatcher::Sqlite(sqlite::DataVersion::open(db.path())?)),
+    /// nodes), on a connection of its own, to be checked when its signal
+    /// fires: on file notifications where SQLite has them and `notified` is
+    /// asked for, else every `interval`.
+    pub(crate) fn watch_changes(
+        &self,
+        interval: std::time::Duration,
+        notified: bool,
+    ) -> Result<ChangeWatcher> {
+        Ok(match self {
+            Backend::Sqlite(db) => {
+                let version = if notified {
+                    sqlite::DataVersion::open(db.path(), interval)?
+                } else {
+                    sqlite::DataVersion::polling(db.path(), interval)?
+                };
+                ChangeWatcher {
+                    signal: version.signal(),
+                    source: Source::Sqlite(version),
+                }
+            }
             #[cfg(feature = "postgres")]
-            Backend::Postgres(db) => Ok(ChangeWatcher::Postgres(db.watch_changes()?)),
+            Backend::Postgres(db) => ChangeWatcher {
+                source: Source::Postgres(db.watch_changes()?),
+                signal: crossbeam_channel::tick(interval),
+            },
             #[cfg(feature = "mysql")]
-            Backend::Mysql(db) => Ok(ChangeWatcher::Mysql(db.watch_changes()?)),
-        }
+            Backend::Mysql(db) => ChangeWatcher {
+                source: Source::Mysql(db.watch_changes()?),
+                signal: crossbeam_channel::tick(interval),
+            },
+        })
     }
 
     /// Copies the write-ahead log back into the database, without waiting on
@@ -271,9 +307,15 @@ impl Backend {
 }
 
 /// Notices commits made by other connections (another process's enqueue),
-/// cheaply enough to be asked every few milliseconds.
+/// cheaply enough to be asked whenever its signal fires.
 #[derive(Debug)]
-pub(crate) enum ChangeWatcher {
+pub(crate) struct ChangeWatcher {
+    source: Source,
+    signal: crossbeam_channel::Receiver<std::time::Instant>,
+}
+
+#[derive(Debug)]
+enum Source {
     Sqlite(sqlite::DataVersion),
     #[cfg(feature = "postgres")]
     Postgres(postgres::Listener),
@@ -285,12 +327,28 @@ impl ChangeWatcher {
     /// True when something was committed since the last call (or, for a
     /// backend that can only poll, when it is time to look again).
     pub(crate) fn changed(&mut self) -> Result<bool> {
-        match self {
-            ChangeWatcher::Sqlite(v) => v.changed(),
+        match &mut self.source {
+            Source::Sqlite(v) => v.changed(),
             #[cfg(feature = "postgres")]
-            ChangeWatcher::Postgres(l) => l.changed(),
+            Source::Postgres(l) => l.changed(),
             #[cfg(feature = "mysql")]
-            ChangeWatcher::Mysql(p) => p.changed(),
+            Source::Mysql(p) => p.changed(),
+        }
+    }
+
+    /// Fires when it is time to call [`ChangeWatcher::changed`].
+    pub(crate) fn signal(&self) -> crossbeam_channel::Receiver<std::time::Instant> {
+        self.signal.clone()
+    }
+
+    /// True when woken by the operating system's file notifications rather
+    /// than a timer.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn is_notified(&self) -> bool {
+        match &self.source {
+            Source::Sqlite(v) => v.is_notified(),
+            #[allow(unreachable_patterns)]
+            _ => false,
         }
     }
 }

@@ -131,6 +131,10 @@ impl WorkerBuilder {
     /// serializes to JSON `null` (such as `()`) stores none.
     ///
     /// Registering a kind twice is an error at [`WorkerBuilder::start`].
+    ///
+    /// The closure returns `Result<O, JobError>`; `?` inside it converts any
+    /// error (see [`JobError`]). A function with an error type of its own
+    /// (`anyhow::Result`, say) registers with [`WorkerBuilder::handle_fn`].
     pub fn handle<T, O, F>(mut self, f: F) -> Self
     where
         T: JobArgs + 'static,
@@ -150,6 +154,67 @@ impl WorkerBuilder {
     {
         self.handlers.insert(kind.into(), handler::raw(f));
         self
+    }
+
+    /// Registers a typed handler whose error type is its own: any `E` that
+    /// converts into a [`JobError`] (any `std::error::Error + Send + Sync`,
+    /// `Box<dyn Error + Send + Sync>`, `anyhow::Error`, `String`, `&str`),
+    /// which means retry by the policy. Otherwise as
+    /// [`WorkerBuilder::handle`].
+    ///
+    /// ```
+    /// use backlog::{JobArgs, JobContext, Queue, Worker};
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Fetch {
+    ///     url: String,
+    /// }
+    /// impl JobArgs for Fetch {
+    ///     const KIND: &'static str = "fetch";
+    /// }
+    ///
+    /// // An application's function, written with anyhow:
+    /// fn fetch(args: Fetch, _ctx: &JobContext) -> anyhow::Result<usize> {
+    ///     anyhow::ensure!(args.url.starts_with("https://"), "not https: {}", args.url);
+    ///     Ok(args.url.len())
+    /// }
+    ///
+    /// # fn main() -> backlog::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let queue = Queue::open(dir.path().join("app.db"))?;
+    /// let worker = Worker::builder(queue.clone()).handle_fn(fetch).start()?;
+    /// # worker.shutdown(std::time::Duration::from_secs(5))?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`WorkerBuilder::handle`] fixes the error type to `JobError` instead,
+    /// so that a closure needs no type annotation and `?` converts each of
+    /// those errors inside it; `handle_fn` suits a named function (or a
+    /// closure with a declared return type). To choose what happens (discard,
+    /// snooze, ...), return a `JobError` built with its constructors.
+    pub fn handle_fn<T, O, E, F>(self, f: F) -> Self
+    where
+        T: JobArgs + 'static,
+        O: Serialize + 'static,
+        E: Into<JobError> + 'static,
+        F: Fn(T, &JobContext) -> Result<O, E> + Send + Sync + 'static,
+    {
+        self.handle(move |args: T, ctx: &JobContext| f(args, ctx).map_err(Into::into))
+    }
+
+    /// [`WorkerBuilder::handle_raw`] for a handler whose error type is its
+    /// own, as [`WorkerBuilder::handle_fn`].
+    pub fn handle_raw_fn<O, E, F>(self, kind: impl Into<String>, f: F) -> Self
+    where
+        O: Serialize + 'static,
+        E: Into<JobError> + 'static,
+        F: Fn(Value, &JobContext) -> Result<O, E> + Send + Sync + 'static,
+    {
+        self.handle_raw(kind, move |payload, ctx: &JobContext| {
+            f(payload, ctx).map_err(Into::into)
+        })
     }
 
     /// The queues to lease from. Only jobs of kinds with a handler are ever
@@ -255,21 +320,26 @@ impl WorkerBuilder {
         self
     }
 
-    /// The longest wait between lease attempts while the queue looks empty.
-    /// Enqueues in this process wake the worker at once and other processes'
-    /// commits within the watch interval; the poll only finds scheduled jobs
-    /// and retries that came due. After work it starts at a tenth of this and
+    /// The longest wait between lease attempts while the queue looks empty: a
+    /// safety net. Enqueues in this process wake the worker at once, other
+    /// processes' commits when the file changes (see
+    /// [`WorkerBuilder::watch_interval`]), and scheduled jobs and retries
+    /// when they come due. After work it starts at a tenth of this and
     /// doubles. Defaults to 1 second.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self
     }
 
-    /// How often the worker checks whether another connection committed to
-    /// the database (`PRAGMA data_version`: a shared-memory read, no table
-    /// scan), which is how enqueues by other processes wake it. Each check
-    /// is a thread wake-up: at 10 ms an idle worker uses about 0.3 % of one
-    /// core. Defaults to 10 ms.
+    /// How a worker notices other processes' commits (their enqueues) on a
+    /// SQLite file: it checks `PRAGMA data_version` (a shared-memory read, no
+    /// table scan) when the operating system reports a write to the file
+    /// (the default `file-events` feature: inotify on Linux, FSEvents on
+    /// macOS, ReadDirectoryChangesW on Windows, kqueue on the BSDs), and
+    /// only where that is unavailable every watch interval (each check a
+    /// thread wake-up: at 10 ms an idle worker uses about 0.3 % of one core).
+    /// On PostgreSQL it checks for LISTEN/NOTIFY messages, on MySQL it polls,
+    /// every watch interval. Defaults to 10 ms.
     pub fn watch_interval(mut self, interval: Duration) -> Self {
         self.watch_interval = interval;
         self

@@ -128,6 +128,66 @@ impl JobContext {
         }
     }
 
+    /// A context for `job`, leased from `queue` by hand, so that a handler can
+    /// be called without a running [`Worker`](crate::Worker): in a unit test,
+    /// or in a loop that leases jobs itself.
+    ///
+    /// Everything works on it as in a worker: `ctx.transaction(..)`
+    /// ([`JobContextExt`](crate::sqlite::JobContextExt)) completes the job (fenced on its lease), [`JobContext::heartbeat`]
+    /// extends the lease by [`DEFAULT_LEASE_TTL`](crate::DEFAULT_LEASE_TTL).
+    /// Nothing else happens behind the handler's back: no heartbeats, no
+    /// timeout, no cancellation flag. Settling the job after the handler
+    /// returns is the caller's ([`Queue::complete`], [`Queue::fail`], ...).
+    ///
+    /// ```
+    /// use backlog::sqlite::JobContextExt;
+    /// use backlog::{JobArgs, JobContext, JobError, LeaseRequest, Queue};
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Greet {
+    ///     name: String,
+    /// }
+    /// impl JobArgs for Greet {
+    ///     const KIND: &'static str = "greet";
+    /// }
+    ///
+    /// /// The handler under test, as registered with `.handle(greet)`.
+    /// fn greet(args: Greet, ctx: &JobContext) -> Result<String, JobError> {
+    ///     if args.name.is_empty() {
+    ///         return Err(JobError::discard("nobody to greet"));
+    ///     }
+    ///     ctx.transaction(|tx| {
+    ///         tx.execute("INSERT INTO greetings (name) VALUES (?1)", [&args.name])?;
+    ///         Ok(format!("hello, {}", args.name))
+    ///     })
+    /// }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let queue = Queue::open(dir.path().join("test.db"))?;
+    /// # backlog::sqlite::rusqlite::Connection::open(dir.path().join("test.db"))?
+    /// #     .execute_batch("CREATE TABLE greetings (name TEXT)")?;
+    /// queue.enqueue(Greet { name: "Ada".into() })?;
+    /// let job = queue.lease(&LeaseRequest::new("test", 1))?.remove(0);
+    ///
+    /// let ctx = JobContext::for_test(queue.clone(), job.clone());
+    /// let greeting = greet(job.args()?, &ctx).map_err(|e| e.to_string())?;
+    /// assert_eq!(greeting, "hello, Ada");
+    /// assert_eq!(queue.get(job.id)?.state, backlog::JobState::COMPLETED);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn for_test(queue: Queue, job: Job) -> JobContext {
+        JobContext::new(
+            Arc::new(job),
+            queue,
+            Arc::new(CancelFlag::default()),
+            None,
+            crate::lease::DEFAULT_LEASE_TTL,
+        )
+    }
+
     /// The job's id.
     pub fn id(&self) -> i64 {
         self.job.id

@@ -40,8 +40,69 @@ use crate::retry::RetryPolicy;
 /// }
 /// ```
 ///
+/// Each of these converts with `?` (or `.into()`), meaning retry:
+///
+/// ```
+/// # use backlog::JobError;
+/// // Any std::error::Error + Send + Sync + 'static:
+/// fn parse(s: &str) -> Result<u32, JobError> {
+///     Ok(s.parse::<u32>()?)
+/// }
+/// assert!(parse("x").unwrap_err().message().contains("invalid digit"));
+/// ```
+///
+/// ```
+/// # use backlog::JobError;
+/// # use std::error::Error;
+/// // A boxed error, as many libraries return:
+/// fn boxed() -> Result<(), Box<dyn Error + Send + Sync>> {
+///     Err("the upstream said no".into())
+/// }
+/// fn handler() -> Result<(), JobError> {
+///     boxed()?;
+///     Ok(())
+/// }
+/// assert_eq!(handler().unwrap_err().message(), "the upstream said no");
+/// ```
+///
+/// ```
+/// # use backlog::JobError;
+/// // anyhow::Error, through anyhow's conversion into a boxed error; the
+/// // context chain becomes the message:
+/// use anyhow::Context;
+///
+/// fn read_config() -> anyhow::Result<String> {
+///     std::fs::read_to_string("/no/such/file").context("reading the config")
+/// }
+/// fn handler() -> Result<String, JobError> {
+///     Ok(read_config()?)
+/// }
+/// let e = handler().unwrap_err();
+/// assert!(e.message().starts_with("reading the config: "), "{e}");
+/// ```
+///
+/// ```
+/// # use backlog::JobError;
+/// // A String or a &str:
+/// fn check(n: i64) -> Result<(), String> {
+///     if n < 0 { Err(format!("{n} is negative")) } else { Ok(()) }
+/// }
+/// fn handler(n: i64) -> Result<(), JobError> {
+///     check(n)?;
+///     if n == 0 {
+///         return Err("zero".into());
+///     }
+///     Ok(())
+/// }
+/// assert_eq!(handler(-1).unwrap_err().message(), "-1 is negative");
+/// assert_eq!(handler(0).unwrap_err().message(), "zero");
+/// ```
+///
+/// A handler may also return its own error type instead of `JobError`:
+/// register it with [`WorkerBuilder::handle_fn`](crate::WorkerBuilder::handle_fn).
+///
 /// `JobError` does not implement `std::error::Error`, on purpose: that is what
-/// lets `?` convert every error into it (as `anyhow::Error` does).
+/// lets every error convert into it (as `anyhow::Error` does).
 pub struct JobError {
     action: Action,
     message: String,
@@ -145,12 +206,25 @@ impl JobError {
     }
 }
 
-impl<E: StdError + Send + Sync + 'static> From<E> for JobError {
+/// Every error converts: what converts into a boxed error converts into a
+/// `JobError` meaning *retry by the policy*. That covers any
+/// `std::error::Error + Send + Sync + 'static`,
+/// `Box<dyn Error + Send + Sync>`, `anyhow::Error` (through its own conversion
+/// into a boxed error), `String` and `&str`.
+///
+/// (A blanket impl over `E: Error` could not also take a boxed error: the
+/// standard library may one day make `Box<dyn Error>` an `Error` itself, and
+/// the two impls would overlap.)
+impl<E> From<E> for JobError
+where
+    E: Into<Box<dyn StdError + Send + Sync + 'static>>,
+{
     fn from(error: E) -> Self {
+        let error = error.into();
         JobError {
             action: Action::Retry(None),
-            message: chain(&error),
-            source: Some(Box::new(error)),
+            message: chain(error.as_ref()),
+            source: Some(error),
         }
     }
 }

@@ -14,8 +14,9 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::events::Event;
+use crate::inspect::JobState;
 use crate::lease::Job;
-use crate::outcome::Outcome;
+use crate::outcome::{FinalStatus, Outcome};
 use crate::worker::completer::Settle;
 use crate::worker::context::{CancelFlag, CancelReason, JobContext};
 use crate::worker::error::JobError;
@@ -87,14 +88,68 @@ impl Executor {
             ))
             .into_outcome(job.attempt, policy),
         };
-        // Completed in the handler's own transaction, or owned by another
-        // worker now: there is nothing left for the completer to apply.
-        if ctx.completed_in_transaction() || cancel.reason() == Some(CancelReason::LeaseLost) {
-            shared.inflight.finish(job.id);
+        // Settling from here on: no heartbeat reports the job lost any more.
+        let held = shared.inflight.finish(job.id);
+        // A lease settled in a caller's transaction is recorded by the queue
+        // (by `ctx.transaction` too): always take the record, so none is left
+        // behind. A heartbeat that found the job gone took it already.
+        let settled_in = shared.queue.take_settled_in(job.lease()) || cancel.is_completing();
+        if !held {
+            return; // released by shutdown meanwhile
+        }
+        // Completed in `ctx.transaction`, owned by another worker now, or
+        // settled by the handler with `complete_in` in a transaction of its
+        // own: there is nothing left for the completer to apply.
+        if ctx.completed_in_transaction()
+            || cancel.reason() == Some(CancelReason::LeaseLost)
+            || (settled_in && self.settled_by_handler(&job))
+        {
             shared.inflight.remove([job.id]);
         } else {
-            self.settle(job, outcome);
+            let _ = self.outcomes.send(Settle::Apply(job, outcome));
         }
+    }
+
+    /// For a job whose handler settled it in a transaction of its own (with
+    /// `complete_in` or `settle_in`, not `ctx.transaction`): true when that
+    /// transaction committed, after sending the event of what it did (the
+    /// caller's transaction sends none). False when it rolled back and the
+    /// job is still running on this claim; then the handler's return value
+    /// settles it as usual.
+    fn settled_by_handler(&self, job: &Job) -> bool {
+        let Ok(record) = self.shared.queue.get(job.id) else {
+            // Not found (deleted) or unreadable: settling reports what is true.
+            return false;
+        };
+        let job_id = job.id;
+        let event = match record.state {
+            JobState::Running
+                if record.attempts == job.attempt
+                    && record.worker.as_deref() == Some(self.shared.config.worker_id.as_str()) =>
+            {
+                return false;
+            }
+            // Rescheduled by the handler and claimed again since.
+            JobState::Running => None,
+            JobState::Finished(status) => Some(match status {
+                FinalStatus::Completed => Event::Completed { job_id },
+                FinalStatus::Discarded => Event::Discarded { job_id },
+                FinalStatus::Cancelled => Event::Cancelled { job_id },
+                FinalStatus::Dead => Event::Dead { job_id },
+            }),
+            // Back in line: with the attempt used (a failure), or given back.
+            _ if record.attempts >= job.attempt => Some(Event::Retried {
+                job_id,
+                attempt: job.attempt,
+                available_at: record.available_at,
+            }),
+            _ => Some(Event::Snoozed {
+                job_id,
+                available_at: record.available_at,
+            }),
+        };
+        self.shared.queue.emit(event);
+        true
     }
 
     /// Hands the outcome to the completer, unless shutdown released the job.
@@ -113,5 +168,60 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
         s.clone()
     } else {
         "a non-string panic payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use crate::lease::Lease;
+    use crate::sqlite::{JobContextExt, QueueExt};
+    use crate::{Event, NewJob, Queue, Worker};
+
+    /// Every lease settled inside a transaction is recorded by the queue
+    /// (`ctx.transaction` records its own too); the worker takes each record
+    /// when the handler returns, so none outlives its job.
+    #[test]
+    fn no_settled_in_record_outlives_its_job() -> crate::Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| crate::Error::Database(Box::new(e)))?;
+        let queue = Queue::open(dir.path().join("q.db"))?;
+        let events = queue.subscribe();
+        for kind in ["in_ctx_tx", "in_own_tx"] {
+            for n in 0..5 {
+                queue.enqueue(NewJob::new(kind, json!(n)))?;
+            }
+        }
+        let leases: Arc<Mutex<Vec<Lease>>> = Arc::default();
+        let (seen, seen2, q) = (leases.clone(), leases.clone(), queue.clone());
+        let worker = Worker::builder(queue.clone())
+            .handle_raw("in_ctx_tx", move |_, ctx| {
+                seen.lock().unwrap().push(ctx.job().lease());
+                ctx.transaction(|_| Ok(()))
+            })
+            .handle_raw("in_own_tx", move |_, ctx| {
+                seen2.lock().unwrap().push(ctx.job().lease());
+                q.transaction(|tx| q.complete_in(tx, ctx.job(), None))?;
+                Ok(())
+            })
+            .start()?;
+        let mut completed = 0;
+        while completed < 10 {
+            match events.recv_timeout(Duration::from_secs(30)) {
+                Ok(Event::Completed { .. }) => completed += 1,
+                Ok(_) => {}
+                Err(_) => panic!("timed out: {completed} of 10 completed"),
+            }
+        }
+        worker.shutdown(Duration::from_secs(10))?;
+        let leases = leases.lock().unwrap();
+        assert_eq!(leases.len(), 10);
+        for lease in leases.iter() {
+            assert!(!queue.take_settled_in(*lease), "{lease:?} left behind");
+        }
+        Ok(())
     }
 }

@@ -4,14 +4,16 @@
 //! Reasons, in a `select!`: an enqueue in this process (the queue's
 //! doorbell), a commit by another connection (`PRAGMA data_version`, checked
 //! every watch interval), a handler slot coming free while all were busy, the
-//! idle poll (for scheduled jobs coming due, which commit nothing), and
-//! shutdown. With nothing to do it sleeps in that `select!`: no busy loop.
+//! next scheduled job coming due (delayed, retrying or snoozed: a moment that
+//! commits nothing, so the fetcher asks the database when it is and sleeps
+//! until then), the idle poll (a safety net), and shutdown. With nothing to
+//! do it sleeps in that `select!`: no busy loop.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, tick, Receiver, Sender};
+use crossbeam_channel::{select, Receiver, Sender};
 
 use crate::backend::ChangeWatcher;
 use crate::lease::{Job, LeaseRequest};
@@ -29,6 +31,9 @@ pub(crate) struct Fetcher {
     pub slot_freed: Receiver<()>,
     pub stop: Receiver<()>,
     pub watcher: ChangeWatcher,
+    /// When the next job of the fetcher's queues that is not due yet comes
+    /// due, as of the last lease that left slots free.
+    pub next_due: Option<Instant>,
 }
 
 /// The idle poll's wait: from a tenth of the poll interval, doubling up to it.
@@ -57,7 +62,7 @@ impl Fetcher {
     pub(crate) fn run(mut self) {
         let config = &self.shared.config;
         let mut idle = IdleBackoff::new(config.poll_interval);
-        let watch = tick(config.watch_interval);
+        let watch = self.watcher.signal();
         loop {
             if self.shared.stopping.load(Ordering::SeqCst) {
                 return;
@@ -66,8 +71,18 @@ impl Fetcher {
             if free >= self.refill_at() {
                 match self.lease(free) {
                     Some(n) if n == free => continue, // maybe more waiting
-                    Some(0) => {}
-                    Some(_) => idle.reset(),
+                    Some(n) => {
+                        if n > 0 {
+                            idle.reset();
+                        }
+                        // Nothing more is due now: when is the next one?
+                        self.next_due = self
+                            .shared
+                            .queue
+                            .next_due_in(&self.request.queues)
+                            .unwrap_or(None)
+                            .map(|d| Instant::now() + d);
+                    }
                     None => idle.grow(), // a database error: back off
                 }
             }
@@ -104,7 +119,11 @@ impl Fetcher {
 
     /// Waits for a reason to lease again. False on shutdown.
     fn wait(&mut self, watch: &Receiver<Instant>, idle: &mut IdleBackoff) -> bool {
-        let deadline = Instant::now() + idle.current;
+        let polled_at = Instant::now() + idle.current;
+        let deadline = match self.next_due {
+            Some(due) if due < polled_at => due,
+            _ => polled_at,
+        };
         loop {
             if self.shared.free.load(Ordering::SeqCst) < self.refill_at() {
                 // Too few slots free to lease: only a freed slot (or shutdown) matters.
@@ -125,7 +144,11 @@ impl Fetcher {
                     }
                 }
                 default(left) => {
-                    idle.grow();
+                    if deadline == polled_at {
+                        idle.grow();
+                    } else {
+                        self.next_due = None; // it came due: lease it
+                    }
                     return true;
                 }
             }

@@ -53,7 +53,9 @@ impl Heartbeater {
             .heartbeat(&leases, shared.config.lease_ttl)
             .map_err(|_| ())?;
         failpoint!("heartbeat");
-        let news = shared.inflight.lose_unsettled(&report.lost);
+        let news = shared
+            .inflight
+            .lose_unsettled(&report.lost, |lease| shared.queue.take_settled_in(lease));
         shared
             .queue
             .emit(news.into_iter().map(|job_id| Event::LeaseLost { job_id }));

@@ -120,12 +120,29 @@ impl InFlight {
     /// this worker's own settling: a job completed in its handler's
     /// transaction, or whose outcome is with the completer (which fences it
     /// and reports a lost lease itself), was settled here, not lost.
-    pub(crate) fn lose_unsettled(&self, leases: &[Lease]) -> Vec<i64> {
+    ///
+    /// `settled_in` takes the queue's record of a lease its handler settled
+    /// in a transaction of its own (`complete_in`); such a job is marked
+    /// completing instead, for its handler thread to find. Under this lock,
+    /// so that the handler thread, which marks the job settling under it
+    /// before it takes the record itself, sees one or the other.
+    pub(crate) fn lose_unsettled(
+        &self,
+        leases: &[Lease],
+        settled_in: impl Fn(Lease) -> bool,
+    ) -> Vec<i64> {
         let entries = self.lock();
         leases
             .iter()
             .filter_map(|l| entries.get(&l.job_id).filter(|e| e.job.lease() == *l))
             .filter(|e| e.stage != Stage::Settling && !e.cancel.is_completing())
+            .filter(|e| {
+                let settled = settled_in(e.job.lease());
+                if settled {
+                    e.cancel.set_completing(true);
+                }
+                !settled
+            })
             .filter(|e| e.cancel.lose_lease())
             .map(|e| e.job.id)
             .collect()
@@ -238,9 +255,10 @@ mod tests {
         inflight.lock()[&completing.id].cancel.set_completing(true);
 
         let report = [running.lease(), settling.lease(), completing.lease()];
-        assert_eq!(inflight.lose_unsettled(&report), vec![running.id]);
+        let none = |_| false;
+        assert_eq!(inflight.lose_unsettled(&report, none), vec![running.id]);
         assert_eq!(
-            inflight.lose_unsettled(&report),
+            inflight.lose_unsettled(&report, none),
             Vec::<i64>::new(),
             "news once"
         );
@@ -248,5 +266,23 @@ mod tests {
         assert_eq!(cancelled(running.id), Some(CancelReason::LeaseLost));
         assert_eq!(cancelled(settling.id), None);
         assert_eq!(cancelled(completing.id), None);
+    }
+
+    /// A handler that completed its job with `complete_in` in a transaction
+    /// of its own makes the job vanish for the heartbeat too: not a loss.
+    #[test]
+    fn a_heartbeat_reporting_a_job_its_handler_settled_in_loses_nothing() {
+        let inflight = InFlight::default();
+        let (settled_in, lost) = (job(1), job(2));
+        for j in [&settled_in, &lost] {
+            inflight.insert(j.clone());
+            assert!(inflight.start(j.id, None));
+        }
+        let report = [settled_in.lease(), lost.lease()];
+        let news = inflight.lose_unsettled(&report, |l| l == settled_in.lease());
+        assert_eq!(news, vec![lost.id]);
+        let entry = |id| inflight.lock()[&id].cancel.clone();
+        assert_eq!(entry(settled_in.id).reason(), None);
+        assert!(entry(settled_in.id).is_completing(), "left for its handler");
     }
 }

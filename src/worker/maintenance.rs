@@ -83,7 +83,7 @@ mod tests {
     fn the_change_watcher_sees_other_connections_commits_only() -> crate::Result<()> {
         let dir = tempfile::tempdir().map_err(|e| crate::Error::Database(Box::new(e)))?;
         let queue = Queue::open(dir.path().join("q.db"))?;
-        let mut watcher = queue.watch_changes()?;
+        let mut watcher = queue.watch_changes(std::time::Duration::from_millis(10))?;
         assert!(!watcher.changed()?, "nothing committed yet");
         // Another process would open its own queue; a second handle has its
         // own connections just the same.
@@ -96,6 +96,43 @@ mod tests {
             watcher.changed()?,
             "this process's writer is another connection too"
         );
+        Ok(())
+    }
+
+    /// On Linux (inotify), macOS and Windows the watcher is woken by the
+    /// operating system when another connection writes, not by a timer: an
+    /// idle worker sleeps until then.
+    #[cfg(all(
+        feature = "file-events",
+        any(target_os = "linux", target_os = "macos", windows)
+    ))]
+    #[test]
+    fn the_change_watcher_is_woken_by_file_notifications() -> crate::Result<()> {
+        use std::time::Duration;
+        let dir = tempfile::tempdir().map_err(|e| crate::Error::Database(Box::new(e)))?;
+        let queue = Queue::open(dir.path().join("q.db"))?;
+        let mut watcher = queue.watch_changes(Duration::from_secs(3600))?;
+        assert!(
+            watcher.is_notified(),
+            "file notifications could not be set up"
+        );
+        let signal = watcher.signal();
+        // The writes of opening the file (migrations, then the checkpointer
+        // copying them back) die down, and then nothing wakes the watcher.
+        let mut quiet = false;
+        for _ in 0..20 {
+            if signal.recv_timeout(Duration::from_millis(300)).is_err() {
+                quiet = true;
+                break;
+            }
+        }
+        assert!(quiet, "woken again and again with nothing written");
+        let other = Queue::open(queue.path().expect("a SQLite queue"))?;
+        while signal.try_recv().is_ok() {}
+        other.enqueue(NewJob::new("k", json!(1)))?;
+        // The timer would fire in an hour: this is the notification.
+        assert!(signal.recv_timeout(Duration::from_secs(5)).is_ok());
+        assert!(watcher.changed()?);
         Ok(())
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use backlog::{JobArgs, JobError, Queue, Worker};
+//! use backlog::{Event, JobArgs, JobError, Queue, Worker};
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Serialize, Deserialize)]
@@ -14,10 +14,10 @@
 //!     const KIND: &'static str = "send_email";
 //! }
 //!
-//! # fn main() -> backlog::Result<()> {
-//! # let dir = tempfile::tempdir().unwrap();
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
 //! let queue = Queue::open(dir.path().join("app.db"))?;
-//! let done = queue.subscribe();
+//! let events = queue.subscribe();
 //! queue.enqueue(SendEmail { to: "a@b.c".into() })?;
 //!
 //! let worker = Worker::builder(queue.clone())
@@ -29,7 +29,9 @@
 //!         Ok(format!("sent to {}", args.to)) // stored as the job's result
 //!     })
 //!     .start()?;
-//! # while !matches!(done.recv_timeout(Duration::from_secs(10)), Ok(backlog::Event::Completed { .. })) {}
+//!
+//! // The worker runs on its own threads; wait here until the job completed.
+//! while !matches!(events.recv_timeout(Duration::from_secs(10))?, Event::Completed { .. }) {}
 //! worker.shutdown(Duration::from_secs(5))?;
 //! # Ok(())
 //! # }
@@ -42,9 +44,10 @@
 //! - `backlog-fetch`: leases no more jobs than there are free handler threads
 //!   (plus the [prefetch](WorkerBuilder::prefetch), 0 by default)
 //!   and hands them over a bounded channel. It wakes on an enqueue in this
-//!   process, on another process's commit (`PRAGMA data_version`, checked
-//!   every [watch interval](WorkerBuilder::watch_interval)), on a freed
-//!   handler thread, or on an idle poll that backs off to the
+//!   process, on another process's commit (a file notification, then
+//!   `PRAGMA data_version`; see [watch interval](WorkerBuilder::watch_interval)),
+//!   on a freed handler thread, when the next scheduled job comes due, or on
+//!   an idle poll that backs off to the
 //!   [poll interval](WorkerBuilder::poll_interval). Idle, it sleeps.
 //! - `backlog-exec-N`: the handler threads. A panic is caught and recorded as
 //!   a failed attempt; the thread goes on.
@@ -192,7 +195,7 @@ impl Worker {
     }
 
     pub(crate) fn start(queue: Queue, handlers: Handlers, config: Config) -> Result<Worker> {
-        let watcher = queue.watch_changes()?;
+        let watcher = queue.watch_changes(config.watch_interval)?;
         let request = LeaseRequest {
             queues: config.queues.clone(),
             kinds: Some(handlers.kinds()),
@@ -293,6 +296,7 @@ impl Worker {
                 slot_freed: slot_freed_rx,
                 stop: stop_fetch_rx,
                 watcher,
+                next_due: None,
             };
             running.fetcher = Some(spawn("backlog-fetch".into(), move || fetcher.run())?);
             Ok(())
@@ -352,13 +356,7 @@ impl Worker {
         );
         join(running.maintenance.take(), "backlog-maint", &mut panicked);
 
-        if panicked.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::Database(
-                format!("worker threads panicked: {}", panicked.join(", ")).into(),
-            ))
-        }
+        threads_panicked(&panicked)
     }
 }
 
@@ -371,10 +369,26 @@ impl Drop for Worker {
 }
 
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
-    thread::Builder::new()
-        .name(name)
+    spawn_on(thread::Builder::new().name(name), f)
+}
+
+fn spawn_on(builder: thread::Builder, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    builder
         .spawn(f)
-        .map_err(|e| Error::Database(Box::new(e)))
+        .map_err(|e| Error::Worker(format!("cannot spawn a thread: {e}")))
+}
+
+/// [`Worker::shutdown`]'s result, given the names of the threads that
+/// panicked.
+fn threads_panicked(names: &[String]) -> Result<()> {
+    if names.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Worker(format!(
+            "threads panicked: {}",
+            names.join(", ")
+        )))
+    }
 }
 
 fn join(handle: Option<JoinHandle<()>>, name: &str, panicked: &mut Vec<String>) {
@@ -382,5 +396,32 @@ fn join(handle: Option<JoinHandle<()>>, name: &str, panicked: &mut Vec<String>) 
         if handle.join().is_err() {
             panicked.push(name.to_owned());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_that_cannot_be_spawned_is_a_worker_error() {
+        // No system maps a 64 TiB stack.
+        let builder = thread::Builder::new().stack_size(1 << 46);
+        match spawn_on(builder, || {}) {
+            Err(Error::Worker(why)) => assert!(why.starts_with("cannot spawn"), "{why}"),
+            other => panic!("expected Error::Worker, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_worker_thread_that_panicked_is_a_worker_error() {
+        let mut panicked = Vec::new();
+        let handle = spawn("backlog-test".into(), || panic!("on purpose"));
+        join(handle.ok(), "backlog-test", &mut panicked);
+        match threads_panicked(&panicked) {
+            Err(Error::Worker(why)) => assert_eq!(why, "threads panicked: backlog-test"),
+            other => panic!("expected Error::Worker, got {other:?}"),
+        }
+        assert!(threads_panicked(&[]).is_ok());
     }
 }

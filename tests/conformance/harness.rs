@@ -106,6 +106,15 @@ impl Backend {
         self.harness_with(QueueOptions::new())
     }
 
+    /// A queue with `options` and the system clock on a fresh database, for
+    /// scenarios about when things happen in real time.
+    pub fn harness_on_real_time(&self, options: QueueOptions) -> TestResult<Harness> {
+        let clock = ManualClock::at_micros(START);
+        let db = Db::create(*self)?;
+        let queue = db.open(options)?;
+        Ok(Harness { queue, clock, db })
+    }
+
     /// A queue with `options` (its clock replaced by a manual one) on a
     /// fresh database.
     pub fn harness_with(&self, options: QueueOptions) -> TestResult<Harness> {

@@ -11,9 +11,12 @@
 mod harness;
 
 mod bad_input;
+mod copy;
 mod enqueue;
 mod heartbeat_rescue;
 mod inspect;
 mod lease;
+mod on_time;
 mod settle;
 mod transactional;
+mod wait;

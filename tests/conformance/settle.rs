@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use backlog::{
-    Error, FinalStatus, Job, JobState, LeaseRequest, NewJob, Outcome, QueueOptions, RetryPolicy,
-    MAX_ERRORS_KEPT,
+    Error, Event, FinalStatus, Job, JobState, LeaseRequest, NewJob, Outcome, QueueOptions,
+    RetryPolicy, MAX_ERRORS_KEPT,
 };
 use serde_json::json;
 
@@ -328,6 +328,31 @@ fn snooze_reschedules_without_using_an_attempt(b: &Backend) -> TestResult {
     Ok(())
 }
 
+fn release_is_reported_as_released_and_snooze_as_snoozed(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let events = h.queue.subscribe();
+    h.queue.enqueue(NewJob::new("k", json!(1)))?;
+    h.queue.enqueue(NewJob::new("k", json!(2)))?;
+    let (a, b) = (h.lease_one("w")?, h.lease_one("w")?);
+    h.queue.release(&a)?;
+    h.queue.snooze(&b, Duration::from_secs(5))?;
+    let settled: Vec<Event> = events
+        .try_iter()
+        .filter(|e| matches!(e, Event::Released { .. } | Event::Snoozed { .. }))
+        .collect();
+    assert_eq!(
+        settled,
+        [
+            Event::Released { job_id: a.id },
+            Event::Snoozed {
+                job_id: b.id,
+                available_at: h.now() + micros(Duration::from_secs(5)),
+            },
+        ]
+    );
+    Ok(())
+}
+
 fn release_makes_the_job_available_at_once_without_using_an_attempt(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let enqueued = h.queue.enqueue(NewJob::new("k", json!(1)))?;
@@ -503,6 +528,7 @@ fn settle_many_with_one_stale_lease_applies_the_others(b: &Backend) -> TestResul
 // ---- transactional completion -----------------------------------------------
 
 conformance!(
+    release_is_reported_as_released_and_snooze_as_snoozed,
     complete_moves_the_job_to_history_with_its_result,
     fail_records_the_error_and_schedules_a_retry,
     fail_with_retry_after_overrides_the_backoff,

@@ -268,6 +268,47 @@ fn history_status(conn: &Connection, id: i64) -> Result<Option<FinalStatus>> {
     Ok(status.as_deref().and_then(FinalStatus::parse))
 }
 
+/// Inserts jobs copied from another database (see [`crate::copy`]), keeping
+/// their ids; returns how many were written (the others were already there).
+pub(crate) fn import(conn: &Connection, records: &[JobRecord]) -> Result<usize> {
+    let mut written = 0;
+    let mut highest = 0;
+    for r in records {
+        let errors = serde_json::to_string(&r.errors)?;
+        let common = params![
+            r.id,
+            r.queue,
+            r.kind,
+            r.priority,
+            r.unique_key,
+            r.payload,
+            r.attempts,
+            r.max_attempts,
+            r.available_at,
+            r.started_at,
+            errors,
+            r.cancel_requested,
+            r.created_at,
+            r.updated_at,
+        ];
+        written += match r.state {
+            JobState::Finished(status) => {
+                let mut values = common.to_vec();
+                let finished_at = r.finished_at.unwrap_or(r.updated_at);
+                let status = status.as_str();
+                values.extend(params![r.result, status, r.worker, finished_at]);
+                conn.prepare_cached(queries::IMPORT_HISTORY)?
+                    .execute(values.as_slice())?
+            }
+            _ => conn.prepare_cached(queries::IMPORT_LIVE)?.execute(common)?,
+        };
+        highest = highest.max(r.id);
+    }
+    conn.execute(queries::ENSURE_NEXT_ID, [highest])?;
+    conn.execute(queries::RAISE_NEXT_ID, [highest])?;
+    Ok(written)
+}
+
 /// Pauses (`true`) or resumes (`false`) a queue.
 pub(crate) fn set_paused(conn: &Connection, queue: &str, paused: bool, now: i64) -> Result<()> {
     conn.prepare_cached(queries::SET_PAUSED)?
@@ -277,9 +318,7 @@ pub(crate) fn set_paused(conn: &Connection, queue: &str, paused: bool, now: i64)
 
 /// The paused queues.
 pub(crate) fn paused_queues(conn: &Connection) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(queries::PAUSED_QUEUES)?;
-    let names = stmt.query_map([], |r| r.get(0))?;
-    Ok(names.collect::<rusqlite::Result<_>>()?)
+    jobs::paused_queues(conn)
 }
 
 /// Deletes up to `limit` finished jobs of `status` that finished before `cutoff`.

@@ -60,15 +60,28 @@ fn enqueue(
     Ok(Enqueued { id, existed: true })
 }
 
-/// Claims up to `limit` jobs and returns them in claim order.
+/// Jobs promoted into the lease indexes per lease at most, so a backlog
+/// that came due at once (after downtime) is let in over several leases
+/// instead of one long write.
+const PROMOTE_BATCH: i64 = 1000;
+
+/// Claims up to `limit` jobs and returns them in claim order. First promotes
+/// jobs whose time came, and leaves paused queues out of the walks.
 pub(crate) fn lease(conn: &Connection, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
-    let sql = queries::lease(p.queues.len(), p.kinds.is_some());
+    conn.prepare_cached(queries::PROMOTE_DUE)?
+        .execute(params![p.now, PROMOTE_BATCH])?;
+    let paused = paused_queues(conn)?;
+    let queues: Vec<&String> = p.queues.iter().filter(|q| !paused.contains(q)).collect();
+    if queues.is_empty() {
+        return Ok(Vec::new());
+    }
+    let kinds: &[String] = p.kinds.unwrap_or(&[]);
+    let sql = queries::lease(queues.len(), kinds.len());
     let mut stmt = conn.prepare_cached(&sql)?;
-    let kinds = p.kinds.map(serde_json::to_string).transpose()?;
     let limit = i64::try_from(p.limit).unwrap_or(i64::MAX);
-    let mut values: Vec<&dyn rusqlite::ToSql> =
-        vec![&p.now, &p.lease_until, &p.worker_id, &limit, &kinds];
-    values.extend(p.queues.iter().map(|q| q as &dyn rusqlite::ToSql));
+    let mut values: Vec<&dyn rusqlite::ToSql> = vec![&p.now, &p.lease_until, &p.worker_id, &limit];
+    values.extend(queues.iter().map(|q| *q as &dyn rusqlite::ToSql));
+    values.extend(kinds.iter().map(|k| k as &dyn rusqlite::ToSql));
     let mut jobs = stmt
         .query_map(values.as_slice(), leased_job)?
         .collect::<rusqlite::Result<Vec<Job>>>()?;
@@ -81,20 +94,43 @@ pub(crate) fn lease(conn: &Connection, p: &LeaseParams<'_>) -> Result<Vec<Job>> 
     Ok(jobs)
 }
 
+/// The paused queues.
+pub(crate) fn paused_queues(conn: &Connection) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(queries::PAUSED_QUEUES)?;
+    let names = stmt.query_map([], |r| r.get(0))?;
+    Ok(names.collect::<rusqlite::Result<_>>()?)
+}
+
+/// How long after `now` the next not-yet-due job of `queues` comes due, in
+/// µs; `None` when none is waiting.
+pub(crate) fn next_due(conn: &Connection, queues: &[String], now: i64) -> Result<Option<i64>> {
+    let queues = serde_json::to_string(queues)?;
+    let due: Option<i64> = conn
+        .prepare_cached(queries::NEXT_DUE)?
+        .query_row(params![queues], |r| r.get(0))?;
+    // One already due waits only for the next lease to promote it.
+    Ok(due.map(|at| at.saturating_sub(now).max(0)))
+}
+
 /// The `EXPLAIN QUERY PLAN` of the lease statement for `p`, with `p`'s values
 /// bound (the planner may use them once `ANALYZE` has run), one line per plan
 /// node, indented two spaces per level. Nothing is claimed.
 pub(crate) fn explain_lease(conn: &Connection, p: &LeaseParams<'_>) -> Result<Vec<String>> {
+    let paused = paused_queues(conn)?;
+    let queues: Vec<&String> = p.queues.iter().filter(|q| !paused.contains(q)).collect();
+    if queues.is_empty() {
+        return Ok(Vec::new());
+    }
+    let kinds: &[String] = p.kinds.unwrap_or(&[]);
     let sql = format!(
         "EXPLAIN QUERY PLAN {}",
-        queries::lease(p.queues.len(), p.kinds.is_some())
+        queries::lease(queues.len(), kinds.len())
     );
     let mut stmt = conn.prepare(&sql)?;
-    let kinds = p.kinds.map(serde_json::to_string).transpose()?;
     let limit = i64::try_from(p.limit).unwrap_or(i64::MAX);
-    let mut values: Vec<&dyn rusqlite::ToSql> =
-        vec![&p.now, &p.lease_until, &p.worker_id, &limit, &kinds];
-    values.extend(p.queues.iter().map(|q| q as &dyn rusqlite::ToSql));
+    let mut values: Vec<&dyn rusqlite::ToSql> = vec![&p.now, &p.lease_until, &p.worker_id, &limit];
+    values.extend(queues.iter().map(|q| *q as &dyn rusqlite::ToSql));
+    values.extend(kinds.iter().map(|k| k as &dyn rusqlite::ToSql));
     let rows = stmt
         .query_map(values.as_slice(), |r| {
             Ok((

@@ -1,15 +1,27 @@
 //! The SQLite schema, applied with refinery from `migrations/sqlite/`.
+//!
+//! Applied migrations are recorded in `backlog_schema_history`, not in
+//! refinery's default `refinery_schema_history`: the file is the
+//! application's, and an application that runs refinery for its own schema
+//! owns that table (refinery aborts on rows it does not know).
 
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rusqlite::Connection;
+use rusqlite::{params_from_iter, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::error::{Error, Result};
 
 mod embedded {
     refinery::embed_migrations!("migrations/sqlite");
 }
+
+/// Where backlog records its applied migrations.
+pub(crate) const HISTORY_TABLE: &str = "backlog_schema_history";
+
+/// Where files written by earlier versions of backlog recorded them:
+/// refinery's default table, perhaps shared with the application's own rows.
+const LEGACY_HISTORY_TABLE: &str = "refinery_schema_history";
 
 /// Applies pending migrations.
 ///
@@ -22,12 +34,104 @@ pub(crate) fn migrate(conn: &mut Connection, deadline: Duration) -> Result<()> {
     let mut tries = 0;
     loop {
         tries += 1;
-        match embedded::migrations::runner().run(conn) {
-            Ok(_) => return Ok(()),
+        match migrate_once(conn) {
+            Ok(()) => return Ok(()),
             Err(_) if tries < MAX_TRIES && start.elapsed() < deadline => {
                 thread::sleep(Duration::from_millis(rand::random_range(5..50)));
             }
-            Err(e) => return Err(Error::Migration(e.to_string())),
+            Err(why) => return Err(Error::Migration(why)),
         }
     }
+}
+
+fn migrate_once(conn: &mut Connection) -> std::result::Result<(), String> {
+    let mut runner = embedded::migrations::runner();
+    runner.set_migration_table_name(HISTORY_TABLE);
+    adopt_legacy_history(conn, runner.get_migrations()).map_err(|e| e.to_string())?;
+    runner.run(conn).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Moves backlog's own rows out of `refinery_schema_history` into
+/// `backlog_schema_history`, for a file whose backlog migrations were
+/// recorded there, so they are not applied a second time. Rows are
+/// backlog's when version, name and checksum all match one of its
+/// migrations; every other row is the application's and stays. The legacy
+/// table is dropped when nothing is left in it.
+///
+/// Once `backlog_schema_history` exists there is nothing to do: the common
+/// case costs one read.
+fn adopt_legacy_history(
+    conn: &mut Connection,
+    ours: &[refinery::Migration],
+) -> rusqlite::Result<()> {
+    if table_exists(conn, HISTORY_TABLE)? || !table_exists(conn, LEGACY_HISTORY_TABLE)? {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // Another process may have moved them meanwhile.
+    if table_exists(&tx, HISTORY_TABLE)? || !table_exists(&tx, LEGACY_HISTORY_TABLE)? {
+        return Ok(());
+    }
+    let rows: Vec<(i64, Option<String>, Option<String>)> = tx
+        .prepare(&format!(
+            "SELECT version, name, checksum FROM {LEGACY_HISTORY_TABLE}"
+        ))?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let backlogs: Vec<i64> = rows
+        .into_iter()
+        .filter(|(version, name, checksum)| {
+            ours.iter().any(|m| {
+                i64::from(m.version()) == *version
+                    && name.as_deref() == Some(m.name())
+                    && checksum.as_deref() == Some(m.checksum().to_string().as_str())
+            })
+        })
+        .map(|(version, _, _)| version)
+        .collect();
+    if backlogs.is_empty() {
+        return Ok(()); // the application's table alone: backlog never ran here
+    }
+    let versions = vec!["?"; backlogs.len()].join(", ");
+    // The same columns as refinery's own table.
+    tx.execute_batch(&format!(
+        "CREATE TABLE {HISTORY_TABLE} (
+             version INT4 PRIMARY KEY,
+             name VARCHAR(255),
+             applied_on VARCHAR(255),
+             checksum VARCHAR(255));"
+    ))?;
+    tx.execute(
+        &format!(
+            "INSERT INTO {HISTORY_TABLE} (version, name, applied_on, checksum)
+             SELECT version, name, applied_on, checksum FROM {LEGACY_HISTORY_TABLE}
+             WHERE version IN ({versions})"
+        ),
+        params_from_iter(&backlogs),
+    )?;
+    tx.execute(
+        &format!("DELETE FROM {LEGACY_HISTORY_TABLE} WHERE version IN ({versions})"),
+        params_from_iter(&backlogs),
+    )?;
+    let left: Option<i64> = tx
+        .query_row(
+            &format!("SELECT 1 FROM {LEGACY_HISTORY_TABLE} LIMIT 1"),
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if left.is_none() {
+        tx.execute_batch(&format!("DROP TABLE {LEGACY_HISTORY_TABLE}"))?;
+    }
+    tx.commit()
+}
+
+fn table_exists(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [name],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
 }

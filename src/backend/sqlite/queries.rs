@@ -7,14 +7,16 @@
 
 // ---- enqueue ---------------------------------------------------------------
 
-/// Inserts one job; a unique-key conflict inserts nothing (no row changed).
+/// Inserts one job, due (in the lease indexes) when `available_at <= now`;
+/// a unique-key conflict inserts nothing (no row changed).
 /// The id is read with `last_insert_rowid()`: a `RETURNING id` here makes
 /// SQLite open an ephemeral table on every insert (about a third of
 /// `enqueue_many`'s time in the benchmarks).
 pub const ENQUEUE: &str = "
 INSERT INTO backlog_jobs
-    (queue, kind, priority, unique_key, payload, max_attempts, available_at, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
+    (queue, kind, priority, unique_key, payload, max_attempts, available_at, due, created_at,
+     updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7 <= ?8, ?8, ?8)
 ON CONFLICT DO NOTHING";
 
 /// The live job holding a unique key.
@@ -29,40 +31,65 @@ ORDER BY finished_at DESC LIMIT 1";
 
 // ---- lease -----------------------------------------------------------------
 
-/// The candidates of one queue: a walk of `backlog_jobs_lease` in claim order
-/// that stops after `?4` rows. Parameters: `?1` now, `?4` limit, `?5` kinds as
-/// a JSON array (only when filtering by kind), and the queue name.
+/// Moves up to `?2` jobs whose time came (`available_at <= ?1`) into the lease
+/// indexes, oldest first: a seek of `backlog_jobs_scheduled` that finds
+/// nothing when nothing came due. The first statement of every lease.
+pub const PROMOTE_DUE: &str = "
+UPDATE backlog_jobs SET due = 1
+WHERE id IN (SELECT id FROM backlog_jobs
+             WHERE lease_token IS NULL AND NOT due AND available_at <= ?1
+             ORDER BY available_at LIMIT ?2)";
+
+/// The names of the paused queues: a lease leaves them out before it walks.
+pub const PAUSED_QUEUES: &str = "SELECT name FROM backlog_queues WHERE paused ORDER BY name";
+
+/// The candidates of one walk: a queue (`?{queue}`), and a kind (`?{kind}`)
+/// when the lease names kinds, in claim order, stopping after `?4` rows.
+/// Parameters: `?1` now, `?4` limit.
 ///
-/// Each queue gets its own walk (and the walks are merged, see
-/// [`lease`](super::jobs::lease)) because SQLite cannot read one index in order
-/// across several `queue IN (..)` values: it would sort every available job.
-pub fn lease_candidates(queue_param: usize, filter_kinds: bool) -> String {
-    let kinds = if filter_kinds {
-        "AND kind IN (SELECT value FROM json_each(?5))"
-    } else {
-        ""
+/// Each (queue, kind) pair gets its own walk of `backlog_jobs_lease_kind` (or
+/// each queue of `backlog_jobs_lease`), merged by [`lease`], because SQLite
+/// cannot read one index in order across several `IN (..)` values: it would
+/// sort every runnable job. Only due, unleased jobs are in these indexes, so
+/// no walk passes a job it cannot claim (`available_at <= ?1` is a guard for
+/// a clock set back by hand).
+pub fn lease_candidates(queue: usize, kind: Option<usize>) -> String {
+    let (index, kind) = match kind {
+        Some(k) => ("backlog_jobs_lease_kind", format!("AND kind = ?{k}")),
+        None => ("backlog_jobs_lease", String::new()),
     };
     format!(
-        "SELECT id, priority, available_at FROM backlog_jobs
-         WHERE queue = ?{queue_param} AND lease_token IS NULL AND available_at <= ?1 {kinds}
-           AND NOT EXISTS (SELECT 1 FROM backlog_queues WHERE name = ?{queue_param} AND paused)
+        "SELECT id, priority, available_at FROM backlog_jobs INDEXED BY {index}
+         WHERE queue = ?{queue} {kind} AND lease_token IS NULL AND due AND available_at <= ?1
          ORDER BY priority DESC, available_at, id LIMIT ?4"
     )
 }
 
 /// Claims the candidates in one statement: `attempts + 1`, a fresh random
 /// token per row, the lease expiry and the worker. Parameters: `?1` now, `?2`
-/// lease_until, `?3` worker id, `?4` limit, `?5` kinds, `?6..` queues.
+/// lease_until, `?3` worker id, `?4` limit, `?5..` the queues, then the
+/// kinds (if any).
 ///
 /// The single SQLite writer makes the sub-select and the update atomic; the
 /// rows come back in no particular order and are sorted by the caller.
-pub fn lease(queue_count: usize, filter_kinds: bool) -> String {
-    let candidates = if queue_count == 1 {
-        lease_candidates(6, filter_kinds)
+pub fn lease(queues: usize, kinds: usize) -> String {
+    let walks: Vec<String> = (0..queues)
+        .flat_map(|q| {
+            let kinds: Vec<Option<usize>> = if kinds == 0 {
+                vec![None]
+            } else {
+                (0..kinds).map(|k| Some(5 + queues + k)).collect()
+            };
+            kinds.into_iter().map(move |k| lease_candidates(5 + q, k))
+        })
+        .collect();
+    let candidates = if walks.len() == 1 {
+        walks.into_iter().next().unwrap_or_default()
     } else {
-        // Merge the per-queue walks: at most limit × queues rows are sorted.
-        let walks: Vec<String> = (0..queue_count)
-            .map(|i| format!("SELECT * FROM ({})", lease_candidates(6 + i, filter_kinds)))
+        // Merge the walks: at most limit × walks rows are sorted.
+        let walks: Vec<String> = walks
+            .into_iter()
+            .map(|w| format!("SELECT * FROM ({w})"))
             .collect();
         format!(
             "SELECT id FROM ({}) ORDER BY priority DESC, available_at, id LIMIT ?4",
@@ -81,6 +108,14 @@ pub fn lease(queue_count: usize, filter_kinds: bool) -> String {
 /// What a lease returns, in the order `jobs::leased_job` reads it.
 pub const LEASED_COLUMNS: &str = "id, lease_token, queue, kind, priority, unique_key, payload, \
      attempts, max_attempts, available_at, lease_until, created_at";
+
+/// When the next job of the queues in `?1` (a JSON array) that waits
+/// outside the lease indexes comes due: the fetcher sleeps until then. A walk
+/// of `backlog_jobs_scheduled` from its start, stopping at the first row of a
+/// wanted queue.
+pub const NEXT_DUE: &str = "
+SELECT min(available_at) FROM backlog_jobs
+WHERE lease_token IS NULL AND NOT due AND queue IN (SELECT value FROM json_each(?1))";
 
 // ---- settle ----------------------------------------------------------------
 
@@ -126,7 +161,7 @@ pub const DELETE_LIVE: &str = "DELETE FROM backlog_jobs WHERE id = ?1";
 /// requested meanwhile, so the caller can honour it instead.
 pub const RESCHEDULE: &str = concat!(
     "UPDATE backlog_jobs
-SET lease_token = NULL, lease_until = NULL, locked_by = NULL, available_at = ?3,
+SET lease_token = NULL, lease_until = NULL, locked_by = NULL, available_at = ?3, due = ?3 <= ?6,
     attempts = attempts - ?4, updated_at = ?6, errors = ",
     append_error!("?5"),
     "
@@ -198,9 +233,9 @@ pub const COUNT_HISTORY: &str = "SELECT queue, status, count(*) FROM backlog_his
 pub const RETRY_FROM_HISTORY: &str = "
 INSERT INTO backlog_jobs
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
-     errors, cancel_requested, created_at, updated_at)
+     errors, cancel_requested, created_at, updated_at, due)
 SELECT id, queue, kind, priority, unique_key, payload, 0, max_attempts, ?2,
-       errors, 0, created_at, ?2
+       errors, 0, created_at, ?2, 1
 FROM backlog_history WHERE id = ?1
 ON CONFLICT DO NOTHING";
 
@@ -210,7 +245,7 @@ pub const DELETE_HISTORY: &str = "DELETE FROM backlog_history WHERE id = ?1";
 /// Makes an unleased live job due now (`?2`), unless it is due already: a
 /// job keeps its place in line.
 pub const RUN_NOW: &str = "UPDATE backlog_jobs SET available_at = min(available_at, ?2), \
-     updated_at = ?2 WHERE id = ?1 AND lease_token IS NULL";
+     due = 1, updated_at = ?2 WHERE id = ?1 AND lease_token IS NULL";
 
 /// Flags a running job for cancellation; the next heartbeat reports it.
 pub const REQUEST_CANCEL: &str = "UPDATE backlog_jobs SET cancel_requested = 1, updated_at = ?2 \
@@ -227,8 +262,47 @@ pub const SET_PAUSED: &str = "
 INSERT INTO backlog_queues (name, paused, updated_at) VALUES (?1, ?2, ?3)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at";
 
-/// Queues that are paused.
-pub const PAUSED_QUEUES: &str = "SELECT name FROM backlog_queues WHERE paused ORDER BY name";
+// ---- copy ------------------------------------------------------------------
+
+/// Inserts a live job copied from another database, keeping its id, unless
+/// the id is taken (live or finished) or its unique key is held: then nothing
+/// changes. Not leased: a job leased at copy time arrives available. Not due
+/// either: the next lease promotes it when its time has come.
+/// Parameters: `?1` id, `?2` queue, `?3` kind, `?4` priority, `?5` unique
+/// key, `?6` payload, `?7` attempts, `?8` max attempts, `?9` available_at,
+/// `?10` first leased at, `?11` errors, `?12` cancel requested, `?13`
+/// created_at, `?14` updated_at.
+pub const IMPORT_LIVE: &str = "
+INSERT INTO backlog_jobs
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     first_leased_at, errors, cancel_requested, created_at, updated_at)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14
+WHERE NOT EXISTS (SELECT 1 FROM backlog_history WHERE id = ?1)
+ON CONFLICT DO NOTHING";
+
+/// Inserts a finished job copied from another database, keeping its id,
+/// unless the id is taken. Parameters as [`IMPORT_LIVE`], then `?15` result,
+/// `?16` status, `?17` processed by, `?18` finished_at (`?10` is started_at).
+pub const IMPORT_HISTORY: &str = "
+INSERT INTO backlog_history
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     started_at, errors, cancel_requested, created_at, updated_at, result, status,
+     processed_by, finished_at)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18
+WHERE NOT EXISTS (SELECT 1 FROM backlog_jobs WHERE id = ?1)
+ON CONFLICT DO NOTHING";
+
+/// Makes new ids start above `?1`: `AUTOINCREMENT` keeps the highest id
+/// handed out in `sqlite_sequence`, which a copied history id never touched.
+/// This one makes sure the row exists ([`RAISE_NEXT_ID`] raises it).
+pub const ENSURE_NEXT_ID: &str = "
+INSERT INTO sqlite_sequence (name, seq)
+SELECT 'backlog_jobs', ?1
+WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'backlog_jobs')";
+
+/// Raises the next id above `?1`.
+pub const RAISE_NEXT_ID: &str =
+    "UPDATE sqlite_sequence SET seq = max(seq, ?1) WHERE name = 'backlog_jobs'";
 
 // ---- maintenance -----------------------------------------------------------
 
