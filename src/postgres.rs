@@ -1,1 +1,293 @@
-//! What only PostgreSQL has (being written).
+//! What only PostgreSQL has: its transaction type for enqueueing and
+//! completing inside your own transactions.
+//!
+//! Bring the extension traits into scope and the queue and the job context
+//! gain the transactional calls on `postgres` types, exactly as
+//! [`crate::sqlite`] gives them on `rusqlite` types:
+//!
+//! ```no_run
+//! use backlog::postgres::{postgres, QueueExt};
+//! use backlog::{NewJob, Queue};
+//! use serde_json::json;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let url = "postgres://app@db.example/app?sslmode=verify-full";
+//! let queue = Queue::connect(url)?;
+//! let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+//!
+//! let mut tx = client.transaction()?;
+//! tx.execute("INSERT INTO orders (id) VALUES (7)", &[])?;
+//! queue.enqueue_in(&mut tx, NewJob::new("charge", json!({"order": 7})))?;
+//! tx.commit()?; // the order and its job, or neither
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! And in a handler, effects and completion in one commit:
+//!
+//! ```no_run
+//! use backlog::postgres::JobContextExt;
+//! use backlog::{JobContext, JobError};
+//!
+//! fn charge(order: i32, ctx: &JobContext) -> Result<(), JobError> {
+//!     ctx.transaction(|tx| {
+//!         tx.execute("UPDATE orders SET paid = TRUE WHERE id = $1", &[&order])?;
+//!         Ok(())
+//!     })
+//! }
+//! ```
+//!
+//! ## Connecting
+//!
+//! [`Queue::connect`] takes a `postgres://` URL as libpq does. TLS follows
+//! `sslmode`: `disable`; `prefer` (the default: TLS when the server offers
+//! it, certificate not checked); `require` (always TLS, certificate not
+//! checked, as libpq); `verify-ca` (the certificate must be signed by
+//! `sslrootcert=PATH`, a PEM file, or else by a root the system trusts);
+//! `verify-full` (as `verify-ca`, and it must name the host). The URL's
+//! password never appears in an error or in `Debug` output.
+//!
+//! [`QueueOptions::schema`](crate::QueueOptions::schema) and
+//! [`QueueOptions::table_prefix`](crate::QueueOptions::table_prefix) place
+//! the tables, so several applications can share one database; every
+//! statement names them fully, so `enqueue_in` works whatever the
+//! `search_path` of your connection.
+//!
+//! ## Connections
+//!
+//! [`QueueOptions::pool_size`](crate::QueueOptions::pool_size) is the whole
+//! pool: a worker's fetcher, completer, heartbeater and maintenance take a
+//! connection for each statement, and every handler inside
+//! [`JobContextExt::transaction`] holds one until it commits. For
+//! transactional handlers, size the pool to the worker's concurrency plus
+//! three. A connection the server closed (a restart, `pg_terminate_backend`)
+//! is replaced: the operation that found it dead runs again on a new one,
+//! unless it died during `COMMIT`, when whether it committed is unknown and
+//! the error says so. Deadlocks and serialization failures are retried with
+//! jittered backoff until the write deadline, then reported as
+//! [`Error::Busy`]. PostgreSQL 12 or newer is required (tested on 15).
+//!
+//! ## Time
+//!
+//! Lease expiries and schedules are computed by the database server's clock,
+//! so nodes whose clocks disagree still agree on when a lease expires; the
+//! queue's [`Clock`](crate::Clock) only measures delays. A
+//! [`ManualClock`](crate::ManualClock) overrides the server's (for tests).
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::backend::postgres::connection::Tx;
+use crate::backend::postgres::{self as db, jobs, Db};
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::job::{Enqueued, IntoNewJob};
+use crate::lease::Job;
+use crate::outcome::Outcome;
+use crate::queue::{params, Queue};
+use crate::worker::{JobContext, JobError};
+
+/// The `postgres` crate backlog is built with. Use it for the transactions
+/// you pass to [`QueueExt::enqueue_in`] and friends, so the types match.
+pub use ::postgres;
+
+/// A transaction of the `postgres` crate: the application's, or the one
+/// [`QueueExt::transaction`] and [`JobContextExt::transaction`] hand to a
+/// closure.
+pub type Transaction<'a> = postgres::Transaction<'a>;
+
+/// Transactional calls of a [`Queue`] on PostgreSQL.
+///
+/// Each `*_in` call runs inside the caller's transaction, which must be open
+/// on the queue's database. Nothing is committed by these calls and no
+/// events are sent: the caller owns the commit. A job enqueued this way
+/// wakes listening workers when, and only if, the transaction commits.
+pub trait QueueExt {
+    /// Enqueues a job inside the caller's transaction: the job exists if and
+    /// only if that transaction commits.
+    fn enqueue_in(&self, tx: &mut Transaction<'_>, job: impl IntoNewJob) -> Result<Enqueued>;
+
+    /// Enqueues many jobs inside the caller's transaction.
+    fn enqueue_many_in<J: IntoNewJob>(
+        &self,
+        tx: &mut Transaction<'_>,
+        jobs: impl IntoIterator<Item = J>,
+    ) -> Result<Vec<Enqueued>>;
+
+    /// Completes a leased job inside the caller's transaction: the
+    /// completion commits if and only if the caller's transaction does,
+    /// together with the caller's effects.
+    ///
+    /// On `Err(LeaseLost)` nothing was changed and **the caller's transaction
+    /// must not commit** its effects: another worker owns the job now. Using
+    /// `?` does this for you, since a `postgres::Transaction` dropped without
+    /// `commit()` rolls back; [`QueueExt::transaction`] also rolls back on any
+    /// `Err`. Call it first in the transaction (fence first): the job's row
+    /// then stays locked until the commit, so no rescuer can take it.
+    fn complete_in(&self, tx: &mut Transaction<'_>, job: &Job, result: Option<Value>)
+        -> Result<()>;
+
+    /// Records a failed attempt inside the caller's transaction. Same rules
+    /// as [`QueueExt::complete_in`].
+    fn fail_in(&self, tx: &mut Transaction<'_>, job: &Job, error: impl Into<String>) -> Result<()>;
+
+    /// Applies any outcome inside the caller's transaction.
+    fn settle_in(&self, tx: &mut Transaction<'_>, job: &Job, outcome: Outcome) -> Result<()>;
+
+    /// Runs `f` in a transaction on one of the queue's pooled connections,
+    /// committing on `Ok` and rolling back on `Err`. Pair it with
+    /// [`QueueExt::complete_in`] to commit a job's effects and its completion
+    /// together:
+    ///
+    /// ```no_run
+    /// # use backlog::postgres::QueueExt;
+    /// # fn demo(queue: &backlog::Queue, job: &backlog::Job) -> backlog::Result<()> {
+    /// queue.transaction(|tx| {
+    ///     queue.complete_in(tx, job, None)?; // fence first: LeaseLost rolls back
+    ///     tx.execute("UPDATE orders SET paid = TRUE WHERE id = $1", &[&7])
+    ///         .map_err(backlog::Error::from)?;
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
+    ///
+    /// The connection is held for the closure's run. Only checking it out
+    /// and `BEGIN` are retried, up to the queue's write deadline.
+    fn transaction<T, E>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<Error>;
+}
+
+impl QueueExt for Queue {
+    fn enqueue_in(&self, tx: &mut Transaction<'_>, job: impl IntoNewJob) -> Result<Enqueued> {
+        let mut ids = self.enqueue_many_in(tx, [job])?;
+        ids.pop()
+            .ok_or_else(|| Error::Database("enqueue returned no id".into()))
+    }
+
+    fn enqueue_many_in<J: IntoNewJob>(
+        &self,
+        tx: &mut Transaction<'_>,
+        jobs: impl IntoIterator<Item = J>,
+    ) -> Result<Vec<Enqueued>> {
+        let now = self.now_micros();
+        let prepared = self.prepare_all(jobs, now)?;
+        let db = database(self)?;
+        jobs::enqueue_all(
+            &mut db::on_transaction(tx),
+            db.queries(),
+            &params(&prepared, now),
+        )
+    }
+
+    fn complete_in(
+        &self,
+        tx: &mut Transaction<'_>,
+        job: &Job,
+        result: Option<Value>,
+    ) -> Result<()> {
+        self.settle_in(tx, job, Outcome::Complete(result))
+    }
+
+    fn fail_in(&self, tx: &mut Transaction<'_>, job: &Job, error: impl Into<String>) -> Result<()> {
+        self.settle_in(tx, job, Outcome::fail(error))
+    }
+
+    fn settle_in(&self, tx: &mut Transaction<'_>, job: &Job, outcome: Outcome) -> Result<()> {
+        let db = database(self)?;
+        let params = self.settle_params(job, outcome, self.now_micros())?;
+        let mut results =
+            jobs::settle_all(&mut db::on_transaction(tx), db.queries(), &[&params], false)?;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(Error::Database("settle returned no result".into())))?;
+        self.note_settled_in(job.lease());
+        Ok(())
+    }
+
+    fn transaction<T, E>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<Error>,
+    {
+        database(self)?.pool().transaction(|tx, _| f(tx))
+    }
+}
+
+/// Transactional completion for handlers on PostgreSQL.
+pub trait JobContextExt {
+    /// Runs `f` in a transaction on one of the queue's pooled connections and
+    /// completes the job in the same transaction: the effects `f` writes and
+    /// the completion commit together, or not at all.
+    ///
+    /// The lease is checked first and the job's row locked (fence first:
+    /// no rescuer or other node can take the job while `f` runs), then `f`
+    /// runs, then the job is completed with `f`'s value as its result (a
+    /// value that serializes to JSON `null`, such as `()`, stores none) and
+    /// the transaction commits. When the lease was lost, nothing commits and
+    /// the error says so ([`JobError::is_lease_lost`]); the effects are never
+    /// applied twice. On any error from `f` the transaction rolls back.
+    ///
+    /// A job completed this way is not completed again by the worker,
+    /// whatever the handler returns afterwards. Enqueue follow-up jobs with
+    /// [`QueueExt::enqueue_in`]`(tx, ..)`, so they exist only if this
+    /// transaction commits.
+    fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
+    where
+        T: Serialize,
+        F: FnOnce(&mut Transaction<'_>) -> std::result::Result<T, JobError>;
+}
+
+impl JobContextExt for JobContext {
+    fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
+    where
+        T: Serialize,
+        F: FnOnce(&mut Transaction<'_>) -> std::result::Result<T, JobError>,
+    {
+        let queue = self.source();
+        self.complete_transactionally(|| {
+            let db = database(queue)?;
+            db.pool().transaction(|tx, statements| {
+                // backlog's statements run prepared once per connection:
+                // this is the hot path of a transactional worker.
+                let lease = self.job().lease();
+                jobs::check_lease(&mut Tx::cached(tx, statements), db.queries(), lease)?;
+                let value = f(tx)?;
+                let result = crate::worker::to_result(&value).map_err(JobError::from)?;
+                failpoint!("transaction-before-fence");
+                let params = queue.settle_params(
+                    self.job(),
+                    Outcome::Complete(result),
+                    queue.now_micros(),
+                )?;
+                let mut tx = Tx::cached(tx, statements);
+                let mut settled = jobs::settle_all(&mut tx, db.queries(), &[&params], false)?;
+                settled
+                    .pop()
+                    .unwrap_or_else(|| Err(Error::Database("settle returned no result".into())))?;
+                queue.note_settled_in(lease);
+                failpoint!("transaction-before-commit");
+                self.mark_completing();
+                Ok::<T, JobError>(value)
+            })
+        })
+    }
+}
+
+/// The PostgreSQL database of `queue`, or a typed error for a queue on
+/// another backend.
+fn database(queue: &Queue) -> Result<&Db> {
+    match queue.backend() {
+        Backend::Postgres(db) => Ok(db),
+        #[allow(unreachable_patterns)]
+        _ => Err(Error::InvalidArgument(
+            "this queue is not on PostgreSQL: use the transaction calls of its database's module"
+                .into(),
+        )),
+    }
+}

@@ -300,6 +300,38 @@ impl Queue {
     /// available_at, id` order, skipping paused queues. Each claim increments
     /// the job's attempts and gets a fresh random lease token.
     pub fn lease(&self, request: &LeaseRequest) -> Result<Vec<Job>> {
+        let (queues, kinds) = self.check_lease(request)?;
+        if kinds.as_ref().is_some_and(|k| k.is_empty()) {
+            return Ok(Vec::new());
+        }
+        let now = self.now_micros();
+        let jobs = self.inner.backend.lease(&LeaseParams {
+            queues: &queues,
+            kinds: kinds.as_deref(),
+            limit: request.limit,
+            worker_id: &request.worker_id,
+            now,
+            lease_until: add_micros(now, request.ttl)?,
+        })?;
+        if !jobs.is_empty() {
+            failpoint!("lease-after-commit");
+        }
+        self.emit_leased(&jobs);
+        Ok(jobs)
+    }
+
+    fn emit_leased(&self, jobs: &[Job]) {
+        self.inner.bus.emit(jobs.iter().map(|j| Event::Leased {
+            job_id: j.id,
+            attempt: j.attempt,
+        }));
+    }
+
+    /// Validates a lease request; its queues and kinds sorted, without
+    /// duplicates (a queue or kind named twice would be walked twice, and
+    /// its candidates counted twice against the limit).
+    #[allow(clippy::type_complexity)]
+    fn check_lease(&self, request: &LeaseRequest) -> Result<(Vec<String>, Option<Vec<String>>)> {
         if request.limit == 0 {
             return Err(Error::InvalidArgument(
                 "a lease must ask for at least 1 job".into(),
@@ -315,35 +347,19 @@ impl Queue {
             validate::name("queue", queue)?;
         }
         if let Some(kinds) = &request.kinds {
-            if kinds.is_empty() {
-                return Ok(Vec::new());
-            }
             for kind in kinds {
                 validate::name("kind", kind)?;
             }
         }
-        let now = self.now_micros();
-        // A queue named twice would be walked twice, and its candidates
-        // counted twice against the limit.
         let mut queues = request.queues.clone();
         queues.sort_unstable();
         queues.dedup();
-        let jobs = self.inner.backend.lease(&LeaseParams {
-            queues: &queues,
-            kinds: request.kinds.as_deref(),
-            limit: request.limit,
-            worker_id: &request.worker_id,
-            now,
-            lease_until: add_micros(now, request.ttl)?,
-        })?;
-        if !jobs.is_empty() {
-            failpoint!("lease-after-commit");
-        }
-        self.inner.bus.emit(jobs.iter().map(|j| Event::Leased {
-            job_id: j.id,
-            attempt: j.attempt,
-        }));
-        Ok(jobs)
+        let kinds = request.kinds.clone().map(|mut kinds| {
+            kinds.sort_unstable();
+            kinds.dedup();
+            kinds
+        });
+        Ok((queues, kinds))
     }
 
     // ---- settle ------------------------------------------------------------
@@ -391,7 +407,36 @@ impl Queue {
         &self,
         items: impl IntoIterator<Item = (&'a Job, Outcome)>,
     ) -> Result<Vec<Result<()>>> {
+        Ok(self.settle_many_and_lease(items, None)?.0)
+    }
+
+    /// [`Queue::settle_many`], and in the same transaction a lease of
+    /// `refill` (when given and its limit is not zero): the worker's
+    /// completer hands the slots its outcomes free to the next jobs with one
+    /// commit for both.
+    pub(crate) fn settle_many_and_lease<'a>(
+        &self,
+        items: impl IntoIterator<Item = (&'a Job, Outcome)>,
+        refill: Option<&LeaseRequest>,
+    ) -> Result<(Vec<Result<()>>, Vec<Job>)> {
         let now = self.now_micros();
+        let refill = match refill {
+            Some(r) if r.limit > 0 && r.kinds.as_ref().is_none_or(|k| !k.is_empty()) => {
+                let (queues, kinds) = self.check_lease(r)?;
+                Some((r, queues, kinds, add_micros(now, r.ttl)?))
+            }
+            _ => None,
+        };
+        let lease = refill
+            .as_ref()
+            .map(|(r, queues, kinds, until)| LeaseParams {
+                queues,
+                kinds: kinds.as_deref(),
+                limit: r.limit,
+                worker_id: &r.worker_id,
+                now,
+                lease_until: *until,
+            });
         // (job, released, params): a release and a snooze make the same
         // transition but are different events.
         let items: Vec<(&Job, bool, SettleParams)> = items
@@ -402,7 +447,10 @@ impl Queue {
             })
             .collect::<Result<_>>()?;
         let params: Vec<&SettleParams> = items.iter().map(|(_, _, p)| p).collect();
-        let results = self.inner.backend.settle_many(&params)?;
+        let (results, jobs) = self
+            .inner
+            .backend
+            .settle_and_lease(&params, lease.as_ref())?;
         if self.inner.bus.has_listeners() {
             self.inner.bus.emit(items.iter().zip(&results).filter_map(
                 |((job, released, p), r)| match r {
@@ -411,8 +459,9 @@ impl Queue {
                     Err(_) => None,
                 },
             ));
+            self.emit_leased(&jobs);
         }
-        Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
+        Ok((results.into_iter().map(|r| r.map(|_| ())).collect(), jobs))
     }
 
     /// Completes every job in one transaction.

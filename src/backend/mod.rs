@@ -151,22 +151,39 @@ impl Backend {
             server => db.next_due(queues, now))
     }
 
-    /// Applies many transitions in one transaction; a lost lease fails only
-    /// its own item. An item's `Ok(true)` says a cancel requested while the
+    /// Applies many transitions in one transaction, then a lease with
+    /// `lease` when given: one transaction on SQLite (group commit for both
+    /// halves); two on the server backends for now. A lost lease fails only
+    /// its own item; an item's `Ok(true)` says a cancel requested while the
     /// job ran won over its reschedule.
-    pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
+    pub(crate) fn settle_and_lease(
+        &self,
+        items: &[&SettleParams],
+        lease: Option<&LeaseParams<'_>>,
+    ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
         dispatch!(self, db => db.write(|tx| {
-                let results = items
-                    .iter()
-                    .map(|p| match sqlite::jobs::settle_reporting(tx, p) {
-                        Err(e) if !e.is_lease_lost() => Err(e),
-                        result => Ok(result),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                failpoint!("settle-before-commit");
-                Ok(results)
-            }),
-            server => db.settle_many(items))
+            let results = items
+                .iter()
+                .map(|p| match sqlite::jobs::settle_reporting(tx, p) {
+                    Err(e) if !e.is_lease_lost() => Err(e),
+                    result => Ok(result),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            failpoint!("settle-before-commit");
+            let jobs = match lease {
+                Some(p) => sqlite::jobs::lease(tx, p)?,
+                None => Vec::new(),
+            };
+            Ok((results, jobs))
+        }),
+        server => {
+            let results = if items.is_empty() { Vec::new() } else { db.settle_many(items)? };
+            let jobs = match lease {
+                Some(p) => db.lease(p)?,
+                None => Vec::new(),
+            };
+            Ok((results, jobs))
+        })
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {

@@ -2,6 +2,10 @@
 //! batch (group commit), flushed when the batch is full or a short delay after
 //! its first outcome.
 //!
+//! Without a prefetch the same transaction also leases the next jobs for the
+//! free handler slots (complete-and-lease): a busy default worker commits
+//! once per batch, not once per batch plus once per freed slot.
+//!
 //! A batch whose transaction fails is retried a few times; if it still fails
 //! its jobs are forgotten here and their leases expire, so the rescuer makes
 //! them available again: at-least-once holds without the completer.
@@ -10,10 +14,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use std::sync::atomic::Ordering;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::events::Event;
-use crate::lease::Job;
+use crate::lease::{Job, LeaseRequest};
 use crate::outcome::Outcome;
 use crate::worker::Shared;
 
@@ -25,12 +31,20 @@ pub(crate) enum Settle {
     Stop,
 }
 
+/// While a batch collects, how often the completer checks whether any
+/// handler is still running (an outcome may still come).
+const IDLE_CHECK: Duration = Duration::from_micros(250);
+
 /// How often a failed batch is tried again before it is left to the rescuer.
 const ATTEMPTS: u32 = 3;
 
 pub(crate) struct Completer {
     pub shared: Arc<Shared>,
     pub outcomes: Receiver<Settle>,
+    /// The worker's lease, to refill the slots a batch frees in its own
+    /// transaction.
+    pub refill: LeaseRequest,
+    pub slot_freed: Sender<()>,
 }
 
 impl Completer {
@@ -48,10 +62,18 @@ impl Completer {
             };
             let flush_at = Instant::now() + delay;
             while !stop && batch.len() < size {
-                match self.outcomes.recv_deadline(flush_at) {
+                // No handler is running and nothing is queued: waiting would
+                // only delay the commit (and, without a prefetch, the jobs
+                // it leases for the idle threads).
+                if self.shared.busy.load(Ordering::SeqCst) == 0 && self.outcomes.is_empty() {
+                    break;
+                }
+                let step = flush_at.min(Instant::now() + IDLE_CHECK);
+                match self.outcomes.recv_deadline(step) {
                     Ok(Settle::Apply(job, outcome)) => batch.push((job, outcome)),
                     Ok(Settle::Stop) | Err(RecvTimeoutError::Disconnected) => stop = true,
-                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Timeout) if Instant::now() >= flush_at => break,
+                    Err(RecvTimeoutError::Timeout) => {}
                 }
             }
             if !batch.is_empty() {
@@ -63,13 +85,27 @@ impl Completer {
         }
     }
 
+    /// Commits a batch of outcomes and, without a prefetch, leases jobs for
+    /// every free slot in the same transaction: the slots the batch's
+    /// handlers freed go to the next jobs with one commit for both (the
+    /// complete-and-lease of a default worker).
     fn flush(&self, batch: &mut Vec<(Arc<Job>, Outcome)>) {
-        let queue = &self.shared.queue;
+        let shared = &self.shared;
+        let queue = &shared.queue;
+        let claimed = if shared.completer_refills() && !shared.stopping.load(Ordering::SeqCst) {
+            shared.claim_slots()
+        } else {
+            0
+        };
+        let mut request = self.refill.clone();
+        request.limit = claimed;
+        let refill = (claimed > 0).then_some(&request);
+        let mut leased = Vec::new();
         let mut wait = Duration::from_millis(50);
         for attempt in 1..=ATTEMPTS {
             let items = batch.iter().map(|(job, o)| (job.as_ref(), o.clone()));
-            match queue.settle_many(items) {
-                Ok(results) => {
+            match queue.settle_many_and_lease(items, refill) {
+                Ok((results, jobs)) => {
                     failpoint!("completer-after-commit");
                     let lost: Vec<_> = batch
                         .iter()
@@ -77,8 +113,9 @@ impl Completer {
                         .filter(|(_, r)| matches!(r, Err(e) if e.is_lease_lost()))
                         .map(|((job, _), _)| job.lease())
                         .collect();
-                    let news = self.shared.inflight.lose(&lost);
+                    let news = shared.inflight.lose(&lost);
                     queue.emit(news.into_iter().map(|job_id| Event::LeaseLost { job_id }));
+                    leased = jobs;
                     break;
                 }
                 Err(_) if attempt < ATTEMPTS => {
@@ -88,8 +125,51 @@ impl Completer {
                 Err(_) => {} // left to lease expiry and the rescuer
             }
         }
-        self.shared
-            .inflight
-            .remove(batch.drain(..).map(|(job, _)| job.id));
+        shared.inflight.remove(batch.iter().map(|(job, _)| job.id));
+        shared.settling.fetch_sub(batch.len(), Ordering::SeqCst);
+        batch.clear();
+        let handed = self.hand_over(leased);
+        shared.give_back(claimed - handed);
+        if shared.free.load(Ordering::SeqCst) > 0 {
+            // Slots this batch did not refill: the fetcher's now.
+            let _ = self.slot_freed.try_send(());
+        }
+    }
+
+    /// Gives leased jobs to the handler threads; returns how many. Jobs that
+    /// cannot be handed over (shutdown began) are released at once.
+    fn hand_over(&self, jobs: Vec<Job>) -> usize {
+        if jobs.is_empty() {
+            return 0;
+        }
+        let shared = &self.shared;
+        let mut refused = Vec::new();
+        let mut handed = 0;
+        {
+            let handoff = shared.handoff.lock().unwrap_or_else(|p| p.into_inner());
+            for job in jobs {
+                let job = Arc::new(job);
+                match handoff.as_ref() {
+                    Some(tx) => {
+                        let cancel = shared.inflight.insert(job.clone());
+                        // Never full: the jobs held never exceed the slots,
+                        // and the channel holds as many.
+                        if tx.try_send((job.clone(), cancel)).is_ok() {
+                            handed += 1;
+                        } else {
+                            shared.inflight.remove([job.id]);
+                            refused.push(job);
+                        }
+                    }
+                    None => refused.push(job),
+                }
+            }
+        }
+        if !refused.is_empty() {
+            let items = refused.iter().map(|j| (j.as_ref(), Outcome::Release));
+            // On failure their leases expire and the rescuer frees them.
+            let _ = shared.queue.settle_many(items);
+        }
+        handed
     }
 }

@@ -37,11 +37,13 @@ pub(crate) struct Executor {
 impl Executor {
     pub(crate) fn run(self) {
         for (job, cancel) in self.jobs.iter() {
+            self.shared.busy.fetch_add(1, Ordering::SeqCst);
             if self.shared.stopping.load(Ordering::SeqCst) {
                 self.settle(job, Outcome::Release);
             } else {
                 self.execute(job, cancel);
             }
+            self.shared.busy.fetch_sub(1, Ordering::SeqCst);
             self.shared.free.fetch_add(1, Ordering::SeqCst);
             let _ = self.slot_freed.try_send(());
         }
@@ -106,7 +108,7 @@ impl Executor {
         {
             shared.inflight.remove([job.id]);
         } else {
-            let _ = self.outcomes.send(Settle::Apply(job, outcome));
+            self.shared.settle(&self.outcomes, job, outcome);
         }
     }
 
@@ -155,7 +157,7 @@ impl Executor {
     /// Hands the outcome to the completer, unless shutdown released the job.
     fn settle(&self, job: Arc<Job>, outcome: Outcome) {
         if self.shared.inflight.finish(job.id) {
-            let _ = self.outcomes.send(Settle::Apply(job, outcome));
+            self.shared.settle(&self.outcomes, job, outcome);
         }
     }
 }

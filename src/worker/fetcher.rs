@@ -68,10 +68,10 @@ impl Fetcher {
                 return;
             }
             let free = self.shared.free.load(Ordering::SeqCst);
-            if free >= self.refill_at() {
-                match self.lease(free) {
-                    Some(n) if n == free => continue, // maybe more waiting
-                    Some(n) => {
+            if free >= self.refill_at() && !self.completer_refills() {
+                match self.lease() {
+                    Some((n, claimed)) if n == claimed => continue, // maybe more waiting
+                    Some((n, _)) => {
                         if n > 0 {
                             idle.reset();
                         }
@@ -99,22 +99,40 @@ impl Fetcher {
         self.shared.config.prefetch.max(1)
     }
 
-    /// Leases up to `free` jobs and hands them over. `None` on a database
-    /// error (it is retried after the idle wait).
-    fn lease(&mut self, free: usize) -> Option<usize> {
-        self.request.limit = free;
-        let jobs = self.shared.queue.lease(&self.request).ok()?;
+    /// True while the completer has outcomes to commit and will refill the
+    /// free slots in the same transaction: leasing now would take a commit
+    /// of its own for what the completer's carries anyway.
+    fn completer_refills(&self) -> bool {
+        self.shared.completer_refills() && self.shared.settling.load(Ordering::SeqCst) > 0
+    }
+
+    /// Claims the free slots, leases up to as many jobs and hands them over.
+    /// Returns (jobs leased, slots claimed); `None` on a database error (it
+    /// is retried after the idle wait).
+    fn lease(&mut self) -> Option<(usize, usize)> {
+        let claimed = self.shared.claim_slots();
+        if claimed == 0 {
+            return Some((0, 0)); // the completer took them
+        }
+        self.request.limit = claimed;
+        let jobs = match self.shared.queue.lease(&self.request) {
+            Ok(jobs) => jobs,
+            Err(_) => {
+                self.shared.give_back(claimed);
+                return None;
+            }
+        };
         let n = jobs.len();
+        self.shared.give_back(claimed - n);
         for job in jobs {
             let job = Arc::new(job);
             let cancel = self.shared.inflight.insert(job.clone());
-            self.shared.free.fetch_sub(1, Ordering::SeqCst);
             // Never blocks: the channel holds as many jobs as there are slots.
             if self.jobs.send((job, cancel)).is_err() {
-                return Some(n);
+                break;
             }
         }
-        Some(n)
+        Some((n, claimed))
     }
 
     /// Waits for a reason to lease again. False on shutdown.
@@ -125,8 +143,11 @@ impl Fetcher {
             _ => polled_at,
         };
         loop {
-            if self.shared.free.load(Ordering::SeqCst) < self.refill_at() {
-                // Too few slots free to lease: only a freed slot (or shutdown) matters.
+            if self.shared.free.load(Ordering::SeqCst) < self.refill_at()
+                || self.completer_refills()
+            {
+                // Too few slots free to lease, or the completer is about to
+                // refill them: only a freed slot (or shutdown) matters.
                 select! {
                     recv(self.stop) -> _ => return false,
                     recv(self.slot_freed) -> _ => return true,

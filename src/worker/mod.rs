@@ -99,7 +99,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::error::{Error, Result};
-use crate::lease::LeaseRequest;
+use crate::lease::{self, LeaseRequest};
 use crate::outcome::Outcome;
 use crate::queue::Queue;
 use builder::Config;
@@ -126,6 +126,48 @@ pub(crate) struct Shared {
     pub free: AtomicUsize,
     /// Set when shutdown begins: no new leases, queued jobs are released.
     pub stopping: AtomicBool,
+    /// Outcomes handed to the completer and not yet committed. Without a
+    /// prefetch the completer refills the slots of the jobs it settles in
+    /// the same transaction, so the fetcher leaves free slots to it while
+    /// this is not zero.
+    pub settling: AtomicUsize,
+    /// Handler threads working on a job right now: when none is, no outcome
+    /// is on its way and the completer commits at once.
+    pub busy: AtomicUsize,
+    /// The completer's way to hand the jobs it leased to the handler
+    /// threads; taken (dropped) when shutdown begins, so the threads end.
+    pub handoff: std::sync::Mutex<Option<Sender<fetcher::Leased>>>,
+}
+
+impl Shared {
+    /// Claims every free slot (none is then free); the caller gives back
+    /// what it does not fill with [`Shared::give_back`].
+    pub(crate) fn claim_slots(&self) -> usize {
+        self.free.swap(0, Ordering::SeqCst)
+    }
+
+    /// Hands an outcome to the completer, counted in
+    /// [`Shared::settling`] until it is committed.
+    pub(crate) fn settle(&self, outcomes: &Sender<Settle>, job: Arc<lease::Job>, outcome: Outcome) {
+        self.settling.fetch_add(1, Ordering::SeqCst);
+        if outcomes.send(Settle::Apply(job, outcome)).is_err() {
+            self.settling.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Frees `n` claimed slots.
+    pub(crate) fn give_back(&self, n: usize) {
+        if n > 0 {
+            self.free.fetch_add(n, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether the completer refills freed slots (no prefetch: each lease
+    /// holds no more jobs than there are free slots, and a settle's commit
+    /// carries the next lease).
+    pub(crate) fn completer_refills(&self) -> bool {
+        self.config.prefetch == 0
+    }
 }
 
 /// A running pool of handler threads leasing jobs from a [`Queue`].
@@ -210,6 +252,9 @@ impl Worker {
             inflight: InFlight::default(),
             free: AtomicUsize::new(slots),
             stopping: AtomicBool::new(false),
+            settling: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
+            handoff: std::sync::Mutex::new(None),
             config,
         });
         Self::spawn(shared, request, watcher)
@@ -257,9 +302,12 @@ impl Worker {
             let Some(running) = worker.running.as_mut() else {
                 return Ok(());
             };
+            *shared.handoff.lock().unwrap_or_else(|p| p.into_inner()) = Some(jobs.clone());
             let completer = Completer {
                 shared: shared.clone(),
                 outcomes: outcomes_rx,
+                refill: request.clone(),
+                slot_freed: slot_freed.clone(),
             };
             running.completer = Some(spawn("backlog-complete".into(), move || completer.run())?);
             let heartbeater = Heartbeater {
@@ -320,6 +368,11 @@ impl Worker {
         // 1. No more leases. The fetcher's exit drops the job channel's
         // sender, so handler threads end once it is empty.
         shared.stopping.store(true, Ordering::SeqCst);
+        shared
+            .handoff
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         running.stop_fetch.take();
         join(running.fetcher.take(), "backlog-fetch", &mut panicked);
 
@@ -330,7 +383,7 @@ impl Worker {
             .unwrap_or_else(Instant::now);
         if !shared.inflight.wait_handlers_done(until) {
             for job in shared.inflight.take_unfinished(CancelReason::Shutdown) {
-                let _ = running.outcomes.send(Settle::Apply(job, Outcome::Release));
+                shared.settle(&running.outcomes, job, Outcome::Release);
             }
         }
 

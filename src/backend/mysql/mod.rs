@@ -1,1 +1,320 @@
-//! The MySQL/MariaDB backend (being written).
+//! The MySQL/MariaDB backend: a pool of sessions on one server, claims with
+//! `SELECT .. FOR UPDATE SKIP LOCKED`, times from the server's clock.
+//!
+//! Everything MySQL-specific lives in this folder: the schema
+//! (`migrations/mysql/`), every statement ([`queries`], in the order of
+//! SQLite's), and the operations that run them ([`enqueue`], [`jobs`],
+//! [`inspect`]).
+//! Operations take any `Queryable` (the queue's own transaction, or an
+//! application's `mysql::Transaction` for `enqueue_in` and `complete_in`).
+//!
+//! Runs on MySQL 8.0.1+ and MariaDB 10.6+ (checked at connect, see
+//! [`version`]). Only MariaDB 10.11 is tested; the SQL keeps to what MySQL 8
+//! documents, and the places the two differ are commented where they meet.
+
+pub(crate) mod connection;
+pub(crate) mod enqueue;
+pub(crate) mod inspect;
+pub(crate) mod jobs;
+pub(crate) mod migrate;
+pub(crate) mod poller;
+pub(crate) mod queries;
+pub(crate) mod version;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql::prelude::FromValue;
+use mysql::{Opts, Pool, Row};
+
+pub(crate) use poller::Poller;
+
+use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
+use crate::job::Enqueued;
+use crate::lease::{HeartbeatReport, Job, Lease};
+use crate::outcome::{FinalStatus, Transition};
+use queries::Sql;
+use version::Server;
+
+/// A queue's connections to one MySQL/MariaDB database.
+pub(crate) struct Db {
+    pool: Pool,
+    /// For connections of their own (the poller's).
+    opts: Opts,
+    pub(crate) sql: Arc<Sql>,
+    prefix: String,
+    server: Server,
+    /// The URL without its password, for messages and `Debug`.
+    url: String,
+    write_deadline: Duration,
+    clock: Arc<dyn Clock>,
+    busy_retries: AtomicU64,
+    /// Bumped by this process's commits that make a job runnable at some
+    /// time (a reschedule, a rescue, a retry, a resumed queue): its workers'
+    /// pollers see them without asking the server.
+    rescheduled: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("mysql::Db")
+            .field("url", &self.url)
+            .field("server", &self.server)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The engine's `now`, and whether it overrides the server's clock (a
+/// manual clock) — see the time rule in `backend/mod.rs`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Now {
+    engine: i64,
+    manual: bool,
+}
+
+impl Now {
+    /// Offsets are kept within ±2^62 µs (146,000 years), so the server's now
+    /// plus an offset never overflows a BIGINT; `i64::MAX` ("never") stays
+    /// far in the future.
+    const MAX_OFFSET: i64 = 1 << 62;
+
+    pub(crate) fn new(engine: i64, manual: bool) -> Now {
+        Now { engine, manual }
+    }
+
+    /// The `:now` parameter: the engine's now for a manual clock, NULL (the
+    /// server's clock) otherwise.
+    pub(crate) fn param(self) -> Option<i64> {
+        self.manual.then_some(self.engine)
+    }
+
+    /// The engine's absolute time `t` as an offset from its now.
+    pub(crate) fn offset(self, t: i64) -> i64 {
+        t.saturating_sub(self.engine)
+            .clamp(-Self::MAX_OFFSET, Self::MAX_OFFSET)
+    }
+}
+
+impl Db {
+    /// `now` of the engine, with this queue's clock kind.
+    pub(crate) fn now(&self, engine: i64) -> Now {
+        Now::new(engine, self.clock.is_manual())
+    }
+
+    pub(crate) fn migrate(&self) -> Result<()> {
+        migrate::migrate(self)
+    }
+
+    pub(crate) fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
+        let now = self.now(jobs.first().map_or(0, |j| j.now));
+        self.write(|tx| jobs::enqueue_all(&self.sql, tx, jobs, now))
+    }
+
+    pub(crate) fn lease(&self, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
+        self.write(|tx| jobs::lease(&self.sql, tx, p, self.now(p.now)))
+    }
+
+    pub(crate) fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>> {
+        self.read(|conn| jobs::next_due(&self.sql, conn, queues, self.now(now)))
+    }
+
+    pub(crate) fn explain_lease(&self, p: &LeaseParams<'_>) -> Result<Vec<String>> {
+        self.read(|conn| jobs::explain_lease(&self.sql, conn, p, self.now(p.now)))
+    }
+
+    pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
+        // Plain completions (the worker's usual batch) go in three statements
+        // for the lot; the other outcomes one by one, their rows locked in id
+        // order. Results go back in the caller's order.
+        let (mut plain, mut other): (Vec<usize>, Vec<usize>) =
+            (0..items.len()).partition(|&i| plain_completion(items[i]).is_some());
+        if plain.len() < 2 {
+            // One alone costs a statement less on its own (no separate fence).
+            other.append(&mut plain);
+        }
+        other.sort_by_key(|&i| items[i].lease.job_id);
+        let completions: Vec<(Lease, Option<&str>)> = plain
+            .iter()
+            .filter_map(|&i| plain_completion(items[i]))
+            .collect();
+        let reschedules = items
+            .iter()
+            .any(|p| matches!(p.transition, Transition::Reschedule { .. }));
+        let results = self.write(|tx| {
+            let mut results: Vec<Option<Result<bool>>> = (0..items.len()).map(|_| None).collect();
+            if let Some(&first) = plain.first() {
+                let done =
+                    jobs::complete_many(&self.sql, tx, &completions, self.now(items[first].now))?;
+                for (&i, result) in plain.iter().zip(done) {
+                    results[i] = Some(result);
+                }
+            }
+            for &i in &other {
+                let p = items[i];
+                results[i] = Some(
+                    match jobs::settle_reporting(&self.sql, tx, p, self.now(p.now)) {
+                        Err(e) if !e.is_lease_lost() => return Err(e),
+                        result => result,
+                    },
+                );
+            }
+            Ok(results
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Err(Error::Database("item not settled".into()))))
+                .collect())
+        })?;
+        if reschedules {
+            self.rescheduled();
+        }
+        Ok(results)
+    }
+
+    pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
+        self.write(|tx| jobs::heartbeat(&self.sql, tx, p, self.now(p.now)))
+    }
+
+    pub(crate) fn rescue(
+        &self,
+        now: i64,
+        limit: usize,
+        decide: &dyn Fn(&ExpiredLease) -> SettleParams,
+    ) -> Result<Vec<(ExpiredLease, SettleParams)>> {
+        let done = self.write(|tx| jobs::rescue(&self.sql, tx, self.now(now), limit, decide))?;
+        if !done.is_empty() {
+            self.rescheduled();
+        }
+        Ok(done)
+    }
+
+    pub(crate) fn get(&self, id: i64, now: i64) -> Result<JobRecord> {
+        self.read(|conn| inspect::get(&self.sql, conn, id, self.now(now)))
+    }
+
+    pub(crate) fn list(&self, filter: &JobFilter, now: i64) -> Result<Page> {
+        self.read(|conn| inspect::list(&self.sql, conn, filter, self.now(now)))
+    }
+
+    pub(crate) fn counts(&self, now: i64) -> Result<Vec<StateCount>> {
+        self.read(|conn| inspect::counts(&self.sql, conn, self.now(now)))
+    }
+
+    pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {
+        self.write(|tx| inspect::retry(&self.sql, tx, id, self.now(now)))?;
+        self.rescheduled();
+        Ok(())
+    }
+
+    pub(crate) fn run_now(&self, id: i64, now: i64) -> Result<()> {
+        self.write(|tx| inspect::run_now(&self.sql, tx, id, self.now(now)))?;
+        self.rescheduled();
+        Ok(())
+    }
+
+    pub(crate) fn cancel(&self, id: i64, now: i64) -> Result<CancelOutcome> {
+        self.write(|tx| inspect::cancel(&self.sql, tx, id, self.now(now)))
+    }
+
+    pub(crate) fn delete(&self, id: i64) -> Result<()> {
+        self.write(|tx| inspect::delete(&self.sql, tx, id))
+    }
+
+    pub(crate) fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {
+        self.write(|tx| inspect::set_paused(&self.sql, tx, queue, paused, self.now(now)))?;
+        if !paused {
+            self.rescheduled();
+        }
+        Ok(())
+    }
+
+    pub(crate) fn import(&self, records: &[JobRecord]) -> Result<usize> {
+        let written = self.write(|tx| inspect::import(&self.sql, tx, records))?;
+        self.rescheduled();
+        Ok(written)
+    }
+
+    pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
+        self.read(|conn| inspect::paused_queues(&self.sql, conn))
+    }
+
+    /// `cutoff` comes without the engine's `now`; the queue's clock, read
+    /// here, stands in for it (retention is measured in days).
+    pub(crate) fn prune(&self, status: FinalStatus, cutoff: i64, limit: usize) -> Result<usize> {
+        let now = self.now(self.clock.now_micros());
+        self.write(|tx| inspect::prune(&self.sql, tx, status, cutoff, limit, now))
+    }
+
+    pub(crate) fn busy_retries(&self) -> u64 {
+        self.busy_retries.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn watch_changes(&self) -> Result<Poller> {
+        Ok(Poller::new(
+            self.opts.clone(),
+            self.sql.clone(),
+            self.rescheduled.clone(),
+        ))
+    }
+
+    /// Notes a commit that made a job runnable at some time.
+    fn rescheduled(&self) {
+        self.rescheduled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the server is MariaDB (rather than MySQL).
+    #[allow(dead_code)]
+    pub(crate) fn is_mariadb(&self) -> bool {
+        self.server.is_mariadb()
+    }
+}
+
+/// The lease and result of a completion that records no error.
+fn plain_completion(p: &SettleParams) -> Option<(Lease, Option<&str>)> {
+    match &p.transition {
+        Transition::Finish {
+            status: FinalStatus::Completed,
+            result,
+            error: None,
+        } => Some((p.lease, result.as_deref())),
+        _ => None,
+    }
+}
+
+/// Column `i` of a row, converted; a missing or unconvertible value is an
+/// error, never a panic.
+pub(crate) fn take<T: FromValue>(row: &mut Row, i: usize) -> Result<T> {
+    match row.take_opt::<T, usize>(i) {
+        Some(Ok(value)) => Ok(value),
+        Some(Err(e)) => Err(Error::Database(format!("column {i}: {e}").into())),
+        None => Err(Error::Database(format!("column {i} missing").into())),
+    }
+}
+
+/// MySQL errors: deadlocks and lock wait timeouts are transient
+/// ([`Error::Busy`], retried until the write deadline), a full disk or table
+/// is [`Error::StorageFull`], a pool with no free connection past the write
+/// deadline is `Busy`, and everything else is [`Error::Database`]. The
+/// driver's messages carry no password.
+impl From<mysql::Error> for Error {
+    fn from(e: mysql::Error) -> Self {
+        match &e {
+            mysql::Error::MySqlError(m) => match m.code {
+                // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
+                1213 | 1205 => Error::Busy,
+                // ER_DISK_FULL, ER_RECORD_FILE_FULL (the table is full)
+                1021 | 1114 => Error::StorageFull,
+                // EE_WRITE, ER_GET_ERRNO with the OS's ENOSPC (28): "Error
+                // writing file (Errcode: 28 ..)", "Got error 28 from storage
+                // engine".
+                3 | 1030 if m.message.contains("28") => Error::StorageFull,
+                _ => Error::Database(Box::new(e)),
+            },
+            mysql::Error::DriverError(mysql::DriverError::Timeout) => Error::Busy,
+            _ => Error::Database(Box::new(e)),
+        }
+    }
+}

@@ -1,1 +1,223 @@
-//! The PostgreSQL backend (being written).
+//! The PostgreSQL backend: a pool of connections to one server, `FOR UPDATE
+//! SKIP LOCKED` claims, the server's clock, LISTEN/NOTIFY wake-ups.
+//!
+//! Everything PostgreSQL-specific lives in this folder: the schema
+//! (`migrations/postgres/`), every statement ([`queries`], rendered once at
+//! connect with the queue's schema and table prefix), and the operations
+//! that run them ([`jobs`], [`inspect`]) on any client: the queue's own
+//! connections or an application's `postgres::Transaction` (`enqueue_in`,
+//! `complete_in`).
+
+pub(crate) mod connection;
+pub(crate) mod inspect;
+pub(crate) mod jobs;
+pub(crate) mod listen;
+pub(crate) mod migrate;
+pub(crate) mod queries;
+pub(crate) mod target;
+
+use std::fmt;
+use std::sync::Arc;
+
+pub(crate) use listen::Listener;
+
+use self::connection::{Pool, Tx};
+use self::queries::{Queries, Tables};
+use self::target::Target;
+use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
+use crate::job::Enqueued;
+use crate::lease::{HeartbeatReport, Job};
+use crate::options::QueueOptions;
+use crate::outcome::FinalStatus;
+
+/// The oldest server backlog runs on: `MATERIALIZED` CTEs came in 12.
+const MIN_SERVER_VERSION: i32 = 120_000;
+
+/// A queue's connections to one PostgreSQL database, and its SQL. Boxed:
+/// the rendered statements are large, and `Backend` holds one of these.
+pub(crate) struct Db(Box<Inner>);
+
+pub(crate) struct Inner {
+    pool: Pool,
+    q: Queries,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::ops::Deref for Db {
+    type Target = Inner;
+
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Db {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("postgres::Db")
+            .field("url", &self.pool.target.redacted)
+            .field("tables", &self.q.tables)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Db {
+    /// Connects to `url` (one connection, to fail now on a wrong address,
+    /// password or server) and sets up the pool. Migrations are the
+    /// caller's next step.
+    pub(crate) fn connect(url: &str, options: &QueueOptions) -> Result<Db> {
+        options.check_common()?;
+        let target = Target::parse(url, options)?;
+        let mut client = target.connect()?;
+        let version: i32 = client
+            .query_one("SELECT current_setting('server_version_num')::int4", &[])?
+            .try_get(0)?;
+        if version < MIN_SERVER_VERSION {
+            return Err(Error::UnsupportedServer(format!(
+                "PostgreSQL {}.{} is older than 12",
+                version / 10_000,
+                version % 10_000 / 100
+            )));
+        }
+        let q = Queries::render(Tables::new(options), options.clock.is_manual());
+        Ok(Db(Box::new(Inner {
+            pool: Pool::new(target, options)?,
+            q,
+            clock: options.clock.clone(),
+        })))
+    }
+
+    pub(crate) fn migrate(&self) -> Result<()> {
+        let mut client = self.pool.target.connect()?;
+        migrate::migrate(&mut client, &self.q.tables)
+    }
+
+    /// The queue's SQL, for `backlog::postgres`.
+    pub(crate) fn queries(&self) -> &Queries {
+        &self.q
+    }
+
+    /// The pool, for `backlog::postgres`'s transactions.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub(crate) fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
+        self.pool.write(|tx| jobs::enqueue_all(tx, &self.q, jobs))
+    }
+
+    pub(crate) fn lease(&self, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
+        // One statement, committing alone. If its connection dies before the
+        // answer comes back, it runs again on another: the jobs a lost
+        // answer claimed stay leased until the rescuer frees them.
+        self.pool.autocommit(|tx| jobs::lease(tx, &self.q, p))
+    }
+
+    pub(crate) fn explain_lease(&self, p: &LeaseParams<'_>) -> Result<Vec<String>> {
+        self.pool
+            .autocommit(|tx| jobs::explain_lease(tx, &self.q, p))
+    }
+
+    pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
+        self.pool
+            .write(|tx| jobs::settle_all(tx, &self.q, items, false))
+    }
+
+    pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
+        self.pool.autocommit(|tx| jobs::heartbeat(tx, &self.q, p))
+    }
+
+    pub(crate) fn rescue(
+        &self,
+        now: i64,
+        limit: usize,
+        decide: &dyn Fn(&ExpiredLease) -> SettleParams,
+    ) -> Result<Vec<(ExpiredLease, SettleParams)>> {
+        self.pool.write(|tx| {
+            let expired = jobs::expired_leases(tx, &self.q, now, limit)?;
+            let decided: Vec<SettleParams> = expired.iter().map(decide).collect();
+            let refs: Vec<&SettleParams> = decided.iter().collect();
+            // The rows are locked by this transaction: every item applies.
+            for result in jobs::settle_all(tx, &self.q, &refs, true)? {
+                result?;
+            }
+            if !expired.is_empty() {
+                tx.query(&self.q.notify, &[&self.q.channel])?;
+            }
+            Ok(expired.into_iter().zip(decided).collect())
+        })
+    }
+
+    pub(crate) fn get(&self, id: i64, now: i64) -> Result<JobRecord> {
+        self.pool
+            .autocommit(|tx| inspect::get(tx, &self.q, id, now))
+    }
+
+    pub(crate) fn list(&self, filter: &JobFilter, now: i64) -> Result<Page> {
+        self.pool
+            .autocommit(|tx| inspect::list(tx, &self.q, filter, now))
+    }
+
+    pub(crate) fn counts(&self, now: i64) -> Result<Vec<StateCount>> {
+        // One transaction, so live and finished counts are of one moment.
+        self.pool.write(|tx| inspect::counts(tx, &self.q, now))
+    }
+
+    pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {
+        self.pool.write(|tx| inspect::retry(tx, &self.q, id, now))
+    }
+
+    pub(crate) fn run_now(&self, id: i64, now: i64) -> Result<()> {
+        self.pool.write(|tx| inspect::run_now(tx, &self.q, id, now))
+    }
+
+    pub(crate) fn cancel(&self, id: i64, now: i64) -> Result<CancelOutcome> {
+        self.pool.write(|tx| inspect::cancel(tx, &self.q, id, now))
+    }
+
+    pub(crate) fn delete(&self, id: i64) -> Result<()> {
+        self.pool.write(|tx| inspect::delete(tx, &self.q, id))
+    }
+
+    pub(crate) fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {
+        self.pool
+            .write(|tx| inspect::set_paused(tx, &self.q, queue, paused, now))
+    }
+
+    /// Inserts jobs copied from another database, keeping their ids.
+    // Called by `Backend::import` (`backlog::copy`), which lands with it.
+    #[allow(dead_code)]
+    pub(crate) fn import(&self, records: &[JobRecord]) -> Result<usize> {
+        self.pool.write(|tx| inspect::import(tx, &self.q, records))
+    }
+
+    pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
+        self.pool
+            .autocommit(|tx| inspect::paused_queues(tx, &self.q))
+    }
+
+    /// `cutoff` is an absolute time of the engine's clock: it is turned into
+    /// an offset from that clock's now, and applied to the server's.
+    pub(crate) fn prune(&self, status: FinalStatus, cutoff: i64, limit: usize) -> Result<usize> {
+        let now = self.clock.now_micros();
+        self.pool
+            .write(|tx| inspect::prune(tx, &self.q, status, cutoff, limit, now))
+    }
+
+    pub(crate) fn busy_retries(&self) -> u64 {
+        self.pool.busy_retries()
+    }
+
+    pub(crate) fn watch_changes(&self) -> Result<Listener> {
+        Listener::open(self.pool.target.clone(), self.q.listen.clone())
+    }
+}
+
+/// Runs the job operations on an application's transaction.
+pub(crate) fn on_transaction<'a, 't>(
+    tx: &'a mut postgres::Transaction<'t>,
+) -> Tx<'a, postgres::Transaction<'t>> {
+    Tx::uncached(tx)
+}

@@ -1,0 +1,283 @@
+//! Connecting to MySQL/MariaDB: the URL, the pool, each session's settings,
+//! the version check, and the retry loop every transaction goes through.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable;
+use mysql::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, PooledConn, Transaction, TxOpts};
+
+use super::queries::{self, Sql, Tables};
+use super::version::Server;
+use super::Db;
+use crate::error::{Error, Result};
+use crate::options::QueueOptions;
+use crate::validate::redact_url;
+
+/// Prepared statements kept per connection: the fixed statements, and the
+/// lease walks of a few queue and kind counts.
+const STATEMENT_CACHE: usize = 128;
+
+/// Parses the URL into connection options: every session reads committed
+/// data, runs in strict mode, and waits for a row lock no longer than the
+/// write deadline allows.
+pub(crate) fn opts(url: &str, options: &QueueOptions) -> Result<(Opts, String)> {
+    // The driver knows only `mysql://`; `Queue::connect` also takes `mariadb://`.
+    let normalized = match url.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("mariadb") => {
+            format!("mysql://{rest}")
+        }
+        _ => url.to_owned(),
+    };
+    let parsed = Opts::from_url(&normalized)
+        .map_err(|e| Error::InvalidArgument(format!("bad MySQL URL {}: {e}", redact_url(url))))?;
+    let database = parsed
+        .get_db_name()
+        .filter(|d| !d.is_empty())
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "a MySQL URL must name its database (mysql://user@host/DATABASE): {}",
+                redact_url(url)
+            ))
+        })?
+        .to_owned();
+    let pool_size = usize::try_from(options.pool_size).unwrap_or(usize::MAX);
+    let constraints = PoolConstraints::new(0, pool_size)
+        .ok_or_else(|| Error::InvalidArgument("pool_size must be at least 1".into()))?;
+    let lock_wait = options.write_deadline.as_secs().clamp(1, 50);
+    // A server that vanished without closing its sockets (a host down, a
+    // network cut) would leave a call waiting for its answer forever: TCP
+    // keepalive probes find the dead peer in about a minute, without
+    // limiting how long a statement may legitimately run. URL values win.
+    let keepalive = parsed.get_tcp_keepalive_time_ms().is_none();
+    let mut builder = OptsBuilder::from_opts(parsed);
+    if keepalive {
+        builder = builder.tcp_keepalive_time_ms(Some(30_000));
+        #[cfg(any(target_os = "linux", target_os = "macos"))]
+        {
+            builder = builder
+                .tcp_keepalive_probe_interval_secs(Some(10))
+                .tcp_keepalive_probe_count(Some(3));
+        }
+    }
+    let builder = builder
+        .tcp_connect_timeout(Some(options.connect_timeout))
+        .stmt_cache_size(STATEMENT_CACHE)
+        // A broken connection is found by the next statement and discarded
+        // then (see `discard_if_broken`), not by a ping before each use.
+        .pool_opts(
+            PoolOpts::default()
+                .with_constraints(constraints)
+                .with_reset_connection(false)
+                .with_check_health(false),
+        )
+        .init(vec![
+            // Claims need READ COMMITTED: under REPEATABLE READ (the
+            // default) locking reads also lock the gaps between index
+            // entries, and concurrent claims and enqueues deadlock. The
+            // statement, not the variable, because MySQL 8 names it
+            // `transaction_isolation` and MariaDB before 11.1 `tx_isolation`.
+            "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".to_owned(),
+            // Strict: a value that does not fit is an error, never truncated.
+            "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'".to_owned(),
+            format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}"),
+        ]);
+    Ok((builder.into(), database))
+}
+
+impl Db {
+    /// Connects, checks the server's version, and renders the statements for
+    /// the queue's tables. Migrations are the caller's next step.
+    pub(crate) fn connect(url: &str, options: &QueueOptions) -> Result<Db> {
+        options.check_common()?;
+        let (opts, database) = opts(url, options)?;
+        let redacted = redact_url(url);
+        let pool = Pool::new(opts.clone()).map_err(|e| connect_error(&redacted, e))?;
+        let mut conn = pool
+            .try_get_conn(options.connect_timeout)
+            .map_err(|e| connect_error(&redacted, e))?;
+        let version: Option<String> = conn.query_first(queries::VERSION)?;
+        let server = Server::parse(version.as_deref().unwrap_or_default())?.check()?;
+        drop(conn);
+        Ok(Db {
+            pool,
+            opts,
+            sql: std::sync::Arc::new(Sql::new(
+                Tables::new(&database, &options.table_prefix),
+                server.is_mariadb(),
+            )),
+            prefix: options.table_prefix.clone(),
+            server,
+            url: redacted,
+            write_deadline: options.write_deadline,
+            clock: options.clock.clone(),
+            busy_retries: AtomicU64::new(0),
+            rescheduled: Default::default(),
+        })
+    }
+
+    /// A pooled connection, waiting for a free one up to the write deadline
+    /// ([`Error::Busy`] then).
+    pub(crate) fn conn(&self) -> Result<PooledConn> {
+        Ok(self
+            .pool
+            .try_get_conn(self.write_deadline.max(Duration::from_secs(1)))?)
+    }
+
+    /// Runs `f` in a transaction on a pooled connection and commits. The
+    /// whole transaction is retried with jittered backoff up to the write
+    /// deadline on a deadlock or lock wait timeout, and on a fresh connection
+    /// when the one it got was broken before the commit was sent (nothing
+    /// was committed then: the server rolls back a dead session's
+    /// transaction). `f` must therefore be repeatable.
+    pub(crate) fn write<T>(
+        &self,
+        mut f: impl FnMut(&mut Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.with_retries(|| {
+            let mut conn = self.conn()?;
+            let result = (|| {
+                let mut tx = conn.start_transaction(TxOpts::default())?;
+                let value = f(&mut tx)?;
+                tx.commit().map_err(|e| Attempt::Committing(e.into()))?;
+                Ok(value)
+            })();
+            if let Err(Attempt::Failed(e) | Attempt::Committing(e)) = &result {
+                discard_if_broken(&mut conn, e);
+            }
+            result
+        })
+    }
+
+    /// Runs `f` on a pooled connection, once more on a fresh one if the
+    /// first was broken (reads are idempotent).
+    pub(crate) fn read<T>(&self, mut f: impl FnMut(&mut PooledConn) -> Result<T>) -> Result<T> {
+        self.with_retries(|| {
+            let mut conn = self.conn()?;
+            let result = f(&mut conn);
+            if let Err(e) = &result {
+                discard_if_broken(&mut conn, e);
+            }
+            result.map_err(Attempt::from)
+        })
+    }
+
+    /// Runs a caller's closure in a transaction on a pooled connection;
+    /// commits on `Ok`, rolls back on `Err`. Only getting a working
+    /// connection (a ping) is retried: the closure runs once.
+    pub(crate) fn transaction<T, E>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<Error>,
+    {
+        let mut conn = self.with_retries(|| {
+            let mut conn = self.conn()?;
+            if let Err(e) = conn.as_mut().ping() {
+                let e = Error::from(e);
+                discard_if_broken(&mut conn, &e);
+                return Err(e.into());
+            }
+            Ok(conn)
+        })?;
+        // Whatever session state the caller's statements leave must not
+        // reach the next user of the connection.
+        conn.reset_connection(true);
+        let mut tx = conn
+            .start_transaction(TxOpts::default())
+            .map_err(Error::from)?;
+        let value = f(&mut tx)?;
+        tx.commit().map_err(Error::from)?;
+        Ok(value)
+    }
+
+    /// The retry loop: transient lock errors until the write deadline (then
+    /// [`Error::Busy`]), a broken connection before a commit twice.
+    fn with_retries<T>(&self, mut f: impl FnMut() -> std::result::Result<T, Attempt>) -> Result<T> {
+        const BROKEN_TRIES: u32 = 3;
+        let start = Instant::now();
+        let mut backoff = Duration::from_millis(1);
+        let mut broken = 0;
+        loop {
+            let error = match f() {
+                Ok(value) => return Ok(value),
+                Err(Attempt::Committing(e)) => return Err(e),
+                Err(Attempt::Failed(e)) => e,
+            };
+            let transient = match &error {
+                Error::Busy => start.elapsed() < self.write_deadline,
+                e if is_connectivity(e) => {
+                    broken += 1;
+                    broken < BROKEN_TRIES
+                }
+                _ => false,
+            };
+            if !transient {
+                return Err(error);
+            }
+            if error.is_busy() {
+                self.busy_retries.fetch_add(1, Ordering::Relaxed);
+            }
+            let jittered = backoff.mul_f64(rand::random_range(0.5..=1.5));
+            thread::sleep(jittered.min(self.write_deadline.saturating_sub(start.elapsed())));
+            backoff = (backoff * 2).min(Duration::from_millis(100));
+        }
+    }
+}
+
+/// How one try of a transaction ended: failed before its commit was sent
+/// (safe to run again), or failed committing (the outcome is unknown).
+pub(crate) enum Attempt {
+    Failed(Error),
+    Committing(Error),
+}
+
+impl From<Error> for Attempt {
+    fn from(e: Error) -> Self {
+        Attempt::Failed(e)
+    }
+}
+
+impl From<mysql::Error> for Attempt {
+    fn from(e: mysql::Error) -> Self {
+        Attempt::Failed(e.into())
+    }
+}
+
+/// After a connection error, the connection is reset when it goes back to
+/// the pool, which drops it when the reset fails; a connection that still
+/// works comes back clean (the reset re-runs the session settings).
+fn discard_if_broken(conn: &mut PooledConn, e: &Error) {
+    if is_connectivity(e) {
+        conn.reset_connection(true);
+    }
+}
+
+/// True for an error of the connection rather than of the statement: the
+/// server went away, the socket broke, the session was killed.
+pub(crate) fn is_connectivity(e: &Error) -> bool {
+    match e {
+        Error::Database(inner) => inner
+            .downcast_ref::<mysql::Error>()
+            .is_some_and(|e| match e {
+                mysql::Error::MySqlError(e) => {
+                    // ER_CONNECTION_KILLED, ER_SERVER_SHUTDOWN, ER_QUERY_INTERRUPTED
+                    matches!(e.code, 1927 | 1053 | 1317)
+                }
+                e => e.is_connectivity_error(),
+            }),
+        _ => false,
+    }
+}
+
+/// A failure to reach the server, naming it without its password.
+fn connect_error(redacted_url: &str, e: mysql::Error) -> Error {
+    match Error::from(e) {
+        Error::Database(inner) => {
+            Error::Database(format!("connecting to {redacted_url}: {inner}").into())
+        }
+        other => other,
+    }
+}

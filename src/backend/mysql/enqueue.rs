@@ -1,0 +1,165 @@
+//! Enqueueing on MySQL: one insert per job, or on MariaDB many jobs per
+//! multi-row insert; a unique key already held returns its job's id.
+
+use std::collections::HashMap;
+
+use mysql::prelude::Queryable;
+use mysql::{params, Params, Value};
+
+use super::queries::Sql;
+use super::Now;
+use crate::backend::EnqueueParams;
+use crate::error::{Error, Result};
+use crate::job::Enqueued;
+
+/// Rows per multi-row insert, largest first: a batch goes out in chunks of
+/// these sizes, so a handful of statement texts serve every batch size (each
+/// is prepared once per connection).
+const ROWS_PER_INSERT: [usize; 4] = [128, 32, 8, 1];
+
+/// Payload bytes per multi-row insert, well under the server's default
+/// `max_allowed_packet` (16 MiB on MariaDB).
+const BYTES_PER_INSERT: usize = 4 << 20;
+
+/// Inserts jobs in order, each one or the id of the job already holding its
+/// unique key. On MariaDB many rows go in one statement.
+pub(crate) fn enqueue_all(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    jobs: &[EnqueueParams<'_>],
+    now: Now,
+) -> Result<Vec<Enqueued>> {
+    if !sql.returning || jobs.len() == 1 {
+        return jobs.iter().map(|p| enqueue(sql, q, p, now)).collect();
+    }
+    let mut out: Vec<Option<Enqueued>> = Vec::with_capacity(jobs.len());
+    for p in jobs {
+        out.push(find_in_history(sql, q, p, now)?);
+    }
+    let pending: Vec<usize> = (0..jobs.len()).filter(|&i| out[i].is_none()).collect();
+    let mut rest = pending.as_slice();
+    while !rest.is_empty() {
+        let mut n = ROWS_PER_INSERT
+            .into_iter()
+            .find(|&n| n <= rest.len())
+            .unwrap_or(1);
+        while n > 1
+            && rest[..n]
+                .iter()
+                .map(|&i| jobs[i].payload.len())
+                .sum::<usize>()
+                > BYTES_PER_INSERT
+        {
+            n = ROWS_PER_INSERT.into_iter().find(|&m| m < n).unwrap_or(1);
+        }
+        let (chunk, tail) = rest.split_at(n);
+        insert_rows(sql, q, jobs, chunk, &mut out, now)?;
+        rest = tail;
+    }
+    out.into_iter()
+        .map(|e| e.ok_or_else(|| Error::Database("a job was neither inserted nor found".into())))
+        .collect()
+}
+
+/// Inserts the jobs at `chunk` in one statement, filling `out` with their
+/// ids, or with the ids of the live jobs holding their unique keys.
+fn insert_rows(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    jobs: &[EnqueueParams<'_>],
+    chunk: &[usize],
+    out: &mut [Option<Enqueued>],
+    now: Now,
+) -> Result<()> {
+    let mut named: HashMap<Vec<u8>, Value> = HashMap::new();
+    for (row, &i) in chunk.iter().enumerate() {
+        let p = &jobs[i];
+        let mut put = |name: &str, value: Value| {
+            named.insert(format!("{name}{row}").into_bytes(), value);
+        };
+        put("queue", p.queue.into());
+        put("kind", p.kind.into());
+        put("priority", p.priority.into());
+        put("unique_key", p.unique_key.into());
+        put("payload", p.payload.into());
+        put("max_attempts", p.max_attempts.into());
+        put("available_in", now.offset(p.available_at).into());
+    }
+    named.insert(b"now".to_vec(), now.param().into());
+    let rows: Vec<(i64, String, Option<String>)> =
+        q.exec(sql.enqueue_rows(chunk.len()), Params::Named(named))?;
+    // Rows come back in input order, refused ones left out: match them up.
+    let mut inserted = rows.into_iter().peekable();
+    for &i in chunk {
+        let p = &jobs[i];
+        let matches = inserted
+            .peek()
+            .is_some_and(|(_, queue, key)| queue == p.queue && key.as_deref() == p.unique_key);
+        out[i] = Some(match inserted.next_if(|_| matches) {
+            Some((id, _, _)) => Enqueued { id, existed: false },
+            None => find_live(sql, q, p)?,
+        });
+    }
+    Ok(())
+}
+
+/// Inserts a job, or finds the job already holding its unique key.
+fn enqueue(sql: &Sql, q: &mut impl Queryable, p: &EnqueueParams<'_>, now: Now) -> Result<Enqueued> {
+    if let Some(found) = find_in_history(sql, q, p, now)? {
+        return Ok(found);
+    }
+    let (inserted, id) = {
+        let result = q.exec_iter(
+            &sql.enqueue,
+            params! {
+                "queue" => p.queue, "kind" => p.kind, "priority" => p.priority,
+                "unique_key" => p.unique_key, "payload" => p.payload,
+                "max_attempts" => p.max_attempts,
+                "available_in" => now.offset(p.available_at), "now" => now.param(),
+            },
+        )?;
+        (result.affected_rows(), result.last_insert_id())
+    };
+    if inserted == 1 {
+        let id = id
+            .and_then(|id| i64::try_from(id).ok())
+            .ok_or_else(|| Error::Database("insert returned no id".into()))?;
+        return Ok(Enqueued { id, existed: false });
+    }
+    find_live(sql, q, p)
+}
+
+/// With a unique key scoped to recent history: the finished job holding it.
+fn find_in_history(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &EnqueueParams<'_>,
+    now: Now,
+) -> Result<Option<Enqueued>> {
+    let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) else {
+        return Ok(None);
+    };
+    let found: Option<i64> = q.exec_first(
+        &sql.find_history_unique,
+        params! {
+            "queue" => p.queue, "unique_key" => key,
+            "since_in" => now.offset(since), "now" => now.param(),
+        },
+    )?;
+    Ok(found.map(|id| Enqueued { id, existed: true }))
+}
+
+/// After an insert refused a job: the live job holding its unique key (only
+/// that index can refuse a row). The refused insert holds a lock on the row
+/// it collided with until commit, so it is still there to be found.
+fn find_live(sql: &Sql, q: &mut impl Queryable, p: &EnqueueParams<'_>) -> Result<Enqueued> {
+    let key = p
+        .unique_key
+        .ok_or_else(|| Error::Database("insert ignored without a unique key conflict".into()))?;
+    let id: Option<i64> = q.exec_first(
+        &sql.find_live_unique,
+        params! { "queue" => p.queue, "unique_key" => key },
+    )?;
+    let id = id.ok_or_else(|| Error::Database("unique key conflict with no live job".into()))?;
+    Ok(Enqueued { id, existed: true })
+}

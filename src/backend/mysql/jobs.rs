@@ -1,0 +1,481 @@
+//! The job operations on one MySQL session past enqueue: lease, settle,
+//! heartbeat, rescue. Each runs inside a transaction its caller opened (the
+//! queue's own, or the application's `mysql::Transaction`).
+
+use std::collections::HashMap;
+
+use mysql::prelude::Queryable;
+use mysql::{params, Params, Row, Value};
+
+pub(crate) use super::enqueue::enqueue_all;
+use super::queries::Sql;
+use super::{take, Now};
+use crate::backend::{ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::error::{Error, Result};
+use crate::lease::{HeartbeatReport, Job, Lease};
+use crate::outcome::{AttemptError, FinalStatus, Transition};
+
+/// The walk's parameters for `p`: `:q0..`, `:k0..`, `:limit`, `:now`.
+fn lease_params(p: &LeaseParams<'_>, now: Now) -> Params {
+    let mut named: HashMap<Vec<u8>, Value> = HashMap::new();
+    for (i, queue) in p.queues.iter().enumerate() {
+        named.insert(format!("q{i}").into_bytes(), queue.as_str().into());
+    }
+    for (i, kind) in p.kinds.unwrap_or_default().iter().enumerate() {
+        named.insert(format!("k{i}").into_bytes(), kind.as_str().into());
+    }
+    let limit = u64::try_from(p.limit).unwrap_or(u64::MAX);
+    named.insert(b"limit".to_vec(), limit.into());
+    named.insert(b"now".to_vec(), now.param().into());
+    Params::Named(named)
+}
+
+/// A job as the walk reads it, before its claim.
+struct Candidate {
+    job: Job,
+    server_now: i64,
+}
+
+/// Reads a row in [`super::queries::LEASED_COLUMNS`] order, then `now`.
+fn candidate(mut r: Row) -> Result<Candidate> {
+    let attempts: u32 = take(&mut r, 6)?;
+    Ok(Candidate {
+        job: Job {
+            id: take(&mut r, 0)?,
+            lease_token: 0,
+            queue: take(&mut r, 1)?,
+            kind: take(&mut r, 2)?,
+            priority: take(&mut r, 3)?,
+            unique_key: take(&mut r, 4)?,
+            payload: take(&mut r, 5)?,
+            attempt: attempts.saturating_add(1),
+            max_attempts: take(&mut r, 7)?,
+            available_at: take(&mut r, 8)?,
+            lease_until: 0,
+            created_at: take(&mut r, 9)?,
+        },
+        server_now: take(&mut r, 10)?,
+    })
+}
+
+/// Claims up to `limit` jobs and returns them in claim order: the walk locks
+/// the candidates, then one update claims them.
+pub(crate) fn lease(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &LeaseParams<'_>,
+    now: Now,
+) -> Result<Vec<Job>> {
+    let kinds = p.kinds.map_or(0, <[String]>::len);
+    let rows: Vec<Row> = q.exec(sql.lease(p.queues.len(), kinds), lease_params(p, now))?;
+    let candidates = rows
+        .into_iter()
+        .map(candidate)
+        .collect::<Result<Vec<_>>>()?;
+    let Some(server_now) = candidates.first().map(|c| c.server_now) else {
+        return Ok(Vec::new());
+    };
+    let lease_until = server_now.saturating_add(now.offset(p.lease_until));
+    let mut jobs: Vec<Job> = candidates
+        .into_iter()
+        .map(|c| Job {
+            // 63 random bits: a token is never negative, never reused by
+            // chance.
+            lease_token: rand::random::<i64>() & i64::MAX,
+            lease_until,
+            ..c.job
+        })
+        .collect();
+    let claims: Vec<[i64; 2]> = jobs.iter().map(|j| [j.id, j.lease_token]).collect();
+    q.exec_drop(
+        &sql.claim,
+        params! {
+            "claims" => serde_json::to_string(&claims)?, "lease_until" => lease_until,
+            "worker_id" => p.worker_id, "now" => server_now,
+        },
+    )?;
+    jobs.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.available_at.cmp(&b.available_at))
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(jobs)
+}
+
+/// How long after now the next not-yet-due job of `queues` comes due, in
+/// µs of the server's clock; `None` when none is waiting.
+pub(crate) fn next_due(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    queues: &[String],
+    now: Now,
+) -> Result<Option<i64>> {
+    if queues.is_empty() {
+        return Ok(None);
+    }
+    let mut named: HashMap<Vec<u8>, Value> = HashMap::new();
+    for (i, queue) in queues.iter().enumerate() {
+        named.insert(format!("q{i}").into_bytes(), queue.as_str().into());
+    }
+    named.insert(b"now".to_vec(), now.param().into());
+    let due: Option<Option<i64>> =
+        q.exec_first(sql.next_due(queues.len()), Params::Named(named))?;
+    Ok(due.flatten().map(|after| after.max(0)))
+}
+
+/// The server's `EXPLAIN` of the lease walk for `p`, with `p`'s values
+/// bound, one line per plan row: `table type key rows extra`. Claims and
+/// locks nothing.
+pub(crate) fn explain_lease(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &LeaseParams<'_>,
+    now: Now,
+) -> Result<Vec<String>> {
+    let kinds = p.kinds.map_or(0, <[String]>::len);
+    let text = format!("EXPLAIN {}", sql.lease(p.queues.len(), kinds));
+    let rows: Vec<Row> = q.exec(text, lease_params(p, now))?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let field = |name: &str| -> String {
+                let value = r
+                    .columns_ref()
+                    .iter()
+                    .position(|c| c.name_str().eq_ignore_ascii_case(name))
+                    .and_then(|i| r.as_ref(i));
+                match value {
+                    Some(Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+                    Some(Value::NULL) | None => String::new(),
+                    Some(Value::Int(i)) => i.to_string(),
+                    Some(Value::UInt(u)) => u.to_string(),
+                    Some(other) => format!("{other:?}"),
+                }
+            };
+            format!(
+                "{} {} table={} type={} key={} rows={} {}",
+                field("id"),
+                field("select_type"),
+                field("table"),
+                field("type"),
+                field("key"),
+                field("rows"),
+                field("Extra")
+            )
+            .trim_end()
+            .to_owned()
+        })
+        .collect())
+}
+
+/// Applies a decided transition, fenced on the lease. `LeaseLost` when the
+/// lease is no longer held; nothing is changed then.
+pub(crate) fn settle(sql: &Sql, q: &mut impl Queryable, p: &SettleParams, now: Now) -> Result<()> {
+    settle_reporting(sql, q, p, now).map(|_| ())
+}
+
+/// [`settle`], telling whether a cancel requested while the job ran won over
+/// a reschedule (`Ok(true)`: the job went to history as `cancelled`).
+pub(crate) fn settle_reporting(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &SettleParams,
+    now: Now,
+) -> Result<bool> {
+    match &p.transition {
+        Transition::Finish {
+            status,
+            result,
+            error,
+        } => finish(
+            sql,
+            q,
+            p.lease.job_id,
+            Some(p.lease.token),
+            *status,
+            result.as_deref(),
+            error.as_ref(),
+            now,
+        )
+        .map(|()| false),
+        Transition::Reschedule {
+            available_at,
+            error,
+            refund_attempt,
+        } => reschedule(
+            sql,
+            q,
+            p.lease,
+            Some(*available_at),
+            *refund_attempt,
+            error.as_ref(),
+            now,
+        ),
+    }
+}
+
+/// Completes many leased jobs (completions without an error) in three
+/// statements, whatever their number: fence and lock, copy to history,
+/// delete. Returns each job's outcome in `items` order: `Ok(false)`, or
+/// `LeaseLost` for a lease no longer held (that job is left as it was).
+pub(crate) fn complete_many(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    items: &[(Lease, Option<&str>)],
+    now: Now,
+) -> Result<Vec<Result<bool>>> {
+    let mut leases: Vec<[i64; 2]> = items.iter().map(|(l, _)| [l.job_id, l.token]).collect();
+    leases.sort_unstable();
+    let leases = serde_json::to_string(&leases)?;
+    let held: Vec<i64> = q.exec(&sql.lock_held, params! { "leases" => &leases })?;
+    let held: std::collections::HashSet<i64> = held.into_iter().collect();
+    if !held.is_empty() {
+        let completions: Vec<serde_json::Value> = items
+            .iter()
+            .filter(|(l, _)| held.contains(&l.job_id))
+            .map(|(l, result)| match result {
+                Some(text) => serde_json::json!([l.job_id, l.token, text]),
+                None => serde_json::json!([l.job_id, l.token]),
+            })
+            .collect();
+        q.exec_drop(
+            &sql.complete_many_to_history,
+            params! {
+                "completions" => serde_json::to_string(&completions)?, "now" => now.param(),
+            },
+        )?;
+        q.exec_drop(&sql.delete_many_live, params! { "leases" => &leases })?;
+    }
+    Ok(items
+        .iter()
+        .map(|(l, _)| {
+            if held.contains(&l.job_id) {
+                Ok(false)
+            } else {
+                Err(Error::LeaseLost { job_id: l.job_id })
+            }
+        })
+        .collect())
+}
+
+/// Unleases a job: due at `available_at`, or (`None`, a rescue) in its place
+/// in line. A cancel requested while it ran wins: the job is finished as
+/// cancelled instead (`Ok(true)`).
+fn reschedule(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    lease: Lease,
+    available_at: Option<i64>,
+    refund_attempt: bool,
+    error: Option<&AttemptError>,
+    now: Now,
+) -> Result<bool> {
+    let updated = q
+        .exec_iter(
+            &sql.reschedule,
+            params! {
+                "id" => lease.job_id, "token" => lease.token,
+                "keep_place" => available_at.is_none(),
+                "available_in" => now.offset(available_at.unwrap_or(0)),
+                "refund" => i64::from(refund_attempt),
+                "error" => error_json(error)?, "now" => now.param(),
+            },
+        )?
+        .affected_rows();
+    if updated == 1 {
+        return Ok(false);
+    }
+    let cancel_requested: Option<bool> = q.exec_first(
+        &sql.cancel_requested,
+        params! { "id" => lease.job_id, "token" => lease.token },
+    )?;
+    match cancel_requested {
+        None => Err(Error::LeaseLost {
+            job_id: lease.job_id,
+        }),
+        // Still leased (the update skipped it): finished under its own
+        // token, with this attempt's error, as SQLite's reschedule-then-
+        // cancel leaves it.
+        Some(true) => finish(
+            sql,
+            q,
+            lease.job_id,
+            Some(lease.token),
+            FinalStatus::Cancelled,
+            None,
+            error,
+            now,
+        )
+        .map(|()| true),
+        // The row matched the fence and was not cancelled, yet the update
+        // missed it: only a concurrent change can do that. Run it again.
+        Some(false) => Err(Error::Busy),
+    }
+}
+
+/// `Ok` when the lease is still held, `LeaseLost` otherwise. Locks the row
+/// until the caller's transaction ends.
+pub(crate) fn check_lease(sql: &Sql, q: &mut impl Queryable, lease: Lease) -> Result<()> {
+    let held: Option<i64> = q.exec_first(
+        &sql.lease_held,
+        params! { "id" => lease.job_id, "token" => lease.token },
+    )?;
+    held.map(|_| ()).ok_or(Error::LeaseLost {
+        job_id: lease.job_id,
+    })
+}
+
+/// Moves a live job to history. `token` fences a leased job; `None` matches
+/// only a job that is not leased.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn finish(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    job_id: i64,
+    token: Option<i64>,
+    status: FinalStatus,
+    result: Option<&str>,
+    error: Option<&AttemptError>,
+    now: Now,
+) -> Result<()> {
+    let copied = q
+        .exec_iter(
+            &sql.finish_to_history,
+            params! {
+                "id" => job_id, "token" => token, "result" => result,
+                "status" => status.as_str(), "error" => error_json(error)?,
+                "now" => now.param(),
+            },
+        )?
+        .affected_rows();
+    if copied == 0 {
+        return Err(Error::LeaseLost { job_id });
+    }
+    q.exec_drop(&sql.delete_live, params! { "id" => job_id })?;
+    Ok(())
+}
+
+fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {
+    Ok(error.map(serde_json::to_string).transpose()?)
+}
+
+/// Extends the given leases; reports which were lost and which jobs were asked
+/// to cancel. A lease whose row another transaction holds (a handler's
+/// `ctx.transaction(..)` committing its job) is not waited for: still held,
+/// it is reported neither extended nor lost, and the next heartbeat extends
+/// it.
+pub(crate) fn heartbeat(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &HeartbeatParams<'_>,
+    now: Now,
+) -> Result<HeartbeatReport> {
+    let json = |leases: &[Lease]| {
+        let mut pairs: Vec<[i64; 2]> = leases.iter().map(|l| [l.job_id, l.token]).collect();
+        // Locked in id order, like settle batches.
+        pairs.sort_unstable();
+        serde_json::to_string(&pairs)
+    };
+    let read = |rows: Vec<Row>| -> Result<Vec<(Lease, bool)>> {
+        rows.into_iter()
+            .map(|mut r| {
+                let lease = Lease {
+                    job_id: take(&mut r, 0)?,
+                    token: take(&mut r, 1)?,
+                };
+                Ok((lease, take::<bool>(&mut r, 2)?))
+            })
+            .collect()
+    };
+    let mut report = HeartbeatReport::default();
+    let locked = read(q.exec(&sql.heartbeat_lock, params! { "leases" => json(p.leases)? })?)?;
+    if !locked.is_empty() {
+        let leases: Vec<Lease> = locked.iter().map(|(l, _)| *l).collect();
+        q.exec_drop(
+            &sql.heartbeat,
+            params! {
+                "leases" => json(&leases)?, "lease_for" => now.offset(p.lease_until),
+                "now" => now.param(),
+            },
+        )?;
+    }
+    for (lease, cancel) in &locked {
+        if *cancel {
+            report.cancel_requested.push(lease.job_id);
+        }
+        report.extended.push(*lease);
+    }
+    let skipped: Vec<Lease> = p
+        .leases
+        .iter()
+        .filter(|l| !report.extended.contains(l))
+        .copied()
+        .collect();
+    if skipped.is_empty() {
+        return Ok(report);
+    }
+    let busy = read(q.exec(&sql.heartbeat_held, params! { "leases" => json(&skipped)? })?)?;
+    for (lease, cancel) in &busy {
+        if *cancel {
+            report.cancel_requested.push(lease.job_id);
+        }
+    }
+    report.lost = skipped
+        .into_iter()
+        .filter(|l| !busy.iter().any(|(b, _)| b == l))
+        .collect();
+    Ok(report)
+}
+
+/// Up to `limit` leases that expired before now, locked (other nodes'
+/// rescuers skip them), each settled as `decide` says. A rescheduled job
+/// keeps its place in line by the server's clock, whatever `available_at`
+/// the decision carries.
+pub(crate) fn rescue(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    now: Now,
+    limit: usize,
+    decide: &dyn Fn(&ExpiredLease) -> SettleParams,
+) -> Result<Vec<(ExpiredLease, SettleParams)>> {
+    let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+    let rows: Vec<Row> = q.exec(
+        &sql.expired_leases,
+        params! { "limit" => limit, "now" => now.param() },
+    )?;
+    let mut done = Vec::with_capacity(rows.len());
+    for mut r in rows {
+        let expired = ExpiredLease {
+            lease: Lease {
+                job_id: take(&mut r, 0)?,
+                token: take(&mut r, 1)?,
+            },
+            attempts: take(&mut r, 2)?,
+            max_attempts: take(&mut r, 3)?,
+            available_at: take(&mut r, 4)?,
+            cancel_requested: take(&mut r, 5)?,
+        };
+        let settle = decide(&expired);
+        match &settle.transition {
+            Transition::Reschedule {
+                error,
+                refund_attempt,
+                ..
+            } => {
+                reschedule(
+                    sql,
+                    q,
+                    expired.lease,
+                    None,
+                    *refund_attempt,
+                    error.as_ref(),
+                    now,
+                )?;
+            }
+            Transition::Finish { .. } => self::settle(sql, q, &settle, now)?,
+        }
+        done.push((expired, settle));
+    }
+    Ok(done)
+}

@@ -1,0 +1,616 @@
+//! Every SQL statement of the MySQL/MariaDB backend, in the order of a job's
+//! life: enqueue, lease, settle (complete/fail/snooze/discard/release),
+//! heartbeat, rescue, then inspection and maintenance. The same constants,
+//! in the same order, as `sqlite/queries.rs`; each difference is commented.
+//!
+//! The statements are templates: `{jobs}`, `{history}` and `{queues}` become
+//! the queue's tables (under its prefix, qualified by the URL's database, so
+//! a caller's transaction on another default database still reaches them),
+//! and `{now}` the server's clock. [`Sql`] renders them once at connect.
+//!
+//! Differs from SQLite in how time is bound (see `backend/mod.rs`): `:now`
+//! is NULL unless the queue's clock is manual, and `{now}` reads
+//! `COALESCE(:now, <server now in µs>)`; every absolute time of the engine
+//! is bound as an offset from its `now` (`:available_in`, `:lease_for`) and
+//! added to `{now}`. Values are named parameters (`:name`), never spliced
+//! into the text.
+
+/// The server's clock in unix µs, unless `:now` overrides it. Differs from
+/// the usual `UNIX_TIMESTAMP(NOW(6))` in that no session `time_zone` enters
+/// it: `UTC_TIMESTAMP` ignores it and `TIMESTAMPDIFF` is plain arithmetic,
+/// so it is right on a caller's connection too (`enqueue_in`). Constant
+/// within one statement.
+pub const NOW: &str =
+    "COALESCE(:now, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)))";
+
+// ---- enqueue ---------------------------------------------------------------
+
+/// Inserts one job; a unique-key conflict inserts nothing (no row changed).
+/// Differs from SQLite in that `INSERT IGNORE` stands for `ON CONFLICT DO
+/// NOTHING` (the only conflict possible is the unique key: the values are
+/// validated, and strict mode is on), and `errors` has no default.
+pub const ENQUEUE: &str = "
+INSERT IGNORE INTO {jobs}
+    (queue, kind, priority, unique_key, payload, errors, max_attempts, available_at,
+     created_at, updated_at)
+VALUES (:queue, :kind, :priority, :unique_key, :payload, '[]', :max_attempts,
+        {now} + :available_in, {now}, {now})";
+
+/// Inserts `rows` jobs in one statement and returns the inserted rows'
+/// `id, queue, unique_key` in input order; a row refused for its unique key
+/// returns nothing. Parameters as [`ENQUEUE`], suffixed by the row's index
+/// (`:queue0`, `:kind0`, ..). Only on MariaDB (10.5+ has `INSERT ..
+/// RETURNING`; MySQL has no way to read the ids of a multi-row insert, whose
+/// AUTO_INCREMENT values need not be consecutive): one round trip for many
+/// jobs where MySQL takes one per job.
+pub fn enqueue_rows(rows: usize) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|i| {
+            format!(
+                "(:queue{i}, :kind{i}, :priority{i}, :unique_key{i}, :payload{i}, '[]', \
+                 :max_attempts{i}, {{now}} + :available_in{i}, {{now}}, {{now}})"
+            )
+        })
+        .collect();
+    format!(
+        "INSERT IGNORE INTO {{jobs}}
+    (queue, kind, priority, unique_key, payload, errors, max_attempts, available_at,
+     created_at, updated_at)
+VALUES {}
+RETURNING id, queue, unique_key",
+        values.join(",\n       ")
+    )
+}
+
+/// The live job holding a unique key. Differs from SQLite in that the seek
+/// is on the key's hash (the indexed column; the key itself is compared
+/// too), and in that it is a locking read: in a caller's REPEATABLE READ
+/// transaction a plain read would use a snapshot older than the row the
+/// insert collided with. The insert holds that lock already. (`LOCK IN SHARE
+/// MODE`: MariaDB has no `FOR SHARE`. The index is forced: see [`CLAIM`].)
+pub const FIND_LIVE_UNIQUE: &str = "
+SELECT id FROM {jobs} FORCE INDEX (jobs_unique)
+WHERE queue = :queue AND unique_hash = UNHEX(SHA2(:unique_key, 256)) AND unique_key = :unique_key
+LOCK IN SHARE MODE";
+
+/// The most recent finished job holding a unique key since a time
+/// (`:since_in`, an offset from now).
+pub const FIND_HISTORY_UNIQUE: &str = "
+SELECT id FROM {history}
+WHERE queue = :queue AND unique_hash = UNHEX(SHA2(:unique_key, 256)) AND unique_key = :unique_key
+  AND finished_at >= {now} + :since_in
+ORDER BY finished_at DESC LIMIT 1";
+
+// ---- lease -----------------------------------------------------------------
+
+/// The candidates of one queue (`:q{i}`): a walk of `jobs_lease` in claim
+/// order that stops after `:limit` rows, locking them and skipping rows other
+/// claims hold. `:k0..` are the wanted kinds, when filtering by kind.
+///
+/// Differs from SQLite in that it locks (`FOR UPDATE SKIP LOCKED`: many
+/// nodes claim at once, and none waits on another's rows), reads the whole
+/// job and the server's now (no `RETURNING` in MySQL: the update that
+/// follows is applied from these values, so no third statement reads them
+/// back), and seeks `lease_queue`, the column that stands for the partial
+/// index. The index is forced: on a small table, or with a kind filter, the
+/// optimizer may prefer a scan and a sort, which would lock every available
+/// job of the queue before sorting them. The paused-queue sub-select takes no lock.
+pub fn lease_candidates(queue: usize, kinds: usize) -> String {
+    let kinds = if kinds == 0 {
+        String::new()
+    } else {
+        let names: Vec<String> = (0..kinds).map(|i| format!(":k{i}")).collect();
+        format!("AND kind IN ({})", names.join(", "))
+    };
+    format!(
+        "SELECT {LEASED_COLUMNS}, {{now}} AS now FROM {{jobs}} FORCE INDEX (jobs_lease)
+         WHERE lease_queue = :q{queue} AND available_at <= {{now}} {kinds}
+           AND NOT EXISTS (SELECT 1 FROM {{queues}} WHERE name = :q{queue} AND paused)
+         ORDER BY priority DESC, available_at, id LIMIT :limit
+         FOR UPDATE SKIP LOCKED"
+    )
+}
+
+/// Picks the candidates of `queue_count` queues in claim order. Each queue
+/// gets its own walk, merged here, because one index walk cannot read
+/// `lease_queue IN (..)` in order: it would sort every available job (as on
+/// SQLite). Differs from SQLite in that a walk's rows beyond the merged
+/// limit stay locked until the claim commits (other claims skip them for
+/// those few milliseconds).
+pub fn lease(queue_count: usize, kinds: usize) -> String {
+    if queue_count == 1 {
+        return lease_candidates(0, kinds);
+    }
+    let walks: Vec<String> = (0..queue_count)
+        .map(|i| format!("({})", lease_candidates(i, kinds)))
+        .collect();
+    format!(
+        "{} ORDER BY priority DESC, available_at, id LIMIT :limit",
+        walks.join(" UNION ALL ")
+    )
+}
+
+/// What the candidate walk returns, in the order `jobs::leased_job` reads
+/// it. Differs from SQLite in that the values are read before the claim
+/// (`attempts` and the lease are set from them).
+pub const LEASED_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
+     max_attempts, available_at, created_at";
+
+/// Claims the picked jobs: `attempts + 1`, each its own random token, the
+/// lease expiry and the worker. `:claims` is a JSON array of `[id, token]`;
+/// `:now` and `:lease_until` are absolute, from the server's now read by the
+/// walk. Differs from SQLite in that it is a second statement of the claim's
+/// transaction (the rows are locked since the walk), and tokens come from
+/// the engine's random source (MySQL's `RAND()` has 53 bits).
+///
+/// Every join on a `JSON_TABLE` here and below is `STRAIGHT_JOIN` (the
+/// pairs drive) and forces the primary key: on a small table the optimizer
+/// otherwise scans `{jobs}` for each pair, and a locking scan waits on every
+/// row another transaction holds (another node's claim, a handler's
+/// transaction), not just on the rows named.
+pub const CLAIM: &str = "
+UPDATE JSON_TABLE(:claims, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS c
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = c.id
+SET j.attempts = j.attempts + 1, j.lease_token = c.token, j.lease_until = :lease_until,
+    j.locked_by = :worker_id, j.first_leased_at = COALESCE(j.first_leased_at, :now),
+    j.updated_at = :now";
+
+/// How long after now the next unleased job of `queue_count` queues
+/// (`:q0..`) that is not due yet comes due, in µs on the server's clock;
+/// NULL when none waits. One seek of `jobs_scheduled` per queue. Differs
+/// from SQLite's `NEXT_DUE` in that the jobs not due yet are told apart by
+/// `available_at` (no `due` flag, see `migrations/mysql/V2__due.sql`), and
+/// in that it answers relative to the server's now.
+pub fn next_due(queue_count: usize) -> String {
+    let seeks: Vec<String> = (0..queue_count)
+        .map(|i| {
+            format!(
+                "(SELECT MIN(available_at) AS at FROM {{jobs}} FORCE INDEX (jobs_scheduled)
+                  WHERE lease_queue = :q{i} AND available_at > {{now}})"
+            )
+        })
+        .collect();
+    format!(
+        "SELECT MIN(at) - {{now}} FROM ({}) AS due",
+        seeks.join(" UNION ALL ")
+    )
+}
+
+// ---- settle ----------------------------------------------------------------
+
+/// `errors` with `:error` appended (when not NULL), keeping the last 20.
+/// Differs from SQLite in that the entry's `at` is the server's now.
+macro_rules! append_error {
+    () => {
+        "CASE WHEN :error IS NULL THEN errors
+              WHEN JSON_LENGTH(errors) >= 20
+              THEN JSON_ARRAY_APPEND(JSON_REMOVE(errors, '$[0]'), '$', JSON_SET(:error, '$.at', {now}))
+              ELSE JSON_ARRAY_APPEND(errors, '$', JSON_SET(:error, '$.at', {now})) END"
+    };
+}
+
+/// Copies a live job into history with its final status. Fenced: `:token`
+/// is the lease token, or NULL for a job that is not leased (operator
+/// cancel). Differs from SQLite in `<=>` (MySQL's `IS`), and in `FOR
+/// UPDATE`: under READ COMMITTED an `INSERT .. SELECT` reads its source
+/// without a lock, and a claim committing in between would let a stale
+/// worker finish a job leased again; locked, the fence holds until commit.
+pub const FINISH_TO_HISTORY: &str = concat!(
+    "INSERT INTO {history}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
+     started_at, finished_at)
+SELECT id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at, ",
+    append_error!(),
+    ", cancel_requested, created_at, {now}, :result, :status, locked_by, first_leased_at, {now}
+FROM {jobs} WHERE id = :id AND lease_token <=> :token
+FOR UPDATE"
+);
+
+/// The leases of `:leases` (a JSON array of `[id, token]`) still held,
+/// locked: the fence of a batch of completions. Only in MySQL (see
+/// [`COMPLETE_MANY_TO_HISTORY`]).
+pub const LOCK_HELD: &str = "
+SELECT j.id
+FROM JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = held.id AND j.lease_token = held.token
+FOR UPDATE";
+
+/// Copies a batch of completed jobs into history in one statement.
+/// `:completions` is a JSON array of `[id, token]` or `[id, token, result
+/// text]`. Only in MySQL: SQLite runs [`FINISH_TO_HISTORY`] per job, cheap
+/// in-process, while here each statement is a round trip to the server; the
+/// batch (the worker's completer) is fenced by [`LOCK_HELD`] first, and its
+/// live rows deleted by [`DELETE_MANY_LIVE`].
+pub const COMPLETE_MANY_TO_HISTORY: &str = "
+INSERT INTO {history}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
+     started_at, finished_at)
+SELECT j.id, j.queue, j.kind, j.priority, j.unique_key, j.payload, j.attempts, j.max_attempts,
+       j.available_at, j.errors, j.cancel_requested, j.created_at, {now}, c.result, 'completed',
+       j.locked_by, j.first_leased_at, {now}
+FROM JSON_TABLE(:completions, '$[*]' COLUMNS (
+         id BIGINT PATH '$[0]', token BIGINT PATH '$[1]', result LONGTEXT PATH '$[2]')) AS c
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = c.id AND j.lease_token = c.token";
+
+/// Removes the live rows of a batch [`COMPLETE_MANY_TO_HISTORY`] copied.
+/// Only in MySQL.
+pub const DELETE_MANY_LIVE: &str = "
+DELETE j
+FROM JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = held.id AND j.lease_token = held.token";
+
+/// Removes the live row after [`FINISH_TO_HISTORY`] copied it.
+pub const DELETE_LIVE: &str = "DELETE FROM {jobs} WHERE id = :id";
+
+/// Unleases a job and schedules its next run, `:available_in` from now, or
+/// with `:keep_place` (a rescue) at `LEAST(available_at, now)`: its place in
+/// line, from the server's clock. Fenced on the token. `:refund` gives an
+/// attempt back (0 or 1).
+///
+/// Differs from SQLite in that it has no `RETURNING cancel_requested`: it
+/// skips a job whose cancel was requested, and the caller, on zero rows,
+/// reads [`CANCEL_REQUESTED`] to tell that from a lost lease. MySQL assigns
+/// left to right: nothing here reads a column assigned before it.
+pub const RESCHEDULE: &str = concat!(
+    "UPDATE {jobs}
+SET lease_token = NULL, lease_until = NULL, locked_by = NULL,
+    available_at = IF(:keep_place, LEAST(available_at, {now}), {now} + :available_in),
+    attempts = attempts - :refund, updated_at = {now}, errors = ",
+    append_error!(),
+    "
+WHERE id = :id AND lease_token = :token AND NOT cancel_requested"
+);
+
+/// Whether a held lease's job was asked to cancel; no row when the lease is
+/// lost. Only in MySQL (see [`RESCHEDULE`]).
+pub const CANCEL_REQUESTED: &str =
+    "SELECT cancel_requested FROM {jobs} WHERE id = :id AND lease_token = :token FOR UPDATE";
+
+/// Whether a lease is still held: the fence a transactional completion
+/// checks before the caller's effects run. Differs from SQLite in that it
+/// locks the row until the caller's transaction ends (SQLite's single writer
+/// does that by itself).
+pub const LEASE_HELD: &str =
+    "SELECT 1 FROM {jobs} WHERE id = :id AND lease_token = :token FOR UPDATE";
+
+// ---- heartbeat -------------------------------------------------------------
+
+/// The given leases still held whose rows no other transaction holds,
+/// locked for [`HEARTBEAT`]. `:leases` is a JSON array of `[id, token]`
+/// pairs. Only in MySQL: a heartbeat must not wait for a handler's
+/// `ctx.transaction(..)`, which holds its job's row until it commits (and
+/// the heartbeat extends every lease of the worker at once); a row skipped
+/// here is looked at by [`HEARTBEAT_HELD`].
+pub const HEARTBEAT_LOCK: &str = "
+SELECT j.id, j.lease_token, j.cancel_requested
+FROM JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = held.id AND j.lease_token = held.token
+FOR UPDATE SKIP LOCKED";
+
+/// Extends the leases [`HEARTBEAT_LOCK`] locked, in one statement, to
+/// `:lease_for` from now. Differs from SQLite in that `JSON_TABLE` stands
+/// for `json_each` and drives the join (one primary-key seek per pair), and
+/// in that which pairs matched was read before (no `RETURNING`).
+pub const HEARTBEAT: &str = "
+UPDATE JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = held.id AND j.lease_token = held.token
+SET j.lease_until = {now} + :lease_for, j.updated_at = {now}";
+
+/// Which of the leases [`HEARTBEAT_LOCK`] skipped are still held, by their
+/// last committed state (a read that waits for no lock): those are busy,
+/// neither extended nor lost; the rest are lost. Only in MySQL.
+pub const HEARTBEAT_HELD: &str = "
+SELECT j.id, j.lease_token, j.cancel_requested
+FROM JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = held.id AND j.lease_token = held.token";
+
+// ---- rescue ----------------------------------------------------------------
+
+/// Leases that expired before now, oldest first, at most `:limit`, read from
+/// `jobs_expiry`. No payloads. Differs from SQLite in that it locks them and
+/// skips rows other nodes hold (many nodes rescue at once), and in that the
+/// index is forced (a scan would lock what it reads).
+pub const EXPIRED_LEASES: &str = "
+SELECT id, lease_token, attempts, max_attempts, available_at, cancel_requested
+FROM {jobs} FORCE INDEX (jobs_expiry)
+WHERE lease_until < {now} AND lease_token IS NOT NULL
+ORDER BY lease_until LIMIT :limit
+FOR UPDATE SKIP LOCKED";
+
+// ---- inspect ---------------------------------------------------------------
+
+/// A live job as a record; `state` is derived at `{now}`.
+pub const LIVE_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
+     max_attempts, available_at, errors, locked_by, lease_until, first_leased_at, \
+     cancel_requested, NULL AS result, NULL AS finished_at, created_at, updated_at, \
+     CASE WHEN lease_token IS NOT NULL THEN 'running' \
+          WHEN available_at <= {now} THEN 'available' \
+          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state";
+
+/// A finished job as a record, in the same column order as [`LIVE_COLUMNS`].
+pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
+     max_attempts, available_at, errors, processed_by, NULL AS lease_until, started_at, \
+     cancel_requested, result, finished_at, created_at, updated_at, status AS state";
+
+/// The live-state conditions, by state name.
+pub fn live_state_condition(state: &str) -> &'static str {
+    match state {
+        "available" => "lease_token IS NULL AND available_at <= {now}",
+        "scheduled" => "lease_token IS NULL AND available_at > {now} AND attempts = 0",
+        "retrying" => "lease_token IS NULL AND available_at > {now} AND attempts > 0",
+        _ => "lease_token IS NOT NULL",
+    }
+}
+
+/// Live jobs per queue and derived state at `{now}`.
+pub const COUNT_LIVE: &str = "
+SELECT queue,
+       CASE WHEN lease_token IS NOT NULL THEN 'running'
+            WHEN available_at <= {now} THEN 'available'
+            WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state,
+       count(*)
+FROM {jobs} GROUP BY 1, 2";
+
+/// Finished jobs per queue and status.
+pub const COUNT_HISTORY: &str = "SELECT queue, status, count(*) FROM {history} GROUP BY 1, 2";
+
+/// Moves a finished job back to live, attempts reset, due now. Differs from
+/// SQLite in `INSERT IGNORE` (see [`ENQUEUE`]) and `FOR UPDATE` (see
+/// [`FINISH_TO_HISTORY`]).
+pub const RETRY_FROM_HISTORY: &str = "
+INSERT IGNORE INTO {jobs}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at)
+SELECT id, queue, kind, priority, unique_key, payload, 0, max_attempts, {now},
+       errors, FALSE, created_at, {now}
+FROM {history} WHERE id = :id
+FOR UPDATE";
+
+/// Removes a finished job.
+pub const DELETE_HISTORY: &str = "DELETE FROM {history} WHERE id = :id";
+
+/// Makes an unleased live job due now, unless it is due already: a job keeps
+/// its place in line.
+pub const RUN_NOW: &str = "UPDATE {jobs} SET available_at = LEAST(available_at, {now}), \
+     updated_at = {now} WHERE id = :id AND lease_token IS NULL";
+
+/// Flags a running job for cancellation; the next heartbeat reports it.
+pub const REQUEST_CANCEL: &str = "UPDATE {jobs} SET cancel_requested = TRUE, updated_at = {now} \
+     WHERE id = :id AND lease_token IS NOT NULL";
+
+/// The lease state of a live job: its token (NULL when not leased). Differs
+/// from SQLite in that it locks the row for the operator action that follows.
+pub const LIVE_LEASE: &str = "SELECT lease_token FROM {jobs} WHERE id = :id FOR UPDATE";
+
+/// A finished job's status.
+pub const HISTORY_STATUS: &str = "SELECT status FROM {history} WHERE id = :id";
+
+/// Pauses or resumes a queue. Differs from SQLite in `ON DUPLICATE KEY
+/// UPDATE` (repeating the parameters: MySQL deprecates `VALUES()` there, and
+/// MariaDB has no row alias).
+pub const SET_PAUSED: &str = "
+INSERT INTO {queues} (name, paused, updated_at) VALUES (:name, :paused, {now})
+ON DUPLICATE KEY UPDATE paused = :paused, updated_at = {now}";
+
+/// Queues that are paused.
+pub const PAUSED_QUEUES: &str = "SELECT name FROM {queues} WHERE paused ORDER BY name";
+
+// ---- copy ------------------------------------------------------------------
+
+/// Inserts a live job copied from another database, keeping its id, unless
+/// the id is taken (live or finished) or its unique key is held: then nothing
+/// changes. Not leased: a job leased at copy time arrives available. Times
+/// are the copied values, not offsets. Differs from SQLite in `INSERT
+/// IGNORE` (see [`ENQUEUE`]) and `FROM DUAL`.
+pub const IMPORT_LIVE: &str = "
+INSERT IGNORE INTO {jobs}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     first_leased_at, errors, cancel_requested, created_at, updated_at)
+SELECT :id, :queue, :kind, :priority, :unique_key, :payload, :attempts, :max_attempts,
+       :available_at, :started_at, :errors, :cancel_requested, :created_at, :updated_at
+FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM {history} WHERE id = :id)";
+
+/// Inserts a finished job copied from another database, keeping its id,
+/// unless the id is taken.
+pub const IMPORT_HISTORY: &str = "
+INSERT IGNORE INTO {history}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     started_at, errors, cancel_requested, created_at, updated_at, result, status,
+     processed_by, finished_at)
+SELECT :id, :queue, :kind, :priority, :unique_key, :payload, :attempts, :max_attempts,
+       :available_at, :started_at, :errors, :cancel_requested, :created_at, :updated_at,
+       :result, :status, :processed_by, :finished_at
+FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE id = :id)";
+
+/// Makes new ids start above `:id`. Differs from SQLite (which raises
+/// `sqlite_sequence`) in that InnoDB raises the AUTO_INCREMENT counter past
+/// any id inserted explicitly, and never lowers it: a placeholder row (kind
+/// `''`, which no job can have) is inserted at `:id`, unless a live job holds
+/// it, and deleted by [`DROP_ID_PLACEHOLDER`]. (`ALTER TABLE .. AUTO_INCREMENT`
+/// would commit the copy's transaction, and could lower the counter.)
+pub const RAISE_NEXT_ID: &str = "
+INSERT IGNORE INTO {jobs}
+    (id, queue, kind, payload, errors, available_at, created_at, updated_at)
+VALUES (:id, '', '', 'null', '[]', 0, 0, 0)";
+
+/// Removes [`RAISE_NEXT_ID`]'s placeholder. Only in MySQL.
+pub const DROP_ID_PLACEHOLDER: &str = "DELETE FROM {jobs} WHERE id = :id AND kind = ''";
+
+// ---- maintenance -----------------------------------------------------------
+
+/// Deletes up to `:limit` finished jobs of `:status` that finished before
+/// `:cutoff_in` from now, oldest first, through `history_finished`. Differs
+/// from SQLite in that the `ORDER BY .. LIMIT` sits on the `DELETE` itself:
+/// MySQL refuses a sub-select of the table being deleted from.
+pub const PRUNE_HISTORY: &str = "
+DELETE FROM {history} WHERE status = :status AND finished_at < {now} + :cutoff_in
+ORDER BY finished_at LIMIT :limit";
+
+/// The newest job's id: how a worker notices another node's enqueue. Differs
+/// from SQLite's `PRAGMA data_version` in that it sees only inserts (other
+/// changes wait for the idle poll), and is read every few tens of
+/// milliseconds, not on every watch tick. The optimizer answers it from the
+/// primary key's last entry.
+pub const LATEST_JOB: &str = "SELECT MAX(id) FROM {jobs}";
+
+/// The server's version, checked at connect.
+pub const VERSION: &str = "SELECT VERSION()";
+
+// ---- rendering -------------------------------------------------------------
+
+/// The queue's three tables, qualified and quoted.
+#[derive(Debug, Clone)]
+pub struct Tables {
+    pub jobs: String,
+    pub history: String,
+    pub queues: String,
+}
+
+impl Tables {
+    /// `database`.`prefix…`: the database quoted (backticks doubled), the
+    /// prefix a checked identifier.
+    pub fn new(database: &str, prefix: &str) -> Tables {
+        let db = format!("`{}`", database.replace('`', "``"));
+        Tables {
+            jobs: format!("{db}.`{prefix}jobs`"),
+            history: format!("{db}.`{prefix}history`"),
+            queues: format!("{db}.`{prefix}queues`"),
+        }
+    }
+
+    /// Fills a template's placeholders.
+    pub fn render(&self, template: &str) -> String {
+        template
+            .replace("{now}", NOW)
+            .replace("{jobs}", &self.jobs)
+            .replace("{history}", &self.history)
+            .replace("{queues}", &self.queues)
+    }
+}
+
+/// Every fixed statement, rendered for one queue's tables. The lease, whose
+/// text depends on the number of queues and kinds, is rendered per call.
+#[derive(Debug)]
+pub struct Sql {
+    pub tables: Tables,
+    /// Whether the server has `INSERT .. RETURNING` (MariaDB).
+    pub returning: bool,
+    pub enqueue: String,
+    pub find_live_unique: String,
+    pub find_history_unique: String,
+    pub claim: String,
+    pub finish_to_history: String,
+    pub lock_held: String,
+    pub complete_many_to_history: String,
+    pub delete_many_live: String,
+    pub delete_live: String,
+    pub reschedule: String,
+    pub cancel_requested: String,
+    pub lease_held: String,
+    pub heartbeat_lock: String,
+    pub heartbeat: String,
+    pub heartbeat_held: String,
+    pub expired_leases: String,
+    pub get_live: String,
+    pub get_history: String,
+    pub count_live: String,
+    pub count_history: String,
+    pub retry_from_history: String,
+    pub delete_history: String,
+    pub run_now: String,
+    pub request_cancel: String,
+    pub live_lease: String,
+    pub history_status: String,
+    pub set_paused: String,
+    pub paused_queues: String,
+    pub import_live: String,
+    pub import_history: String,
+    pub raise_next_id: String,
+    pub drop_id_placeholder: String,
+    pub prune_history: String,
+    pub latest_job: String,
+}
+
+impl Sql {
+    pub fn new(tables: Tables, returning: bool) -> Sql {
+        let r = |t: &str| tables.render(t);
+        Sql {
+            enqueue: r(ENQUEUE),
+            find_live_unique: r(FIND_LIVE_UNIQUE),
+            find_history_unique: r(FIND_HISTORY_UNIQUE),
+            claim: r(CLAIM),
+            finish_to_history: r(FINISH_TO_HISTORY),
+            lock_held: r(LOCK_HELD),
+            complete_many_to_history: r(COMPLETE_MANY_TO_HISTORY),
+            delete_many_live: r(DELETE_MANY_LIVE),
+            delete_live: r(DELETE_LIVE),
+            reschedule: r(RESCHEDULE),
+            cancel_requested: r(CANCEL_REQUESTED),
+            lease_held: r(LEASE_HELD),
+            heartbeat_lock: r(HEARTBEAT_LOCK),
+            heartbeat: r(HEARTBEAT),
+            heartbeat_held: r(HEARTBEAT_HELD),
+            expired_leases: r(EXPIRED_LEASES),
+            get_live: r(&format!(
+                "SELECT {LIVE_COLUMNS} FROM {{jobs}} WHERE id = :id"
+            )),
+            get_history: r(&format!(
+                "SELECT {HISTORY_COLUMNS} FROM {{history}} WHERE id = :id"
+            )),
+            count_live: r(COUNT_LIVE),
+            count_history: r(COUNT_HISTORY),
+            retry_from_history: r(RETRY_FROM_HISTORY),
+            delete_history: r(DELETE_HISTORY),
+            run_now: r(RUN_NOW),
+            request_cancel: r(REQUEST_CANCEL),
+            live_lease: r(LIVE_LEASE),
+            history_status: r(HISTORY_STATUS),
+            set_paused: r(SET_PAUSED),
+            paused_queues: r(PAUSED_QUEUES),
+            import_live: r(IMPORT_LIVE),
+            import_history: r(IMPORT_HISTORY),
+            raise_next_id: r(RAISE_NEXT_ID),
+            drop_id_placeholder: r(DROP_ID_PLACEHOLDER),
+            prune_history: r(PRUNE_HISTORY),
+            latest_job: r(LATEST_JOB),
+            tables,
+            returning,
+        }
+    }
+
+    /// When the next job of this many queues comes due.
+    pub fn next_due(&self, queue_count: usize) -> String {
+        self.tables.render(&next_due(queue_count))
+    }
+
+    /// The multi-row insert of `rows` jobs (MariaDB).
+    pub fn enqueue_rows(&self, rows: usize) -> String {
+        self.tables.render(&enqueue_rows(rows))
+    }
+
+    /// The lease walk for this many queues and kinds (0: any kind).
+    pub fn lease(&self, queue_count: usize, kinds: usize) -> String {
+        self.tables.render(&lease(queue_count, kinds))
+    }
+
+    /// One page of jobs in a state: history by status, or live by derived
+    /// state.
+    pub fn list(&self, state: Option<&str>) -> String {
+        let sql = match state {
+            None => format!(
+                "SELECT {HISTORY_COLUMNS} FROM {{history}} WHERE status = :status
+                 AND (:queue IS NULL OR queue = :queue) AND (:kind IS NULL OR kind = :kind)
+                 AND id > :after ORDER BY id LIMIT :limit"
+            ),
+            Some(live) => format!(
+                "SELECT {LIVE_COLUMNS} FROM {{jobs}} WHERE {}
+                 AND (:queue IS NULL OR queue = :queue) AND (:kind IS NULL OR kind = :kind)
+                 AND id > :after ORDER BY id LIMIT :limit",
+                live_state_condition(live)
+            ),
+        };
+        self.tables.render(&sql)
+    }
+}

@@ -1,0 +1,359 @@
+//! The connections of a PostgreSQL queue: the pool (with a statement cache
+//! per connection), the retry loop every operation goes through, and how
+//! the server's errors map to backlog's.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use postgres::types::ToSql;
+use postgres::{Client, GenericClient, Row, Statement};
+
+use super::target::Target;
+use crate::error::{Error, Result};
+use crate::options::QueueOptions;
+
+/// Prepared statements of one connection, by SQL text.
+pub(crate) type Statements = HashMap<String, Statement>;
+
+/// A pooled connection: the client and the statements prepared on it.
+pub(crate) struct PgConnection {
+    pub client: Client,
+    statements: Statements,
+    /// Set when an operation found the connection dead, so the pool drops it
+    /// instead of handing it out again.
+    broken: bool,
+}
+
+/// Opens the pool's connections.
+pub(crate) struct Manager {
+    target: Target,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = PgConnection;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> std::result::Result<PgConnection, postgres::Error> {
+        Ok(PgConnection {
+            client: self.target.config.connect(self.target.tls.clone())?,
+            statements: Statements::new(),
+            broken: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut PgConnection) -> std::result::Result<(), postgres::Error> {
+        conn.client.simple_query("").map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut PgConnection) -> bool {
+        conn.broken || conn.client.is_closed()
+    }
+}
+
+/// One client (the queue's transaction, a pooled connection, or the
+/// application's transaction) and, on the queue's own connections, its
+/// statement cache.
+pub(crate) struct Tx<'a, C> {
+    client: &'a mut C,
+    statements: Option<&'a mut Statements>,
+}
+
+/// Parameters as the driver takes them.
+pub(crate) type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+impl<'a, C: GenericClient> Tx<'a, C> {
+    /// A client of the queue's, with its connection's statement cache.
+    pub(crate) fn cached(client: &'a mut C, statements: &'a mut Statements) -> Self {
+        Tx {
+            client,
+            statements: Some(statements),
+        }
+    }
+
+    /// A client without a statement cache (the application's transaction).
+    pub(crate) fn uncached(client: &'a mut C) -> Self {
+        Tx {
+            client,
+            statements: None,
+        }
+    }
+
+    fn statement(&mut self, sql: &str) -> Result<Statement> {
+        if let Some(cache) = self.statements.as_deref_mut() {
+            if let Some(stmt) = cache.get(sql) {
+                return Ok(stmt.clone());
+            }
+            let stmt = self.client.prepare(sql)?;
+            cache.insert(sql.to_owned(), stmt.clone());
+            return Ok(stmt);
+        }
+        Ok(self.client.prepare(sql)?)
+    }
+
+    pub(crate) fn query(&mut self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>> {
+        let stmt = self.statement(sql)?;
+        Ok(self.client.query(&stmt, params)?)
+    }
+
+    pub(crate) fn query_opt(&mut self, sql: &str, params: &Params<'_>) -> Result<Option<Row>> {
+        let stmt = self.statement(sql)?;
+        Ok(self.client.query_opt(&stmt, params)?)
+    }
+
+    pub(crate) fn execute(&mut self, sql: &str, params: &Params<'_>) -> Result<u64> {
+        let stmt = self.statement(sql)?;
+        Ok(self.client.execute(&stmt, params)?)
+    }
+
+    /// Runs SQL text as is (EXPLAIN), bypassing the statement cache.
+    pub(crate) fn query_text(&mut self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>> {
+        Ok(self.client.query(sql, params)?)
+    }
+}
+
+/// The pool of one queue, its retry loop and its counters.
+pub(crate) struct Pool {
+    pub target: Target,
+    pool: r2d2::Pool<Manager>,
+    deadline: Duration,
+    busy_retries: AtomicU64,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// A pool of up to `options.pool_size` connections. Opens none: the
+    /// caller checks the server on a connection of its own first.
+    pub(crate) fn new(target: Target, options: &QueueOptions) -> Result<Pool> {
+        let pool = r2d2::Pool::builder()
+            .max_size(options.pool_size)
+            .min_idle(Some(0))
+            .connection_timeout(options.connect_timeout.max(Duration::from_millis(100)))
+            // A round trip per checkout would cost as much as the lease
+            // itself. A dead connection is found by the operation instead,
+            // marked broken, and the operation retried on a fresh one.
+            .test_on_check_out(false)
+            .build_unchecked(Manager {
+                target: target.clone(),
+            });
+        Ok(Pool {
+            target,
+            pool,
+            deadline: options.write_deadline,
+            busy_retries: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn busy_retries(&self) -> u64 {
+        self.busy_retries.load(Ordering::Relaxed)
+    }
+
+    /// Runs `f` in a transaction on a pooled connection and commits. Retried
+    /// whole, with jittered backoff until the write deadline, on a deadlock
+    /// or serialization failure, and on a connection found dead before the
+    /// commit (the server rolled that transaction back). A connection lost
+    /// during the commit is not retried: whether it committed is unknown.
+    pub(crate) fn write<T>(
+        &self,
+        mut f: impl FnMut(&mut Tx<'_, postgres::Transaction<'_>>) -> Result<T>,
+    ) -> Result<T> {
+        self.retrying(|| {
+            let mut conn = self.pool.get()?;
+            let result = (|| {
+                let PgConnection {
+                    client, statements, ..
+                } = &mut *conn;
+                let mut tx = client.transaction()?;
+                let value = f(&mut Tx {
+                    client: &mut tx,
+                    statements: Some(statements),
+                })?;
+                tx.commit().map_err(commit_error)?;
+                Ok(value)
+            })();
+            if result.as_ref().is_err_and(is_connection_lost) {
+                conn.broken = true;
+            }
+            result
+        })
+    }
+
+    /// Runs `f` on a pooled connection outside a transaction: one statement
+    /// commits by itself (a lease, a heartbeat), or reads. Retried as
+    /// [`Pool::write`]; a connection lost while the statement ran is
+    /// retried too, so `f` must be one statement whose repetition is
+    /// harmless (a read, a lease the server rolled back with the session).
+    pub(crate) fn autocommit<T>(
+        &self,
+        mut f: impl FnMut(&mut Tx<'_, Client>) -> Result<T>,
+    ) -> Result<T> {
+        self.retrying(|| {
+            let mut conn = self.pool.get()?;
+            let PgConnection {
+                client,
+                statements,
+                broken,
+            } = &mut *conn;
+            let result = f(&mut Tx {
+                client,
+                statements: Some(statements),
+            });
+            if result.as_ref().is_err_and(is_connection_lost) {
+                *broken = true;
+            }
+            result
+        })
+    }
+
+    /// Hands a pooled connection to `f` in a transaction it owns (the
+    /// application's closure), with the connection's statement cache for
+    /// backlog's own statements in it. Only checking out a live connection is
+    /// retried; `f` runs once. Commits on `Ok`, rolls back on `Err`.
+    pub(crate) fn transaction<T, E>(
+        &self,
+        f: impl FnOnce(&mut postgres::Transaction<'_>, &mut Statements) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<Error>,
+    {
+        // The closure runs once, so the connection is checked first: one
+        // the server closed while it sat in the pool is replaced, not handed
+        // to `f` to fail on.
+        let mut conn = self.retrying(|| {
+            let mut conn = self.pool.get()?;
+            if let Err(e) = conn.client.simple_query("") {
+                conn.broken = true;
+                return Err(Error::from(e));
+            }
+            Ok(conn)
+        })?;
+        let result = (|| {
+            let PgConnection {
+                client, statements, ..
+            } = &mut *conn;
+            let mut tx = client.transaction().map_err(Error::from)?;
+            let value = f(&mut tx, statements)?;
+            tx.commit().map_err(commit_error)?;
+            Ok(value)
+        })();
+        if conn.client.is_closed() {
+            conn.broken = true;
+        }
+        result
+    }
+
+    /// Retries `f` on transient failures until the deadline.
+    fn retrying<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        let start = Instant::now();
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            match f() {
+                Err(e) if retriable(&e) && start.elapsed() < self.deadline => {
+                    if e.is_busy() {
+                        self.busy_retries.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        // A dead connection or an unreachable server: wait
+                        // longer than for a lock (a restart takes seconds).
+                        backoff = backoff.max(Duration::from_millis(50));
+                    }
+                    let jittered = backoff.mul_f64(rand::random_range(0.5..=1.5));
+                    thread::sleep(jittered.min(self.deadline.saturating_sub(start.elapsed())));
+                    backoff = (backoff * 2).min(Duration::from_millis(250));
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Whether an operation may simply run again.
+fn retriable(e: &Error) -> bool {
+    e.is_busy() || is_connection_lost(e) || is_pool_timeout(e)
+}
+
+fn is_pool_timeout(e: &Error) -> bool {
+    matches!(e, Error::Database(inner) if inner.is::<r2d2::Error>())
+}
+
+/// True for an error that says the connection is gone: closed, reset, or
+/// terminated by the server (`pg_terminate_backend`, a shutdown).
+pub(crate) fn is_connection_lost(e: &Error) -> bool {
+    let Error::Database(inner) = e else {
+        return false;
+    };
+    let Some(pg) = inner.downcast_ref::<postgres::Error>() else {
+        return false;
+    };
+    if pg.is_closed() {
+        return true;
+    }
+    if let Some(code) = pg.code() {
+        let code = code.code();
+        // 08: connection exception; 57P01-03: admin shutdown, crash
+        // shutdown, cannot connect now.
+        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03");
+    }
+    // An I/O error with no SQLSTATE: the socket failed.
+    std::error::Error::source(pg).is_some_and(|s| s.is::<std::io::Error>())
+}
+
+/// The error of a failed `COMMIT`. When the connection died during it, the
+/// transaction may or may not have committed: say so, and do not let the
+/// retry loop run it again.
+fn commit_error(e: postgres::Error) -> Error {
+    let e = Error::from(e);
+    if is_connection_lost(&e) {
+        Error::Database(Box::new(CommitUnknown(e.to_string())))
+    } else {
+        e
+    }
+}
+
+/// The connection was lost while committing.
+#[derive(Debug)]
+pub(crate) struct CommitUnknown(String);
+
+impl fmt::Display for CommitUnknown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the connection was lost during COMMIT; the transaction may or may not have \
+             committed: {}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for CommitUnknown {}
+
+/// Maps PostgreSQL errors: deadlocks, serialization failures and lock
+/// timeouts are transient ([`Error::Busy`] once retries run out), a full disk
+/// is [`Error::StorageFull`], JSON that JSONB cannot store (`\u0000`) is
+/// [`Error::InvalidPayload`], anything else is [`Error::Database`]. The
+/// driver's messages never include the password.
+impl From<postgres::Error> for Error {
+    fn from(e: postgres::Error) -> Self {
+        match e.code().map(|c| c.code()) {
+            // serialization_failure, deadlock_detected, lock_not_available
+            Some("40001" | "40P01" | "55P03") => Error::Busy,
+            // disk_full
+            Some("53100") => Error::StorageFull,
+            // untranslatable_character: JSONB cannot hold `\u0000`, which
+            // JSON text can; the whole statement was refused.
+            Some("22P05") => Error::InvalidPayload(format!(
+                "PostgreSQL cannot store this JSON: {}",
+                e.as_db_error().map_or("", |d| d.message())
+            )),
+            _ => Error::Database(Box::new(e)),
+        }
+    }
+}

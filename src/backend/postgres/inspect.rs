@@ -1,0 +1,381 @@
+//! Inspection and operator actions on PostgreSQL: get, list, counts, retry,
+//! cancel, delete, pause, prune. Same checks and errors as SQLite's; the
+//! rows an action changes are locked first (`FOR UPDATE`), since here a
+//! lease on another node may run at the same moment.
+
+use postgres::types::ToSql;
+use postgres::{GenericClient, Row};
+
+use super::connection::Tx;
+use super::jobs::{self, canonical_json, to_u32};
+use super::queries::{self, Queries};
+use crate::error::{Error, Result};
+use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
+use crate::outcome::{AttemptError, FinalStatus};
+
+/// A job by id, live or finished.
+pub(crate) fn get<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    now: i64,
+) -> Result<JobRecord> {
+    let live = q.tables.render(&format!(
+        "SELECT {} FROM {{jobs}} WHERE id = $2",
+        queries::LIVE_COLUMNS
+    ));
+    if let Some(row) = tx.query_opt(&live, &[&q.now_override(now), &id])? {
+        return record(&row);
+    }
+    let finished = q.tables.render(&format!(
+        "SELECT {} FROM {{history}} WHERE id = $1",
+        queries::HISTORY_COLUMNS
+    ));
+    match tx.query_opt(&finished, &[&id])? {
+        Some(row) => record(&row),
+        None => Err(Error::NotFound { job_id: id }),
+    }
+}
+
+/// One page of jobs in a state, by ascending id.
+pub(crate) fn list<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    filter: &JobFilter,
+    now: i64,
+) -> Result<Page> {
+    let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+    let after = filter.after_id.unwrap_or(i64::MIN);
+    let rows = match filter.state {
+        JobState::Finished(status) => {
+            let sql = q.tables.render(&format!(
+                "SELECT {} FROM {{history}} WHERE status = $1 AND ($2::text IS NULL OR queue = $2)
+                 AND ($3::text IS NULL OR kind = $3) AND id > $4 ORDER BY id LIMIT $5",
+                queries::HISTORY_COLUMNS
+            ));
+            tx.query(
+                &sql,
+                &[
+                    &status.as_str(),
+                    &filter.queue,
+                    &filter.kind,
+                    &after,
+                    &limit,
+                ],
+            )?
+        }
+        live => {
+            let sql = q.tables.render(&format!(
+                "SELECT {} FROM {{jobs}} WHERE {} AND ($2::text IS NULL OR queue = $2)
+                 AND ($3::text IS NULL OR kind = $3) AND id > $4 ORDER BY id LIMIT $5",
+                queries::LIVE_COLUMNS,
+                queries::live_state_condition(live.as_str())
+            ));
+            tx.query(
+                &sql,
+                &[
+                    &q.now_override(now),
+                    &filter.queue,
+                    &filter.kind,
+                    &after,
+                    &limit,
+                ],
+            )?
+        }
+    };
+    let jobs = rows.iter().map(record).collect::<Result<Vec<_>>>()?;
+    let next_after = if jobs.len() == filter.limit {
+        jobs.last().map(|j| j.id)
+    } else {
+        None
+    };
+    Ok(Page { jobs, next_after })
+}
+
+/// Reads a row in [`queries::LIVE_COLUMNS`] / [`queries::HISTORY_COLUMNS`] order.
+fn record(r: &Row) -> Result<JobRecord> {
+    let errors: String = r.try_get(9)?;
+    let state: String = r.try_get(18)?;
+    Ok(JobRecord {
+        id: r.try_get(0)?,
+        queue: r.try_get(1)?,
+        kind: r.try_get(2)?,
+        priority: r.try_get(3)?,
+        unique_key: r.try_get(4)?,
+        payload: canonical_json(r.try_get(5)?),
+        attempts: to_u32(r.try_get(6)?),
+        max_attempts: to_u32(r.try_get(7)?),
+        available_at: r.try_get(8)?,
+        errors: serde_json::from_str::<Vec<AttemptError>>(&errors).unwrap_or_default(),
+        worker: r.try_get(10)?,
+        lease_until: r.try_get(11)?,
+        started_at: r.try_get(12)?,
+        cancel_requested: r.try_get(13)?,
+        result: r.try_get::<_, Option<String>>(14)?.map(canonical_json),
+        finished_at: r.try_get(15)?,
+        created_at: r.try_get(16)?,
+        updated_at: r.try_get(17)?,
+        state: JobState::parse(&state)
+            .ok_or_else(|| Error::Database(format!("unknown job state {state:?}").into()))?,
+    })
+}
+
+/// Jobs per queue and state (states with no jobs are left out).
+pub(crate) fn counts<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    now: i64,
+) -> Result<Vec<StateCount>> {
+    let mut rows = tx.query(&q.count_live, &[&q.now_override(now)])?;
+    rows.extend(tx.query(&q.count_history, &[])?);
+    let mut out = Vec::new();
+    for row in rows {
+        let queue: String = row.try_get(0)?;
+        let state: String = row.try_get(1)?;
+        let count: i64 = row.try_get(2)?;
+        if let Some(state) = JobState::parse(&state) {
+            out.push(StateCount {
+                queue,
+                state,
+                count: count.max(0) as u64,
+            });
+        }
+    }
+    out.sort_by(|a, b| {
+        (a.queue.as_str(), state_rank(a.state)).cmp(&(b.queue.as_str(), state_rank(b.state)))
+    });
+    Ok(out)
+}
+
+fn state_rank(state: JobState) -> usize {
+    JobState::ALL
+        .iter()
+        .position(|s| *s == state)
+        .unwrap_or(usize::MAX)
+}
+
+/// Makes a dead, discarded or cancelled job live again with attempts reset.
+pub(crate) fn retry<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    now: i64,
+) -> Result<()> {
+    match live_lease(tx, q, id)? {
+        Some(Some(_)) => return Err(live_job(id, "running")),
+        Some(None) => return Err(live_job(id, "waiting to run; run_now makes it due at once")),
+        None => {}
+    }
+    match history_status(tx, q, id)? {
+        None => Err(Error::NotFound { job_id: id }),
+        Some(FinalStatus::Completed) => Err(Error::InvalidState {
+            job_id: id,
+            reason: "job completed; only dead, discarded or cancelled jobs can be retried".into(),
+        }),
+        Some(_) => {
+            let moved = tx.execute(&q.retry_from_history, &[&q.now_override(now), &id])?;
+            if moved == 0 {
+                return Err(Error::InvalidState {
+                    job_id: id,
+                    reason: "a live job already holds its unique key".into(),
+                });
+            }
+            tx.execute(&q.delete_history, &[&id])?;
+            tx.query(&q.notify, &[&q.channel])?;
+            Ok(())
+        }
+    }
+}
+
+/// Makes a scheduled or retrying job (one not running) due now, keeping its
+/// attempts.
+pub(crate) fn run_now<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    now: i64,
+) -> Result<()> {
+    match live_lease(tx, q, id)? {
+        Some(Some(_)) => Err(live_job(id, "running")),
+        Some(None) => {
+            tx.execute(&q.run_now, &[&q.now_override(now), &id])?;
+            tx.query(&q.notify, &[&q.channel])?;
+            Ok(())
+        }
+        None => match history_status(tx, q, id)? {
+            None => Err(Error::NotFound { job_id: id }),
+            Some(status) => Err(Error::InvalidState {
+                job_id: id,
+                reason: format!(
+                    "job already finished ({}); retry brings a finished job back",
+                    status.as_str()
+                ),
+            }),
+        },
+    }
+}
+
+fn live_job(id: i64, what: &str) -> Error {
+    Error::InvalidState {
+        job_id: id,
+        reason: format!("job is {what}"),
+    }
+}
+
+/// Cancels a job: at once when it is not running, by request when it is.
+pub(crate) fn cancel<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    now: i64,
+) -> Result<CancelOutcome> {
+    match live_lease(tx, q, id)? {
+        Some(Some(_)) => {
+            tx.execute(&q.request_cancel, &[&q.now_override(now), &id])?;
+            Ok(CancelOutcome::Requested)
+        }
+        Some(None) => {
+            let error = AttemptError {
+                attempt: 0,
+                at: now,
+                message: "cancelled by request".into(),
+            };
+            jobs::finish_one(tx, q, id, FinalStatus::Cancelled, Some(&error), now)?;
+            Ok(CancelOutcome::Cancelled)
+        }
+        None => match history_status(tx, q, id)? {
+            None => Err(Error::NotFound { job_id: id }),
+            Some(status) => Err(Error::InvalidState {
+                job_id: id,
+                reason: format!("job already finished ({})", status.as_str()),
+            }),
+        },
+    }
+}
+
+/// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
+pub(crate) fn delete<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<()> {
+    let live = tx.execute(&q.delete_live, &[&id])?;
+    let finished = tx.execute(&q.delete_history, &[&id])?;
+    if live + finished == 0 {
+        return Err(Error::NotFound { job_id: id });
+    }
+    Ok(())
+}
+
+/// `Some(token)` for a live job (token `None` when not leased), `None` when
+/// there is no live job with this id. Locks the row.
+fn live_lease<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+) -> Result<Option<Option<i64>>> {
+    Ok(match tx.query_opt(&q.live_lease, &[&id])? {
+        Some(row) => Some(row.try_get(0)?),
+        None => None,
+    })
+}
+
+fn history_status<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+) -> Result<Option<FinalStatus>> {
+    Ok(match tx.query_opt(&q.history_status, &[&id])? {
+        Some(row) => FinalStatus::parse(&row.try_get::<_, String>(0)?),
+        None => None,
+    })
+}
+
+/// Inserts jobs copied from another database (see `backlog::copy`), keeping
+/// their ids; returns how many were written (the others were already there).
+pub(crate) fn import<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    records: &[JobRecord],
+) -> Result<usize> {
+    let mut written = 0;
+    let mut highest = 0;
+    for r in records {
+        let errors = serde_json::to_string(&r.errors)?;
+        let attempts = i32::try_from(r.attempts).unwrap_or(i32::MAX);
+        let max_attempts = i32::try_from(r.max_attempts).unwrap_or(i32::MAX);
+        let common: [&(dyn ToSql + Sync); 14] = [
+            &r.id,
+            &r.queue,
+            &r.kind,
+            &r.priority,
+            &r.unique_key,
+            &r.payload,
+            &attempts,
+            &max_attempts,
+            &r.available_at,
+            &r.started_at,
+            &errors,
+            &r.cancel_requested,
+            &r.created_at,
+            &r.updated_at,
+        ];
+        written += match r.state {
+            JobState::Finished(status) => {
+                let finished_at = r.finished_at.unwrap_or(r.updated_at);
+                let status = status.as_str();
+                let mut values = common.to_vec();
+                values.extend_from_slice(&[&r.result, &status, &r.worker, &finished_at]);
+                tx.execute(&q.import_history, &values)?
+            }
+            _ => tx.execute(&q.import_live, &common)?,
+        };
+        highest = highest.max(r.id);
+    }
+    if highest > 0 {
+        tx.query(&q.raise_next_id, &[&highest])?;
+    }
+    Ok(usize::try_from(written).unwrap_or(usize::MAX))
+}
+
+/// Pauses (`true`) or resumes (`false`) a queue. A resume wakes the
+/// listeners: the queue's jobs may be claimed again.
+pub(crate) fn set_paused<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    queue: &str,
+    paused: bool,
+    now: i64,
+) -> Result<()> {
+    tx.execute(&q.set_paused, &[&q.now_override(now), &queue, &paused])?;
+    if !paused {
+        tx.query(&q.notify, &[&q.channel])?;
+    }
+    Ok(())
+}
+
+/// The paused queues.
+pub(crate) fn paused_queues<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+) -> Result<Vec<String>> {
+    tx.query(&q.paused_queues, &[])?
+        .iter()
+        .map(|r| Ok(r.try_get(0)?))
+        .collect()
+}
+
+/// Deletes up to `limit` finished jobs of `status` that finished before
+/// `cutoff` (`now` is the engine's clock then, to turn it into an offset).
+pub(crate) fn prune<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    status: FinalStatus,
+    cutoff: i64,
+    limit: usize,
+    now: i64,
+) -> Result<usize> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let back = cutoff.saturating_sub(now);
+    let deleted = tx.execute(
+        &q.prune_history,
+        &[&q.now_override(now), &status.as_str(), &back, &limit],
+    )?;
+    Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+}

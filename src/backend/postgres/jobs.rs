@@ -1,0 +1,557 @@
+//! The job operations on one PostgreSQL client: enqueue, lease, settle,
+//! heartbeat, expired-lease listing. Each runs on the client its caller
+//! chose: the queue's own transaction or connection, or the application's
+//! transaction (`enqueue_in`, `complete_in`).
+//!
+//! Times: `$1` of each statement is the manual clock's now or NULL (then the
+//! server's clock is used), and every absolute time from the engine is bound
+//! as its offset from the engine's `now` (see `queries`).
+
+use std::collections::HashSet;
+
+use postgres::types::ToSql;
+use postgres::{GenericClient, Row};
+
+use super::connection::Tx;
+use super::queries::Queries;
+use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::error::{Error, Result};
+use crate::job::Enqueued;
+use crate::lease::{HeartbeatReport, Job, Lease};
+use crate::outcome::{AttemptError, FinalStatus, Transition};
+
+/// Inserts jobs in order, each one or the id of the job already holding its
+/// unique key, and notifies the queue's listeners when one was inserted (at
+/// commit: a rolled-back enqueue wakes nobody).
+pub(crate) fn enqueue_all<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    jobs: &[EnqueueParams<'_>],
+) -> Result<Vec<Enqueued>> {
+    let ids = if jobs.len() > 1 && jobs.iter().all(|p| p.unique_key.is_none()) {
+        enqueue_batch(tx, q, jobs)?
+    } else {
+        jobs.iter()
+            .map(|p| enqueue(tx, q, p))
+            .collect::<Result<Vec<_>>>()?
+    };
+    if ids.iter().any(|e| !e.existed) {
+        tx.query(&q.notify, &[&q.channel])?;
+    }
+    Ok(ids)
+}
+
+/// Inserts a job, or finds the job already holding its unique key.
+fn enqueue<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &EnqueueParams<'_>,
+) -> Result<Enqueued> {
+    let now = q.now_override(p.now);
+    if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
+        let back = since.saturating_sub(p.now);
+        if let Some(row) = tx.query_opt(&q.find_history_unique, &[&now, &p.queue, &key, &back])? {
+            return Ok(Enqueued {
+                id: row.try_get(0)?,
+                existed: true,
+            });
+        }
+    }
+    let max_attempts = to_i32("max_attempts", p.max_attempts)?;
+    let delay = p.available_at.saturating_sub(p.now);
+    // The job holding the key may finish between the insert that conflicted
+    // and the look-up: then the insert is tried again.
+    for _ in 0..3 {
+        let inserted = tx.query_opt(
+            &q.enqueue,
+            &[
+                &now,
+                &p.queue,
+                &p.kind,
+                &p.priority,
+                &p.unique_key,
+                &p.payload,
+                &max_attempts,
+                &delay,
+            ],
+        )?;
+        if let Some(row) = inserted {
+            return Ok(Enqueued {
+                id: row.try_get(0)?,
+                existed: false,
+            });
+        }
+        // Nothing inserted: only the unique index can refuse a row.
+        let key = p.unique_key.ok_or_else(|| {
+            Error::Database("insert ignored without a unique key conflict".into())
+        })?;
+        if let Some(row) = tx.query_opt(&q.find_live_unique, &[&p.queue, &key])? {
+            return Ok(Enqueued {
+                id: row.try_get(0)?,
+                existed: true,
+            });
+        }
+    }
+    Err(Error::Busy)
+}
+
+/// Inserts jobs without unique keys in one statement; ids in input order.
+fn enqueue_batch<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    jobs: &[EnqueueParams<'_>],
+) -> Result<Vec<Enqueued>> {
+    let now = q.now_override(jobs.first().map_or(0, |p| p.now));
+    let queues: Vec<&str> = jobs.iter().map(|p| p.queue).collect();
+    let kinds: Vec<&str> = jobs.iter().map(|p| p.kind).collect();
+    let priorities: Vec<i32> = jobs.iter().map(|p| p.priority).collect();
+    let payloads: Vec<&str> = jobs.iter().map(|p| p.payload).collect();
+    let max_attempts = jobs
+        .iter()
+        .map(|p| to_i32("max_attempts", p.max_attempts))
+        .collect::<Result<Vec<i32>>>()?;
+    let delays: Vec<i64> = jobs
+        .iter()
+        .map(|p| p.available_at.saturating_sub(p.now))
+        .collect();
+    let rows = tx.query(
+        &q.enqueue_batch,
+        &[
+            &now,
+            &queues,
+            &kinds,
+            &priorities,
+            &payloads,
+            &max_attempts,
+            &delays,
+        ],
+    )?;
+    let mut ids = rows
+        .iter()
+        .map(|r| r.try_get::<_, i64>(0))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    if ids.len() != jobs.len() {
+        return Err(Error::Database(
+            format!("inserted {} of {} jobs", ids.len(), jobs.len()).into(),
+        ));
+    }
+    // Rows were inserted in input order, so their ids increase with it.
+    ids.sort_unstable();
+    Ok(ids
+        .into_iter()
+        .map(|id| Enqueued { id, existed: false })
+        .collect())
+}
+
+/// Claims up to `limit` jobs in one statement and returns them in claim
+/// order.
+pub(crate) fn lease<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+) -> Result<Vec<Job>> {
+    let args = LeaseArgs::new(q, p);
+    let Some(params) = args.params() else {
+        return Ok(Vec::new());
+    };
+    let rows = tx.query(args.sql, &params)?;
+    let mut jobs = rows.iter().map(leased_job).collect::<Result<Vec<Job>>>()?;
+    jobs.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.available_at.cmp(&b.available_at))
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(jobs)
+}
+
+/// The plan of the lease statement for `p` (`EXPLAIN`, with `p`'s values
+/// bound), one line per plan node. Nothing is claimed: `EXPLAIN` without
+/// `ANALYZE` does not run the statement.
+pub(crate) fn explain_lease<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+) -> Result<Vec<String>> {
+    let args = LeaseArgs::new(q, p);
+    let Some(params) = args.params() else {
+        return Ok(Vec::new());
+    };
+    let rows = tx.query_text(&format!("EXPLAIN (COSTS OFF) {}", args.sql), &params)?;
+    Ok(rows
+        .iter()
+        .map(|r| r.try_get::<_, String>(0))
+        .collect::<std::result::Result<_, _>>()?)
+}
+
+/// The statement of a lease and its parameters: `$1` now override, `$2`
+/// TTL, `$3` worker, `$4` the queue (or an array of several), `$5` kinds,
+/// `$6` limit.
+struct LeaseArgs<'a> {
+    sql: &'a str,
+    now: Option<i64>,
+    ttl: i64,
+    worker: &'a str,
+    queue: Option<&'a str>,
+    queues: Vec<&'a str>,
+    kinds: Option<Vec<&'a str>>,
+    limit: i64,
+}
+
+impl<'a> LeaseArgs<'a> {
+    fn new(q: &'a Queries, p: &'a LeaseParams<'_>) -> Self {
+        let one = p.queues.len() == 1;
+        LeaseArgs {
+            sql: if one { &q.lease } else { &q.lease_queues },
+            now: q.now_override(p.now),
+            ttl: p.lease_until.saturating_sub(p.now),
+            worker: p.worker_id,
+            queue: p.queues.first().map(String::as_str),
+            queues: p.queues.iter().map(String::as_str).collect(),
+            kinds: p.kinds.map(|k| k.iter().map(String::as_str).collect()),
+            limit: i64::try_from(p.limit).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// `None` when no queue is asked for: nothing to claim.
+    fn params(&self) -> Option<[&(dyn ToSql + Sync); 6]> {
+        let queues: &(dyn ToSql + Sync) = match (self.queues.len(), &self.queue) {
+            (0, _) | (_, None) => return None,
+            (1, Some(one)) => one,
+            _ => &self.queues,
+        };
+        Some([
+            &self.now,
+            &self.ttl,
+            &self.worker,
+            queues,
+            &self.kinds,
+            &self.limit,
+        ])
+    }
+}
+
+/// Reads a row in [`LEASED_COLUMNS`](super::queries::LEASED_COLUMNS) order.
+fn leased_job(r: &Row) -> Result<Job> {
+    Ok(Job {
+        id: r.try_get(0)?,
+        lease_token: r.try_get(1)?,
+        queue: r.try_get(2)?,
+        kind: r.try_get(3)?,
+        priority: r.try_get(4)?,
+        unique_key: r.try_get(5)?,
+        payload: canonical_json(r.try_get(6)?),
+        attempt: to_u32(r.try_get(7)?),
+        max_attempts: to_u32(r.try_get(8)?),
+        available_at: r.try_get(9)?,
+        lease_until: r.try_get(10)?,
+        created_at: r.try_get(11)?,
+    })
+}
+
+/// A job to move to history.
+struct Finish {
+    id: i64,
+    /// `None` matches only a job that is not leased.
+    token: Option<i64>,
+    status: FinalStatus,
+    result: Option<String>,
+    error: Option<String>,
+}
+
+/// Applies decided transitions, fenced on their leases, in as few statements
+/// as the batch allows. Each item's result: `Ok(true)` when a cancel
+/// requested while the job ran won over its reschedule (it went to history as
+/// `cancelled`), `Err(LeaseLost)` when its lease was no longer held (nothing
+/// changed for it). `keep_place` reschedules not later than the job's due
+/// time (the rescuer's reschedule) instead of at the transition's time.
+pub(crate) fn settle_all<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    items: &[&SettleParams],
+    keep_place: bool,
+) -> Result<Vec<Result<bool>>> {
+    let Some(first) = items.first() else {
+        return Ok(Vec::new());
+    };
+    let now = first.now;
+    let mut finishes = Vec::new();
+    let mut reschedules = Vec::new();
+    for (i, p) in items.iter().enumerate() {
+        match &p.transition {
+            Transition::Finish {
+                status,
+                result,
+                error,
+            } => finishes.push((
+                i,
+                Finish {
+                    id: p.lease.job_id,
+                    token: Some(p.lease.token),
+                    status: *status,
+                    result: result.clone(),
+                    error: error_json(error.as_ref())?,
+                },
+            )),
+            Transition::Reschedule { .. } => reschedules.push(i),
+        }
+    }
+    let mut results: Vec<Result<bool>> = items
+        .iter()
+        .map(|p| {
+            Err(Error::LeaseLost {
+                job_id: p.lease.job_id,
+            })
+        })
+        .collect();
+    // An id listed twice is credited once: the second item finds the job
+    // gone, as it would one statement later.
+    let mut moved = finish(tx, q, now, finishes.iter().map(|(_, f)| f))?;
+    for (i, f) in &finishes {
+        if moved.remove(&f.id) {
+            results[*i] = Ok(false);
+        }
+    }
+    if !reschedules.is_empty() {
+        let mut unleased = reschedule(tx, q, now, &reschedules, items, keep_place)?;
+        let mut cancels = Vec::new();
+        for &i in &reschedules {
+            let id = items[i].lease.job_id;
+            match unleased.remove(&id) {
+                None => {}
+                Some(false) => results[i] = Ok(false),
+                // A cancel requested while it ran wins over running it again.
+                Some(true) => cancels.push((i, id)),
+            }
+        }
+        let cancelled = finish(
+            tx,
+            q,
+            now,
+            cancels.iter().map(|&(_, id)| Finish {
+                id,
+                token: None,
+                status: FinalStatus::Cancelled,
+                result: None,
+                error: None,
+            }),
+        )?;
+        for (i, id) in cancels {
+            if cancelled.contains(&id) {
+                results[i] = Ok(true);
+            }
+        }
+    }
+    Ok(results)
+}
+
+/// Moves jobs to history; returns the ids moved.
+fn finish<C, F>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    now: i64,
+    jobs: impl IntoIterator<Item = F>,
+) -> Result<HashSet<i64>>
+where
+    C: GenericClient,
+    F: std::borrow::Borrow<Finish>,
+{
+    let mut ids = Vec::new();
+    let mut tokens = Vec::new();
+    let mut statuses = Vec::new();
+    let mut results = Vec::new();
+    let mut errors = Vec::new();
+    for f in jobs {
+        let f = f.borrow();
+        ids.push(f.id);
+        tokens.push(f.token);
+        statuses.push(f.status.as_str());
+        results.push(f.result.clone());
+        errors.push(f.error.clone());
+    }
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let rows = tx.query(
+        &q.finish_to_history,
+        &[
+            &q.now_override(now),
+            &ids,
+            &tokens,
+            &statuses,
+            &results,
+            &errors,
+        ],
+    )?;
+    rows.iter().map(|r| Ok(r.try_get::<_, i64>(0)?)).collect()
+}
+
+/// Unleases the jobs at `indexes` of `items`; returns, per job unleased,
+/// whether a cancel was requested meanwhile.
+fn reschedule<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    now: i64,
+    indexes: &[usize],
+    items: &[&SettleParams],
+    keep_place: bool,
+) -> Result<std::collections::HashMap<i64, bool>> {
+    let (mut ids, mut tokens, mut delays, mut refunds, mut errors, mut keep) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for &i in indexes {
+        let p = items[i];
+        if let Transition::Reschedule {
+            available_at,
+            error,
+            refund_attempt,
+        } = &p.transition
+        {
+            ids.push(p.lease.job_id);
+            tokens.push(p.lease.token);
+            delays.push(available_at.saturating_sub(p.now));
+            refunds.push(i32::from(*refund_attempt));
+            errors.push(error_json(error.as_ref())?);
+            keep.push(keep_place);
+        }
+    }
+    let rows = tx.query(
+        &q.reschedule,
+        &[
+            &q.now_override(now),
+            &ids,
+            &tokens,
+            &delays,
+            &refunds,
+            &errors,
+            &keep,
+        ],
+    )?;
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
+}
+
+/// Moves one live job to history: an operator's cancel (`token` `None`, the
+/// job must not be leased). `LeaseLost` when nothing matched.
+pub(crate) fn finish_one<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    job_id: i64,
+    status: FinalStatus,
+    error: Option<&AttemptError>,
+    now: i64,
+) -> Result<()> {
+    let moved = finish(
+        tx,
+        q,
+        now,
+        [Finish {
+            id: job_id,
+            token: None,
+            status,
+            result: None,
+            error: error_json(error)?,
+        }],
+    )?;
+    if moved.contains(&job_id) {
+        Ok(())
+    } else {
+        Err(Error::LeaseLost { job_id })
+    }
+}
+
+/// `Ok` when the lease is still held, `LeaseLost` otherwise, and the row
+/// locked until the transaction ends.
+pub(crate) fn check_lease<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    lease: Lease,
+) -> Result<()> {
+    tx.query_opt(&q.lease_held, &[&lease.job_id, &lease.token])?
+        .map(|_| ())
+        .ok_or(Error::LeaseLost {
+            job_id: lease.job_id,
+        })
+}
+
+fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {
+    Ok(error.map(serde_json::to_string).transpose()?)
+}
+
+/// Extends the given leases; reports which were lost and which jobs were asked
+/// to cancel.
+pub(crate) fn heartbeat<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &HeartbeatParams<'_>,
+) -> Result<HeartbeatReport> {
+    let ids: Vec<i64> = p.leases.iter().map(|l| l.job_id).collect();
+    let tokens: Vec<i64> = p.leases.iter().map(|l| l.token).collect();
+    let ttl = p.lease_until.saturating_sub(p.now);
+    let rows = tx.query(&q.heartbeat, &[&q.now_override(p.now), &ttl, &ids, &tokens])?;
+    let mut report = HeartbeatReport::default();
+    for r in &rows {
+        let lease = Lease {
+            job_id: r.try_get(0)?,
+            token: r.try_get(1)?,
+        };
+        if r.try_get::<_, bool>(2)? {
+            report.cancel_requested.push(lease.job_id);
+        }
+        report.extended.push(lease);
+    }
+    report.lost = p
+        .leases
+        .iter()
+        .filter(|l| !report.extended.contains(l))
+        .copied()
+        .collect();
+    Ok(report)
+}
+
+/// Up to `limit` leases that expired before now, locked (others' locked rows
+/// skipped) until the transaction ends.
+pub(crate) fn expired_leases<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    now: i64,
+    limit: usize,
+) -> Result<Vec<ExpiredLease>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = tx.query(&q.expired_leases, &[&q.now_override(now), &limit])?;
+    rows.iter()
+        .map(|r| {
+            Ok(ExpiredLease {
+                lease: Lease {
+                    job_id: r.try_get(0)?,
+                    token: r.try_get(1)?,
+                },
+                attempts: to_u32(r.try_get(2)?),
+                max_attempts: to_u32(r.try_get(3)?),
+                available_at: r.try_get(4)?,
+                cancel_requested: r.try_get(5)?,
+            })
+        })
+        .collect()
+}
+
+/// JSON text as the engine writes it (serde_json's compact form), from
+/// JSONB's output (`{"a": 1}`, keys reordered): a payload or result reads
+/// back as the same text on every backend. Text that does not parse is left
+/// as it is.
+pub(crate) fn canonical_json(text: String) -> String {
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(value) => serde_json::to_string(&value).unwrap_or(text),
+        Err(_) => text,
+    }
+}
+
+/// A count stored as INTEGER; the schema never stores a negative one.
+pub(crate) fn to_u32(value: i32) -> u32 {
+    u32::try_from(value).unwrap_or(0)
+}
+
+fn to_i32(what: &str, value: u32) -> Result<i32> {
+    i32::try_from(value)
+        .map_err(|_| Error::InvalidArgument(format!("{what} {value} is over {}", i32::MAX)))
+}

@@ -1,0 +1,558 @@
+//! Every SQL statement of the PostgreSQL backend, in the order of a job's
+//! life: enqueue, lease, settle (complete/fail/snooze/discard/release),
+//! heartbeat, rescue, then inspection and maintenance. Same order and names
+//! as `sqlite/queries.rs`; each difference is commented right above.
+//!
+//! These are templates: `{jobs}`, `{history}` and `{queues}` become the
+//! (schema-qualified, prefixed) table names when the queue connects
+//! ([`Queries::render`]), never later, and never from a caller's value.
+//!
+//! Time: the engine's `now` is not the clock these statements use. `{now}`
+//! is the database server's clock in unix µs, unless `$1` carries a manual
+//! clock's time (tests), and every absolute time the engine computed is bound
+//! as an offset from its own `now` and added to `{now}` (see the module doc
+//! of `backend`). So nodes whose clocks disagree still agree on leases and
+//! schedules.
+
+use crate::options::QueueOptions;
+
+/// The server's now in unix µs, or the manual clock's time bound as `$1`.
+/// `now()` is the transaction's start, exact to the µs in PostgreSQL >= 14
+/// (where `extract` returns numeric).
+const NOW: &str = "COALESCE($1::int8, (extract(epoch from now()) * 1000000)::int8)";
+
+/// A fresh random lease token of 63 bits (31 + 32), never negative.
+/// Differs from SQLite's `random()` in that PostgreSQL's `random()` is a
+/// float, so two draws make the bits.
+const TOKEN: &str = "(((random() * 2147483647)::int8 << 32) | (random() * 4294967295)::int8)";
+
+// ---- enqueue ---------------------------------------------------------------
+
+/// Inserts one job; a unique-key conflict inserts nothing (no row returned).
+/// Parameters: `$1` now override, `$2` queue, `$3` kind, `$4` priority, `$5`
+/// unique key, `$6` payload JSON text, `$7` max attempts, `$8` delay (µs from
+/// now).
+///
+/// Differs from SQLite in that the id comes back with `RETURNING` (there is
+/// no `last_insert_rowid`), the payload is parsed into JSONB, and the times
+/// are the server's.
+pub const ENQUEUE: &str = "
+INSERT INTO {jobs}
+    (queue, kind, priority, unique_key, payload, max_attempts, available_at, created_at, updated_at)
+VALUES ($2, $3, $4, $5, $6::text::jsonb, $7, {now} + $8, {now}, {now})
+ON CONFLICT DO NOTHING
+RETURNING id";
+
+/// Inserts a batch of jobs without unique keys in one statement, returning
+/// their ids in input order: the rows are inserted in `n` order, so the
+/// sequence hands them increasing ids, and the caller sorts the returned ids.
+/// Parameters: `$1` now override, then arrays of queue, kind, priority,
+/// payload, max attempts, delay.
+///
+/// PostgreSQL only: one round trip per batch instead of one per job (SQLite
+/// runs in-process, where a cached statement per job costs nothing).
+pub const ENQUEUE_BATCH: &str = "
+INSERT INTO {jobs}
+    (queue, kind, priority, payload, max_attempts, available_at, created_at, updated_at)
+SELECT queue, kind, priority, payload::jsonb, max_attempts, {now} + delay, {now}, {now}
+FROM unnest($2::text[], $3::text[], $4::int4[], $5::text[], $6::int4[], $7::int8[])
+    WITH ORDINALITY AS j (queue, kind, priority, payload, max_attempts, delay, n)
+ORDER BY n
+RETURNING id";
+
+/// The live job holding a unique key. Parameters: `$1` queue, `$2` key.
+pub const FIND_LIVE_UNIQUE: &str = "SELECT id FROM {jobs} WHERE queue = $1 AND unique_key = $2";
+
+/// The most recent finished job holding a unique key since a time.
+/// Parameters: `$1` now override, `$2` queue, `$3` key, `$4` how far back
+/// (a negative offset from now).
+pub const FIND_HISTORY_UNIQUE: &str = "
+SELECT id FROM {history}
+WHERE queue = $2 AND unique_key = $3 AND finished_at >= {now} + $4
+ORDER BY finished_at DESC LIMIT 1";
+
+/// Wakes the workers listening on this queue's channel (`$1`), delivered
+/// when the enqueuing transaction commits and never if it rolls back.
+///
+/// PostgreSQL only: SQLite's workers notice commits through the file.
+pub const NOTIFY: &str = "SELECT pg_notify($1, '')";
+
+// ---- lease -----------------------------------------------------------------
+
+/// Claims up to `$6` jobs of one queue (`$4`) in one statement: `attempts + 1`,
+/// a fresh random token per row, the lease expiry (`$2`, µs from now) and the
+/// worker (`$3`). `$5` is the kinds to claim, or NULL for any.
+///
+/// Differs from SQLite in that the candidates are locked with `FOR UPDATE
+/// SKIP LOCKED` (SQLite has one writer; here many nodes claim at once, and
+/// each skips the rows another is claiming instead of waiting on them), and
+/// that they are picked in a `MATERIALIZED` CTE: as an `IN (..)` sub-select
+/// with `LIMIT` the planner may run it more than once, and claim more rows.
+/// The walk of `{prefix}jobs_lease` stops after `$6` rows; the rows come
+/// back in no particular order and are sorted by the caller.
+pub const LEASE: &str = "
+WITH picked AS MATERIALIZED (
+    SELECT id FROM {jobs}
+    WHERE queue = $4 AND lease_token IS NULL AND available_at <= {now}
+      AND ($5::text[] IS NULL OR kind = ANY($5::text[]))
+      AND NOT EXISTS (SELECT 1 FROM {queues} WHERE name = $4 AND paused)
+    ORDER BY priority DESC, available_at, id
+    LIMIT $6
+    FOR UPDATE SKIP LOCKED)
+UPDATE {jobs}
+SET attempts = attempts + 1, lease_token = {token}, lease_until = {now} + $2, locked_by = $3,
+    first_leased_at = COALESCE(first_leased_at, {now}), updated_at = {now}
+WHERE id IN (SELECT id FROM picked)
+RETURNING {leased_columns}";
+
+/// [`LEASE`] over several queues (`$4`, an array): one index walk per queue,
+/// each stopping after `$6` rows, merged, and the first `$6` claimed.
+///
+/// As on SQLite, one walk per queue because one index walk cannot return
+/// `queue = ANY(..)` rows in claim order: the planner would sort every
+/// available job. Rows a walk locked but the merge left out stay locked
+/// until this statement commits; other workers skip them meanwhile.
+pub const LEASE_QUEUES: &str = "
+WITH picked AS MATERIALIZED (
+    SELECT c.id FROM unnest($4::text[]) AS q (name)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, available_at FROM {jobs}
+        WHERE queue = q.name AND lease_token IS NULL AND available_at <= {now}
+          AND ($5::text[] IS NULL OR kind = ANY($5::text[]))
+          AND NOT EXISTS (SELECT 1 FROM {queues} WHERE name = q.name AND paused)
+        ORDER BY priority DESC, available_at, id
+        LIMIT $6
+        FOR UPDATE SKIP LOCKED) AS c
+    ORDER BY c.priority DESC, c.available_at, c.id
+    LIMIT $6)
+UPDATE {jobs}
+SET attempts = attempts + 1, lease_token = {token}, lease_until = {now} + $2, locked_by = $3,
+    first_leased_at = COALESCE(first_leased_at, {now}), updated_at = {now}
+WHERE id IN (SELECT id FROM picked)
+RETURNING {leased_columns}";
+
+/// What a lease returns, in the order `jobs::leased_job` reads it.
+/// Differs from SQLite in that the JSONB payload is read back as text.
+pub const LEASED_COLUMNS: &str = "id, lease_token, queue, kind, priority, unique_key, \
+     payload::text, attempts, max_attempts, available_at, lease_until, created_at";
+
+// ---- settle ----------------------------------------------------------------
+
+/// `$errors` with the entry `$entry` (JSONB, or NULL for none) appended,
+/// keeping the last 20. The entry's `at` is restamped with `{now}`, the clock
+/// every other time of the row comes from.
+macro_rules! append_error {
+    ($errors:literal, $entry:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $entry,
+            " IS NULL THEN ",
+            $errors,
+            "
+                  WHEN jsonb_array_length(",
+            $errors,
+            ") >= 20
+                  THEN (",
+            $errors,
+            " - 0) || jsonb_build_array(jsonb_set(",
+            $entry,
+            "::jsonb, '{at}', to_jsonb({now})))
+                  ELSE ",
+            $errors,
+            " || jsonb_build_array(jsonb_set(",
+            $entry,
+            "::jsonb, '{at}', to_jsonb({now}))) END"
+        )
+    };
+}
+
+/// Moves live jobs into history with their final status, fenced on their
+/// tokens (a NULL token matches only a job that is not leased: an operator's
+/// cancel). Parameters: `$1` now override, then arrays of id, token, status,
+/// result JSON text, error entry JSON text. Returns the ids moved.
+///
+/// Differs from SQLite in that one statement moves many rows: a
+/// data-modifying CTE deletes the live rows and inserts what it deleted, so
+/// the copy and the delete cannot disagree and a batch is one round trip.
+pub const FINISH_TO_HISTORY: &str = concat!(
+    "
+WITH done AS (
+    SELECT * FROM unnest($2::int8[], $3::int8[], $4::text[], $5::text[], $6::text[])
+        AS d (id, token, status, result, error)),
+moved AS (
+    DELETE FROM {jobs} AS j USING done
+    WHERE j.id = done.id AND j.lease_token IS NOT DISTINCT FROM done.token
+    RETURNING j.*, done.status AS new_status, done.result AS new_result,
+              done.error AS new_error)
+INSERT INTO {history}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
+     started_at, finished_at)
+SELECT id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at, ",
+    append_error!("errors", "new_error"),
+    ", cancel_requested, created_at, {now}, new_result::jsonb, new_status, locked_by,
+       first_leased_at, {now}
+FROM moved
+RETURNING id"
+);
+
+/// Removes a live row (an operator's delete).
+///
+/// Differs from SQLite in that finishing does not use it:
+/// [`FINISH_TO_HISTORY`] deletes as it copies.
+pub const DELETE_LIVE: &str = "DELETE FROM {jobs} WHERE id = $1";
+
+/// Unleases jobs and schedules their next runs, fenced on their tokens.
+/// Parameters: `$1` now override, then arrays of id, token, delay (µs from
+/// now), attempts to give back (0 or 1), error entry JSON text (or NULL), and
+/// whether to keep the job's place in line (`LEAST(available_at, now)`,
+/// the rescuer's reschedule; the delay is ignored then). Returns, per job
+/// unleased, whether a cancel was requested meanwhile, so the caller can
+/// honour it instead.
+///
+/// Differs from SQLite in that it takes a batch, and in the place-keeping
+/// flag: the rescuer's "not later than now" must be the server's now, not the
+/// engine's.
+pub const RESCHEDULE: &str = concat!(
+    "
+UPDATE {jobs} AS j
+SET lease_token = NULL, lease_until = NULL, locked_by = NULL,
+    available_at = CASE WHEN r.keep_place THEN LEAST(j.available_at, {now})
+                        ELSE {now} + r.delay END,
+    attempts = j.attempts - r.refund, updated_at = {now}, errors = ",
+    append_error!("j.errors", "r.error"),
+    "
+FROM unnest($2::int8[], $3::int8[], $4::int8[], $5::int4[], $6::text[], $7::bool[])
+    AS r (id, token, delay, refund, error, keep_place)
+WHERE j.id = r.id AND j.lease_token = r.token
+RETURNING j.id, j.cancel_requested"
+);
+
+/// Whether a lease is still held: the fence a transactional completion checks
+/// before the caller's effects run. Parameters: `$1` id, `$2` token.
+///
+/// Differs from SQLite in that it locks the row (`FOR UPDATE`) until the
+/// transaction ends: a rescuer or another claim skips it meanwhile, so the
+/// fence still holds at commit (SQLite's single writer gives that for free).
+pub const LEASE_HELD: &str = "SELECT 1 FROM {jobs} WHERE id = $1 AND lease_token = $2 FOR UPDATE";
+
+// ---- heartbeat -------------------------------------------------------------
+
+/// Extends every given lease still held to `$2` (µs from now), in one
+/// statement. `$3` and `$4` are the ids and tokens; a pair that matches no
+/// row was lost. Returns the leases held, and whether each job was asked to
+/// cancel.
+///
+/// Differs from SQLite in that the pairs come as two arrays, not JSON, and
+/// in the locked rows: a row whose transactional completion (or an
+/// operator's action) holds its lock is skipped, not waited for, and
+/// reported as held, as it still is. Waiting would stall every other lease
+/// of the worker behind one handler's transaction; and no rescuer can take
+/// a locked row either (it skips locked rows too).
+pub const HEARTBEAT: &str = "
+WITH held AS (
+    SELECT * FROM unnest($3::int8[], $4::int8[]) AS h (id, token)),
+free AS (
+    SELECT j.id FROM {jobs} AS j JOIN held ON j.id = held.id AND j.lease_token = held.token
+    FOR NO KEY UPDATE OF j SKIP LOCKED),
+extended AS (
+    UPDATE {jobs} AS j SET lease_until = {now} + $2, updated_at = {now}
+    FROM free WHERE j.id = free.id
+    RETURNING j.id, j.lease_token, j.cancel_requested)
+SELECT id, lease_token, cancel_requested FROM extended
+UNION ALL
+SELECT j.id, j.lease_token, j.cancel_requested
+FROM {jobs} AS j JOIN held ON j.id = held.id AND j.lease_token = held.token
+WHERE j.id NOT IN (SELECT id FROM free)";
+
+// ---- rescue ----------------------------------------------------------------
+
+/// Leases that expired before now, oldest first, at most `$2`, read from
+/// `{prefix}jobs_expiry`. No payloads.
+///
+/// Differs from SQLite in that the rows are locked, skipping locked ones:
+/// rescuers on several nodes take disjoint batches, and a job whose
+/// transactional completion holds its row is left to finish.
+pub const EXPIRED_LEASES: &str = "
+SELECT id, lease_token, attempts, max_attempts, available_at, cancel_requested FROM {jobs}
+WHERE lease_token IS NOT NULL AND lease_until < {now}
+ORDER BY lease_until LIMIT $2
+FOR UPDATE SKIP LOCKED";
+
+// ---- inspect ---------------------------------------------------------------
+
+/// A live job as a record; `state` is derived at now.
+/// Differs from SQLite in that JSONB columns are read back as text and the
+/// NULL columns are typed.
+pub const LIVE_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload::text, attempts, \
+     max_attempts, available_at, errors::text, locked_by, lease_until, first_leased_at, \
+     cancel_requested, NULL::text AS result, NULL::int8 AS finished_at, created_at, updated_at, \
+     CASE WHEN lease_token IS NOT NULL THEN 'running' \
+          WHEN available_at <= {now} THEN 'available' \
+          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state";
+
+/// A finished job as a record, in the same column order as [`LIVE_COLUMNS`].
+pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload::text, \
+     attempts, max_attempts, available_at, errors::text, processed_by, NULL::int8 AS lease_until, \
+     started_at, cancel_requested, result::text, finished_at, created_at, updated_at, \
+     status AS state";
+
+/// The live-state conditions, by state name.
+pub fn live_state_condition(state: &str) -> &'static str {
+    match state {
+        "available" => "lease_token IS NULL AND available_at <= {now}",
+        "scheduled" => "lease_token IS NULL AND available_at > {now} AND attempts = 0",
+        "retrying" => "lease_token IS NULL AND available_at > {now} AND attempts > 0",
+        _ => "lease_token IS NOT NULL",
+    }
+}
+
+/// Live jobs per queue and derived state at now.
+pub const COUNT_LIVE: &str = "
+SELECT queue,
+       CASE WHEN lease_token IS NOT NULL THEN 'running'
+            WHEN available_at <= {now} THEN 'available'
+            WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state,
+       count(*)
+FROM {jobs} GROUP BY 1, 2";
+
+/// Finished jobs per queue and status.
+pub const COUNT_HISTORY: &str = "SELECT queue, status, count(*) FROM {history} GROUP BY 1, 2";
+
+/// Moves a finished job (`$2`) back to live, attempts reset, due now.
+pub const RETRY_FROM_HISTORY: &str = "
+INSERT INTO {jobs}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at)
+SELECT id, queue, kind, priority, unique_key, payload, 0, max_attempts, {now},
+       errors, FALSE, created_at, {now}
+FROM {history} WHERE id = $2
+ON CONFLICT DO NOTHING";
+
+/// Removes a finished job.
+pub const DELETE_HISTORY: &str = "DELETE FROM {history} WHERE id = $1";
+
+/// Makes an unleased live job (`$2`) due now, unless it is due already: a
+/// job keeps its place in line.
+pub const RUN_NOW: &str = "UPDATE {jobs} SET available_at = LEAST(available_at, {now}), \
+     updated_at = {now} WHERE id = $2 AND lease_token IS NULL";
+
+/// Flags a running job (`$2`) for cancellation; the next heartbeat reports it.
+pub const REQUEST_CANCEL: &str = "UPDATE {jobs} SET cancel_requested = TRUE, updated_at = {now} \
+     WHERE id = $2 AND lease_token IS NOT NULL";
+
+/// The lease state of a live job: its token (NULL when not leased).
+/// Differs from SQLite in that the row is locked for the operator's action
+/// that follows, so a lease cannot claim it in between.
+pub const LIVE_LEASE: &str = "SELECT lease_token FROM {jobs} WHERE id = $1 FOR UPDATE";
+
+/// A finished job's status, locked like [`LIVE_LEASE`].
+pub const HISTORY_STATUS: &str = "SELECT status FROM {history} WHERE id = $1 FOR UPDATE";
+
+/// Pauses or resumes a queue. Parameters: `$1` now override, `$2` queue,
+/// `$3` paused.
+pub const SET_PAUSED: &str = "
+INSERT INTO {queues} (name, paused, updated_at) VALUES ($2, $3, {now})
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at";
+
+/// Queues that are paused.
+pub const PAUSED_QUEUES: &str = "SELECT name FROM {queues} WHERE paused ORDER BY name";
+
+// ---- copy ------------------------------------------------------------------
+
+/// Inserts a live job copied from another database, keeping its id, unless
+/// the id is taken (live or finished) or its unique key is held: then nothing
+/// changes. Not leased: a job leased at copy time arrives available.
+/// Parameters: `$1` id, `$2` queue, `$3` kind, `$4` priority, `$5` unique
+/// key, `$6` payload, `$7` attempts, `$8` max attempts, `$9` available_at,
+/// `$10` first leased at, `$11` errors, `$12` cancel requested, `$13`
+/// created_at, `$14` updated_at.
+///
+/// Differs from SQLite in that the JSON texts are parsed into JSONB. The
+/// times are copied as they are: they are absolute, whichever clock made
+/// them.
+pub const IMPORT_LIVE: &str = "
+INSERT INTO {jobs}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     first_leased_at, errors, cancel_requested, created_at, updated_at)
+SELECT $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11::text::jsonb, $12, $13, $14
+WHERE NOT EXISTS (SELECT 1 FROM {history} WHERE id = $1)
+ON CONFLICT DO NOTHING";
+
+/// Inserts a finished job copied from another database, keeping its id,
+/// unless the id is taken. Parameters as [`IMPORT_LIVE`], then `$15` result,
+/// `$16` status, `$17` processed by, `$18` finished_at (`$10` is started_at).
+pub const IMPORT_HISTORY: &str = "
+INSERT INTO {history}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     started_at, errors, cancel_requested, created_at, updated_at, result, status,
+     processed_by, finished_at)
+SELECT $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11::text::jsonb, $12, $13, $14,
+       $15::text::jsonb, $16, $17, $18
+WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE id = $1)
+ON CONFLICT DO NOTHING";
+
+/// Makes new ids start above `$1`, the highest copied id.
+///
+/// Differs from SQLite (two statements on `sqlite_sequence`) in that the
+/// id sequence is moved with `setval`, never backwards.
+pub const RAISE_NEXT_ID: &str = "
+SELECT setval(s, GREATEST($1, COALESCE(pg_sequence_last_value(s), 0)))
+FROM (SELECT pg_get_serial_sequence('{jobs}', 'id')::regclass AS s) AS seq";
+
+// ---- maintenance -----------------------------------------------------------
+
+/// Deletes up to `$4` finished jobs of status `$2` that finished before `$3`
+/// (µs from now, negative), oldest first, through `{prefix}history_finished`.
+///
+/// Differs from SQLite in that rows another node is pruning are skipped.
+pub const PRUNE_HISTORY: &str = "
+DELETE FROM {history} WHERE id IN (
+    SELECT id FROM {history} WHERE status = $2 AND finished_at < {now} + $3
+    ORDER BY finished_at LIMIT $4
+    FOR UPDATE SKIP LOCKED)";
+
+/// Subscribes a connection to the queue's channel.
+///
+/// Differs from SQLite (`PRAGMA data_version`) in that the server pushes a
+/// notification at every committed enqueue; nothing is polled.
+pub const LISTEN: &str = "LISTEN \"{channel}\"";
+
+/// The names a queue's SQL is rendered with.
+#[derive(Debug, Clone)]
+pub(crate) struct Tables {
+    /// `schema.` or empty.
+    pub schema: String,
+    pub prefix: String,
+}
+
+impl Tables {
+    pub(crate) fn new(options: &QueueOptions) -> Tables {
+        Tables {
+            schema: options
+                .schema
+                .as_ref()
+                .map_or_else(String::new, |s| format!("{s}.")),
+            prefix: options.table_prefix.clone(),
+        }
+    }
+
+    /// A template with the table names, the clock and the token filled in.
+    pub(crate) fn render(&self, template: &str) -> String {
+        let (schema, prefix) = (&self.schema, &self.prefix);
+        template
+            .replace("{leased_columns}", LEASED_COLUMNS)
+            .replace("{jobs}", &format!("{schema}{prefix}jobs"))
+            .replace("{history}", &format!("{schema}{prefix}history"))
+            .replace("{queues}", &format!("{schema}{prefix}queues"))
+            .replace("{channel}", &self.channel())
+            .replace("{now}", NOW)
+            .replace("{token}", TOKEN)
+    }
+
+    /// The notification channel of this queue's tables: one per schema and
+    /// prefix, so queues sharing a server do not wake each other. A name
+    /// longer than PostgreSQL's 63-byte identifiers is replaced by a hash of
+    /// it (a schema and a prefix may be 32 bytes each).
+    pub(crate) fn channel(&self) -> String {
+        let name = format!("{}{}jobs", self.schema, self.prefix);
+        if name.len() <= 63 {
+            return name;
+        }
+        // FNV-1a: stable across builds and platforms, unlike std's hasher.
+        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        format!("backlog_{hash:016x}")
+    }
+
+    /// The migration history table refinery keeps.
+    pub(crate) fn schema_history(&self) -> String {
+        format!("{}{}schema_history", self.schema, self.prefix)
+    }
+}
+
+/// Every statement, rendered once at connect.
+#[derive(Debug)]
+pub(crate) struct Queries {
+    pub tables: Tables,
+    /// The queue's clock is a manual one (tests): its time overrides the
+    /// server's.
+    pub manual_clock: bool,
+    pub channel: String,
+    pub enqueue: String,
+    pub enqueue_batch: String,
+    pub find_live_unique: String,
+    pub find_history_unique: String,
+    pub lease: String,
+    pub lease_queues: String,
+    pub finish_to_history: String,
+    pub delete_live: String,
+    pub reschedule: String,
+    pub lease_held: String,
+    pub heartbeat: String,
+    pub expired_leases: String,
+    pub count_live: String,
+    pub count_history: String,
+    pub retry_from_history: String,
+    pub delete_history: String,
+    pub run_now: String,
+    pub request_cancel: String,
+    pub live_lease: String,
+    pub history_status: String,
+    pub set_paused: String,
+    pub paused_queues: String,
+    pub import_live: String,
+    pub import_history: String,
+    pub raise_next_id: String,
+    pub prune_history: String,
+    pub notify: String,
+    pub listen: String,
+}
+
+impl Queries {
+    pub(crate) fn render(tables: Tables, manual_clock: bool) -> Queries {
+        let r = |t: &str| tables.render(t);
+        Queries {
+            manual_clock,
+            channel: tables.channel(),
+            enqueue: r(ENQUEUE),
+            enqueue_batch: r(ENQUEUE_BATCH),
+            find_live_unique: r(FIND_LIVE_UNIQUE),
+            find_history_unique: r(FIND_HISTORY_UNIQUE),
+            lease: r(LEASE),
+            lease_queues: r(LEASE_QUEUES),
+            finish_to_history: r(FINISH_TO_HISTORY),
+            delete_live: r(DELETE_LIVE),
+            reschedule: r(RESCHEDULE),
+            lease_held: r(LEASE_HELD),
+            heartbeat: r(HEARTBEAT),
+            expired_leases: r(EXPIRED_LEASES),
+            count_live: r(COUNT_LIVE),
+            count_history: r(COUNT_HISTORY),
+            retry_from_history: r(RETRY_FROM_HISTORY),
+            delete_history: r(DELETE_HISTORY),
+            run_now: r(RUN_NOW),
+            request_cancel: r(REQUEST_CANCEL),
+            live_lease: r(LIVE_LEASE),
+            history_status: r(HISTORY_STATUS),
+            set_paused: r(SET_PAUSED),
+            paused_queues: r(PAUSED_QUEUES),
+            import_live: r(IMPORT_LIVE),
+            import_history: r(IMPORT_HISTORY),
+            raise_next_id: r(RAISE_NEXT_ID),
+            prune_history: r(PRUNE_HISTORY),
+            notify: r(NOTIFY),
+            listen: r(LISTEN),
+            tables,
+        }
+    }
+}
+
+impl Queries {
+    /// The `$1` of a statement: the engine's `now` for a manual clock, else
+    /// NULL, so the server's clock is used.
+    pub(crate) fn now_override(&self, now: i64) -> Option<i64> {
+        self.manual_clock.then_some(now)
+    }
+}
