@@ -597,10 +597,9 @@ mod my {
             let name = fresh_name();
             let mut conn = Conn::new(Opts::from_url(url)?)?;
             conn.query_drop(format!("CREATE DATABASE {name}"))?;
-            conn.query_drop(format!(
-                "{}",
-                EFFECTS_TABLE.replace("TABLE effects", &format!("TABLE {name}.effects"))
-            ))?;
+            conn.query_drop(
+                EFFECTS_TABLE.replace("TABLE effects", &format!("TABLE {name}.effects")),
+            )?;
             // The same server and credentials, this database.
             let base = url.split('?').next().unwrap_or(url);
             let root = base.rsplit_once('/').map_or(base, |(root, _)| root);

@@ -264,12 +264,6 @@ impl Db {
     fn rescheduled(&self) {
         self.rescheduled.fetch_add(1, Ordering::Relaxed);
     }
-
-    /// Whether the server is MariaDB (rather than MySQL).
-    #[allow(dead_code)]
-    pub(crate) fn is_mariadb(&self) -> bool {
-        self.server.is_mariadb()
-    }
 }
 
 /// The lease and result of a completion that records no error.

@@ -168,6 +168,21 @@ pub(crate) fn lease<C: GenericClient>(
 /// The plan of the lease statement for `p` (`EXPLAIN`, with `p`'s values
 /// bound), one line per plan node. Nothing is claimed: `EXPLAIN` without
 /// `ANALYZE` does not run the statement.
+/// How long after now the next not-yet-due job of `queues` comes due, in
+/// µs, on the server's clock; `None` when none is waiting.
+pub(crate) fn next_due<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    queues: &[String],
+    now: i64,
+) -> Result<Option<i64>> {
+    let row = tx.query_opt(&q.next_due, &[&q.now_override(now), &queues])?;
+    Ok(match row {
+        Some(row) => row.try_get::<_, Option<i64>>(0)?.map(|d| d.max(0)),
+        None => None,
+    })
+}
+
 pub(crate) fn explain_lease<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,

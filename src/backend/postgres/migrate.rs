@@ -13,10 +13,16 @@ use super::queries::Tables;
 use crate::error::{Error, Result};
 
 /// The migrations, in version order: (refinery name, SQL template).
-const MIGRATIONS: &[(&str, &str)] = &[(
-    "V1__initial",
-    include_str!("../../../migrations/postgres/V1__initial.sql"),
-)];
+const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "V1__initial",
+        include_str!("../../../migrations/postgres/V1__initial.sql"),
+    ),
+    (
+        "V2__due",
+        include_str!("../../../migrations/postgres/V2__due.sql"),
+    ),
+];
 
 /// The key of the advisory lock that serialises migrations of one schema and
 /// prefix across nodes.

@@ -115,6 +115,11 @@ impl Db {
         self.pool.autocommit(|tx| jobs::lease(tx, &self.q, p))
     }
 
+    pub(crate) fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>> {
+        self.pool
+            .autocommit(|tx| jobs::next_due(tx, &self.q, queues, now))
+    }
+
     pub(crate) fn explain_lease(&self, p: &LeaseParams<'_>) -> Result<Vec<String>> {
         self.pool
             .autocommit(|tx| jobs::explain_lease(tx, &self.q, p))
@@ -187,8 +192,6 @@ impl Db {
     }
 
     /// Inserts jobs copied from another database, keeping their ids.
-    // Called by `Backend::import` (`backlog::copy`), which lands with it.
-    #[allow(dead_code)]
     pub(crate) fn import(&self, records: &[JobRecord]) -> Result<usize> {
         self.pool.write(|tx| inspect::import(tx, &self.q, records))
     }

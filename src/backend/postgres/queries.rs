@@ -131,6 +131,18 @@ SET attempts = attempts + 1, lease_token = {token}, lease_until = {now} + $2, lo
 WHERE id IN (SELECT id FROM picked)
 RETURNING {leased_columns}";
 
+/// How long after now the next job of the queues in `$2` (an array) that is
+/// not due yet comes due: the fetcher sleeps until then. One seek of
+/// `{prefix}jobs_scheduled` per queue. Differs from SQLite's `NEXT_DUE` in
+/// that the jobs not due yet are told apart by `available_at` (no `due`
+/// flag, see `migrations/postgres/V2__due.sql`), and in that it answers
+/// relative to the server's now.
+pub const NEXT_DUE: &str = "
+SELECT min(d.at) - {now} FROM unnest($2::text[]) AS q (name)
+CROSS JOIN LATERAL (
+    SELECT min(available_at) AS at FROM {jobs}
+    WHERE queue = q.name AND lease_token IS NULL AND available_at > {now}) AS d";
+
 /// What a lease returns, in the order `jobs::leased_job` reads it.
 /// Differs from SQLite in that the JSONB payload is read back as text.
 pub const LEASED_COLUMNS: &str = "id, lease_token, queue, kind, priority, unique_key, \
@@ -485,6 +497,7 @@ pub(crate) struct Queries {
     pub find_live_unique: String,
     pub find_history_unique: String,
     pub lease: String,
+    pub next_due: String,
     pub lease_queues: String,
     pub finish_to_history: String,
     pub delete_live: String,
@@ -521,6 +534,7 @@ impl Queries {
             find_live_unique: r(FIND_LIVE_UNIQUE),
             find_history_unique: r(FIND_HISTORY_UNIQUE),
             lease: r(LEASE),
+            next_due: r(NEXT_DUE),
             lease_queues: r(LEASE_QUEUES),
             finish_to_history: r(FINISH_TO_HISTORY),
             delete_live: r(DELETE_LIVE),
