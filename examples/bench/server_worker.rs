@@ -167,6 +167,7 @@ impl BurnDown {
         if self.prefetch > 0 {
             name.push_str(&format!(", prefetch {}", self.prefetch));
         }
+        name.push_str(&format!(", {}k jobs", self.jobs / 1000));
         name
     }
 }
@@ -301,6 +302,8 @@ pub struct Latency {
     /// Producer threads, each enqueueing every n-th job, so that one slow
     /// commit (an fsync) does not hold back the jobs due after it.
     pub producers: usize,
+    /// The worker's prefetch (0: the default worker).
+    pub prefetch: usize,
 }
 
 impl Latency {
@@ -344,12 +347,9 @@ fn delay_of(payload: &serde_json::Value, started: i64) -> Delay {
     )
 }
 
-/// backlog: a worker here, the producer in another process; then the raw
-/// ceiling: a raw producer process and a raw consumer here (PostgreSQL:
-/// `LISTEN`, woken by the producer's `NOTIFY`; MySQL: a 1 ms poll).
+/// backlog: a worker here, the producer in another process.
 pub fn latency(report: &mut Report, server: &Server, label: &str, l: &Latency) -> BoxResult<()> {
     let count = l.count();
-    // backlog
     let ns = fresh(server, "latency")?;
     let queue = open_queue(&ns.target()?)?;
     let delays: Arc<Mutex<Vec<Delay>>> = Arc::new(Mutex::new(Vec::with_capacity(count)));
@@ -358,6 +358,7 @@ pub fn latency(report: &mut Report, server: &Server, label: &str, l: &Latency) -
         let delays = delays.clone();
         Worker::builder(queue.clone())
             .concurrency(l.threads)
+            .prefetch(l.prefetch)
             .handle_raw("noop", move |payload, _ctx| {
                 let delay = delay_of(&payload, now_micros());
                 delays.lock().unwrap_or_else(|p| p.into_inner()).push(delay);
@@ -370,7 +371,7 @@ pub fn latency(report: &mut Report, server: &Server, label: &str, l: &Latency) -
         .expect("produced", Duration::from_secs_f64(l.secs + 120.0))?
         .1;
     children.wait()?;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while delays.lock().unwrap_or_else(|p| p.into_inner()).len() < count
         && Instant::now() < deadline
     {
@@ -378,34 +379,35 @@ pub fn latency(report: &mut Report, server: &Server, label: &str, l: &Latency) -
     }
     worker.shutdown(Duration::from_secs(10))?;
     drop(queue);
-    let backlog_delays = delays.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    record_delays(
-        report,
-        server,
-        label,
-        "backlog",
-        l,
-        &backlog_delays,
-        produced_in,
-    );
-    let mut raw = ns.raw()?;
-    report.gate(
-        "latency",
-        label,
-        "backlog",
-        gate(raw.counts()?.exactly_once(count)),
-    );
-    drop(ns);
+    let delays = delays.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let side = match l.prefetch {
+        0 => "backlog".to_owned(),
+        n => format!("backlog, prefetch {n}"),
+    };
+    record_delays(report, server, label, &side, l, &delays, produced_in);
+    let counts = ns.raw()?.counts()?;
+    report.gate("latency", label, &side, gate(counts.exactly_once(count)));
+    Ok(())
+}
 
-    // The ceiling.
+/// The ceiling: a raw producer process and a raw consumer here
+/// (PostgreSQL: `LISTEN`, woken by the producer's `NOTIFY`; MySQL: a 1 ms
+/// poll) that claims and finishes up to 100 jobs per commit.
+pub fn latency_raw(
+    report: &mut Report,
+    server: &Server,
+    label: &str,
+    l: &Latency,
+) -> BoxResult<()> {
+    let count = l.count();
     let ns = fresh(server, "latency_raw")?;
     let mut consumer = ns.raw()?;
     consumer.listen()?;
     let mut children = Children::start(1, &ns.target()?, &l.child_args("raw-produce"))?;
     children.say("go")?;
-    let mut raw_delays = Vec::with_capacity(count);
+    let mut delays = Vec::with_capacity(count);
     let give_up = Instant::now() + Duration::from_secs_f64(l.secs + 60.0);
-    while raw_delays.len() < count && Instant::now() < give_up {
+    while delays.len() < count && Instant::now() < give_up {
         consumer.wait(Duration::from_millis(100))?;
         loop {
             let jobs = consumer.claim_and_finish(100)?;
@@ -415,19 +417,15 @@ pub fn latency(report: &mut Report, server: &Server, label: &str, l: &Latency) -
             let started = now_micros();
             for (_, payload) in &jobs {
                 let value = serde_json::from_str(payload).unwrap_or_default();
-                raw_delays.push(delay_of(&value, started));
+                delays.push(delay_of(&value, started));
             }
         }
     }
     let produced_in = children.expect("produced", Duration::from_secs(60))?.1;
     children.wait()?;
-    record_delays(report, server, label, "raw", l, &raw_delays, produced_in);
-    report.gate(
-        "latency",
-        label,
-        "raw",
-        gate(consumer.counts()?.exactly_once(count)),
-    );
+    record_delays(report, server, label, "raw", l, &delays, produced_in);
+    let counts = consumer.counts()?;
+    report.gate("latency", label, "raw", gate(counts.exactly_once(count)));
     report.value(
         "latency",
         label,
@@ -470,7 +468,7 @@ fn record_delays(
             let value = percentile(&sorted, p);
             // The target: p99 pickup with LISTEN/NOTIFY, as a user sees it
             // (from the enqueue call).
-            if side == "backlog"
+            if side.starts_with("backlog")
                 && server.dialect == Dialect::Postgres
                 && pick == 1
                 && p_name == "p99"
