@@ -95,7 +95,7 @@ enum Mode {
     Prefill(PrefillArgs),
     /// PostgreSQL and MySQL/MariaDB, each against its raw-SQL ceiling
     /// (build with --features postgres,mysql).
-    Server(server::ServerArgs),
+    Server(Box<server::ServerArgs>),
     /// (internal) A worker or producer process of the server modes.
     #[command(hide = true)]
     ServerChild(server_worker::ChildArgs),
