@@ -53,11 +53,12 @@ fn prefill(path: &Path, count: usize) {
     {
         let mut insert = tx
             .prepare(
-                "INSERT INTO backlog_jobs (queue, kind, payload, available_at, created_at, updated_at)
-                 VALUES ('default', 'noop', ?1, ?2, ?2, ?2)",
+                "INSERT INTO backlog_jobs (queue, kind, payload, available_at, due, created_at, updated_at)
+                 VALUES ('default', 'noop', ?1, ?2, 1, ?2, ?2)",
             )
             .expect("prepare");
-        // Times in the past, so every job is available.
+        // Times in the past, so every job is available (and due: in the lease
+        // index, as `enqueue` writes a job due now).
         let base = 1_000_000_000_000_000_i64;
         for n in 0..count {
             let at = base + n as i64;

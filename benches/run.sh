@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Reproduces BENCHMARKS.md: the end-to-end figures (3 runs each, both
-# durabilities, about 5 minutes on a 2-core machine) into benches/results/,
-# then the criterion micro-benchmarks (about a minute), then, when a server's
-# URL is set, the PostgreSQL and MariaDB figures (about 15 minutes) into
-# benches/results/server-*.
+# durabilities, about 9 minutes on a 2-core machine, of which about 4 for the
+# on-time modes: lateness, wait, lease-unrunnable, idle-cpu) into
+# benches/results/, then the criterion micro-benchmarks (about a minute), then,
+# when a server's URL is set, the PostgreSQL and MariaDB figures (about 20
+# minutes on a loaded machine) into benches/results/server-*.
 #
 #   benches/run.sh                 # everything
 #   benches/run.sh --runs 5        # extra arguments go to `bench all`
 #   benches/run.sh server [ARGS]   # only the servers; ARGS go to `bench server`
+#
+# The on-time modes alone (section "On time (SQLite)"):
+#   cargo run --release --example bench -- on-time --out benches/results-on-time
 #
 # The servers are named by BACKLOG_TEST_POSTGRES_URL and BACKLOG_TEST_MYSQL_URL
 # (as for the tests), e.g.

@@ -19,6 +19,8 @@ mod chart;
 mod db;
 #[path = "bench/modes.rs"]
 mod modes;
+#[path = "bench/on_time.rs"]
+mod on_time;
 #[path = "bench/raw.rs"]
 mod raw;
 #[path = "bench/report.rs"]
@@ -86,6 +88,26 @@ enum Mode {
     Memory(MemoryArgs),
     /// Open-loop producer, same process and another process: enqueue→start delay.
     Latency(LatencyArgs),
+    /// Lateness after the due time: delayed, retried and snoozed jobs,
+    /// scheduled in this process and in another one.
+    Lateness(on_time::LatenessArgs),
+    /// CPU of an idle worker (8 handler threads, nothing to do).
+    IdleCpu(on_time::IdleCpuArgs),
+    /// `Queue::wait` on jobs run by a worker in another process.
+    Wait(on_time::WaitArgs),
+    /// The lease next to 50k future-scheduled, unhandled-kind or paused-queue jobs vs 1k.
+    LeaseUnrunnable(on_time::UnrunnableArgs),
+    /// The four on-time modes: lateness, wait, lease-unrunnable, idle-cpu.
+    OnTime,
+    /// (internal) The lateness mode's scheduler in another process.
+    #[command(hide = true)]
+    Schedule(on_time::ScheduleArgs),
+    /// (internal) The wait mode's worker in another process.
+    #[command(hide = true)]
+    Serve(on_time::ServeArgs),
+    /// (internal) The idle-cpu mode's worker, in a process of its own.
+    #[command(hide = true)]
+    IdleChild(on_time::IdleChildArgs),
     /// (internal) The latency mode's producer in another process.
     #[command(hide = true)]
     Produce(ProduceArgs),
@@ -211,6 +233,7 @@ struct Plan {
     depth: Option<DepthArgs>,
     burn_down: Option<BurnDownArgs>,
     latency: Option<LatencyArgs>,
+    on_time: on_time::Plan,
 }
 
 impl Plan {
@@ -240,6 +263,7 @@ impl Plan {
                 threads: 4,
             }),
             memory: None,
+            on_time: on_time::Plan::smoke(),
         }
     }
 
@@ -272,6 +296,7 @@ impl Plan {
                 jobs: 1_000_000,
                 threads: 8,
             }),
+            on_time: on_time::Plan::all(),
         }
     }
 }
@@ -322,6 +347,35 @@ fn run(cli: Cli) -> BoxResult<bool> {
             latency: Some(a),
             ..Plan::default()
         },
+        Mode::Lateness(a) => on_time_plan(on_time::Plan {
+            lateness: Some(a),
+            ..Default::default()
+        }),
+        Mode::IdleCpu(a) => on_time_plan(on_time::Plan {
+            idle_cpu: Some(a),
+            ..Default::default()
+        }),
+        Mode::Wait(a) => on_time_plan(on_time::Plan {
+            wait: Some(a),
+            ..Default::default()
+        }),
+        Mode::LeaseUnrunnable(a) => on_time_plan(on_time::Plan {
+            unrunnable: Some(a),
+            ..Default::default()
+        }),
+        Mode::OnTime => on_time_plan(on_time::Plan::all()),
+        Mode::Schedule(a) => {
+            on_time::schedule(&a, cli.durability.list()[0])?;
+            return Ok(true);
+        }
+        Mode::Serve(a) => {
+            on_time::serve(&a, cli.durability.list()[0])?;
+            return Ok(true);
+        }
+        Mode::IdleChild(a) => {
+            on_time::idle_child(&a, cli.durability.list()[0])?;
+            return Ok(true);
+        }
         Mode::Produce(a) => {
             let queue = db::open_queue(&a.db, cli.durability.list()[0])?;
             worker::produce(&queue, a.rate, a.secs)?;
@@ -424,11 +478,20 @@ fn run(cli: Cli) -> BoxResult<bool> {
         }
     }
 
+    on_time::run(&mut report, &dir, &durabilities, runs, &plan.on_time)?;
+
     report.finish();
     if let Some(out) = &cli.out {
         write_outputs(&report, out, runs)?;
     }
     Ok(report.passed())
+}
+
+fn on_time_plan(on_time: on_time::Plan) -> Plan {
+    Plan {
+        on_time,
+        ..Plan::default()
+    }
 }
 
 /// The durabilities in a different order each run, so neither always goes first.

@@ -63,6 +63,12 @@ pub enum Error {
     /// A `*_in` call was given a connection that is not inside a transaction
     /// (it is in autocommit mode).
     NotInTransaction,
+    /// A call that writes through the queue's own connection was made by a
+    /// thread that holds the queue's write transaction already (inside
+    /// `ctx.transaction(..)` or `QueueExt::transaction(..)` on SQLite):
+    /// waiting would wait for itself. Nothing was written. Use the `_in`
+    /// form with that transaction (`queue.enqueue_in(tx, ..)`).
+    InsideTransaction,
     /// A pragma read back a different value than was set (for example a
     /// filesystem that cannot hold a WAL).
     Pragma {
@@ -154,6 +160,10 @@ impl fmt::Display for Error {
             Error::NotFound { job_id } => write!(f, "job {job_id} not found"),
             Error::InvalidState { job_id, reason } => write!(f, "job {job_id}: {reason}"),
             Error::NotInTransaction => f.write_str("connection is not inside a transaction"),
+            Error::InsideTransaction => f.write_str(
+                "called inside the queue's own write transaction, which this call would wait \
+                 for: use the `_in` form with that transaction",
+            ),
             Error::Pragma {
                 name,
                 expected,

@@ -30,6 +30,13 @@ pub enum Event {
         job_id: i64,
         /// The claim, 1-based.
         attempt: u32,
+        /// Its queue.
+        queue: String,
+        /// Its kind.
+        kind: String,
+        /// When it was due, unix µs (the metrics' enqueue→start latency
+        /// counts from here).
+        available_at: i64,
     },
     /// A worker started running a job's handler.
     Started {

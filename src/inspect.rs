@@ -316,3 +316,134 @@ impl Retention {
         }
     }
 }
+
+/// A change to a job that is waiting to run: see
+/// [`Queue::update`](crate::Queue::update). Fields left `None` keep their
+/// value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobUpdate {
+    /// The new priority (higher runs first).
+    pub priority: Option<i32>,
+    /// When the job becomes due; a time in the past means now.
+    pub run_at: Option<std::time::SystemTime>,
+    /// The queue to move the job to.
+    pub queue: Option<String>,
+}
+
+impl JobUpdate {
+    /// A change of nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the priority.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Sets when the job becomes due.
+    pub fn run_at(mut self, at: std::time::SystemTime) -> Self {
+        self.run_at = Some(at);
+        self
+    }
+
+    /// Moves the job to another queue.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// True when the update changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.priority.is_none() && self.run_at.is_none() && self.queue.is_none()
+    }
+}
+
+/// One queue at a glance: what [`Queue::stats`](crate::Queue::stats)
+/// reports, what `backlog stats` prints.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// The queue.
+    pub queue: String,
+    /// Live, due now, waiting for a worker.
+    pub available: u64,
+    /// Live, due later, never attempted.
+    pub scheduled: u64,
+    /// Live, due later, after a failed attempt.
+    pub retrying: u64,
+    /// Leased by a worker.
+    pub running: u64,
+    /// In history as `dead` (the dead-letter count), of any age.
+    pub dead: u64,
+    /// Completed in the last hour.
+    pub completed_last_hour: u64,
+    /// Completed in the last minute: the throughput, in jobs per minute.
+    pub completed_last_minute: u64,
+    /// Whether leases skip the queue.
+    pub paused: bool,
+}
+
+/// What a bulk operation ([`Queue::retry_matching`](crate::Queue::retry_matching),
+/// `cancel_matching`, `delete_matching`) did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BulkReport {
+    /// Jobs the operation applied to.
+    pub done: u64,
+    /// Jobs that matched but changed state (or were deleted) before the
+    /// operation reached them, or that it refused (a retry whose unique key a
+    /// live job holds): left as they were.
+    pub skipped: u64,
+    /// Of the cancelled jobs, those that were running: their handlers are
+    /// asked to stop and they finish as `cancelled` later.
+    pub requested: u64,
+}
+
+/// What a file is, as [`probe_sqlite_file`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SqliteFile {
+    /// Nothing at the path.
+    Missing,
+    /// A file of zero bytes (SQLite would make it a new database).
+    Empty,
+    /// A file that is not a SQLite database.
+    NotSqlite,
+    /// A SQLite database without backlog's tables: another application's.
+    OtherDatabase,
+    /// A SQLite database with backlog's tables.
+    Backlog,
+}
+
+/// Looks at the file at `path` without creating or changing anything, for
+/// tools that must not harm a file they were pointed at: opening a queue
+/// creates a missing file and switches a database to WAL mode, which must
+/// not happen to another application's database.
+pub fn probe_sqlite_file(path: &std::path::Path) -> crate::Result<SqliteFile> {
+    use std::io::Read;
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SqliteFile::Missing),
+        Err(e) => return Err(crate::Error::Database(Box::new(e))),
+    };
+    let mut header = [0u8; 16];
+    let mut read = 0;
+    while read < header.len() {
+        match file.read(&mut header[read..]) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) => return Err(crate::Error::Database(Box::new(e))),
+        }
+    }
+    if read == 0 {
+        return Ok(SqliteFile::Empty);
+    }
+    // Every SQLite database starts with this.
+    if &header != b"SQLite format 3\0" {
+        return Ok(SqliteFile::NotSqlite);
+    }
+    Ok(match crate::backend::sqlite::inspect::probe_tables(path)? {
+        (3, _) => SqliteFile::Backlog,
+        _ => SqliteFile::OtherDatabase,
+    })
+}

@@ -90,6 +90,28 @@
 //!
 //! See [`inspect`] for a job's life, [`Queue`] for every operation, and the
 //! README for the guarantees.
+//!
+//! ## Logging
+//!
+//! backlog logs through [`tracing`](https://docs.rs/tracing) and prints
+//! nothing itself: install a subscriber to see it. Each job runs inside a
+//! `job` span (`id`, `kind`, `queue`, `attempt`), so a handler's own events
+//! carry those fields; a `job started` event (debug) and a `job finished`
+//! event (info; warn for a retry or a discard, error for a dead job) with
+//! the run's `duration` and `outcome` frame it. Warnings report what an
+//! operator should hear of: a lease lost, a job rescued after its worker
+//! stopped heartbeating, a database error the worker retried or gave up on,
+//! the write deadline passed under lock contention (`Error::Busy`), a
+//! handler past its timeout, and a WAL over its bound. A worker's threads
+//! log to the subscriber in force where it was started, a scoped one
+//! (`tracing::subscriber::set_default`) included. See
+//! `examples/tracing.rs`.
+//!
+//! ## Testing your code
+//!
+//! [`testing`] asserts what your code enqueued (inside an open transaction
+//! too), runs the jobs inline with your worker's handlers, and moves a
+//! [`ManualClock`] so scheduled jobs and retries come due.
 
 #![warn(missing_docs)]
 
@@ -104,6 +126,8 @@ mod events;
 pub mod inspect;
 mod job;
 mod lease;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 mod options;
@@ -113,6 +137,7 @@ pub mod postgres;
 mod queue;
 mod retry;
 pub mod sqlite;
+pub mod testing;
 mod validate;
 pub mod worker;
 
@@ -120,7 +145,10 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use copy::{copy, CopyReport};
 pub use error::{Error, Result};
 pub use events::Event;
-pub use inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, Retention, StateCount};
+pub use inspect::{
+    probe_sqlite_file, BulkReport, CancelOutcome, JobFilter, JobRecord, JobState, JobUpdate, Page,
+    QueueStats, Retention, SqliteFile, StateCount,
+};
 pub use job::{
     Enqueued, IntoNewJob, JobArgs, NewJob, UniqueScope, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,
 };
@@ -131,6 +159,11 @@ pub use queue::{Queue, WAIT_MAX_POLL};
 pub use retry::RetryPolicy;
 pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_UNIQUE_KEY_BYTES};
 pub use worker::{
-    Action, CancelReason, JobContext, JobError, Worker, WorkerBuilder, DEFAULT_CONCURRENCY,
-    MAX_CONCURRENCY, MAX_PREFETCH,
+    Action, CancelReason, JobContext, JobError, ShutdownReport, Worker, WorkerBuilder,
+    DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFETCH, SHUTDOWN_MARGIN,
 };
+
+/// The README's code blocks, compiled as doctests so the tour stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -7,11 +7,16 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::backend::sqlite::Connections;
-use crate::backend::{Backend, EnqueueParams, HeartbeatParams, LeaseParams, SettleParams};
+use crate::backend::{
+    Backend, EnqueueParams, HeartbeatParams, LeaseParams, SettleParams, UpdateParams,
+};
 use crate::clock::{add_micros, duration_micros, system_time_to_micros};
 use crate::error::{Error, Result};
 use crate::events::{Bus, Event};
-use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, Retention, StateCount};
+use crate::inspect::{
+    BulkReport, CancelOutcome, JobFilter, JobRecord, JobState, JobUpdate, Page, QueueStats,
+    Retention, StateCount,
+};
 use crate::job::{Enqueued, IntoNewJob, NewJob, Payload, Schedule, UniqueScope};
 use crate::lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport};
 use crate::options::QueueOptions;
@@ -132,6 +137,15 @@ impl Queue {
             .migrate(self.inner.options.write_deadline)
     }
 
+    /// The schema migrations this version of backlog has that the database
+    /// has not applied yet, oldest first (`V2__due`); empty when the schema
+    /// is current. Reads only: tools that open with
+    /// [`QueueOptions::migrate`]`(false)` check here before using a database
+    /// an older backlog created.
+    pub fn pending_migrations(&self) -> Result<Vec<String>> {
+        self.inner.backend.pending_migrations()
+    }
+
     /// The database file, for a queue on SQLite.
     pub fn path(&self) -> Option<&Path> {
         self.inner.path.as_deref()
@@ -143,7 +157,7 @@ impl Queue {
     }
 
     /// The options the queue was opened with.
-    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn options(&self) -> &QueueOptions {
         &self.inner.options
     }
@@ -324,6 +338,9 @@ impl Queue {
         self.inner.bus.emit(jobs.iter().map(|j| Event::Leased {
             job_id: j.id,
             attempt: j.attempt,
+            queue: j.queue.clone(),
+            kind: j.kind.clone(),
+            available_at: j.available_at,
         }));
     }
 
@@ -407,17 +424,18 @@ impl Queue {
         &self,
         items: impl IntoIterator<Item = (&'a Job, Outcome)>,
     ) -> Result<Vec<Result<()>>> {
-        Ok(self.settle_many_and_lease(items, None)?.0)
+        Ok(self.settle_many_and_lease(items, None, None)?.0)
     }
 
     /// [`Queue::settle_many`], and in the same transaction a lease of
     /// `refill` (when given and its limit is not zero): the worker's
     /// completer hands the slots its outcomes free to the next jobs with one
-    /// commit for both.
+    /// commit for both. With `until`, given up then (a worker's shutdown).
     pub(crate) fn settle_many_and_lease<'a>(
         &self,
         items: impl IntoIterator<Item = (&'a Job, Outcome)>,
         refill: Option<&LeaseRequest>,
+        until: Option<std::time::Instant>,
     ) -> Result<(Vec<Result<()>>, Vec<Job>)> {
         let now = self.now_micros();
         let refill = match refill {
@@ -447,10 +465,10 @@ impl Queue {
             })
             .collect::<Result<_>>()?;
         let params: Vec<&SettleParams> = items.iter().map(|(_, _, p)| p).collect();
-        let (results, jobs) = self
-            .inner
-            .backend
-            .settle_and_lease(&params, lease.as_ref())?;
+        let (results, jobs) =
+            self.inner
+                .backend
+                .settle_and_lease(&params, lease.as_ref(), until)?;
         if self.inner.bus.has_listeners() {
             self.inner.bus.emit(items.iter().zip(&results).filter_map(
                 |((job, released, p), r)| match r {
@@ -552,6 +570,20 @@ impl Queue {
         })?;
         if !done.is_empty() {
             failpoint!("rescue");
+        }
+        for (expired, p) in &done {
+            let became = match p.transition {
+                Transition::Finish { status, .. } => status.as_str(),
+                Transition::Reschedule { .. } => "available",
+            };
+            tracing::warn!(
+                job_id = expired.lease.job_id,
+                attempt = expired.attempts,
+                max_attempts = expired.max_attempts,
+                became,
+                "rescued a job whose lease expired: its worker stopped heartbeating \
+                 (crashed, hung or stopped)"
+            );
         }
         self.inner
             .bus
@@ -819,6 +851,176 @@ impl Queue {
             }
         }
         Ok(deleted)
+    }
+}
+
+// ---- operate: what the CLI and the dashboard share ------------------------
+
+impl Queue {
+    /// Changes a waiting job (available, scheduled or retrying): its
+    /// priority, when it is due, or its queue. Every value is checked before
+    /// anything is written; a `run_at` in the past means now. Attempts and
+    /// errors are kept.
+    ///
+    /// [`Error::NotFound`] for an unknown id; [`Error::InvalidState`] for a
+    /// running or finished job, or when a live job of the target queue
+    /// already holds the job's unique key; [`Error::InvalidArgument`] for an
+    /// update that changes nothing.
+    pub fn update(&self, id: i64, update: &JobUpdate) -> Result<()> {
+        if update.is_empty() {
+            return Err(Error::InvalidArgument(
+                "an update needs a priority, a run time or a queue".into(),
+            ));
+        }
+        if let Some(queue) = &update.queue {
+            validate::name("queue", queue)?;
+        }
+        let now = self.now_micros();
+        let available_at = match update.run_at {
+            None => None,
+            Some(at) if at < UNIX_EPOCH => Some(now),
+            Some(at) => Some(system_time_to_micros(at)?.max(now)),
+        };
+        self.inner.backend.update(&UpdateParams {
+            id,
+            priority: update.priority,
+            available_at,
+            queue: update.queue.as_deref(),
+            now,
+        })
+    }
+
+    /// Every queue at a glance, by name: its live jobs by state, its dead
+    /// jobs, completions in the last hour and minute, and whether it is
+    /// paused. A queue is listed when it has live or dead jobs, completed
+    /// one in the last hour, or is paused.
+    ///
+    /// Counts the live jobs (a scan of the live table) and reads the dead
+    /// and recently completed ranges of history, never the rest of it.
+    pub fn stats(&self) -> Result<Vec<QueueStats>> {
+        let now = self.now_micros();
+        let hour_ago = now.saturating_sub(3_600_000_000);
+        let minute_ago = now.saturating_sub(60_000_000);
+        let mut by_queue = std::collections::BTreeMap::<String, QueueStats>::new();
+        fn entry<'m>(
+            by_queue: &'m mut std::collections::BTreeMap<String, QueueStats>,
+            queue: &str,
+        ) -> &'m mut QueueStats {
+            by_queue
+                .entry(queue.to_owned())
+                .or_insert_with(|| QueueStats {
+                    queue: queue.to_owned(),
+                    ..QueueStats::default()
+                })
+        }
+        for c in self.inner.backend.depth(now)? {
+            let stats = entry(&mut by_queue, &c.queue);
+            match c.state {
+                JobState::Available => stats.available += c.count,
+                JobState::Scheduled => stats.scheduled += c.count,
+                JobState::Retrying => stats.retrying += c.count,
+                JobState::Running => stats.running += c.count,
+                JobState::Finished(FinalStatus::Dead) => stats.dead += c.count,
+                JobState::Finished(_) => {}
+            }
+        }
+        for r in self
+            .inner
+            .backend
+            .recent_completions(hour_ago, minute_ago)?
+        {
+            let stats = entry(&mut by_queue, &r.queue);
+            stats.completed_last_hour = r.hour;
+            stats.completed_last_minute = r.minute;
+        }
+        let paused = self.paused_queues()?;
+        for queue in &paused {
+            entry(&mut by_queue, queue).paused = true;
+        }
+        Ok(by_queue.into_values().collect())
+    }
+
+    /// The size of the SQLite write-ahead log in bytes (0 when there is
+    /// none); `None` on a server backend.
+    pub fn wal_size(&self) -> Option<u64> {
+        let mut wal = self.path()?.as_os_str().to_owned();
+        wal.push("-wal");
+        Some(std::fs::metadata(wal).map_or(0, |m| m.len()))
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    /// Live jobs per queue and state, and dead jobs per queue: the cheap
+    /// part of [`Queue::counts`] that metrics scrape.
+    pub(crate) fn depth(&self) -> Result<Vec<StateCount>> {
+        self.inner.backend.depth(self.now_micros())
+    }
+
+    /// Discards a job that is waiting to run (available, scheduled or
+    /// retrying): it moves to history as `discarded`, with `reason` as its
+    /// last error. What an operator does to a job that must not run; a
+    /// handler discards its own job with [`Queue::discard`].
+    /// [`Error::NotFound`], or [`Error::InvalidState`] for a running job
+    /// (see [`Queue::cancel`]) or a finished one.
+    pub fn discard_job(&self, id: i64, reason: &str) -> Result<()> {
+        self.inner.backend.discard(id, reason, self.now_micros())
+    }
+
+    /// Discards every waiting job matching `filter`, page by page; see
+    /// [`Queue::discard_job`].
+    pub fn discard_matching(&self, filter: &JobFilter, reason: &str) -> Result<BulkReport> {
+        self.for_each_matching(filter, |id| self.discard_job(id, reason).map(|()| false))
+    }
+
+    /// Retries every job matching `filter` (a dead, discarded or cancelled
+    /// state), page by page, each in its own transaction; see
+    /// [`Queue::retry`].
+    pub fn retry_matching(&self, filter: &JobFilter) -> Result<BulkReport> {
+        self.for_each_matching(filter, |id| self.retry(id).map(|()| false))
+    }
+
+    /// Cancels every job matching `filter`, page by page; see
+    /// [`Queue::cancel`]. Running jobs are asked to stop
+    /// ([`BulkReport::requested`]).
+    pub fn cancel_matching(&self, filter: &JobFilter) -> Result<BulkReport> {
+        self.for_each_matching(filter, |id| {
+            self.cancel(id).map(|o| o == CancelOutcome::Requested)
+        })
+    }
+
+    /// Deletes every job matching `filter`, page by page; see
+    /// [`Queue::delete`].
+    pub fn delete_matching(&self, filter: &JobFilter) -> Result<BulkReport> {
+        self.for_each_matching(filter, |id| self.delete(id).map(|()| false))
+    }
+
+    /// Applies `op` to every job `filter` lists, in id order. A job that
+    /// moved on since it was listed (`NotFound`, `InvalidState`) is skipped;
+    /// any other error stops the walk. `op` returns whether the job's change
+    /// is only requested.
+    fn for_each_matching(
+        &self,
+        filter: &JobFilter,
+        op: impl Fn(i64) -> Result<bool>,
+    ) -> Result<BulkReport> {
+        let mut report = BulkReport::default();
+        let mut filter = filter.clone();
+        loop {
+            let page = self.list(&filter)?;
+            for job in &page.jobs {
+                match op(job.id) {
+                    Ok(requested) => {
+                        report.done += 1;
+                        report.requested += u64::from(requested);
+                    }
+                    Err(Error::NotFound { .. } | Error::InvalidState { .. }) => report.skipped += 1,
+                    Err(e) => return Err(e),
+                }
+            }
+            match page.next_after {
+                Some(after) => filter = filter.after(after),
+                None => return Ok(report),
+            }
+        }
     }
 }
 

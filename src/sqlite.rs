@@ -204,7 +204,10 @@ pub trait JobContextExt {
     /// A job completed this way is not completed again by the worker, whatever
     /// the handler returns afterwards. The queue's write connection is held
     /// while `f` runs: keep it short, and enqueue follow-up jobs with
-    /// [`QueueExt::enqueue_in`]`(tx, ..)`, not [`Queue::enqueue`].
+    /// [`QueueExt::enqueue_in`]`(tx, ..)`; [`Queue::enqueue`] and every other
+    /// call that writes through the queue's own connection return
+    /// [`Error::InsideTransaction`] at once there (they would wait for this
+    /// transaction).
     fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
     where
         T: Serialize,
@@ -254,6 +257,13 @@ fn check_caller_connection(queue: &Queue, conn: &Connection) -> Result<()> {
     if conn.is_autocommit() {
         return Err(Error::NotInTransaction);
     }
+    check_same_database(queue, conn)
+}
+
+/// Refuses a connection open on another database file than the queue's (or
+/// a queue that is not on SQLite).
+pub(crate) fn check_same_database(queue: &Queue, conn: &Connection) -> Result<()> {
+    connections(queue)?;
     let (path, canonical) = queue.paths();
     let theirs = conn.path().map(Path::new);
     let same = match theirs {

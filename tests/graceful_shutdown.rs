@@ -70,7 +70,10 @@ fn worker(role: &str, db: &Path) -> TestResult {
     let lease_reports = reports.clone();
     thread::spawn(move || {
         for event in events.iter() {
-            if let Event::Leased { job_id, attempt } = event {
+            if let Event::Leased {
+                job_id, attempt, ..
+            } = event
+            {
                 let _ = lease_reports.line(format!("lease {who} {job_id} {attempt} {}", now_us()));
             }
         }

@@ -93,3 +93,62 @@ fn shutdown_lets_short_jobs_finish_and_releases_long_ones_to_the_next_worker() -
     }
     Ok(())
 }
+
+/// `shutdown(grace)` is bounded: with another process holding the file's
+/// write lock for 10 s, it returns within grace + SHUTDOWN_MARGIN, and says
+/// that the running job's release could not be committed (its lease expires
+/// and the rescuer frees it instead).
+#[test]
+fn shutdown_returns_within_its_bound_while_another_process_holds_the_write_lock() -> TestResult {
+    use backlog::{Event, SHUTDOWN_MARGIN};
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    let db = Db::new()?;
+    let queue = db.queue()?;
+    let events = queue.subscribe();
+    let job = queue.enqueue(NewJob::new("slow", json!(1)))?;
+    let worker = Worker::builder(queue.clone())
+        .handle_raw("slow", |_, ctx| {
+            while !ctx.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(())
+        })
+        .start()?;
+    while !matches!(
+        events.recv_timeout(Duration::from_secs(10))?,
+        Event::Started { job_id, .. } if job_id == job.id
+    ) {}
+
+    // Another connection (another process, for SQLite's locks) takes the
+    // write lock and keeps it for 10 seconds.
+    let (locked, is_locked) = mpsc::channel();
+    let path = db.path.clone();
+    let hog = std::thread::spawn(move || -> rusqlite::Result<()> {
+        let mut conn = rusqlite::Connection::open(path)?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let _ = locked.send(());
+        std::thread::sleep(Duration::from_secs(10));
+        tx.rollback()
+    });
+    is_locked.recv_timeout(Duration::from_secs(10))?;
+
+    let grace = Duration::from_millis(500);
+    let start = Instant::now();
+    let report = worker.shutdown(grace)?;
+    let took = start.elapsed();
+    println!(
+        "shutdown under a held write lock: took_ms={} unsettled={}",
+        took.as_millis(),
+        report.unsettled
+    );
+    // Some slack for a loaded machine, far below the 10 s hold.
+    assert!(
+        took < grace + SHUTDOWN_MARGIN + Duration::from_millis(500),
+        "shutdown took {took:?}"
+    );
+    assert_eq!(report.unsettled, 1, "the release could not commit");
+    hog.join().map_err(|_| "hog panicked")??;
+    Ok(())
+}

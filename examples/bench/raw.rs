@@ -13,17 +13,24 @@ use rusqlite::{params, Connection, TransactionBehavior};
 
 use crate::db::{now_micros, payload, Pragmas};
 
+/// Every raw insert is due at once (`available_at` is now or earlier), so
+/// it goes straight into the lease index, `due = 1`, as backlog's enqueue
+/// puts it (schema V2). Without it the job would wait in
+/// `backlog_jobs_scheduled` for a lease to promote it.
 pub const INSERT: &str = "
-INSERT INTO backlog_jobs (queue, kind, payload, available_at, created_at, updated_at)
-VALUES ('default', 'noop', ?1, ?2, ?2, ?2)";
+INSERT INTO backlog_jobs (queue, kind, payload, available_at, due, created_at, updated_at)
+VALUES ('default', 'noop', ?1, ?2, 1, ?2, ?2)";
 
-/// The lease, as backlog's minus the paused-queue check and the kind filter:
-/// one index walk in claim order, one update, the columns a handler needs.
+/// The lease, as backlog's minus the promotion of jobs that came due, the
+/// paused-queue check and the kind filter: one walk of `backlog_jobs_lease`
+/// in claim order (`AND due` lets it use that partial index; without it the
+/// planner scans the table and sorts it), one update, the columns a handler
+/// needs.
 pub const LEASE: &str = "
 UPDATE backlog_jobs
 SET attempts = attempts + 1, lease_token = random(), lease_until = ?2, locked_by = 'raw'
 WHERE id IN (SELECT id FROM backlog_jobs
-             WHERE queue = 'default' AND lease_token IS NULL AND available_at <= ?1
+             WHERE queue = 'default' AND lease_token IS NULL AND due AND available_at <= ?1
              ORDER BY priority DESC, available_at, id LIMIT ?3)
 RETURNING id, lease_token, kind, payload";
 

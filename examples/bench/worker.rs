@@ -251,7 +251,8 @@ pub fn burn_down(
             &format!("worker {} / raw drain 100", b.name()),
             "ratio",
             backlog_rate / raw_rate,
-            Target::AtLeast(0.6),
+            // Issue 10: the default worker ≥ 50 %; issue 4: prefetch ≥ 60 %.
+            Target::AtLeast(if b.prefetch == 0 { 0.5 } else { 0.6 }),
         );
     }
     Ok(())
@@ -289,8 +290,8 @@ pub fn produce(queue: &Queue, rate: f64, secs: f64) -> BoxResult<usize> {
 
 /// Runs a worker while jobs are produced at `rate` for `secs`, by a thread of
 /// this process or by a child process, and reports enqueue→handler-start
-/// percentiles. The targets (p99 ≤ 2 ms here, ≤ 20 ms from another process)
-/// apply to `Fast`.
+/// percentiles. The targets (p99 ≤ 2 ms, in this process and, since issue
+/// 10's file notifications, from another process) apply to `Fast`.
 pub fn latency(report: &mut Report, dir: &Path, d: Durability, l: &Latency) -> BoxResult<()> {
     crate::modes::record_env(report, dir, d)?;
     let dn = durability_name(d);
@@ -344,7 +345,7 @@ pub fn latency(report: &mut Report, dir: &Path, d: Durability, l: &Latency) -> B
         } else {
             "same process"
         };
-        let p99_target = if cross_process { 20.0 } else { 2.0 };
+        let p99_target = 2.0;
         for (label, p) in [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("max", 100.0)] {
             let name = format!("{origin}, {} jobs/s: {label}", l.rate);
             let value = percentile(&sorted, p);

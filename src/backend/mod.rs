@@ -84,6 +84,27 @@ pub(crate) struct ExpiredLease {
     pub cancel_requested: bool,
 }
 
+/// A decided change to a job that is not leased; `None` fields keep their
+/// value. The engine validated every value.
+#[derive(Debug)]
+pub(crate) struct UpdateParams<'a> {
+    pub id: i64,
+    pub priority: Option<i32>,
+    pub available_at: Option<i64>,
+    pub queue: Option<&'a str>,
+    pub now: i64,
+}
+
+/// Completed jobs per queue since two points in time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RecentCompletions {
+    pub queue: String,
+    /// Completed at or after `StatsParams::hour_since`.
+    pub hour: u64,
+    /// Completed at or after `StatsParams::minute_since`.
+    pub minute: u64,
+}
+
 use crate::error::Result;
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
 use crate::job::Enqueued;
@@ -119,8 +140,15 @@ macro_rules! dispatch {
 impl Backend {
     /// Applies pending schema migrations.
     pub(crate) fn migrate(&self, write_deadline: std::time::Duration) -> Result<()> {
-        dispatch!(self, db => sqlite::migrate::migrate(&mut db.writer(), write_deadline),
+        dispatch!(self, db => sqlite::migrate::migrate(&mut *db.writer()?, write_deadline),
             server => db.migrate())
+    }
+
+    /// The migrations this build has that the database has not applied,
+    /// oldest first (`V2__due`). Reads only.
+    pub(crate) fn pending_migrations(&self) -> Result<Vec<String>> {
+        dispatch!(self, db => db.read(sqlite::migrate::pending),
+            server => db.pending_migrations())
     }
 
     /// Inserts jobs in one transaction.
@@ -151,39 +179,45 @@ impl Backend {
             server => db.next_due(queues, now))
     }
 
-    /// Applies many transitions in one transaction, then a lease with
-    /// `lease` when given: one transaction on SQLite (group commit for both
-    /// halves); two on the server backends for now. A lost lease fails only
-    /// its own item; an item's `Ok(true)` says a cancel requested while the
-    /// job ran won over its reschedule.
+    /// Applies many transitions, then a lease with `lease` when given, in
+    /// one transaction (group commit for both halves). A lost lease fails
+    /// only its own item; an item's `Ok(true)` says a cancel requested while
+    /// the job ran won over its reschedule. With `until`, SQLite gives up
+    /// then (`Busy`) however long another process holds the write lock; the
+    /// servers have no such lock and keep their own bounds.
     pub(crate) fn settle_and_lease(
         &self,
         items: &[&SettleParams],
         lease: Option<&LeaseParams<'_>>,
+        until: Option<std::time::Instant>,
     ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
-        dispatch!(self, db => db.write(|tx| {
-            let results = items
-                .iter()
-                .map(|p| match sqlite::jobs::settle_reporting(tx, p) {
-                    Err(e) if !e.is_lease_lost() => Err(e),
-                    result => Ok(result),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            failpoint!("settle-before-commit");
-            let jobs = match lease {
-                Some(p) => sqlite::jobs::lease(tx, p)?,
-                None => Vec::new(),
-            };
-            Ok((results, jobs))
-        }),
-        server => {
-            let results = if items.is_empty() { Vec::new() } else { db.settle_many(items)? };
-            let jobs = match lease {
-                Some(p) => db.lease(p)?,
-                None => Vec::new(),
-            };
-            Ok((results, jobs))
-        })
+        match self {
+            Backend::Sqlite(db) => {
+                let apply = |tx: &rusqlite::Transaction<'_>| {
+                    let results = items
+                        .iter()
+                        .map(|p| match sqlite::jobs::settle_reporting(tx, p) {
+                            Err(e) if !e.is_lease_lost() => Err(e),
+                            result => Ok(result),
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    failpoint!("settle-before-commit");
+                    let jobs = match lease {
+                        Some(p) => sqlite::jobs::lease(tx, p)?,
+                        None => Vec::new(),
+                    };
+                    Ok((results, jobs))
+                };
+                match until {
+                    Some(until) => db.write_until(until, apply),
+                    None => db.write(apply),
+                }
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(db) => db.settle_and_lease(items, lease),
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(db) => db.settle_and_lease(items, lease),
+        }
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
@@ -241,9 +275,44 @@ impl Backend {
             server => db.cancel(id, now))
     }
 
+    /// Moves a job that is not running to history as `discarded`, `reason`
+    /// appended to its errors (attempt 0): `NotFound`, or `InvalidState` for
+    /// a running or finished job.
+    pub(crate) fn discard(&self, id: i64, reason: &str, now: i64) -> Result<()> {
+        dispatch!(self, db => db.write(|tx| sqlite::inspect::discard(tx, id, reason, now)),
+            server => db.discard(id, reason, now))
+    }
+
     pub(crate) fn delete(&self, id: i64) -> Result<()> {
         dispatch!(self, db => db.write(|tx| sqlite::inspect::delete(tx, id)),
             server => db.delete(id))
+    }
+
+    /// Changes priority, due time or queue of a job that is not leased:
+    /// `NotFound`, or `InvalidState` for a running or finished job or when
+    /// the target queue's live jobs already hold its unique key.
+    pub(crate) fn update(&self, p: &UpdateParams<'_>) -> Result<()> {
+        dispatch!(self, db => db.write(|tx| sqlite::inspect::update(tx, p)),
+            server => db.update(p))
+    }
+
+    /// Live jobs per queue and derived state at `now`, and dead jobs per
+    /// queue: the counts a metrics scrape needs, without counting the rest
+    /// of history.
+    pub(crate) fn depth(&self, now: i64) -> Result<Vec<StateCount>> {
+        dispatch!(self, db => db.read(|c| sqlite::inspect::depth(c, now)),
+            server => db.depth(now))
+    }
+
+    /// Completed jobs per queue finished at or after `hour_since`, and of
+    /// those, at or after `minute_since`.
+    pub(crate) fn recent_completions(
+        &self,
+        hour_since: i64,
+        minute_since: i64,
+    ) -> Result<Vec<RecentCompletions>> {
+        dispatch!(self, db => db.read(|c| sqlite::inspect::recent_completions(c, hour_since, minute_since)),
+            server => db.recent_completions(hour_since, minute_since))
     }
 
     pub(crate) fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {
@@ -303,7 +372,7 @@ impl Backend {
     pub(crate) fn checkpoint(&self) -> Result<bool> {
         match self {
             Backend::Sqlite(db) => {
-                let done = sqlite::wal::checkpoint(&db.writer())?;
+                let done = sqlite::wal::checkpoint(&*db.writer()?)?;
                 Ok(!done.busy && done.checkpointed_frames >= done.log_frames)
             }
             #[allow(unreachable_patterns)]

@@ -370,6 +370,12 @@ impl WorkerBuilder {
         Worker::start(self.queue, self.handlers, config)
     }
 
+    /// What [`crate::testing::drain`] runs jobs with: the queue, the
+    /// handlers and the validated settings, without starting any thread.
+    pub(crate) fn inline_parts(&self) -> Result<(&Queue, &Handlers, Config)> {
+        Ok((&self.queue, &self.handlers, self.validate()?))
+    }
+
     fn validate(&self) -> Result<Config> {
         let invalid = |why: String| Err(Error::InvalidArgument(why));
         if self.handlers.is_empty() {

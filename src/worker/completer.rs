@@ -27,8 +27,9 @@ use crate::worker::Shared;
 pub(crate) enum Settle {
     /// Apply this outcome to this leased job.
     Apply(Arc<Job>, Outcome),
-    /// Flush what came before and stop.
-    Stop,
+    /// Flush what came before, giving up at this instant (the shutdown's
+    /// bound: what is left is for lease expiry and the rescuer), and stop.
+    Stop(Instant),
 }
 
 /// While a batch collects, how often the completer checks whether any
@@ -52,13 +53,18 @@ impl Completer {
         let size = self.shared.config.completer_batch;
         let delay = self.shared.config.completer_delay;
         let mut batch: Vec<(Arc<Job>, Outcome)> = Vec::with_capacity(size);
+        let mut until = None;
         loop {
             let mut stop = match self.outcomes.recv() {
                 Ok(Settle::Apply(job, outcome)) => {
                     batch.push((job, outcome));
                     false
                 }
-                Ok(Settle::Stop) | Err(_) => true,
+                Ok(Settle::Stop(at)) => {
+                    until = Some(at);
+                    true
+                }
+                Err(_) => true,
             };
             let flush_at = Instant::now() + delay;
             while !stop && batch.len() < size {
@@ -71,13 +77,17 @@ impl Completer {
                 let step = flush_at.min(Instant::now() + IDLE_CHECK);
                 match self.outcomes.recv_deadline(step) {
                     Ok(Settle::Apply(job, outcome)) => batch.push((job, outcome)),
-                    Ok(Settle::Stop) | Err(RecvTimeoutError::Disconnected) => stop = true,
+                    Ok(Settle::Stop(at)) => {
+                        until = Some(at);
+                        stop = true;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => stop = true,
                     Err(RecvTimeoutError::Timeout) if Instant::now() >= flush_at => break,
                     Err(RecvTimeoutError::Timeout) => {}
                 }
             }
             if !batch.is_empty() {
-                self.flush(&mut batch);
+                self.flush(&mut batch, until);
             }
             if stop {
                 return;
@@ -89,7 +99,7 @@ impl Completer {
     /// every free slot in the same transaction: the slots the batch's
     /// handlers freed go to the next jobs with one commit for both (the
     /// complete-and-lease of a default worker).
-    fn flush(&self, batch: &mut Vec<(Arc<Job>, Outcome)>) {
+    fn flush(&self, batch: &mut Vec<(Arc<Job>, Outcome)>, until: Option<Instant>) {
         let shared = &self.shared;
         let queue = &shared.queue;
         let claimed = if shared.completer_refills() && !shared.stopping.load(Ordering::SeqCst) {
@@ -104,7 +114,7 @@ impl Completer {
         let mut wait = Duration::from_millis(50);
         for attempt in 1..=ATTEMPTS {
             let items = batch.iter().map(|(job, o)| (job.as_ref(), o.clone()));
-            match queue.settle_many_and_lease(items, refill) {
+            match queue.settle_many_and_lease(items, refill, until) {
                 Ok((results, jobs)) => {
                     failpoint!("completer-after-commit");
                     let lost: Vec<_> = batch
@@ -114,15 +124,44 @@ impl Completer {
                         .map(|((job, _), _)| job.lease())
                         .collect();
                     let news = shared.inflight.lose(&lost);
+                    for job_id in &news {
+                        tracing::warn!(
+                            job_id,
+                            "lease lost: the job's outcome was not applied (its lease \
+                             expired and it was rescued, or it was deleted)"
+                        );
+                    }
                     queue.emit(news.into_iter().map(|job_id| Event::LeaseLost { job_id }));
                     leased = jobs;
                     break;
                 }
-                Err(_) if attempt < ATTEMPTS => {
+                Err(error)
+                    if attempt < ATTEMPTS && until.is_none_or(|u| Instant::now() + wait < u) =>
+                {
+                    tracing::warn!(
+                        %error,
+                        busy = error.is_busy(),
+                        jobs = batch.len(),
+                        attempt,
+                        retry_in = ?wait,
+                        "settling a batch of outcomes failed; retrying"
+                    );
                     thread::sleep(wait);
                     wait *= 2;
                 }
-                Err(_) => {} // left to lease expiry and the rescuer
+                Err(error) => {
+                    shared.unsettled.fetch_add(batch.len(), Ordering::SeqCst);
+                    tracing::error!(
+                        %error,
+                        busy = error.is_busy(),
+                        jobs = batch.len(),
+                        job_ids = ?batch.iter().map(|(job, _)| job.id).collect::<Vec<_>>(),
+                        attempts = ATTEMPTS,
+                        "gave up settling a batch of outcomes; their leases will expire \
+                         and the rescuer will make the jobs available again"
+                    );
+                    break;
+                }
             }
         }
         shared.inflight.remove(batch.iter().map(|(job, _)| job.id));
@@ -168,7 +207,13 @@ impl Completer {
         if !refused.is_empty() {
             let items = refused.iter().map(|j| (j.as_ref(), Outcome::Release));
             // On failure their leases expire and the rescuer frees them.
-            let _ = shared.queue.settle_many(items);
+            if let Err(error) = shared.queue.settle_many(items) {
+                tracing::warn!(
+                    %error,
+                    jobs = refused.len(),
+                    "releasing jobs leased during shutdown failed; their leases will expire"
+                );
+            }
         }
         handed
     }

@@ -240,8 +240,9 @@ impl JobContext {
     /// the cancellation flag and returns [`Error::LeaseLost`] when the lease
     /// is no longer held; sets it too when a cancel was requested.
     ///
-    /// Not to be called inside `ctx.transaction(..)`: on SQLite the
-    /// transaction holds the queue's write connection.
+    /// Inside `ctx.transaction(..)` on SQLite, whose transaction holds the
+    /// queue's write connection, it returns [`Error::InsideTransaction`] at
+    /// once.
     pub fn heartbeat(&self) -> Result<()> {
         let report = self.queue.heartbeat(&[self.job.lease()], self.lease_ttl)?;
         if !report.lost.is_empty() {
@@ -314,6 +315,12 @@ impl JobContext {
 
     fn lease_lost(&self) {
         if self.cancel.lose_lease() {
+            tracing::warn!(
+                job_id = self.job.id,
+                "lease lost: the job is no longer held by this worker (its lease \
+                 expired and it was rescued, or it was deleted); nothing it commits \
+                 applies"
+            );
             self.queue.emit([Event::LeaseLost {
                 job_id: self.job.id,
             }]);

@@ -186,7 +186,7 @@ impl JobError {
 
     /// True when this came from [`Error::LeaseLost`]: the job belongs to
     /// another worker now and whatever this handler committed with
-    /// [`JobContext::transaction`](crate::JobContext::transaction) was rolled back.
+    /// `ctx.transaction(..)` was rolled back.
     pub fn is_lease_lost(&self) -> bool {
         self.backlog_error().is_some_and(Error::is_lease_lost)
     }

@@ -9,7 +9,7 @@ use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -17,11 +17,12 @@ use crate::events::Event;
 use crate::inspect::JobState;
 use crate::lease::Job;
 use crate::outcome::{FinalStatus, Outcome};
+use crate::retry::RetryPolicy;
 use crate::worker::completer::Settle;
 use crate::worker::context::{CancelFlag, CancelReason, JobContext};
 use crate::worker::error::JobError;
 use crate::worker::fetcher::Leased;
-use crate::worker::handler::Handled;
+use crate::worker::handler::{Handled, Handlers};
 use crate::worker::Shared;
 
 pub(crate) struct Executor {
@@ -71,25 +72,8 @@ impl Executor {
             deadline,
             shared.config.lease_ttl,
         );
-        let handled = match shared.handlers.get(&job.kind) {
-            Some(handler) => catch_unwind(AssertUnwindSafe(|| handler(&ctx))),
-            // Not reached: only registered kinds are leased.
-            None => Ok(Handled::Failed(JobError::retry(format!(
-                "no handler for kind {:?} in this worker",
-                job.kind
-            )))),
-        };
         let policy = shared.config.retry_policy_for(&job.kind);
-        let outcome = match handled {
-            Ok(Handled::Output(result)) => Outcome::Complete(result),
-            Ok(Handled::Failed(error)) => error.into_outcome(job.attempt, policy),
-            Ok(Handled::Undecodable(message)) => Outcome::Dead(message),
-            Err(panic) => JobError::retry(format!(
-                "handler panicked: {}",
-                panic_message(panic.as_ref())
-            ))
-            .into_outcome(job.attempt, policy),
-        };
+        let outcome = run_handler(&shared.handlers, &ctx, policy);
         // Settling from here on: no heartbeat reports the job lost any more.
         let held = shared.inflight.finish(job.id);
         // A lease settled in a caller's transaction is recorded by the queue
@@ -159,6 +143,105 @@ impl Executor {
         if self.shared.inflight.finish(job.id) {
             self.shared.settle(&self.outcomes, job, outcome);
         }
+    }
+}
+
+/// Runs the job's handler under `catch_unwind`, inside the job's span (id,
+/// kind, queue, attempt), and turns what it returned into an outcome: what a
+/// handler thread does, and what [`crate::testing::drain`] does inline.
+/// Logs the start, and the end with the run's duration and outcome.
+pub(crate) fn run_handler(
+    handlers: &Handlers,
+    ctx: &JobContext,
+    policy: Option<&RetryPolicy>,
+) -> Outcome {
+    let job = ctx.job();
+    let span = tracing::info_span!(
+        "job",
+        id = job.id,
+        kind = %job.kind,
+        queue = %job.queue,
+        attempt = job.attempt
+    );
+    let _entered = span.enter();
+    tracing::debug!("job started");
+    let started = Instant::now();
+    let handled = match handlers.get(&job.kind) {
+        Some(handler) => catch_unwind(AssertUnwindSafe(|| handler(ctx))),
+        // Not reached by a worker: only registered kinds are leased.
+        None => Ok(Handled::Failed(JobError::retry(format!(
+            "no handler for kind {:?} in this worker",
+            job.kind
+        )))),
+    };
+    let outcome = match handled {
+        Ok(Handled::Output(result)) => Outcome::Complete(result),
+        Ok(Handled::Failed(error)) => error.into_outcome(job.attempt, policy),
+        Ok(Handled::Undecodable(message)) => Outcome::Dead(message),
+        Err(panic) => JobError::retry(format!(
+            "handler panicked: {}",
+            panic_message(panic.as_ref())
+        ))
+        .into_outcome(job.attempt, policy),
+    };
+    log_finished(
+        job,
+        &outcome,
+        started.elapsed(),
+        ctx.completed_in_transaction(),
+    );
+    outcome
+}
+
+/// The "job finished" event: info for a success, warn for a failure that
+/// will be retried or a discard, error for a job that goes dead.
+fn log_finished(job: &Job, outcome: &Outcome, duration: Duration, in_transaction: bool) {
+    match outcome {
+        // Completed in `ctx.transaction`: whatever the handler returned next
+        // changes nothing.
+        _ if in_transaction => tracing::info!(
+            ?duration,
+            outcome = "completed",
+            in_transaction,
+            "job finished"
+        ),
+        Outcome::Complete(_) => tracing::info!(?duration, outcome = "completed", "job finished"),
+        Outcome::Fail { error, retry_after } if !job.is_last_attempt() => tracing::warn!(
+            ?duration,
+            outcome = "retry",
+            error = %error,
+            retry_in = ?retry_after,
+            "job failed; it will be retried"
+        ),
+        Outcome::Fail { error, .. } => tracing::error!(
+            ?duration,
+            outcome = "dead",
+            error = %error,
+            max_attempts = job.max_attempts,
+            "job failed on its last attempt; it is dead"
+        ),
+        Outcome::Dead(error) => tracing::error!(
+            ?duration,
+            outcome = "dead",
+            error = %error,
+            "job cannot run (its payload does not decode); it is dead"
+        ),
+        Outcome::Snooze(delay) => {
+            tracing::info!(?duration, outcome = "snoozed", ?delay, "job finished")
+        }
+        Outcome::Discard(reason) => tracing::warn!(
+            ?duration,
+            outcome = "discarded",
+            reason = %reason,
+            "job discarded"
+        ),
+        Outcome::Cancel(reason) => tracing::info!(
+            ?duration,
+            outcome = "cancelled",
+            reason = %reason,
+            "job cancelled"
+        ),
+        Outcome::Release => tracing::info!(?duration, outcome = "released", "job finished"),
     }
 }
 

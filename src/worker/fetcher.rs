@@ -76,12 +76,19 @@ impl Fetcher {
                             idle.reset();
                         }
                         // Nothing more is due now: when is the next one?
-                        self.next_due = self
-                            .shared
-                            .queue
-                            .next_due_in(&self.request.queues)
-                            .unwrap_or(None)
-                            .map(|d| Instant::now() + d);
+                        self.next_due = match self.shared.queue.next_due_in(&self.request.queues) {
+                            Ok(due) => due.map(|d| Instant::now() + d),
+                            Err(error) => {
+                                // The idle poll finds scheduled jobs meanwhile.
+                                tracing::warn!(
+                                    %error,
+                                    busy = error.is_busy(),
+                                    "could not read when the next scheduled job is due; \
+                                     polling instead"
+                                );
+                                None
+                            }
+                        };
                     }
                     None => idle.grow(), // a database error: back off
                 }
@@ -117,7 +124,12 @@ impl Fetcher {
         self.request.limit = claimed;
         let jobs = match self.shared.queue.lease(&self.request) {
             Ok(jobs) => jobs,
-            Err(_) => {
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    busy = error.is_busy(),
+                    "leasing jobs failed; retrying after the idle wait"
+                );
                 self.shared.give_back(claimed);
                 return None;
             }

@@ -51,11 +51,27 @@ impl Heartbeater {
         let report = shared
             .queue
             .heartbeat(&leases, shared.config.lease_ttl)
-            .map_err(|_| ())?;
+            .map_err(|error| {
+                tracing::warn!(
+                    %error,
+                    busy = error.is_busy(),
+                    jobs = leases.len(),
+                    retry_in = ?shared.config.heartbeat_interval / RETRY_DIVISOR,
+                    "heartbeat failed; retrying sooner"
+                );
+            })?;
         failpoint!("heartbeat");
         let news = shared
             .inflight
             .lose_unsettled(&report.lost, |lease| shared.queue.take_settled_in(lease));
+        for job_id in &news {
+            tracing::warn!(
+                job_id,
+                "lease lost: the heartbeat found the job no longer held by this worker \
+                 (its lease expired and it was rescued, or it was deleted); its handler \
+                 is told to stop"
+            );
+        }
         shared
             .queue
             .emit(news.into_iter().map(|job_id| Event::LeaseLost { job_id }));

@@ -166,7 +166,15 @@ impl InFlight {
         for entry in entries.values().filter(|e| e.stage == Stage::Running) {
             match entry.deadline {
                 Some(d) if d <= now => {
-                    entry.cancel.cancel(CancelReason::Timeout);
+                    let first = entry.cancel.cancel(CancelReason::Timeout);
+                    if first {
+                        tracing::warn!(
+                            job_id = entry.job.id,
+                            kind = %entry.job.kind,
+                            overdue = ?now.saturating_duration_since(d),
+                            "job ran past its timeout; its cancellation flag is set"
+                        );
+                    }
                 }
                 Some(d) if entry.cancel.reason().is_none() => {
                     next = Some(next.map_or(d, |n| n.min(d)));
@@ -216,6 +224,11 @@ impl InFlight {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
+    }
+
+    /// How many jobs are held.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
     }
 }
 

@@ -45,14 +45,30 @@ impl Maintenance {
         for _ in 0..RESCUE_BATCHES_PER_PASS {
             match queue.rescue(RESCUE_BATCH) {
                 Ok(r) if r.rescued + r.dead + r.cancelled == RESCUE_BATCH => continue,
-                _ => break,
+                Ok(_) => break,
+                Err(error) => {
+                    warn_failed("rescuing expired leases", &error);
+                    break;
+                }
             }
         }
-        let _ = queue.prune_history(&self.shared.config.retention, PRUNE_BATCH);
+        if let Err(error) = queue.prune_history(&self.shared.config.retention, PRUNE_BATCH) {
+            warn_failed("pruning history", &error);
+        }
         if self.shared.inflight.is_empty() {
-            let _ = queue.checkpoint();
+            if let Err(error) = queue.checkpoint() {
+                warn_failed("checkpointing the WAL", &error);
+            }
         }
     }
+}
+
+fn warn_failed(step: &str, error: &crate::Error) {
+    tracing::warn!(
+        %error,
+        busy = error.is_busy(),
+        "maintenance: {step} failed; the next pass tries again"
+    );
 }
 
 #[cfg(test)]

@@ -64,7 +64,7 @@
 //! retry by the policy (any error, with `?`), retry after a delay, snooze
 //! (no attempt used), discard, or cancel. A payload that does not decode into
 //! the handler's argument type sends the job to `dead` at once. A handler that
-//! commits its effects with [`JobContext::transaction`] completes the job in
+//! commits its effects with `ctx.transaction(..)` ([`crate::sqlite::JobContextExt`]) completes the job in
 //! the same transaction, exactly once.
 //!
 //! ## Shutdown
@@ -90,6 +90,7 @@ pub use builder::{WorkerBuilder, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFE
 pub(crate) use context::to_result;
 pub use context::{CancelReason, JobContext};
 pub use error::{Action, JobError};
+pub(crate) use executor::run_handler;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -115,6 +116,22 @@ use maintenance::Maintenance;
 /// return before leaving them running on detached threads.
 const CANCELLED_HANDLER_WAIT: Duration = Duration::from_secs(1);
 
+/// How long [`Worker::shutdown`] may take beyond its grace period: a second
+/// for cancelled handlers to return, half a second to commit what they and
+/// the grace period left.
+pub const SHUTDOWN_MARGIN: Duration = Duration::from_millis(1500);
+
+/// What [`Worker::shutdown`] could not do within its bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Jobs whose outcome or release could not be committed (another
+    /// process held the write lock, the database was unreachable, a handler
+    /// ignored its cancellation): their leases expire and the rescuer makes
+    /// them available again.
+    pub unsettled: usize,
+}
+
 /// What the worker's threads share.
 pub(crate) struct Shared {
     pub queue: Queue,
@@ -131,6 +148,9 @@ pub(crate) struct Shared {
     /// the same transaction, so the fetcher leaves free slots to it while
     /// this is not zero.
     pub settling: AtomicUsize,
+    /// Outcomes the completer gave up on (their leases expire; the rescuer
+    /// frees the jobs): counted for [`ShutdownReport::unsettled`].
+    pub unsettled: AtomicUsize,
     /// Handler threads working on a job right now: when none is, no outcome
     /// is on its way and the completer commits at once.
     pub busy: AtomicUsize,
@@ -229,10 +249,17 @@ impl Worker {
     /// A handler cannot be interrupted: one still running a second after the
     /// grace period (it ignores [`JobContext::is_cancelled`]) is left on its
     /// detached thread. Its job was released, so nothing it returns or
-    /// commits with [`JobContext::transaction`] is applied (`LeaseLost`).
+    /// commits with `ctx.transaction(..)` is applied (`LeaseLost`).
+    ///
+    /// **Bound**: it returns within `grace` plus [`SHUTDOWN_MARGIN`] (1.5 s),
+    /// even while another process holds the SQLite file's write lock. What
+    /// could not be settled by then (a release or an outcome that could not
+    /// commit) is left to lease expiry and the rescuer, and counted in
+    /// [`ShutdownReport::unsettled`]; a thread still inside a database call
+    /// then is left to finish on its own.
     ///
     /// Errors only if one of the worker's own threads panicked.
-    pub fn shutdown(mut self, grace: Duration) -> Result<()> {
+    pub fn shutdown(mut self, grace: Duration) -> Result<ShutdownReport> {
         self.stop(grace)
     }
 
@@ -254,6 +281,7 @@ impl Worker {
             stopping: AtomicBool::new(false),
             settling: AtomicUsize::new(0),
             busy: AtomicUsize::new(0),
+            unsettled: AtomicUsize::new(0),
             handoff: std::sync::Mutex::new(None),
             config,
         });
@@ -358,12 +386,16 @@ impl Worker {
         }
     }
 
-    fn stop(&mut self, grace: Duration) -> Result<()> {
+    fn stop(&mut self, grace: Duration) -> Result<ShutdownReport> {
         let Some(mut running) = self.running.take() else {
-            return Ok(());
+            return Ok(ShutdownReport::default());
         };
         let shared = running.shared.clone();
         let mut panicked = Vec::new();
+        let start = Instant::now();
+        let graced = start.checked_add(grace).unwrap_or(start);
+        // The last moment anything is waited for.
+        let limit = graced + SHUTDOWN_MARGIN;
 
         // 1. No more leases. The fetcher's exit drops the job channel's
         // sender, so handler threads end once it is empty.
@@ -374,14 +406,18 @@ impl Worker {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         running.stop_fetch.take();
-        join(running.fetcher.take(), "backlog-fetch", &mut panicked);
+        // A lease blocked on another process's write lock is not waited for
+        // past the grace period.
+        join_by(
+            running.fetcher.take(),
+            graced,
+            "backlog-fetch",
+            &mut panicked,
+        );
 
         // 2. Running jobs get the grace period; then the rest are flagged and
         // released, no attempt used.
-        let until = Instant::now()
-            .checked_add(grace)
-            .unwrap_or_else(Instant::now);
-        if !shared.inflight.wait_handlers_done(until) {
+        if !shared.inflight.wait_handlers_done(graced) {
             for job in shared.inflight.take_unfinished(CancelReason::Shutdown) {
                 shared.settle(&running.outcomes, job, Outcome::Release);
             }
@@ -389,7 +425,7 @@ impl Worker {
 
         // 3. Handler threads end once their handler returns; one that ignores
         // its flag is left behind, detached.
-        let wait_until = Instant::now() + CANCELLED_HANDLER_WAIT;
+        let wait_until = (Instant::now() + CANCELLED_HANDLER_WAIT).min(limit);
         // Nothing is ever sent: this returns when the last sender is dropped.
         let _ = running.executors_alive.recv_deadline(wait_until);
         for handle in running.executors.drain(..) {
@@ -398,18 +434,34 @@ impl Worker {
             }
         }
 
-        // 4. Flush the outcomes, stop the background threads.
-        let _ = running.outcomes.send(Settle::Stop);
-        join(running.completer.take(), "backlog-complete", &mut panicked);
+        // 4. Flush the outcomes (given up at the limit), stop the
+        // background threads.
+        let _ = running.outcomes.send(Settle::Stop(limit));
+        // The completer gives up at the limit; a moment more to return.
+        join_by(
+            running.completer.take(),
+            limit + Duration::from_millis(100),
+            "backlog-complete",
+            &mut panicked,
+        );
         running.stop_background.take();
-        join(
+        join_by(
             running.heartbeater.take(),
+            limit,
             "backlog-heartbeat",
             &mut panicked,
         );
-        join(running.maintenance.take(), "backlog-maint", &mut panicked);
+        join_by(
+            running.maintenance.take(),
+            limit,
+            "backlog-maint",
+            &mut panicked,
+        );
 
-        threads_panicked(&panicked)
+        threads_panicked(&panicked)?;
+        Ok(ShutdownReport {
+            unsettled: shared.unsettled.load(Ordering::SeqCst) + shared.inflight.len(),
+        })
     }
 }
 
@@ -425,9 +477,14 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
     spawn_on(thread::Builder::new().name(name), f)
 }
 
+/// Spawns a worker thread that logs to the `tracing` subscriber in force
+/// where the worker was started: a subscriber set for a scope
+/// (`tracing::subscriber::set_default`, as a test does) sees the worker's
+/// events too, not only a global one.
 fn spawn_on(builder: thread::Builder, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
     builder
-        .spawn(f)
+        .spawn(move || tracing::dispatcher::with_default(&dispatch, f))
         .map_err(|e| Error::Worker(format!("cannot spawn a thread: {e}")))
 }
 
@@ -441,6 +498,18 @@ fn threads_panicked(names: &[String]) -> Result<()> {
             "threads panicked: {}",
             names.join(", ")
         )))
+    }
+}
+
+/// Joins a thread that finishes by `until`; one still busy then (inside a
+/// database call) is left to finish on its own.
+fn join_by(handle: Option<JoinHandle<()>>, until: Instant, name: &str, panicked: &mut Vec<String>) {
+    let Some(handle) = handle else { return };
+    while !handle.is_finished() && Instant::now() < until {
+        thread::sleep(Duration::from_millis(2));
+    }
+    if handle.is_finished() {
+        join(Some(handle), name, panicked);
     }
 }
 

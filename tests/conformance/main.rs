@@ -17,6 +17,7 @@ mod heartbeat_rescue;
 mod inspect;
 mod lease;
 mod on_time;
+mod operate;
 mod settle;
 mod transactional;
 mod wait;

@@ -93,7 +93,28 @@ fn a_job_another_process_scheduled_wakes_the_worker_when_due(b: &Backend) -> Tes
     Ok(())
 }
 
+fn a_sooner_job_wakes_a_worker_sleeping_toward_a_later_one(b: &Backend) -> TestResult {
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let events = h.queue.subscribe();
+    let worker = sleepy(&h.queue)
+        .handle_raw("k", |_: Value, _| Ok(()))
+        .start()?;
+    // The worker goes to sleep until this one is due, a minute from now.
+    h.queue
+        .enqueue(NewJob::new("k", json!("later")).delay(Duration::from_secs(60)))?;
+    std::thread::sleep(Duration::from_millis(200));
+    let enqueued_at = Instant::now(); // before: the delay counts from inside the call
+    let sooner = h
+        .queue
+        .enqueue(NewJob::new("k", json!("sooner")).delay(DELAY))?;
+    let at = started(&events, sooner.id, 1)?;
+    worker.shutdown(Duration::from_secs(5))?;
+    assert!(at - enqueued_at >= DELAY - Duration::from_millis(5));
+    Ok(())
+}
+
 conformance!(
+    a_sooner_job_wakes_a_worker_sleeping_toward_a_later_one,
     a_delayed_job_starts_when_due_not_at_the_idle_poll,
     a_retry_starts_when_its_backoff_passes,
     a_job_another_process_scheduled_wakes_the_worker_when_due,

@@ -1,11 +1,12 @@
 //! Inspection and operator actions on MySQL: get, list, counts, retry,
-//! cancel, delete, pause, prune.
+//! cancel, discard, delete, update, pause, prune.
 
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Row};
 
 use super::queries::Sql;
 use super::{jobs, take, Now};
+use crate::backend::{RecentCompletions, UpdateParams};
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
@@ -84,6 +85,18 @@ fn record(mut r: Row) -> Result<JobRecord> {
 pub(crate) fn counts(sql: &Sql, q: &mut impl Queryable, now: Now) -> Result<Vec<StateCount>> {
     let mut rows: Vec<Row> = q.exec(&sql.count_live, params! { "now" => now.param() })?;
     rows.extend(q.exec::<Row, _, _>(&sql.count_history, ())?);
+    count_by_state(rows)
+}
+
+/// Live jobs per queue and state, and dead jobs per queue, read from
+/// indexes in one statement (see [`super::queries::COUNT_WAITING_DUE`]).
+pub(crate) fn depth(sql: &Sql, q: &mut impl Queryable, now: Now) -> Result<Vec<StateCount>> {
+    let rows: Vec<Row> = q.exec(&sql.depth, params! { "now" => now.param() })?;
+    count_by_state(rows)
+}
+
+/// Reads `(queue, state, count)` rows, sorted by queue then state.
+fn count_by_state(rows: Vec<Row>) -> Result<Vec<StateCount>> {
     let mut out = Vec::new();
     for mut r in rows {
         let (queue, state, count): (String, String, i64) =
@@ -213,6 +226,44 @@ pub(crate) fn cancel(
     }
 }
 
+/// Moves a job that is not running to history as `discarded`, with
+/// `reason` as its last error.
+pub(crate) fn discard(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    id: i64,
+    reason: &str,
+    now: Now,
+) -> Result<()> {
+    match live_lease(sql, q, id)? {
+        Some(Some(_)) => Err(live_job(id, "running; cancel asks its handler to stop")),
+        Some(None) => {
+            let error = AttemptError {
+                attempt: 0,
+                at: 0, // the server's now, set in SQL
+                message: reason.to_owned(),
+            };
+            jobs::finish(
+                sql,
+                q,
+                id,
+                None,
+                FinalStatus::Discarded,
+                None,
+                Some(&error),
+                now,
+            )
+        }
+        None => match history_status(sql, q, id)? {
+            None => Err(Error::NotFound { job_id: id }),
+            Some(status) => Err(Error::InvalidState {
+                job_id: id,
+                reason: format!("job already finished ({})", status.as_str()),
+            }),
+        },
+    }
+}
+
 /// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
 pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<()> {
     let live = q
@@ -279,6 +330,79 @@ pub(crate) fn import(sql: &Sql, q: &mut impl Queryable, records: &[JobRecord]) -
     Ok(usize::try_from(written).unwrap_or(usize::MAX))
 }
 
+/// Completed jobs per queue since `hour_since`, and since `minute_since`,
+/// both bound as offsets from `now` onto the server's clock.
+pub(crate) fn recent_completions(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    hour_since: i64,
+    minute_since: i64,
+    now: Now,
+) -> Result<Vec<RecentCompletions>> {
+    let rows: Vec<Row> = q.exec(
+        &sql.count_recent_completions,
+        params! {
+            "hour_in" => now.offset(hour_since), "minute_in" => now.offset(minute_since),
+            "now" => now.param(),
+        },
+    )?;
+    rows.into_iter()
+        .map(|mut r| {
+            Ok(RecentCompletions {
+                queue: take(&mut r, 0)?,
+                hour: take::<i64>(&mut r, 1)?.max(0) as u64,
+                minute: take::<i64>(&mut r, 2)?.max(0) as u64,
+            })
+        })
+        .collect()
+}
+
+/// Changes priority, due time or queue of a job that is not running.
+pub(crate) fn update(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &UpdateParams<'_>,
+    now: Now,
+) -> Result<()> {
+    match live_lease(sql, q, p.id)? {
+        Some(Some(_)) => Err(live_job(p.id, "running; only a waiting job can be updated")),
+        Some(None) => {
+            let updated = q.exec_drop(
+                &sql.update_waiting,
+                params! {
+                    "id" => p.id, "priority" => p.priority,
+                    "available_in" => p.available_at.map(|t| now.offset(t)),
+                    "queue" => p.queue, "now" => now.param(),
+                },
+            );
+            match updated {
+                Ok(()) => Ok(()),
+                // ER_DUP_ENTRY (ER_DUP_ENTRY_WITH_KEY_NAME on some paths of
+                // MySQL): the row is unleased and locked by `live_lease`, the
+                // id is unchanged, so only `jobs_unique` can refuse it. The
+                // statement alone was rolled back.
+                Err(mysql::Error::MySqlError(e)) if matches!(e.code, 1062 | 1586) => {
+                    Err(Error::InvalidState {
+                        job_id: p.id,
+                        reason: format!(
+                            "a live job in queue {:?} already holds its unique key",
+                            p.queue.unwrap_or_default()
+                        ),
+                    })
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        None => match history_status(sql, q, p.id)? {
+            None => Err(Error::NotFound { job_id: p.id }),
+            Some(status) => Err(Error::InvalidState {
+                job_id: p.id,
+                reason: format!("job already finished ({})", status.as_str()),
+            }),
+        },
+    }
+}
+
 /// Pauses (`true`) or resumes (`false`) a queue.
 pub(crate) fn set_paused(
     sql: &Sql,
@@ -320,4 +444,122 @@ pub(crate) fn prune(
         )?
         .affected_rows();
     Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::mysql::Db;
+    use crate::options::QueueOptions;
+
+    /// Tables under a prefix of the test's own on `BACKLOG_TEST_MYSQL_URL`,
+    /// dropped at the end; `None` when no server is configured.
+    struct Tables {
+        db: Db,
+    }
+
+    impl Tables {
+        fn connect() -> Result<Option<Tables>> {
+            let Some(url) = std::env::var("BACKLOG_TEST_MYSQL_URL")
+                .ok()
+                .filter(|u| !u.is_empty())
+            else {
+                println!("SKIPPED: set BACKLOG_TEST_MYSQL_URL");
+                return Ok(None);
+            };
+            let prefix = format!("ut{:012x}_", rand::random::<u64>() >> 16);
+            let options = QueueOptions::new().table_prefix(prefix);
+            Ok(Some(Tables {
+                db: Db::connect(&url, &options)?,
+            }))
+        }
+    }
+
+    impl Drop for Tables {
+        fn drop(&mut self) {
+            let t = &self.db.sql.tables;
+            let drop = format!(
+                "DROP TABLE IF EXISTS {}, {}, {}, {}",
+                t.jobs, t.history, t.queues, t.schema_history
+            );
+            if let Ok(mut conn) = self.db.conn() {
+                let _ = conn.query_drop(drop);
+            }
+        }
+    }
+
+    #[test]
+    fn pending_migrations_reads_refinerys_table_under_the_prefix() -> Result<()> {
+        let Some(t) = Tables::connect()? else {
+            return Ok(());
+        };
+        let all = ["V1__initial", "V2__due"];
+        assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
+        t.db.migrate()?;
+        assert!(t.db.pending_migrations()?.is_empty());
+        t.db.conn()?.query_drop(format!(
+            "DELETE FROM {} WHERE version = 2",
+            t.db.sql.tables.schema_history
+        ))?;
+        assert_eq!(t.db.pending_migrations()?, ["V2__due"]);
+        Ok(())
+    }
+
+    /// A scrape must not read every payload or the whole history: each part
+    /// of `depth` and the recent completions walk an index.
+    #[test]
+    fn depth_and_recent_completions_read_indexes_only() -> Result<()> {
+        let Some(t) = Tables::connect()? else {
+            return Ok(());
+        };
+        t.db.migrate()?;
+        let mut conn = t.db.conn()?;
+        let plan = |conn: &mut mysql::PooledConn, sql: &str, params: Params| -> Result<_> {
+            let rows: Vec<Row> = conn.exec(format!("EXPLAIN {sql}"), params)?;
+            Ok(rows
+                .into_iter()
+                .filter_map(|r| {
+                    let field = |name: &str| -> Option<String> {
+                        let i = r
+                            .columns_ref()
+                            .iter()
+                            .position(|c| c.name_str().eq_ignore_ascii_case(name))?;
+                        r.get_opt::<Option<String>, _>(i)?.ok().flatten()
+                    };
+                    let select = field("select_type").unwrap_or_default();
+                    (select != "UNION RESULT").then(|| {
+                        (
+                            field("table").unwrap_or_default(),
+                            field("type").unwrap_or_default(),
+                            field("key").unwrap_or_default(),
+                        )
+                    })
+                })
+                .collect::<Vec<_>>())
+        };
+        let depth = plan(&mut conn, &t.db.sql.depth, params! { "now" => None::<i64> })?;
+        let keys: Vec<&str> = depth.iter().map(|(_, _, key)| key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "jobs_scheduled",
+                "jobs_scheduled",
+                "jobs_expiry",
+                "history_finished"
+            ],
+            "{depth:?}"
+        );
+        let recent = plan(
+            &mut conn,
+            &t.db.sql.count_recent_completions,
+            params! { "now" => None::<i64>, "hour_in" => -3_600_000_000_i64,
+            "minute_in" => -60_000_000_i64 },
+        )?;
+        assert_eq!(recent.len(), 1, "{recent:?}");
+        assert_eq!(recent[0].2, "history_finished", "{recent:?}");
+        for (table, access, _) in depth.iter().chain(&recent) {
+            assert_ne!(access, "ALL", "{table} scanned: {depth:?} {recent:?}");
+        }
+        Ok(())
+    }
 }

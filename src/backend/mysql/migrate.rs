@@ -50,6 +50,30 @@ pub(crate) fn migrate(db: &Db) -> Result<()> {
     Ok(())
 }
 
+/// The migrations of this build the database has not applied (`V2__due`),
+/// oldest first, from refinery's table under the queue's prefix; all of them
+/// when that table does not exist (ER_NO_SUCH_TABLE). Reads only: for tools
+/// that must not migrate on their own.
+pub(crate) fn pending(db: &Db) -> Result<Vec<String>> {
+    let read = format!("SELECT version FROM {}", db.sql.tables.schema_history);
+    let applied: Vec<i64> = db.read(|conn| match conn.query(&read) {
+        Ok(versions) => Ok(versions),
+        Err(mysql::Error::MySqlError(e)) if e.code == 1146 => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
+    })?;
+    let ours = MIGRATIONS
+        .iter()
+        .map(|(name, template)| {
+            Migration::unapplied(name, template).map_err(|e| Error::Migration(e.to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ours
+        .iter()
+        .filter(|m| !applied.contains(&i64::from(m.version())))
+        .map(|m| format!("V{}__{}", m.version(), m.name()))
+        .collect())
+}
+
 /// A migration with its tables named. Unqualified: it runs on a connection
 /// to the URL's database, and its checksum must not change with that name.
 fn render(template: &str, prefix: &str) -> String {

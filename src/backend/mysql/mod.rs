@@ -30,7 +30,10 @@ use mysql::{Opts, Pool, Row};
 
 pub(crate) use poller::Poller;
 
-use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::backend::{
+    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, RecentCompletions, SettleParams,
+    UpdateParams,
+};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
@@ -110,6 +113,10 @@ impl Db {
         migrate::migrate(self)
     }
 
+    pub(crate) fn pending_migrations(&self) -> Result<Vec<String>> {
+        migrate::pending(self)
+    }
+
     pub(crate) fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
         let now = self.now(jobs.first().map_or(0, |j| j.now));
         self.write(|tx| jobs::enqueue_all(&self.sql, tx, jobs, now))
@@ -127,7 +134,41 @@ impl Db {
         self.read(|conn| jobs::explain_lease(&self.sql, conn, p, self.now(p.now)))
     }
 
-    pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
+    /// Applies many transitions, then a lease with `lease` when given, in
+    /// one transaction: one commit where there were two. The claim's walk
+    /// skips locked rows, so holding the settled rows adds no lock wait to
+    /// it; a failure of either half rolls back both (as on SQLite), and a
+    /// retried transaction runs both again.
+    pub(crate) fn settle_and_lease(
+        &self,
+        items: &[&SettleParams],
+        lease: Option<&LeaseParams<'_>>,
+    ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
+        let done = self.write(|tx| {
+            let results = if items.is_empty() {
+                Vec::new()
+            } else {
+                self.settle_in(tx, items)?
+            };
+            let jobs = match lease {
+                Some(p) => jobs::lease(&self.sql, tx, p, self.now(p.now))?,
+                None => Vec::new(),
+            };
+            Ok((results, jobs))
+        })?;
+        if has_reschedules(items) {
+            self.rescheduled();
+        }
+        Ok(done)
+    }
+
+    /// Applies `items` in the caller's transaction. A lost lease fails only
+    /// its own item.
+    fn settle_in(
+        &self,
+        tx: &mut mysql::Transaction<'_>,
+        items: &[&SettleParams],
+    ) -> Result<Vec<Result<bool>>> {
         // Plain completions (the worker's usual batch) go in three statements
         // for the lot; the other outcomes one by one, their rows locked in id
         // order. Results go back in the caller's order.
@@ -142,36 +183,27 @@ impl Db {
             .iter()
             .filter_map(|&i| plain_completion(items[i]))
             .collect();
-        let reschedules = items
-            .iter()
-            .any(|p| matches!(p.transition, Transition::Reschedule { .. }));
-        let results = self.write(|tx| {
-            let mut results: Vec<Option<Result<bool>>> = (0..items.len()).map(|_| None).collect();
-            if let Some(&first) = plain.first() {
-                let done =
-                    jobs::complete_many(&self.sql, tx, &completions, self.now(items[first].now))?;
-                for (&i, result) in plain.iter().zip(done) {
-                    results[i] = Some(result);
-                }
+        let mut results: Vec<Option<Result<bool>>> = (0..items.len()).map(|_| None).collect();
+        if let Some(&first) = plain.first() {
+            let done =
+                jobs::complete_many(&self.sql, tx, &completions, self.now(items[first].now))?;
+            for (&i, result) in plain.iter().zip(done) {
+                results[i] = Some(result);
             }
-            for &i in &other {
-                let p = items[i];
-                results[i] = Some(
-                    match jobs::settle_reporting(&self.sql, tx, p, self.now(p.now)) {
-                        Err(e) if !e.is_lease_lost() => return Err(e),
-                        result => result,
-                    },
-                );
-            }
-            Ok(results
-                .into_iter()
-                .map(|r| r.unwrap_or_else(|| Err(Error::Database("item not settled".into()))))
-                .collect())
-        })?;
-        if reschedules {
-            self.rescheduled();
         }
-        Ok(results)
+        for &i in &other {
+            let p = items[i];
+            results[i] = Some(
+                match jobs::settle_reporting(&self.sql, tx, p, self.now(p.now)) {
+                    Err(e) if !e.is_lease_lost() => return Err(e),
+                    result => result,
+                },
+            );
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::Database("item not settled".into()))))
+            .collect())
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
@@ -203,6 +235,27 @@ impl Db {
         self.read(|conn| inspect::counts(&self.sql, conn, self.now(now)))
     }
 
+    pub(crate) fn depth(&self, now: i64) -> Result<Vec<StateCount>> {
+        self.read(|conn| inspect::depth(&self.sql, conn, self.now(now)))
+    }
+
+    /// The two times come without the engine's `now`; the queue's clock,
+    /// read here, stands in for it (as in [`Db::prune`]): they are bound as
+    /// offsets from it onto the server's clock, like every other time, so a
+    /// node whose clock is off still counts the server's last hour. (The
+    /// microseconds between the engine's read and this one widen both
+    /// windows by as much; a manual clock reads the same value twice.)
+    pub(crate) fn recent_completions(
+        &self,
+        hour_since: i64,
+        minute_since: i64,
+    ) -> Result<Vec<RecentCompletions>> {
+        let now = self.now(self.clock.now_micros());
+        self.read(|conn| {
+            inspect::recent_completions(&self.sql, conn, hour_since, minute_since, now)
+        })
+    }
+
     pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {
         self.write(|tx| inspect::retry(&self.sql, tx, id, self.now(now)))?;
         self.rescheduled();
@@ -219,8 +272,19 @@ impl Db {
         self.write(|tx| inspect::cancel(&self.sql, tx, id, self.now(now)))
     }
 
+    pub(crate) fn discard(&self, id: i64, reason: &str, now: i64) -> Result<()> {
+        self.write(|tx| inspect::discard(&self.sql, tx, id, reason, self.now(now)))
+    }
+
     pub(crate) fn delete(&self, id: i64) -> Result<()> {
         self.write(|tx| inspect::delete(&self.sql, tx, id))
+    }
+
+    /// Wakes this process's fetchers too: the job may have come due.
+    pub(crate) fn update(&self, p: &UpdateParams<'_>) -> Result<()> {
+        self.write(|tx| inspect::update(&self.sql, tx, p, self.now(p.now)))?;
+        self.rescheduled();
+        Ok(())
     }
 
     pub(crate) fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {
@@ -264,6 +328,13 @@ impl Db {
     fn rescheduled(&self) {
         self.rescheduled.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Whether settling `items` makes a job runnable at some time.
+fn has_reschedules(items: &[&SettleParams]) -> bool {
+    items
+        .iter()
+        .any(|p| matches!(p.transition, Transition::Reschedule { .. }))
 }
 
 /// The lease and result of a completion that records no error.

@@ -397,6 +397,86 @@ ON DUPLICATE KEY UPDATE paused = :paused, updated_at = {now}";
 /// Queues that are paused.
 pub const PAUSED_QUEUES: &str = "SELECT name FROM {queues} WHERE paused ORDER BY name";
 
+/// Changes an unleased live job; a NULL parameter keeps the column:
+/// `:priority`, `:available_in` (an offset from now), `:queue`.
+///
+/// Differs from SQLite in that there is no `due` flag to follow the new time
+/// (see `migrations/mysql/V2__due.sql`: `lease_queue` keeps the job in
+/// `jobs_lease`, and `available_at` alone says when it can run), and in that
+/// it has no `OR IGNORE`: a move onto a unique key the target queue already
+/// holds fails with ER_DUP_ENTRY, which InnoDB rolls back alone (not the
+/// transaction), and the caller reports it. `UPDATE IGNORE` would also turn
+/// strict mode's errors into warnings, and its "no row changed" could not be
+/// told from an update that changed no value (MySQL counts changed rows, not
+/// matched ones). MySQL assigns left to right: nothing here reads a column
+/// assigned before it.
+pub const UPDATE_WAITING: &str = "
+UPDATE {jobs}
+SET priority = COALESCE(:priority, priority),
+    available_at = COALESCE({now} + :available_in, available_at),
+    queue = COALESCE(:queue, queue), updated_at = {now}
+WHERE id = :id AND lease_token IS NULL";
+
+/// Unleased jobs per queue that are due now, as `(queue, state, count)`
+/// rows like the three below: a walk of `jobs_scheduled` that reads the
+/// index alone (`lease_queue` is NULL for a leased job, so the range holds
+/// exactly the unleased ones) ...
+///
+/// Differs from SQLite in that the due jobs are told apart by `available_at`
+/// (no `due` flag, no separate index of them), and in the shape of its rows:
+/// [`DEPTH`] sends the four counts as one `UNION ALL`, one statement, so
+/// they share one server now and one read view (under READ COMMITTED each
+/// statement reads its own; a job claimed between two of them would be
+/// counted twice or not at all), in one round trip.
+pub const COUNT_WAITING_DUE: &str = "
+SELECT lease_queue, 'available', COUNT(*) FROM {jobs} FORCE INDEX (jobs_scheduled)
+WHERE lease_queue IS NOT NULL AND available_at <= {now} GROUP BY lease_queue";
+
+/// ... and the jobs not due yet, from the same index, each looked up for its
+/// `attempts` (scheduled or retrying) once the index said it is not due.
+/// Differs from SQLite as [`COUNT_WAITING_DUE`] does.
+pub const COUNT_WAITING_LATER: &str = "
+SELECT lease_queue, IF(attempts > 0, 'retrying', 'scheduled'), COUNT(*)
+FROM {jobs} FORCE INDEX (jobs_scheduled)
+WHERE lease_queue IS NOT NULL AND available_at > {now} GROUP BY 1, 2";
+
+/// Leased jobs per queue, through `jobs_expiry` (every claim sets
+/// `lease_until`; an unleased job has none). Differs from SQLite in that
+/// the index is forced: on a small table the optimizer may scan instead.
+pub const COUNT_RUNNING: &str = "
+SELECT queue, 'running', COUNT(*) FROM {jobs} FORCE INDEX (jobs_expiry)
+WHERE lease_until IS NOT NULL AND lease_token IS NOT NULL GROUP BY queue";
+
+/// Dead jobs per queue: the dead-letter count. Walks only the `dead` range
+/// of `history_finished`, never the rest of history. Differs from SQLite in
+/// that the index is forced (see [`COUNT_RUNNING`]).
+pub const COUNT_DEAD: &str = "
+SELECT queue, 'dead', COUNT(*) FROM {history} FORCE INDEX (history_finished)
+WHERE status = 'dead' GROUP BY queue";
+
+/// The four counts above as one statement. Only in MySQL (see
+/// [`COUNT_WAITING_DUE`]).
+pub fn depth() -> String {
+    [
+        COUNT_WAITING_DUE,
+        COUNT_WAITING_LATER,
+        COUNT_RUNNING,
+        COUNT_DEAD,
+    ]
+    .join("\nUNION ALL")
+}
+
+/// Completed jobs per queue since `:hour_in` from now (and since
+/// `:minute_in`, a later time), from the `completed` range of
+/// `history_finished`. Differs from SQLite in that the two times are
+/// offsets from the server's now, the index is forced (see
+/// [`COUNT_RUNNING`]), and the second count is a `COUNT` (MySQL's `SUM` is
+/// a DECIMAL).
+pub const COUNT_RECENT_COMPLETIONS: &str = "
+SELECT queue, COUNT(*), COUNT(CASE WHEN finished_at >= {now} + :minute_in THEN 1 END)
+FROM {history} FORCE INDEX (history_finished)
+WHERE status = 'completed' AND finished_at >= {now} + :hour_in GROUP BY queue";
+
 // ---- copy ------------------------------------------------------------------
 
 /// Inserts a live job copied from another database, keeping its id, unless
@@ -466,6 +546,8 @@ pub struct Tables {
     pub jobs: String,
     pub history: String,
     pub queues: String,
+    /// Refinery's record of the applied migrations (`migrate.rs`).
+    pub schema_history: String,
 }
 
 impl Tables {
@@ -477,6 +559,7 @@ impl Tables {
             jobs: format!("{db}.`{prefix}jobs`"),
             history: format!("{db}.`{prefix}history`"),
             queues: format!("{db}.`{prefix}queues`"),
+            schema_history: format!("{db}.`{prefix}schema_history`"),
         }
     }
 
@@ -525,6 +608,9 @@ pub struct Sql {
     pub history_status: String,
     pub set_paused: String,
     pub paused_queues: String,
+    pub update_waiting: String,
+    pub depth: String,
+    pub count_recent_completions: String,
     pub import_live: String,
     pub import_history: String,
     pub raise_next_id: String,
@@ -569,6 +655,9 @@ impl Sql {
             history_status: r(HISTORY_STATUS),
             set_paused: r(SET_PAUSED),
             paused_queues: r(PAUSED_QUEUES),
+            update_waiting: r(UPDATE_WAITING),
+            depth: r(&depth()),
+            count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
             import_live: r(IMPORT_LIVE),
             import_history: r(IMPORT_HISTORY),
             raise_next_id: r(RAISE_NEXT_ID),

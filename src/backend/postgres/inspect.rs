@@ -1,5 +1,5 @@
-//! Inspection and operator actions on PostgreSQL: get, list, counts, retry,
-//! cancel, delete, pause, prune. Same checks and errors as SQLite's; the
+//! Inspection and operator actions on PostgreSQL: get, list, counts, depth,
+//! retry, cancel, discard, delete, update, pause, prune. Same checks and errors as SQLite's; the
 //! rows an action changes are locked first (`FOR UPDATE`), since here a
 //! lease on another node may run at the same moment.
 
@@ -9,6 +9,7 @@ use postgres::{GenericClient, Row};
 use super::connection::Tx;
 use super::jobs::{self, canonical_json, to_u32};
 use super::queries::{self, Queries};
+use crate::backend::{RecentCompletions, UpdateParams};
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
@@ -147,6 +148,32 @@ pub(crate) fn counts<C: GenericClient>(
     Ok(out)
 }
 
+/// Live jobs per queue and state, and dead jobs per queue, read from
+/// indexes in one statement (see [`queries::COUNT_WAITING_DUE`]).
+pub(crate) fn depth<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    now: i64,
+) -> Result<Vec<StateCount>> {
+    let mut out = Vec::new();
+    for row in tx.query(&q.depth, &[&q.now_override(now)])? {
+        let queue: String = row.try_get(0)?;
+        let state: String = row.try_get(1)?;
+        let count: i64 = row.try_get(2)?;
+        if let Some(state) = JobState::parse(&state) {
+            out.push(StateCount {
+                queue,
+                state,
+                count: count.max(0) as u64,
+            });
+        }
+    }
+    out.sort_by(|a, b| {
+        (a.queue.as_str(), state_rank(a.state)).cmp(&(b.queue.as_str(), state_rank(b.state)))
+    });
+    Ok(out)
+}
+
 fn state_rank(state: JobState) -> usize {
     JobState::ALL
         .iter()
@@ -253,6 +280,36 @@ pub(crate) fn cancel<C: GenericClient>(
     }
 }
 
+/// Moves a job that is not running to history as `discarded`, with
+/// `reason` as its last error.
+pub(crate) fn discard<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    reason: &str,
+    now: i64,
+) -> Result<()> {
+    match live_lease(tx, q, id)? {
+        Some(Some(_)) => Err(live_job(id, "running; cancel asks its handler to stop")),
+        Some(None) => {
+            let error = AttemptError {
+                attempt: 0,
+                at: now,
+                message: reason.to_owned(),
+            };
+            // The row is locked and not leased: it moves.
+            jobs::finish_one(tx, q, id, FinalStatus::Discarded, Some(&error), now)
+        }
+        None => match history_status(tx, q, id)? {
+            None => Err(Error::NotFound { job_id: id }),
+            Some(status) => Err(Error::InvalidState {
+                job_id: id,
+                reason: format!("job already finished ({})", status.as_str()),
+            }),
+        },
+    }
+}
+
 /// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
 pub(crate) fn delete<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<()> {
     let live = tx.execute(&q.delete_live, &[&id])?;
@@ -332,6 +389,88 @@ pub(crate) fn import<C: GenericClient>(
         tx.query(&q.raise_next_id, &[&highest])?;
     }
     Ok(usize::try_from(written).unwrap_or(usize::MAX))
+}
+
+/// Completed jobs per queue since `hour_since`, and since `minute_since`:
+/// absolute times of the engine's clock, turned into offsets from its `now`
+/// and applied to the server's, as [`prune`]'s cutoff.
+pub(crate) fn recent_completions<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    hour_since: i64,
+    minute_since: i64,
+    now: i64,
+) -> Result<Vec<RecentCompletions>> {
+    let hour_back = hour_since.saturating_sub(now);
+    let minute_back = minute_since.saturating_sub(now);
+    tx.query(
+        &q.count_recent_completions,
+        &[&q.now_override(now), &hour_back, &minute_back],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(RecentCompletions {
+            queue: r.try_get(0)?,
+            hour: r.try_get::<_, i64>(1)?.max(0) as u64,
+            minute: r.try_get::<_, i64>(2)?.max(0) as u64,
+        })
+    })
+    .collect()
+}
+
+/// Changes priority, due time or queue of a job that is not running. A
+/// change of time or queue wakes the listeners: the job may be claimable
+/// sooner, or by another worker.
+pub(crate) fn update<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &UpdateParams<'_>,
+) -> Result<()> {
+    match live_lease(tx, q, p.id)? {
+        Some(Some(_)) => Err(live_job(p.id, "running; only a waiting job can be updated")),
+        Some(None) => {
+            let delay = p.available_at.map(|at| at.saturating_sub(p.now));
+            let held = || Error::InvalidState {
+                job_id: p.id,
+                reason: format!(
+                    "a live job in queue {:?} already holds its unique key",
+                    p.queue.unwrap_or_default()
+                ),
+            };
+            let changed = tx
+                .execute(
+                    &q.update_waiting,
+                    &[&q.now_override(p.now), &p.id, &p.priority, &delay, &p.queue],
+                )
+                .map_err(|e| if is_unique_violation(&e) { held() } else { e })?;
+            // The row is locked by this transaction and not leased: only
+            // the unique key check can have left it out.
+            if changed == 0 {
+                return Err(held());
+            }
+            if p.available_at.is_some() || p.queue.is_some() {
+                tx.query(&q.notify, &[&q.channel])?;
+            }
+            Ok(())
+        }
+        None => match history_status(tx, q, p.id)? {
+            None => Err(Error::NotFound { job_id: p.id }),
+            Some(status) => Err(Error::InvalidState {
+                job_id: p.id,
+                reason: format!("job already finished ({})", status.as_str()),
+            }),
+        },
+    }
+}
+
+/// A `unique_violation` (23505): the only unique index an update can hit is
+/// the live jobs' unique key. The transaction is aborted; the caller's error
+/// rolls it back.
+fn is_unique_violation(e: &Error) -> bool {
+    matches!(e, Error::Database(inner)
+        if inner.downcast_ref::<postgres::Error>()
+            .and_then(postgres::Error::code)
+            .is_some_and(|c| *c == postgres::error::SqlState::UNIQUE_VIOLATION))
 }
 
 /// Pauses (`true`) or resumes (`false`) a queue. A resume wakes the

@@ -6,9 +6,10 @@
 //! instead of being embedded as they are. Refinery's history table carries
 //! the same prefix, so several queues can share one database.
 
-use postgres::Client;
+use postgres::{Client, GenericClient};
 use refinery::{Migration, Runner};
 
+use super::connection::Tx;
 use super::queries::Tables;
 use crate::error::{Error, Result};
 
@@ -66,4 +67,45 @@ fn run(client: &mut Client, tables: &Tables) -> Result<()> {
         .run(client)
         .map_err(|e| Error::Migration(e.to_string()))?;
     Ok(())
+}
+
+/// The migrations of this build the database has not applied (`V2__due`),
+/// oldest first, read from refinery's history table of this schema and
+/// prefix (none yet: all are pending). Reads only: for tools that must not
+/// migrate on their own.
+pub(crate) fn pending<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    tables: &Tables,
+) -> Result<Vec<String>> {
+    let history = tables.schema_history();
+    // `to_regclass` resolves the name as refinery's `CREATE TABLE` did
+    // (unquoted, so folded to lower case), and gives NULL, not an error,
+    // for a table that is not there. Both statements bypass the statement
+    // cache: a tool asks once.
+    let found = tx
+        .query_text("SELECT to_regclass($1) IS NOT NULL", &[&history])?
+        .first()
+        .map(|r| r.try_get::<_, bool>(0))
+        .transpose()?
+        .unwrap_or(false);
+    let applied: Vec<i32> = if found {
+        // The name is made of checked identifiers (`validate::identifier`).
+        tx.query_text(&format!("SELECT version FROM {history}"), &[])?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<std::result::Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+    Ok(MIGRATIONS
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| version(name).is_none_or(|v| !applied.contains(&v)))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The version of a migration name: 2 for `V2__due`.
+fn version(name: &str) -> Option<i32> {
+    name.strip_prefix('V')?.split_once("__")?.0.parse().ok()
 }

@@ -24,7 +24,10 @@ pub(crate) use listen::Listener;
 use self::connection::{Pool, Tx};
 use self::queries::{Queries, Tables};
 use self::target::Target;
-use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::backend::{
+    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, RecentCompletions, SettleParams,
+    UpdateParams,
+};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
@@ -94,6 +97,13 @@ impl Db {
         migrate::migrate(&mut client, &self.q.tables)
     }
 
+    /// The migrations of this build the database has not applied. Reads
+    /// only, on a pooled connection.
+    pub(crate) fn pending_migrations(&self) -> Result<Vec<String>> {
+        self.pool
+            .autocommit(|tx| migrate::pending(tx, &self.q.tables))
+    }
+
     /// The queue's SQL, for `backlog::postgres`.
     pub(crate) fn queries(&self) -> &Queries {
         &self.q
@@ -128,6 +138,27 @@ impl Db {
     pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
         self.pool
             .write(|tx| jobs::settle_all(tx, &self.q, items, false))
+    }
+
+    /// Settles `items` and then leases with `lease`, in one transaction: one
+    /// commit for both halves, as on SQLite. The lease claims with `SKIP
+    /// LOCKED`, so it waits on no row the settle (or anyone) locked, and a
+    /// failure of either half rolls back both and is retried whole: each
+    /// settle is fenced on its lease token, so a retry applies it once.
+    pub(crate) fn settle_and_lease(
+        &self,
+        items: &[&SettleParams],
+        lease: Option<&LeaseParams<'_>>,
+    ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
+        match (items.is_empty(), lease) {
+            (true, None) => Ok((Vec::new(), Vec::new())),
+            (true, Some(p)) => Ok((Vec::new(), self.lease(p)?)),
+            (false, None) => Ok((self.settle_many(items)?, Vec::new())),
+            (false, Some(p)) => self.pool.write(|tx| {
+                let results = jobs::settle_all(tx, &self.q, items, false)?;
+                Ok((results, jobs::lease(tx, &self.q, p)?))
+            }),
+        }
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
@@ -170,6 +201,25 @@ impl Db {
         self.pool.write(|tx| inspect::counts(tx, &self.q, now))
     }
 
+    pub(crate) fn depth(&self, now: i64) -> Result<Vec<StateCount>> {
+        // One statement: its counts are of one snapshot.
+        self.pool.autocommit(|tx| inspect::depth(tx, &self.q, now))
+    }
+
+    /// `hour_since` and `minute_since` are absolute times of the engine's
+    /// clock: turned into offsets from that clock's now, and applied to the
+    /// server's (as [`Db::prune`]'s cutoff).
+    pub(crate) fn recent_completions(
+        &self,
+        hour_since: i64,
+        minute_since: i64,
+    ) -> Result<Vec<RecentCompletions>> {
+        let now = self.clock.now_micros();
+        self.pool.autocommit(|tx| {
+            inspect::recent_completions(tx, &self.q, hour_since, minute_since, now)
+        })
+    }
+
     pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {
         self.pool.write(|tx| inspect::retry(tx, &self.q, id, now))
     }
@@ -182,8 +232,17 @@ impl Db {
         self.pool.write(|tx| inspect::cancel(tx, &self.q, id, now))
     }
 
+    pub(crate) fn discard(&self, id: i64, reason: &str, now: i64) -> Result<()> {
+        self.pool
+            .write(|tx| inspect::discard(tx, &self.q, id, reason, now))
+    }
+
     pub(crate) fn delete(&self, id: i64) -> Result<()> {
         self.pool.write(|tx| inspect::delete(tx, &self.q, id))
+    }
+
+    pub(crate) fn update(&self, p: &UpdateParams<'_>) -> Result<()> {
+        self.pool.write(|tx| inspect::update(tx, &self.q, p))
     }
 
     pub(crate) fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {

@@ -370,6 +370,68 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded
 /// Queues that are paused.
 pub const PAUSED_QUEUES: &str = "SELECT name FROM {queues} WHERE paused ORDER BY name";
 
+/// Changes an unleased live job; a NULL parameter keeps the column.
+/// Parameters: `$1` now override, `$2` id, `$3` priority, `$4` delay (µs
+/// from now) of the new `available_at`, `$5` queue.
+///
+/// Differs from SQLite in that there is no `due` flag to keep in step (the
+/// lease index holds every unleased job, see `V2__due.sql`), the time is the
+/// server's, and in the unique key: PostgreSQL has no `UPDATE OR IGNORE`, so
+/// a move onto a key the target queue already holds is left out by the
+/// `NOT EXISTS` (no row changed, and the caller reports it); a clash with a
+/// job inserted meanwhile, which the snapshot cannot see, fails on the
+/// unique index instead, and the caller reports that alike.
+pub const UPDATE_WAITING: &str = "
+UPDATE {jobs} AS j
+SET priority = COALESCE($3::int4, j.priority),
+    available_at = COALESCE({now} + $4::int8, j.available_at),
+    queue = COALESCE($5::text, j.queue), updated_at = {now}
+WHERE j.id = $2 AND j.lease_token IS NULL
+  AND ($5::text IS NULL OR j.unique_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM {jobs} AS o
+      WHERE o.queue = $5::text AND o.unique_key = j.unique_key AND o.id <> j.id))";
+
+/// Unleased jobs per queue and derived state at now, in two parts, each an
+/// index walk instead of a scan of the table and its payloads: the jobs due
+/// now, counted from `{prefix}jobs_scheduled` (`queue`, `available_at`)
+/// alone ...
+///
+/// Differs from SQLite in that there is no `due` flag: the two parts are
+/// told apart by `available_at`, and each row is `(queue, state, count)` so
+/// that [`COUNT_WAITING_DUE`] to [`COUNT_DEAD`] run as one statement (one
+/// snapshot, one round trip; see `Queries::depth`). A job due now needs no
+/// `attempts` (it is available either way), so this part reads no table row
+/// where the visibility map allows an index-only scan.
+pub const COUNT_WAITING_DUE: &str = "
+SELECT queue, 'available' AS state, count(*) FROM {jobs}
+WHERE lease_token IS NULL AND available_at <= {now} GROUP BY queue";
+
+/// ... and the jobs not due yet, walked in the same index and each looked
+/// up for its `attempts` (retrying or scheduled).
+pub const COUNT_WAITING_LATER: &str = "
+SELECT queue, CASE WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state, count(*)
+FROM {jobs} WHERE lease_token IS NULL AND available_at > {now} GROUP BY 1, 2";
+
+/// Leased jobs per queue, through `{prefix}jobs_expiry`.
+pub const COUNT_RUNNING: &str = "
+SELECT queue, 'running' AS state, count(*) FROM {jobs} WHERE lease_token IS NOT NULL
+GROUP BY queue";
+
+/// Dead jobs per queue: the dead-letter count. Walks only the `dead` range
+/// of `{prefix}history_finished`, never the rest of history.
+pub const COUNT_DEAD: &str = "
+SELECT queue, 'dead' AS state, count(*) FROM {history} WHERE status = 'dead' GROUP BY queue";
+
+/// Completed jobs per queue since `$2` (µs from now, negative), and since
+/// `$3` (a later time), from the `completed` range of
+/// `{prefix}history_finished`.
+///
+/// Differs from SQLite in that both times are offsets from the server's
+/// now, as every other time here.
+pub const COUNT_RECENT_COMPLETIONS: &str = "
+SELECT queue, count(*), count(*) FILTER (WHERE finished_at >= {now} + $3::int8) FROM {history}
+WHERE status = 'completed' AND finished_at >= {now} + $2::int8 GROUP BY queue";
+
 // ---- copy ------------------------------------------------------------------
 
 /// Inserts a live job copied from another database, keeping its id, unless
@@ -515,6 +577,11 @@ pub(crate) struct Queries {
     pub history_status: String,
     pub set_paused: String,
     pub paused_queues: String,
+    pub update_waiting: String,
+    /// [`COUNT_WAITING_DUE`], [`COUNT_WAITING_LATER`], [`COUNT_RUNNING`] and
+    /// [`COUNT_DEAD`] as one statement.
+    pub depth: String,
+    pub count_recent_completions: String,
     pub import_live: String,
     pub import_history: String,
     pub raise_next_id: String,
@@ -552,6 +619,16 @@ impl Queries {
             history_status: r(HISTORY_STATUS),
             set_paused: r(SET_PAUSED),
             paused_queues: r(PAUSED_QUEUES),
+            update_waiting: r(UPDATE_WAITING),
+            depth: r(&[
+                COUNT_WAITING_DUE,
+                COUNT_WAITING_LATER,
+                COUNT_RUNNING,
+                COUNT_DEAD,
+            ]
+            .map(|part| format!("({part})"))
+            .join("\nUNION ALL\n")),
+            count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
             import_live: r(IMPORT_LIVE),
             import_history: r(IMPORT_HISTORY),
             raise_next_id: r(RAISE_NEXT_ID),

@@ -124,6 +124,7 @@ pub(crate) struct Connections {
     writer: Arc<Mutex<Connection>>,
     readers: r2d2::Pool<SqliteConnectionManager>,
     write_deadline: Duration,
+    busy_timeout: Duration,
     busy_retries: AtomicU64,
     commits: AtomicU64,
     wal_truncate_not_before: Mutex<Option<Instant>>,
@@ -192,6 +193,7 @@ impl Connections {
             writer,
             readers,
             write_deadline: options.write_deadline,
+            busy_timeout: options.busy_timeout,
             busy_retries: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             wal_truncate_not_before: Mutex::new(None),
@@ -207,7 +209,7 @@ impl Connections {
 
     /// The `synchronous` pragma in force on the write connection.
     pub(crate) fn synchronous(&self) -> Result<i64> {
-        read_pragma(&self.writer(), "synchronous")
+        read_pragma(&*self.writer()?, "synchronous")
     }
 
     /// How many times a write was retried after BUSY/LOCKED.
@@ -218,21 +220,62 @@ impl Connections {
     /// The write connection, held for the guard's life. A panic while it was
     /// held leaves no open transaction (rusqlite rolls back on drop), so a
     /// poisoned gate is safe to take over.
-    pub(crate) fn writer(&self) -> MutexGuard<'_, Connection> {
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    ///
+    /// A thread that already holds this gate (a handler inside
+    /// `ctx.transaction`, a closure of `QueueExt::transaction`) gets
+    /// [`Error::InsideTransaction`] at once instead of waiting for itself
+    /// forever.
+    pub(crate) fn writer(&self) -> Result<WriteGate<'_>> {
+        let id = Arc::as_ptr(&self.writer) as usize;
+        if GATES_HELD.with(|held| held.borrow().contains(&id)) {
+            return Err(Error::InsideTransaction);
+        }
+        let conn = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        GATES_HELD.with(|held| held.borrow_mut().push(id));
+        Ok(WriteGate { conn, id })
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the write connection and
     /// commits. The whole transaction is retried on BUSY/LOCKED with jittered
     /// backoff until the write deadline; `f` must therefore be repeatable.
     pub(crate) fn write<T>(&self, mut f: impl FnMut(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = self.writer();
+        let mut conn = self.writer()?;
         let value = retry_busy(self.write_deadline, &self.busy_retries, || {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let value = f(&tx)?;
             tx.commit()?;
             Ok(value)
         })?;
+        self.committed(&conn);
+        Ok(value)
+    }
+
+    /// [`Connections::write`], finished or given up by `until`: each try's
+    /// busy timeout is cut to what is left, so a write lock another process
+    /// holds cannot keep the caller past it (a worker's shutdown). Gives up
+    /// with [`Error::Busy`].
+    pub(crate) fn write_until<T>(
+        &self,
+        until: Instant,
+        mut f: impl FnMut(&Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut conn = self.writer()?;
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Busy);
+        }
+        let patience = self.busy_timeout.min(left);
+        conn.busy_timeout(patience)?;
+        let result = retry_busy(left, &self.busy_retries, || {
+            let left = until.saturating_duration_since(Instant::now());
+            conn.busy_timeout(patience.min(left).max(Duration::from_millis(1)))?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let value = f(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        });
+        conn.busy_timeout(self.busy_timeout)?;
+        let value = result?;
         self.committed(&conn);
         Ok(value)
     }
@@ -247,7 +290,7 @@ impl Connections {
     where
         E: From<Error>,
     {
-        let conn = self.writer();
+        let conn = self.writer()?;
         // Only BEGIN is retried, before `f` runs. A shared borrow lets the
         // retry loop hand the transaction out.
         let tx = retry_busy(self.write_deadline, &self.busy_retries, || {
@@ -300,6 +343,43 @@ impl Connections {
     }
 }
 
+thread_local! {
+    /// The write gates this thread holds (by address): a second take on the
+    /// same thread would wait for itself.
+    static GATES_HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The write connection, taken by one thread (see [`Connections::writer`]).
+pub(crate) struct WriteGate<'a> {
+    conn: MutexGuard<'a, Connection>,
+    id: usize,
+}
+
+impl std::ops::Deref for WriteGate<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for WriteGate<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+}
+
+impl Drop for WriteGate<'_> {
+    fn drop(&mut self) {
+        GATES_HELD.with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(at) = held.iter().rposition(|g| *g == self.id) {
+                held.remove(at);
+            }
+        });
+    }
+}
+
 /// The WAL file of the database at `path`.
 fn wal_path(path: &Path) -> PathBuf {
     let mut wal = path.to_path_buf().into_os_string();
@@ -316,13 +396,25 @@ pub(crate) fn retry_busy<T>(
 ) -> Result<T> {
     let start = Instant::now();
     let mut backoff = Duration::from_millis(1);
+    let mut tries = 0u64;
     loop {
         match f() {
             Err(Error::Busy) if start.elapsed() < deadline => {
                 retries.fetch_add(1, Ordering::Relaxed);
+                tries += 1;
                 let jittered = backoff.mul_f64(rand::random_range(0.5..=1.5));
                 thread::sleep(jittered.min(deadline.saturating_sub(start.elapsed())));
                 backoff = (backoff * 2).min(Duration::from_millis(100));
+            }
+            Err(Error::Busy) => {
+                tracing::warn!(
+                    waited = ?start.elapsed(),
+                    ?deadline,
+                    retries = tries,
+                    "the database stayed locked by another connection past the write \
+                     deadline: giving up with Error::Busy"
+                );
+                return Err(Error::Busy);
             }
             other => return other,
         }
@@ -438,6 +530,58 @@ mod tests {
         assert!(
             elapsed < WAL_TRUNCATE_PATIENCE * 2 + Duration::from_millis(500),
             "{elapsed:?}"
+        );
+        Ok(())
+    }
+
+    /// A log over its bound is a warning, and so is a truncation a reader
+    /// kept from finishing: both say something holds snapshots too long.
+    #[test]
+    fn a_wal_over_its_bound_is_a_warning() -> Result<()> {
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+
+        let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
+        let path = dir.path().join("q.db");
+        let mut db = Connections::open(&path, &QueueOptions::default())?;
+        db.wal_limit = 64 * 1024;
+        db.write(|tx| Ok(tx.execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")?))?;
+        db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
+        let reader = Connection::open(&path)?;
+        reader.execute_batch("BEGIN")?;
+        reader.query_row("SELECT count(*) FROM blobs", [], |r| r.get::<_, i64>(0))?;
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..WAL_CHECK_EVERY {
+                db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
+            }
+            Ok::<(), Error>(())
+        })?;
+        reader.execute_batch("COMMIT")?;
+
+        let logged = String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned();
+        assert!(
+            logged.contains("WARN") && logged.contains("the WAL is over its bound"),
+            "{logged}"
+        );
+        assert!(logged.contains("limit=65536"), "{logged}");
+        assert!(
+            logged.contains("the WAL could not be truncated: a reader kept an old snapshot"),
+            "{logged}"
         );
         Ok(())
     }

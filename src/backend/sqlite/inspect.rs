@@ -4,6 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{jobs, queries};
+use crate::backend::{RecentCompletions, UpdateParams};
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
@@ -107,13 +108,76 @@ fn record(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
 
 /// Jobs per queue and state (states with no jobs are left out).
 pub(crate) fn counts(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
-    let mut out = Vec::new();
-    for (sql, args) in [
-        (queries::COUNT_LIVE, vec![now]),
-        (queries::COUNT_HISTORY, vec![]),
-    ] {
+    count_by_state(
+        conn,
+        &[
+            (queries::COUNT_LIVE, vec![now]),
+            (queries::COUNT_HISTORY, vec![]),
+        ],
+    )
+}
+
+/// Live jobs per queue and state, and dead jobs per queue, read from
+/// indexes (see [`queries::COUNT_WAITING_DUE`]).
+pub(crate) fn depth(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
+    let mut out = count_by_state(
+        conn,
+        &[
+            (queries::COUNT_RUNNING, vec![]),
+            (queries::COUNT_DEAD, vec![]),
+        ],
+    )?;
+    // Per queue: due now, retrying, all unleased.
+    let mut waiting = std::collections::BTreeMap::<String, [i64; 3]>::new();
+    for sql in [queries::COUNT_WAITING_DUE, queries::COUNT_WAITING_LATER] {
         let mut stmt = conn.prepare_cached(sql)?;
-        let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| {
+        let rows = stmt.query_map([now], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                [
+                    r.get::<_, Option<i64>>(1)?.unwrap_or(0),
+                    r.get::<_, Option<i64>>(2)?.unwrap_or(0),
+                    r.get::<_, i64>(3)?,
+                ],
+            ))
+        })?;
+        for row in rows {
+            let (queue, counts) = row?;
+            let sums = waiting.entry(queue).or_default();
+            for (sum, n) in sums.iter_mut().zip(counts) {
+                *sum += n;
+            }
+        }
+    }
+    for (queue, [due, retrying, all]) in waiting {
+        let scheduled = all - due - retrying;
+        for (state, count) in [
+            (JobState::Available, due),
+            (JobState::Scheduled, scheduled),
+            (JobState::Retrying, retrying),
+        ] {
+            if count > 0 {
+                out.push(StateCount {
+                    queue: queue.clone(),
+                    state,
+                    count: count as u64,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| {
+        (a.queue.as_str(), state_rank(a.state)).cmp(&(b.queue.as_str(), state_rank(b.state)))
+    });
+    Ok(out)
+}
+
+/// Runs queries that return `(queue, state, count)` rows, sorted by queue
+/// then state.
+fn count_by_state(conn: &Connection, queries: &[(&str, Vec<i64>)]) -> Result<Vec<StateCount>> {
+    let mut out = Vec::new();
+    for (sql, args) in queries {
+        let mut stmt = conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
@@ -239,6 +303,37 @@ pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<CancelOutco
     }
 }
 
+/// Moves a job that is not running to history as `discarded`, with
+/// `reason` as its last error.
+pub(crate) fn discard(conn: &Connection, id: i64, reason: &str, now: i64) -> Result<()> {
+    match live_lease(conn, id)? {
+        Some(Some(_)) => Err(live_job(id, "running; cancel asks its handler to stop")),
+        Some(None) => {
+            let error = AttemptError {
+                attempt: 0,
+                at: now,
+                message: reason.to_owned(),
+            };
+            jobs::finish(
+                conn,
+                id,
+                None,
+                FinalStatus::Discarded,
+                None,
+                Some(&error),
+                now,
+            )
+        }
+        None => match history_status(conn, id)? {
+            None => Err(Error::NotFound { job_id: id }),
+            Some(status) => Err(Error::InvalidState {
+                job_id: id,
+                reason: format!("job already finished ({})", status.as_str()),
+            }),
+        },
+    }
+}
+
 /// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
 pub(crate) fn delete(conn: &Connection, id: i64) -> Result<()> {
     let live = conn.prepare_cached(queries::DELETE_LIVE)?.execute([id])?;
@@ -309,6 +404,64 @@ pub(crate) fn import(conn: &Connection, records: &[JobRecord]) -> Result<usize> 
     Ok(written)
 }
 
+/// Completed jobs per queue since `hour_since`, and since `minute_since`.
+pub(crate) fn recent_completions(
+    conn: &Connection,
+    hour_since: i64,
+    minute_since: i64,
+) -> Result<Vec<RecentCompletions>> {
+    let mut stmt = conn.prepare_cached(queries::COUNT_RECENT_COMPLETIONS)?;
+    let rows = stmt.query_map(params![hour_since, minute_since], |r| {
+        Ok(RecentCompletions {
+            queue: r.get(0)?,
+            hour: r.get::<_, i64>(1)?.max(0) as u64,
+            minute: r.get::<_, Option<i64>>(2)?.unwrap_or(0).max(0) as u64,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Changes priority, due time or queue of a job that is not running.
+pub(crate) fn update(conn: &Connection, p: &UpdateParams<'_>) -> Result<()> {
+    match live_lease(conn, p.id)? {
+        Some(Some(_)) => Err(live_job(p.id, "running; only a waiting job can be updated")),
+        Some(None) => {
+            let changed = conn
+                .prepare_cached(queries::UPDATE_WAITING)?
+                .execute(params![p.id, p.priority, p.available_at, p.queue, p.now])?;
+            // The job is unleased and this transaction holds the write lock:
+            // only the unique index can have ignored the row.
+            if changed == 0 {
+                return Err(Error::InvalidState {
+                    job_id: p.id,
+                    reason: format!(
+                        "a live job in queue {:?} already holds its unique key",
+                        p.queue.unwrap_or_default()
+                    ),
+                });
+            }
+            Ok(())
+        }
+        None => match history_status(conn, p.id)? {
+            None => Err(Error::NotFound { job_id: p.id }),
+            Some(status) => Err(Error::InvalidState {
+                job_id: p.id,
+                reason: format!("job already finished ({})", status.as_str()),
+            }),
+        },
+    }
+}
+
+/// Backlog's tables (of 3) and all tables in the SQLite file at `path`,
+/// read on a read-only connection of its own: nothing is created or changed.
+pub(crate) fn probe_tables(path: &std::path::Path) -> Result<(i64, i64)> {
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    Ok(conn.query_row(queries::PROBE_TABLES, [], |r| Ok((r.get(0)?, r.get(1)?)))?)
+}
+
 /// Pauses (`true`) or resumes (`false`) a queue.
 pub(crate) fn set_paused(conn: &Connection, queue: &str, paused: bool, now: i64) -> Result<()> {
     conn.prepare_cached(queries::SET_PAUSED)?
@@ -332,4 +485,41 @@ pub(crate) fn prune(
     Ok(conn
         .prepare_cached(queries::PRUNE_HISTORY)?
         .execute(params![status.as_str(), cutoff, limit])?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::QueueOptions;
+
+    /// A scrape must not read every payload or the whole history: each count
+    /// walks an index.
+    #[test]
+    fn depth_and_recent_completions_read_indexes_only() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
+        let db = super::super::Connections::open(&dir.path().join("q.db"), &QueueOptions::new())?;
+        super::super::migrate::migrate(&mut *db.writer()?, std::time::Duration::from_secs(5))?;
+        let plan = |sql: &str, args: &[i64]| -> Result<String> {
+            let conn = db.writer()?;
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+            let rows =
+                stmt.query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))
+        };
+        for (sql, args, index) in [
+            (queries::COUNT_WAITING_DUE, &[0][..], "backlog_jobs_lease"),
+            (queries::COUNT_WAITING_LATER, &[0], "backlog_jobs_scheduled"),
+            (queries::COUNT_RUNNING, &[], "backlog_jobs_expiry"),
+            (queries::COUNT_DEAD, &[], "backlog_history_finished"),
+            (
+                queries::COUNT_RECENT_COMPLETIONS,
+                &[0, 0],
+                "backlog_history_finished",
+            ),
+        ] {
+            let plan = plan(sql, args)?;
+            assert!(plan.contains(index), "{sql}\n{plan}");
+        }
+        Ok(())
+    }
 }

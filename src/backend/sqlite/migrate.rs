@@ -127,6 +127,31 @@ fn adopt_legacy_history(
     tx.commit()
 }
 
+/// The migrations of this build the file has not applied (`V2__due`),
+/// oldest first. Reads only: for tools that must not migrate on their own.
+pub(crate) fn pending(conn: &Connection) -> Result<Vec<String>> {
+    let table = [HISTORY_TABLE, LEGACY_HISTORY_TABLE]
+        .into_iter()
+        .map(|t| table_exists(conn, t).map(|found| found.then_some(t)))
+        .collect::<rusqlite::Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+        .next();
+    let applied: Vec<i64> = match table {
+        Some(table) => conn
+            .prepare(&format!("SELECT version FROM {table}"))?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?,
+        None => Vec::new(),
+    };
+    Ok(embedded::migrations::runner()
+        .get_migrations()
+        .iter()
+        .filter(|m| !applied.contains(&i64::from(m.version())))
+        .map(|m| format!("V{}__{}", m.version(), m.name()))
+        .collect())
+}
+
 fn table_exists(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
     conn.query_row(
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",

@@ -262,6 +262,59 @@ pub const SET_PAUSED: &str = "
 INSERT INTO backlog_queues (name, paused, updated_at) VALUES (?1, ?2, ?3)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at";
 
+/// Changes an unleased live job; a NULL parameter keeps the column.
+/// Parameters: `?1` id, `?2` priority, `?3` available_at, `?4` queue, `?5`
+/// now. `due` follows the new time, so the job is in the lease indexes
+/// exactly when it can run. `OR IGNORE`: a move onto a unique key the target
+/// queue already holds changes no row instead of failing, and the caller
+/// reports it.
+pub const UPDATE_WAITING: &str = "
+UPDATE OR IGNORE backlog_jobs
+SET priority = coalesce(?2, priority), available_at = coalesce(?3, available_at),
+    due = coalesce(?3, available_at) <= ?5, queue = coalesce(?4, queue), updated_at = ?5
+WHERE id = ?1 AND lease_token IS NULL";
+
+/// Unleased jobs per queue: how many are due at `?1`, how many of the rest
+/// were attempted before (retrying), and all of them. In two parts, each read
+/// from its own partial index instead of the table and its payloads (a scan
+/// of the table, as [`COUNT_LIVE`], costs several times more at a million
+/// jobs): the due jobs from `backlog_jobs_lease`, which holds everything but
+/// `attempts` (only a job due later, which a due job rarely is, is looked up
+/// for it) ...
+pub const COUNT_WAITING_DUE: &str = "
+SELECT queue, sum(available_at <= ?1),
+       sum(CASE WHEN available_at <= ?1 THEN 0 WHEN attempts > 0 THEN 1 ELSE 0 END), count(*)
+FROM backlog_jobs WHERE lease_token IS NULL AND due GROUP BY queue";
+
+/// ... and the jobs not due yet from `backlog_jobs_scheduled`, each looked
+/// up for its queue.
+pub const COUNT_WAITING_LATER: &str = "
+SELECT queue, sum(available_at <= ?1),
+       sum(CASE WHEN available_at <= ?1 THEN 0 WHEN attempts > 0 THEN 1 ELSE 0 END), count(*)
+FROM backlog_jobs WHERE lease_token IS NULL AND NOT due GROUP BY queue";
+
+/// Leased jobs per queue, through `backlog_jobs_expiry`.
+pub const COUNT_RUNNING: &str = "
+SELECT queue, 'running', count(*) FROM backlog_jobs WHERE lease_token IS NOT NULL GROUP BY queue";
+
+/// Dead jobs per queue: the dead-letter count. Walks only the `dead` range
+/// of `backlog_history_finished`, never the rest of history.
+pub const COUNT_DEAD: &str = "
+SELECT queue, 'dead', count(*) FROM backlog_history WHERE status = 'dead' GROUP BY queue";
+
+/// Completed jobs per queue since `?1` (and since `?2`, a later time), from
+/// the `completed` range of `backlog_history_finished`.
+pub const COUNT_RECENT_COMPLETIONS: &str = "
+SELECT queue, count(*), sum(finished_at >= ?2) FROM backlog_history
+WHERE status = 'completed' AND finished_at >= ?1 GROUP BY queue";
+
+/// How many of backlog's tables a file has, and how many tables in all: a
+/// read-only look before a tool opens a file it must not convert.
+pub const PROBE_TABLES: &str = "
+SELECT count(*) FILTER (WHERE name IN ('backlog_jobs', 'backlog_history', 'backlog_queues')),
+       count(*)
+FROM sqlite_master WHERE type = 'table'";
+
 // ---- copy ------------------------------------------------------------------
 
 /// Inserts a live job copied from another database, keeping its id, unless

@@ -50,10 +50,18 @@ pub(crate) fn truncate_if_over(
     limit: u64,
     patience: Duration,
 ) -> Result<Option<Checkpoint>> {
-    match std::fs::metadata(wal) {
-        Ok(meta) if meta.len() > limit => {}
+    let size = match std::fs::metadata(wal) {
+        Ok(meta) if meta.len() > limit => meta.len(),
         _ => return Ok(None),
-    }
+    };
+    // Something kept the checkpointer from restarting the log: readers
+    // holding snapshots back to back, most often.
+    tracing::warn!(
+        wal = %wal.display(),
+        bytes = size,
+        limit,
+        "the WAL is over its bound; checkpointing it whole and truncating it"
+    );
     // Short tries, not one long wait: a checkpoint keeps waiting for the
     // reader of a snapshot mark it first saw as old, even after that reader
     // moved the mark to the latest frame; a fresh try sees the move.
@@ -67,6 +75,16 @@ pub(crate) fn truncate_if_over(
         }
     };
     conn.busy_timeout(Duration::from_millis(busy_ms.into()))?;
+    match &done {
+        Ok(c) if c.busy => tracing::warn!(
+            log_frames = c.log_frames,
+            checkpointed_frames = c.checkpointed_frames,
+            ?patience,
+            "the WAL could not be truncated: a reader kept an old snapshot; trying again later"
+        ),
+        Ok(_) => tracing::debug!("the WAL was checkpointed and truncated"),
+        Err(error) => tracing::warn!(%error, "checkpointing the WAL over its bound failed"),
+    }
     done.map(Some)
 }
 

@@ -1,0 +1,727 @@
+//! `backlog`: look into a queue and act on it, from a shell.
+//!
+//! A thin layer over the library's public calls (`Queue::stats`,
+//! `Queue::list`, `Queue::update`, ...): what this tool can do, a program
+//! can do too. It never creates a database it was only asked to read, and
+//! never migrates one unless told to (`backlog migrate`).
+
+mod fail;
+mod output;
+mod target;
+mod watch;
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use backlog::{FinalStatus, JobFilter, JobRecord, JobState, JobUpdate, NewJob, Queue, Retention};
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Value};
+
+use fail::{Code, Failure, EXIT_CODES};
+use target::Target;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "backlog",
+    version,
+    about = "Look into a backlog job queue and act on it",
+    after_help = EXIT_CODES
+)]
+struct Cli {
+    /// The queue's database: a SQLite file, or a postgres:// or mysql:// URL.
+    #[arg(long, env = "BACKLOG_DATABASE", global = true, value_name = "PATH|URL")]
+    db: Option<String>,
+    /// Print JSON for scripts instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Each queue: jobs available, scheduled, retrying, running, dead;
+    /// completed in the last hour and minute; paused or not.
+    Stats {
+        /// Only this queue.
+        #[arg(long)]
+        queue: Option<String>,
+    },
+    /// List jobs, oldest id first, a page at a time.
+    Jobs(JobsArgs),
+    /// Everything about one job: payload, attempts, every error, result, times.
+    Show {
+        /// The job's id.
+        id: i64,
+    },
+    /// Run a dead, discarded or cancelled job again (or every job --state selects).
+    Retry(Select),
+    /// Cancel a waiting job at once, or ask a running one to stop.
+    Cancel(Select),
+    /// Move a waiting job to history as discarded: it will not run.
+    Discard {
+        #[command(flatten)]
+        select: Select,
+        /// Recorded as the job's last error.
+        #[arg(long, default_value = "discarded by an operator")]
+        reason: String,
+    },
+    /// Delete a job, live or finished, for good.
+    Delete(Select),
+    /// Make a scheduled or retrying job due now (a manual trigger).
+    RunNow {
+        /// The job's id.
+        id: i64,
+    },
+    /// Change a waiting job's priority, due time or queue.
+    Update {
+        /// The job's id.
+        id: i64,
+        /// The new priority (higher runs first).
+        #[arg(long, allow_negative_numbers = true)]
+        priority: Option<i32>,
+        /// When it becomes due: RFC 3339 (2030-01-01T09:00:00Z), unix
+        /// seconds, or a delay (+10m).
+        #[arg(long)]
+        run_at: Option<String>,
+        /// Move it to this queue.
+        #[arg(long)]
+        queue: Option<String>,
+    },
+    /// Stop leasing from a queue (running jobs finish).
+    Pause {
+        queue: String,
+        /// Pause a queue that has no jobs yet.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Lease from a paused queue again.
+    Resume { queue: String },
+    /// Delete finished jobs older than an age.
+    Purge {
+        /// Only these statuses (repeatable). Defaults to all four.
+        #[arg(long, value_parser = ["completed", "discarded", "cancelled", "dead"])]
+        status: Vec<String>,
+        /// Finished longer ago than this: 30s, 10m, 12h, 7d.
+        #[arg(long, value_name = "AGE")]
+        older_than: String,
+    },
+    /// Add a job.
+    Enqueue {
+        /// The job's kind (which handler runs it).
+        kind: String,
+        /// The payload, JSON.
+        payload: String,
+        #[arg(long)]
+        queue: Option<String>,
+        #[arg(long, allow_negative_numbers = true)]
+        priority: Option<i32>,
+        /// Due after this delay: 30s, 10m, 2h.
+        #[arg(long, conflicts_with = "run_at")]
+        delay: Option<String>,
+        /// Due at this time: RFC 3339, unix seconds, or +10m.
+        #[arg(long)]
+        run_at: Option<String>,
+        /// At most one live job of the queue holds this key.
+        #[arg(long)]
+        unique_key: Option<String>,
+        #[arg(long)]
+        max_attempts: Option<u32>,
+    },
+    /// Create the queue's tables, or bring them up to date.
+    Migrate,
+    /// The queue's metrics in Prometheus text format.
+    Metrics,
+    /// Live stats, refreshed like top; q or Ctrl-C quits.
+    Watch {
+        /// Time between refreshes: 500ms, 2s, 1m.
+        #[arg(long, default_value = "2s")]
+        interval: String,
+        /// Stop after this many refreshes (for scripts).
+        #[arg(long, hide = true)]
+        count: Option<u64>,
+    },
+    /// Copy every live job and the history of one database into another
+    /// (created and migrated if needed), keeping ids.
+    Copy {
+        /// The source: a SQLite path or a database URL.
+        from: String,
+        /// The destination: a SQLite path or a database URL.
+        to: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct JobsArgs {
+    /// available, scheduled, retrying, running, completed, discarded,
+    /// cancelled, dead, or all.
+    #[arg(long, default_value = "all", value_parser = STATES_AND_ALL)]
+    state: String,
+    #[arg(long)]
+    queue: Option<String>,
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only ids above this one: the next page (printed under each page).
+    #[arg(long, value_name = "ID")]
+    after: Option<i64>,
+    /// Jobs per page.
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+}
+
+/// One job by id, or every job a filter selects.
+#[derive(Debug, Args)]
+struct Select {
+    /// The job's id. Without it, --state (and --queue, --kind) select jobs.
+    #[arg(conflicts_with_all = ["state", "queue", "kind"], required_unless_present = "state")]
+    id: Option<i64>,
+    /// Select every job in this state.
+    #[arg(long, value_parser = STATES)]
+    state: Option<String>,
+    /// With --state: only this queue.
+    #[arg(long)]
+    queue: Option<String>,
+    /// With --state: only this kind.
+    #[arg(long)]
+    kind: Option<String>,
+    /// Act on the selected jobs without asking.
+    #[arg(long)]
+    yes: bool,
+}
+
+const STATES: [&str; 8] = [
+    "available",
+    "scheduled",
+    "retrying",
+    "running",
+    "completed",
+    "discarded",
+    "cancelled",
+    "dead",
+];
+const STATES_AND_ALL: [&str; 9] = [
+    "available",
+    "scheduled",
+    "retrying",
+    "running",
+    "completed",
+    "discarded",
+    "cancelled",
+    "dead",
+    "all",
+];
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            if cli.json {
+                eprintln!(
+                    "{}",
+                    json!({"error": failure.message, "exit_code": failure.code as u8})
+                );
+            } else {
+                eprintln!("backlog: {failure}");
+            }
+            ExitCode::from(failure.code as u8)
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<(), Failure> {
+    let out = Out { json: cli.json };
+    match &cli.command {
+        Command::Copy { from, to } => return copy(&out, from, to),
+        Command::Migrate => {
+            let target = target(cli)?;
+            target.open_and_migrate()?;
+            return out.done(
+                &format!("{}: schema up to date", target.display()),
+                json!({"database": target.display(), "migrated": true}),
+            );
+        }
+        _ => {}
+    }
+    let queue = target(cli)?.open_existing()?;
+    match &cli.command {
+        Command::Stats { queue: only } => stats(&out, &queue, only.as_deref()),
+        Command::Jobs(args) => jobs(&out, &queue, args),
+        Command::Show { id } => {
+            let record = queue.get(*id)?;
+            if out.json {
+                out.value(&output::record_json(&record))
+            } else {
+                out.text(&output::record_text(&record, queue.now_micros()))
+            }
+        }
+        Command::Retry(select) => act(&out, &queue, select, Action::Retry),
+        Command::Cancel(select) => act(&out, &queue, select, Action::Cancel),
+        Command::Discard { select, reason } => act(&out, &queue, select, Action::Discard(reason)),
+        Command::Delete(select) => act(&out, &queue, select, Action::Delete),
+        Command::RunNow { id } => {
+            queue.run_now(*id)?;
+            report_job(&out, &queue, *id, "due now")
+        }
+        Command::Update {
+            id,
+            priority,
+            run_at,
+            queue: to,
+        } => {
+            let mut update = JobUpdate::new();
+            update.priority = *priority;
+            update.queue = to.clone();
+            if let Some(at) = run_at {
+                update.run_at = Some(time_arg(at)?);
+            }
+            if update.is_empty() {
+                return Err(Failure::new(
+                    Code::Usage,
+                    "update needs --priority, --run-at or --queue",
+                ));
+            }
+            queue.update(*id, &update)?;
+            report_job(&out, &queue, *id, "updated")
+        }
+        Command::Pause { queue: name, force } => {
+            if !force {
+                known_queue(&queue, name)?;
+            }
+            queue.pause(name)?;
+            out.done(
+                &format!("queue {name} paused: workers lease nothing from it until resumed"),
+                json!({"queue": name, "paused": true}),
+            )
+        }
+        Command::Resume { queue: name } => {
+            let was_paused = queue.paused_queues()?.contains(name);
+            if !was_paused {
+                known_queue(&queue, name)?;
+            }
+            queue.resume(name)?;
+            let text = if was_paused {
+                format!("queue {name} resumed")
+            } else {
+                format!("queue {name} was not paused")
+            };
+            out.done(&text, json!({"queue": name, "paused": false}))
+        }
+        Command::Purge { status, older_than } => purge(&out, &queue, status, older_than),
+        Command::Enqueue {
+            kind,
+            payload,
+            queue: q,
+            priority,
+            delay,
+            run_at,
+            unique_key,
+            max_attempts,
+        } => {
+            let value: Value = serde_json::from_str(payload).map_err(|e| {
+                Failure::new(Code::InvalidInput, format!("the payload is not JSON: {e}"))
+            })?;
+            let mut job = NewJob::new(kind.clone(), value);
+            if let Some(q) = q {
+                job = job.queue(q.clone());
+            }
+            if let Some(p) = priority {
+                job = job.priority(*p);
+            }
+            if let Some(d) = delay {
+                job = job.delay(duration_arg(d)?);
+            }
+            if let Some(at) = run_at {
+                job = job.run_at(time_arg(at)?);
+            }
+            if let Some(key) = unique_key {
+                job = job.unique_key(key.clone());
+            }
+            if let Some(n) = max_attempts {
+                job = job.max_attempts(*n);
+            }
+            let enqueued = queue.enqueue(job)?;
+            let record = queue.get(enqueued.id)?;
+            let text = if enqueued.existed {
+                format!(
+                    "job {} already holds unique key {:?}: nothing added",
+                    enqueued.id,
+                    unique_key.as_deref().unwrap_or_default()
+                )
+            } else {
+                format!(
+                    "enqueued job {} ({} in queue {}, {})",
+                    enqueued.id,
+                    record.kind,
+                    record.queue,
+                    record.state.as_str()
+                )
+            };
+            out.done(
+                &text,
+                json!({"id": enqueued.id, "existed": enqueued.existed, "job": output::record_json(&record)}),
+            )
+        }
+        Command::Metrics => out.text(&queue.metrics()?),
+        Command::Watch { interval, count } => {
+            watch::run(&queue, duration_arg(interval)?, *count, out.json)
+        }
+        Command::Copy { .. } | Command::Migrate => Ok(()),
+    }
+}
+
+fn target(cli: &Cli) -> Result<Target, Failure> {
+    match cli.db.as_deref() {
+        Some(db) if !db.is_empty() => Ok(Target::parse(db)),
+        _ => Err(Failure::new(
+            Code::Usage,
+            "which database? pass --db PATH|URL or set BACKLOG_DATABASE",
+        )),
+    }
+}
+
+/// How results are printed.
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    fn text(&self, text: &str) -> Result<(), Failure> {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(text.as_bytes())?;
+        stdout.flush()?;
+        Ok(())
+    }
+
+    fn value(&self, value: &Value) -> Result<(), Failure> {
+        let text = serde_json::to_string_pretty(value)
+            .map_err(|e| Failure::new(Code::Other, e.to_string()))?;
+        self.text(&format!("{text}\n"))
+    }
+
+    /// A one-line result for people, or its JSON.
+    fn done(&self, text: &str, value: Value) -> Result<(), Failure> {
+        if self.json {
+            self.value(&value)
+        } else {
+            self.text(&format!("{text}\n"))
+        }
+    }
+}
+
+fn stats(out: &Out, queue: &Queue, only: Option<&str>) -> Result<(), Failure> {
+    let mut stats = queue.stats()?;
+    if let Some(name) = only {
+        stats.retain(|s| s.queue == name);
+        if stats.is_empty() {
+            return Err(unknown_queue(name));
+        }
+    }
+    if out.json {
+        out.value(&output::stats_json(&stats))
+    } else {
+        out.text(&output::stats_table(&stats))
+    }
+}
+
+fn unknown_queue(name: &str) -> Failure {
+    Failure::new(
+        Code::UnknownQueue,
+        format!("unknown queue {name:?}: it has no live jobs, dead jobs, recent completions or settings (see `backlog stats`)"),
+    )
+}
+
+/// Fails with `UnknownQueue` unless `name` is a queue `stats` lists.
+fn known_queue(queue: &Queue, name: &str) -> Result<(), Failure> {
+    if queue.stats()?.iter().any(|s| s.queue == name) {
+        Ok(())
+    } else {
+        Err(unknown_queue(name))
+    }
+}
+
+fn filter(state: JobState, queue: Option<&str>, kind: Option<&str>) -> JobFilter {
+    let mut filter = JobFilter::new(state);
+    if let Some(q) = queue {
+        filter = filter.queue(q);
+    }
+    if let Some(k) = kind {
+        filter = filter.kind(k);
+    }
+    filter
+}
+
+fn parse_state(name: &str) -> Result<JobState, Failure> {
+    JobState::parse(name)
+        .ok_or_else(|| Failure::new(Code::Usage, format!("unknown state {name:?}")))
+}
+
+fn jobs(out: &Out, queue: &Queue, args: &JobsArgs) -> Result<(), Failure> {
+    if args.limit == 0 {
+        return Err(Failure::new(
+            Code::InvalidInput,
+            "--limit must be at least 1",
+        ));
+    }
+    let states: Vec<JobState> = if args.state == "all" {
+        JobState::ALL.to_vec()
+    } else {
+        vec![parse_state(&args.state)?]
+    };
+    // Keyset paging over several states: the first `limit` ids of their
+    // union are among the first `limit` of each.
+    let mut jobs: Vec<JobRecord> = Vec::new();
+    let mut more = false;
+    for state in states {
+        let mut f = filter(state, args.queue.as_deref(), args.kind.as_deref()).limit(args.limit);
+        if let Some(after) = args.after {
+            f = f.after(after);
+        }
+        let page = queue.list(&f)?;
+        more |= page.next_after.is_some();
+        jobs.extend(page.jobs);
+    }
+    jobs.sort_by_key(|j| j.id);
+    if jobs.len() > args.limit {
+        jobs.truncate(args.limit);
+        more = true;
+    }
+    let next_after = if more {
+        jobs.last().map(|j| j.id)
+    } else {
+        None
+    };
+    if jobs.is_empty() {
+        if let Some(name) = &args.queue {
+            known_queue(queue, name)?;
+        }
+    }
+    if out.json {
+        return out.value(&json!({
+            "jobs": jobs.iter().map(output::record_json).collect::<Vec<_>>(),
+            "next_after": next_after,
+        }));
+    }
+    if jobs.is_empty() {
+        return out.text("no jobs match\n");
+    }
+    let mut text = output::jobs_table(&jobs, queue.now_micros());
+    if let Some(after) = next_after {
+        text.push_str(&format!("more: --after {after}\n"));
+    }
+    out.text(&text)
+}
+
+enum Action<'a> {
+    Retry,
+    Cancel,
+    Discard(&'a str),
+    Delete,
+}
+
+impl Action<'_> {
+    fn verb(&self) -> &'static str {
+        match self {
+            Action::Retry => "retry",
+            Action::Cancel => "cancel",
+            Action::Discard(_) => "discard",
+            Action::Delete => "delete",
+        }
+    }
+}
+
+/// Retry, cancel, discard or delete: one job by id, or the jobs a filter
+/// selects once confirmed.
+fn act(out: &Out, queue: &Queue, select: &Select, action: Action<'_>) -> Result<(), Failure> {
+    if let Some(id) = select.id {
+        let what = match action {
+            Action::Retry => {
+                queue.retry(id)?;
+                "retried: available now".to_owned()
+            }
+            Action::Cancel => match queue.cancel(id)? {
+                backlog::CancelOutcome::Cancelled => "cancelled".to_owned(),
+                backlog::CancelOutcome::Requested => {
+                    "running: its handler is asked to stop at the next heartbeat".to_owned()
+                }
+            },
+            Action::Discard(reason) => {
+                queue.discard_job(id, reason)?;
+                "discarded".to_owned()
+            }
+            Action::Delete => {
+                queue.delete(id)?;
+                return out.done(
+                    &format!("job {id} deleted"),
+                    json!({"id": id, "deleted": true}),
+                );
+            }
+        };
+        return report_job(out, queue, id, &what);
+    }
+    let state = parse_state(select.state.as_deref().unwrap_or_default())?;
+    let f = filter(state, select.queue.as_deref(), select.kind.as_deref()).limit(500);
+    let matching = count(queue, &f)?;
+    if matching == 0 {
+        if let Some(name) = &select.queue {
+            known_queue(queue, name)?;
+        }
+    }
+    let description = format!(
+        "{matching} {} job(s){}{}",
+        state.as_str(),
+        select
+            .queue
+            .as_deref()
+            .map(|q| format!(" in queue {q}"))
+            .unwrap_or_default(),
+        select
+            .kind
+            .as_deref()
+            .map(|k| format!(" of kind {k}"))
+            .unwrap_or_default()
+    );
+    if matching > 0 && !select.yes {
+        confirm(&format!("{} {description}?", capitalize(action.verb())))?;
+    }
+    let report = match action {
+        Action::Retry => queue.retry_matching(&f)?,
+        Action::Cancel => queue.cancel_matching(&f)?,
+        Action::Discard(reason) => queue.discard_matching(&f, reason)?,
+        Action::Delete => queue.delete_matching(&f)?,
+    };
+    let mut text = format!("{}: {} done", action.verb(), report.done);
+    if report.requested > 0 {
+        text.push_str(&format!(" ({} running, asked to stop)", report.requested));
+    }
+    if report.skipped > 0 {
+        text.push_str(&format!(
+            ", {} skipped (changed state meanwhile, or refused)",
+            report.skipped
+        ));
+    }
+    out.done(
+        &text,
+        json!({"action": action.verb(), "matched": matching, "done": report.done,
+               "skipped": report.skipped, "requested": report.requested}),
+    )
+}
+
+/// How many jobs `filter` lists (walking its pages).
+fn count(queue: &Queue, filter: &JobFilter) -> Result<u64, Failure> {
+    let mut n = 0;
+    let mut f = filter.clone();
+    loop {
+        let page = queue.list(&f)?;
+        n += page.jobs.len() as u64;
+        match page.next_after {
+            Some(after) => f = f.after(after),
+            None => return Ok(n),
+        }
+    }
+}
+
+/// Asks on the terminal; refuses when there is no terminal to ask on.
+fn confirm(question: &str) -> Result<(), Failure> {
+    if !std::io::stdin().is_terminal() {
+        return Err(Failure::new(
+            Code::Aborted,
+            format!("{question} Not confirmed: pass --yes to run without a terminal"),
+        ));
+    }
+    eprint!("{question} [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if matches!(answer.trim(), "y" | "Y" | "yes") {
+        Ok(())
+    } else {
+        Err(Failure::new(Code::Aborted, "aborted: nothing changed"))
+    }
+}
+
+fn capitalize(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
+/// Prints a job after an action on it.
+fn report_job(out: &Out, queue: &Queue, id: i64, what: &str) -> Result<(), Failure> {
+    let record = queue.get(id)?;
+    out.done(
+        &format!(
+            "job {id} {what} ({} in queue {}, {})",
+            record.kind,
+            record.queue,
+            record.state.as_str()
+        ),
+        output::record_json(&record),
+    )
+}
+
+fn purge(out: &Out, queue: &Queue, statuses: &[String], older_than: &str) -> Result<(), Failure> {
+    let age = duration_arg(older_than)?;
+    let wanted: Vec<FinalStatus> = if statuses.is_empty() {
+        FinalStatus::ALL.to_vec()
+    } else {
+        statuses
+            .iter()
+            .filter_map(|s| FinalStatus::parse(s))
+            .collect()
+    };
+    let keep = |status| wanted.contains(&status).then_some(age);
+    let retention = Retention {
+        completed: keep(FinalStatus::Completed),
+        discarded: keep(FinalStatus::Discarded),
+        cancelled: keep(FinalStatus::Cancelled),
+        dead: keep(FinalStatus::Dead),
+    };
+    const BATCH: usize = 1000;
+    let mut deleted = 0;
+    loop {
+        let n = queue.prune_history(&retention, BATCH)?;
+        deleted += n;
+        if n < BATCH {
+            break;
+        }
+    }
+    let names: Vec<&str> = wanted.iter().map(|s| s.as_str()).collect();
+    out.done(
+        &format!(
+            "purged {deleted} finished job(s) ({}) older than {older_than}",
+            names.join(", ")
+        ),
+        json!({"deleted": deleted, "statuses": names, "older_than_secs": age.as_secs()}),
+    )
+}
+
+fn copy(out: &Out, from: &str, to: &str) -> Result<(), Failure> {
+    let (from, to) = (Target::parse(from), Target::parse(to));
+    let source = from.open_existing()?;
+    let destination = to.open_and_migrate()?;
+    let report = backlog::copy(&source, &destination)?;
+    out.done(
+        &format!(
+            "copied {} live and {} finished job(s) from {} to {}; {} already there, {} paused queue(s)",
+            report.live,
+            report.history,
+            from.display(),
+            to.display(),
+            report.skipped,
+            report.paused_queues
+        ),
+        json!({"live": report.live, "history": report.history, "skipped": report.skipped,
+               "paused_queues": report.paused_queues}),
+    )
+}
+
+fn duration_arg(text: &str) -> Result<Duration, Failure> {
+    output::parse_duration(text).map_err(|e| Failure::new(Code::InvalidInput, e))
+}
+
+fn time_arg(text: &str) -> Result<SystemTime, Failure> {
+    output::parse_time(text, SystemTime::now()).map_err(|e| Failure::new(Code::InvalidInput, e))
+}

@@ -1,0 +1,332 @@
+//! What the commands print: aligned tables for people, JSON for scripts.
+
+use std::time::{Duration, SystemTime};
+
+use backlog::clock::micros_to_system_time;
+use backlog::{JobRecord, QueueStats};
+use serde_json::{json, Value};
+
+/// A table with a header row, columns padded to their widest cell; columns
+/// named in `right` are right-aligned (numbers).
+pub struct Table {
+    header: Vec<&'static str>,
+    right: Vec<bool>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(columns: &[(&'static str, bool)]) -> Table {
+        Table {
+            header: columns.iter().map(|c| c.0).collect(),
+            right: columns.iter().map(|c| c.1).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |cells: Vec<&str>| -> String {
+            let mut out = String::new();
+            for (i, cell) in cells.iter().enumerate() {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                if i > 0 {
+                    out.push_str("  ");
+                }
+                if self.right[i] {
+                    out.push_str(&" ".repeat(pad));
+                    out.push_str(cell);
+                } else {
+                    out.push_str(cell);
+                    if i + 1 < cells.len() {
+                        out.push_str(&" ".repeat(pad));
+                    }
+                }
+            }
+            let mut out = out.trim_end().to_owned();
+            out.push('\n');
+            out
+        };
+        let mut out = line(self.header.clone());
+        for row in &self.rows {
+            out.push_str(&line(row.iter().map(String::as_str).collect()));
+        }
+        out
+    }
+}
+
+/// Unix µs as RFC 3339 in UTC, to the second (people).
+pub fn time(micros: i64) -> String {
+    humantime::format_rfc3339_seconds(micros_to_system_time(micros)).to_string()
+}
+
+/// Unix µs as RFC 3339 in UTC, to the microsecond (scripts).
+pub fn time_json(micros: Option<i64>) -> Value {
+    match micros {
+        Some(m) => json!(humantime::format_rfc3339_micros(micros_to_system_time(m)).to_string()),
+        None => Value::Null,
+    }
+}
+
+/// How far `micros` is from `now`, as "in 5m" or "3h ago".
+pub fn relative(micros: i64, now: i64) -> String {
+    let (delta, future) = if micros >= now {
+        (micros - now, true)
+    } else {
+        (now - micros, false)
+    };
+    let secs = delta / 1_000_000;
+    let text = if secs < 1 {
+        return "now".into();
+    } else if secs < 120 {
+        format!("{secs}s")
+    } else if secs < 7200 {
+        format!("{}m", (secs + 30) / 60)
+    } else if secs < 2 * 86400 {
+        format!("{}h", (secs + 1800) / 3600)
+    } else {
+        format!("{}d", (secs + 43200) / 86400)
+    };
+    if future {
+        format!("in {text}")
+    } else {
+        format!("{text} ago")
+    }
+}
+
+/// The stats table of `backlog stats` and `backlog watch`.
+pub fn stats_table(stats: &[QueueStats]) -> String {
+    let mut table = Table::new(&[
+        ("QUEUE", false),
+        ("AVAILABLE", true),
+        ("SCHEDULED", true),
+        ("RETRYING", true),
+        ("RUNNING", true),
+        ("DEAD", true),
+        ("DONE 1H", true),
+        ("PER MIN", true),
+        ("PAUSED", false),
+    ]);
+    for s in stats {
+        table.row(vec![
+            s.queue.clone(),
+            s.available.to_string(),
+            s.scheduled.to_string(),
+            s.retrying.to_string(),
+            s.running.to_string(),
+            s.dead.to_string(),
+            s.completed_last_hour.to_string(),
+            s.completed_last_minute.to_string(),
+            if s.paused { "paused" } else { "-" }.to_owned(),
+        ]);
+    }
+    if stats.is_empty() {
+        return "no queues yet: nothing enqueued, nothing in history\n".into();
+    }
+    table.render()
+}
+
+pub fn stats_json(stats: &[QueueStats]) -> Value {
+    Value::Array(
+        stats
+            .iter()
+            .map(|s| {
+                json!({
+                    "queue": s.queue,
+                    "available": s.available,
+                    "scheduled": s.scheduled,
+                    "retrying": s.retrying,
+                    "running": s.running,
+                    "dead": s.dead,
+                    "completed_last_hour": s.completed_last_hour,
+                    "completed_last_minute": s.completed_last_minute,
+                    "paused": s.paused,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// A stored JSON text as a value (or as a string, should it not parse).
+fn json_text(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
+pub fn record_json(r: &JobRecord) -> Value {
+    json!({
+        "id": r.id,
+        "state": r.state.as_str(),
+        "queue": r.queue,
+        "kind": r.kind,
+        "priority": r.priority,
+        "unique_key": r.unique_key,
+        "payload": json_text(&r.payload),
+        "attempts": r.attempts,
+        "max_attempts": r.max_attempts,
+        "available_at": time_json(Some(r.available_at)),
+        "errors": r.errors.iter().map(|e| json!({
+            "attempt": e.attempt,
+            "at": time_json(Some(e.at)),
+            "message": e.message,
+        })).collect::<Vec<_>>(),
+        "worker": r.worker,
+        "lease_until": time_json(r.lease_until),
+        "started_at": time_json(r.started_at),
+        "cancel_requested": r.cancel_requested,
+        "result": r.result.as_deref().map(json_text),
+        "finished_at": time_json(r.finished_at),
+        "created_at": time_json(Some(r.created_at)),
+        "updated_at": time_json(Some(r.updated_at)),
+    })
+}
+
+/// One line of `backlog jobs`.
+pub fn jobs_table(jobs: &[JobRecord], now: i64) -> String {
+    let mut table = Table::new(&[
+        ("ID", true),
+        ("STATE", false),
+        ("QUEUE", false),
+        ("KIND", false),
+        ("PRI", true),
+        ("TRIES", true),
+        ("WHEN", false),
+        ("LAST ERROR", false),
+    ]);
+    for j in jobs {
+        let when = match j.finished_at {
+            Some(at) => format!("finished {}", relative(at, now)),
+            None if j.lease_until.is_some() => {
+                format!("started {}", relative(j.updated_at, now))
+            }
+            None => format!("due {}", relative(j.available_at, now)),
+        };
+        table.row(vec![
+            j.id.to_string(),
+            j.state.as_str().to_owned(),
+            j.queue.clone(),
+            j.kind.clone(),
+            j.priority.to_string(),
+            format!("{}/{}", j.attempts, j.max_attempts),
+            when,
+            j.errors
+                .last()
+                .map(|e| truncate(&e.message, 60))
+                .unwrap_or_default(),
+        ]);
+    }
+    table.render()
+}
+
+/// `backlog show`: every field, payload pretty-printed, every error.
+pub fn record_text(r: &JobRecord, now: i64) -> String {
+    let mut out = String::new();
+    let mut field = |name: &str, value: String| {
+        out.push_str(&format!("{name:<14}{value}\n"));
+    };
+    field("id", r.id.to_string());
+    field("state", r.state.as_str().to_owned());
+    field("queue", r.queue.clone());
+    field("kind", r.kind.clone());
+    field("priority", r.priority.to_string());
+    if let Some(key) = &r.unique_key {
+        field("unique key", key.clone());
+    }
+    field("attempts", format!("{} of {}", r.attempts, r.max_attempts));
+    field("created", stamp(r.created_at, now));
+    field(
+        if r.finished_at.is_some() {
+            "was due"
+        } else {
+            "due"
+        },
+        stamp(r.available_at, now),
+    );
+    if let Some(at) = r.started_at {
+        field("first started", stamp(at, now));
+    }
+    if let Some(at) = r.lease_until {
+        field("lease until", stamp(at, now));
+    }
+    if let Some(worker) = &r.worker {
+        field("worker", worker.clone());
+    }
+    if r.cancel_requested {
+        field("cancel", "requested".into());
+    }
+    if let Some(at) = r.finished_at {
+        field("finished", stamp(at, now));
+    }
+    field("updated", stamp(r.updated_at, now));
+    out.push_str("payload\n");
+    out.push_str(&indent(&pretty(&r.payload)));
+    if let Some(result) = &r.result {
+        out.push_str("result\n");
+        out.push_str(&indent(&pretty(result)));
+    }
+    if r.errors.is_empty() {
+        out.push_str("errors        none\n");
+    } else {
+        out.push_str(&format!("errors        {}\n", r.errors.len()));
+        for e in &r.errors {
+            out.push_str(&format!(
+                "  attempt {} at {}: {}\n",
+                e.attempt,
+                time(e.at),
+                e.message
+            ));
+        }
+    }
+    out
+}
+
+fn stamp(micros: i64, now: i64) -> String {
+    format!("{} ({})", time(micros), relative(micros, now))
+}
+
+fn pretty(text: &str) -> String {
+    serde_json::from_str::<Value>(text)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| text.to_owned())
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    let one_line = text.replace(['\n', '\r'], " ");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        let cut: String = one_line.chars().take(max - 1).collect();
+        format!("{cut}…")
+    }
+}
+
+/// Parses `--run-at`: RFC 3339 (`2030-01-01T00:00:00Z`), a unix time in
+/// seconds, or a delay from now (`+10m`).
+pub fn parse_time(text: &str, now: SystemTime) -> Result<SystemTime, String> {
+    if let Some(delay) = text.strip_prefix('+') {
+        return parse_duration(delay).map(|d| now + d);
+    }
+    if let Ok(secs) = text.parse::<u64>() {
+        return Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
+    }
+    humantime::parse_rfc3339_weak(text).map_err(|e| {
+        format!("{text:?} is not a time (RFC 3339 like 2030-01-01T09:00:00Z, unix seconds, or +10m): {e}")
+    })
+}
+
+/// Parses a duration such as `90s`, `10m`, `1h 30m`, `7d`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration (like 30s, 10m, 2h, 7d): {e}"))
+}

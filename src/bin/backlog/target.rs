@@ -1,0 +1,183 @@
+//! Opening the database a command names, without harming it: a SQLite file
+//! is never created unless the command writes a new database (`migrate`, the
+//! target of `copy`), never migrated unless asked, and checked to be a
+//! backlog database before backlog touches it (opening switches a file to
+//! WAL mode, which must not happen to some other application's database).
+
+use std::path::{Path, PathBuf};
+
+use backlog::{Queue, QueueOptions, SqliteFile};
+
+use crate::fail::{Code, Failure};
+
+/// Where a `--db` value points.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Sqlite(PathBuf),
+    /// A server URL (`postgres://`, `mysql://`); `Queue::connect` parses it.
+    Server(String),
+}
+
+impl Target {
+    pub fn parse(db: &str) -> Target {
+        let scheme = db
+            .split_once("://")
+            .map(|(s, _)| s.to_ascii_lowercase())
+            .unwrap_or_default();
+        match scheme.as_str() {
+            "postgres" | "postgresql" | "mysql" | "mariadb" => Target::Server(db.to_owned()),
+            _ => {
+                let path = db
+                    .strip_prefix("sqlite://")
+                    .or_else(|| db.strip_prefix("sqlite:"))
+                    .unwrap_or(db);
+                Target::Sqlite(PathBuf::from(path))
+            }
+        }
+    }
+
+    /// What to call the database in messages (a URL without its password).
+    pub fn display(&self) -> String {
+        match self {
+            Target::Sqlite(path) => path.display().to_string(),
+            Target::Server(url) => redact(url),
+        }
+    }
+
+    /// Opens an existing backlog database, migrating nothing.
+    pub fn open_existing(&self) -> Result<Queue, Failure> {
+        let options = QueueOptions::new().migrate(false);
+        let queue = match self {
+            Target::Sqlite(path) => {
+                probe_sqlite(path)?;
+                options.open(path).map_err(|e| self.unreachable(e))?
+            }
+            Target::Server(url) => options.connect(url).map_err(|e| self.unreachable(e))?,
+        };
+        // A server database without backlog's tables fails here.
+        let pending = queue.pending_migrations().and_then(|pending| {
+            queue.paused_queues()?;
+            Ok(pending)
+        });
+        let pending = pending.map_err(|e| {
+            Failure::new(
+                Code::NotBacklog,
+                format!(
+                    "{} is not a backlog database ({e}); `backlog migrate` creates the tables",
+                    self.display()
+                ),
+            )
+        })?;
+        if !pending.is_empty() {
+            return Err(Failure::new(
+                Code::SchemaBehind,
+                format!(
+                    "{} was created by an older backlog: its schema lacks {}; \
+                     `backlog migrate` brings it up to date (stop old workers first)",
+                    self.display(),
+                    pending.join(", ")
+                ),
+            ));
+        }
+        Ok(queue)
+    }
+
+    /// Opens the database, creating (SQLite) and migrating it as needed:
+    /// for commands asked to write a database (`migrate`, `copy`'s target).
+    pub fn open_and_migrate(&self) -> Result<Queue, Failure> {
+        if let Target::Sqlite(path) = self {
+            match probe(path)? {
+                SqliteFile::NotSqlite => {
+                    return Err(Failure::new(
+                        Code::NotBacklog,
+                        format!("{} is not a SQLite database", path.display()),
+                    ))
+                }
+                SqliteFile::OtherDatabase => {
+                    return Err(Failure::new(
+                        Code::NotBacklog,
+                        format!(
+                            "{} is a SQLite database of another application; backlog adds its \
+                             tables only to a new file or one that already has them (it would \
+                             switch the file to WAL mode)",
+                            path.display()
+                        ),
+                    ))
+                }
+                // Missing, empty, or a backlog database: create or migrate.
+                _ => {}
+            }
+        }
+        let queue = match self {
+            Target::Sqlite(path) => QueueOptions::new().open(path),
+            Target::Server(url) => QueueOptions::new().connect(url),
+        };
+        queue.map_err(|e| self.unreachable(e))
+    }
+
+    fn unreachable(&self, e: backlog::Error) -> Failure {
+        let code = match e {
+            backlog::Error::FeatureDisabled { .. } => Code::Usage,
+            _ => Code::Unreachable,
+        };
+        Failure::new(code, format!("cannot open {}: {e}", self.display()))
+    }
+}
+
+/// Checks, read-only, that `path` is a SQLite file with backlog's tables.
+fn probe_sqlite(path: &Path) -> Result<(), Failure> {
+    let (code, why) = match probe(path)? {
+        SqliteFile::Backlog => return Ok(()),
+        SqliteFile::Missing => (
+            Code::Unreachable,
+            format!(
+                "no database at {} (backlog does not create a file it was asked to read; \
+                 `backlog migrate --db {}` creates a new queue)",
+                path.display(),
+                path.display()
+            ),
+        ),
+        SqliteFile::Empty => (
+            Code::NotBacklog,
+            format!(
+                "{} is an empty file, not a backlog database",
+                path.display()
+            ),
+        ),
+        SqliteFile::NotSqlite => (
+            Code::NotBacklog,
+            format!("{} is not a SQLite database", path.display()),
+        ),
+        _ => (
+            Code::NotBacklog,
+            format!(
+                "{} is a SQLite database without backlog's tables",
+                path.display()
+            ),
+        ),
+    };
+    Err(Failure::new(code, why))
+}
+
+fn probe(path: &Path) -> Result<SqliteFile, Failure> {
+    backlog::probe_sqlite_file(path).map_err(|e| {
+        Failure::new(
+            Code::Unreachable,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })
+}
+
+/// `scheme://user:secret@host` → `scheme://user:***@host`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((credentials, host)) => match credentials.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}

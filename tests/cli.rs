@@ -1,0 +1,830 @@
+//! The `backlog` binary end to end: each command run as a process on a fresh
+//! file, its table, its `--json` shape, and its exit code on bad input.
+
+#![cfg(feature = "cli")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use backlog::{FinalStatus, JobState, LeaseRequest, NewJob, Queue, QueueOptions, RetryPolicy};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// The exit codes `backlog --help` documents.
+mod exit {
+    pub const USAGE: i32 = 2;
+    pub const NOT_FOUND: i32 = 3;
+    pub const INVALID_INPUT: i32 = 4;
+    pub const INVALID_STATE: i32 = 5;
+    pub const UNKNOWN_QUEUE: i32 = 6;
+    pub const UNREACHABLE: i32 = 7;
+    pub const NOT_BACKLOG: i32 = 8;
+    pub const ABORTED: i32 = 9;
+}
+
+/// One run of the binary.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn ok(self) -> TestResult<Run> {
+        if self.code == 0 {
+            Ok(self)
+        } else {
+            Err(format!("exit {}: {}{}", self.code, self.stdout, self.stderr).into())
+        }
+    }
+
+    fn json(&self) -> TestResult<Value> {
+        Ok(serde_json::from_str(&self.stdout)
+            .map_err(|e| format!("{e}: not JSON: {}", self.stdout))?)
+    }
+
+    fn fails_with(self, code: i32, says: &str) -> TestResult {
+        assert_eq!(
+            self.code, code,
+            "stdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
+        assert!(
+            self.stderr.contains(says),
+            "stderr {:?} does not say {says:?}",
+            self.stderr
+        );
+        Ok(())
+    }
+}
+
+/// Runs `backlog ARGS` with no terminal and no `BACKLOG_DATABASE`.
+fn backlog_raw(args: &[&str]) -> TestResult<Run> {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(env!("CARGO_BIN_EXE_backlog"))
+        .args(args)
+        .env_remove("BACKLOG_DATABASE")
+        .stdin(Stdio::null())
+        .output()?;
+    Ok(Run {
+        code: status.code().ok_or("killed by a signal")?,
+        stdout: String::from_utf8(stdout)?,
+        stderr: String::from_utf8(stderr)?,
+    })
+}
+
+/// Runs `backlog --db DB ARGS`.
+fn backlog(db: &Path, args: &[&str]) -> TestResult<Run> {
+    let db = db.to_str().ok_or("path")?;
+    let mut all = vec!["--db", db];
+    all.extend_from_slice(args);
+    backlog_raw(&all)
+}
+
+/// A fresh database with jobs in every state, through the library:
+///
+/// | id | queue   | kind   | state                              |
+/// |----|---------|--------|------------------------------------|
+/// | 1  | default | email  | completed, result `{"sent": true}` |
+/// | 2  | default | email  | dead, one error "smtp down"        |
+/// | 3  | default | email  | running                            |
+/// | 4  | default | resize | retrying, one error "timeout"      |
+/// | 5  | default | email  | available                          |
+/// | 6  | media   | resize | scheduled in an hour, priority 5   |
+/// | 7  | media   | resize | available                          |
+struct Fixture {
+    _dir: TempDir,
+    db: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> TestResult<Fixture> {
+        let dir = tempfile::tempdir()?;
+        let db = dir.path().join("app.db");
+        // Retries wait an hour: job 4 stays retrying however slow the test.
+        let queue = QueueOptions::new()
+            .retry_policy(RetryPolicy {
+                base: Duration::from_secs(3600),
+                ..RetryPolicy::default()
+            })
+            .open(&db)?;
+        for (payload, attempts) in [(json!({"to": "a@example.com"}), 5), (json!({"to": "b"}), 1)] {
+            queue.enqueue(NewJob::new("email", payload).max_attempts(attempts))?;
+        }
+        let jobs = queue.lease(&LeaseRequest::new("worker-1", 2))?;
+        queue.complete(&jobs[0], Some(json!({"sent": true})))?;
+        queue.fail(&jobs[1], "smtp down")?;
+        queue.enqueue(NewJob::new("email", json!({"to": "c"})))?;
+        queue.enqueue(NewJob::new("resize", json!({"id": 4})))?;
+        let running = queue.lease(&LeaseRequest::new("worker-1", 2))?;
+        queue.fail(&running[1], "timeout")?;
+        queue.enqueue(NewJob::new("email", json!({"to": "e"})))?;
+        queue.enqueue(
+            NewJob::new("resize", json!({"id": 6}))
+                .queue("media")
+                .priority(5)
+                .delay(Duration::from_secs(3600)),
+        )?;
+        queue.enqueue(NewJob::new("resize", json!({"id": 7})).queue("media"))?;
+        drop(queue);
+        Ok(Fixture { _dir: dir, db })
+    }
+
+    fn run(&self, args: &[&str]) -> TestResult<Run> {
+        backlog(&self.db, args)
+    }
+
+    /// The queue, opened by the test itself, to check what a command did.
+    fn queue(&self) -> TestResult<Queue> {
+        Ok(Queue::open(&self.db)?)
+    }
+}
+
+// ---- the database: safety ---------------------------------------------------
+
+#[test]
+fn stats_on_a_missing_path_fails_and_creates_nothing() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("typo.db");
+    backlog(&db, &["stats"])?.fails_with(exit::UNREACHABLE, "no database at")?;
+    for command in [&["jobs"][..], &["show", "1"], &["metrics"], &["pause", "q"]] {
+        assert_eq!(backlog(&db, command)?.code, exit::UNREACHABLE);
+    }
+    assert_eq!(std::fs::read_dir(dir.path())?.count(), 0, "no file created");
+    Ok(())
+}
+
+#[test]
+fn migrate_creates_a_new_queue_that_stats_then_reads() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("new.db");
+    let run = backlog(&db, &["migrate"])?.ok()?;
+    assert!(run.stdout.contains("schema up to date"), "{}", run.stdout);
+    let run = backlog(&db, &["stats"])?.ok()?;
+    assert!(run.stdout.contains("no queues yet"), "{}", run.stdout);
+    assert_eq!(backlog(&db, &["--json", "stats"])?.ok()?.json()?, json!([]));
+    Ok(())
+}
+
+#[test]
+fn files_that_are_not_backlog_databases_are_refused_and_left_alone() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "hello, not a database\n")?;
+    backlog(&text, &["stats"])?.fails_with(exit::NOT_BACKLOG, "not a SQLite database")?;
+
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, "")?;
+    backlog(&empty, &["stats"])?.fails_with(exit::NOT_BACKLOG, "empty file")?;
+
+    let other = dir.path().join("other.db");
+    rusqlite::Connection::open(&other)?.execute_batch("CREATE TABLE users (id INTEGER)")?;
+    let before = std::fs::read(&other)?;
+    backlog(&other, &["stats"])?.fails_with(exit::NOT_BACKLOG, "without backlog's tables")?;
+    backlog(&other, &["migrate"])?.fails_with(exit::NOT_BACKLOG, "another application")?;
+    assert_eq!(
+        std::fs::read(&other)?,
+        before,
+        "the other database is untouched"
+    );
+    let mode: String =
+        rusqlite::Connection::open(&other)?.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    assert_eq!(mode, "delete", "not switched to WAL");
+    Ok(())
+}
+
+#[test]
+fn no_database_named_is_a_usage_error() -> TestResult {
+    backlog_raw(&["stats"])?.fails_with(exit::USAGE, "BACKLOG_DATABASE")?;
+    // The environment variable names it as well as --db does.
+    let fixture = Fixture::new()?;
+    let run = Command::new(env!("CARGO_BIN_EXE_backlog"))
+        .args(["--json", "stats"])
+        .env("BACKLOG_DATABASE", &fixture.db)
+        .stdin(Stdio::null())
+        .output()?;
+    assert!(run.status.success());
+    Ok(())
+}
+
+#[test]
+fn server_urls_need_their_feature_or_a_server() -> TestResult {
+    let run = backlog_raw(&["--db", "postgres://app:hunter2@127.0.0.1:1/app", "stats"])?;
+    let code = if cfg!(feature = "postgres") {
+        exit::UNREACHABLE
+    } else {
+        exit::USAGE
+    };
+    assert_eq!(run.code, code, "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("hunter2"),
+        "password shown: {}",
+        run.stderr
+    );
+    Ok(())
+}
+
+#[test]
+fn unknown_commands_and_flags_are_usage_errors() -> TestResult {
+    assert_eq!(backlog_raw(&["frobnicate"])?.code, exit::USAGE);
+    let fixture = Fixture::new()?;
+    assert_eq!(
+        fixture.run(&["jobs", "--state", "bogus"])?.code,
+        exit::USAGE
+    );
+    assert_eq!(fixture.run(&["show", "not-a-number"])?.code, exit::USAGE);
+    Ok(())
+}
+
+// ---- reading ---------------------------------------------------------------
+
+#[test]
+fn stats_prints_a_table_and_json_per_queue() -> TestResult {
+    let fixture = Fixture::new()?;
+    let run = fixture.run(&["stats"])?.ok()?;
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", run.stdout);
+    assert!(lines[0].starts_with("QUEUE"), "{}", lines[0]);
+    let default: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(default, ["default", "1", "0", "1", "1", "1", "1", "1", "-"]);
+    let media: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(media, ["media", "1", "1", "0", "0", "0", "0", "0", "-"]);
+
+    let stats = fixture.run(&["--json", "stats"])?.ok()?.json()?;
+    assert_eq!(
+        stats[0],
+        json!({"queue": "default", "available": 1, "scheduled": 0, "retrying": 1,
+               "running": 1, "dead": 1, "completed_last_hour": 1,
+               "completed_last_minute": 1, "paused": false})
+    );
+    let only = fixture
+        .run(&["--json", "stats", "--queue", "media"])?
+        .ok()?
+        .json()?;
+    assert_eq!(only.as_array().map(Vec::len), Some(1));
+    fixture
+        .run(&["stats", "--queue", "nosuch"])?
+        .fails_with(exit::UNKNOWN_QUEUE, "unknown queue \"nosuch\"")
+}
+
+#[test]
+fn jobs_lists_with_filters_and_pages_by_id() -> TestResult {
+    let fixture = Fixture::new()?;
+    let run = fixture.run(&["jobs"])?.ok()?;
+    assert_eq!(
+        run.stdout.lines().count(),
+        8,
+        "header and 7 jobs:\n{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("smtp down"), "{}", run.stdout);
+
+    let ids = |v: &Value| -> Vec<i64> {
+        v["jobs"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|j| j["id"].as_i64()).collect())
+            .unwrap_or_default()
+    };
+    let page = fixture
+        .run(&["--json", "jobs", "--limit", "3"])?
+        .ok()?
+        .json()?;
+    assert_eq!(ids(&page), [1, 2, 3]);
+    assert_eq!(page["next_after"], json!(3));
+    let page = fixture
+        .run(&["--json", "jobs", "--limit", "3", "--after", "6"])?
+        .ok()?
+        .json()?;
+    assert_eq!(ids(&page), [7]);
+    assert_eq!(page["next_after"], Value::Null);
+    let text = fixture.run(&["jobs", "--limit", "3"])?.ok()?;
+    assert!(text.stdout.contains("more: --after 3"), "{}", text.stdout);
+
+    let email = fixture
+        .run(&["--json", "jobs", "--state", "available", "--kind", "email"])?
+        .ok()?
+        .json()?;
+    assert_eq!(ids(&email), [5]);
+    let media = fixture
+        .run(&["--json", "jobs", "--queue", "media"])?
+        .ok()?
+        .json()?;
+    assert_eq!(ids(&media), [6, 7]);
+    let dead = fixture
+        .run(&["--json", "jobs", "--state", "dead"])?
+        .ok()?
+        .json()?;
+    assert_eq!(ids(&dead), [2]);
+    assert_eq!(dead["jobs"][0]["state"], "dead");
+    fixture
+        .run(&["jobs", "--queue", "nosuch"])?
+        .fails_with(exit::UNKNOWN_QUEUE, "unknown queue")?;
+    fixture
+        .run(&["jobs", "--limit", "0"])?
+        .fails_with(exit::INVALID_INPUT, "--limit")
+}
+
+#[test]
+fn show_prints_payload_errors_result_and_times() -> TestResult {
+    let fixture = Fixture::new()?;
+    let run = fixture.run(&["show", "1"])?.ok()?;
+    for expected in [
+        "state         completed",
+        "\"sent\": true",
+        "worker        worker-1",
+        "\"to\": \"a@example.com\"",
+    ] {
+        assert!(
+            run.stdout.contains(expected),
+            "{expected:?} in\n{}",
+            run.stdout
+        );
+    }
+    let run = fixture.run(&["show", "2"])?.ok()?;
+    assert!(run.stdout.contains("attempt 1 at "), "{}", run.stdout);
+    assert!(run.stdout.contains(": smtp down"), "{}", run.stdout);
+
+    let job = fixture.run(&["--json", "show", "4"])?.ok()?.json()?;
+    assert_eq!(job["id"], 4);
+    assert_eq!(job["state"], "retrying");
+    assert_eq!(job["payload"], json!({"id": 4}));
+    assert_eq!(job["attempts"], 1);
+    assert_eq!(job["errors"][0]["message"], "timeout");
+    assert_eq!(job["errors"][0]["attempt"], 1);
+    for time in ["created_at", "updated_at", "available_at"] {
+        let text = job[time].as_str().ok_or(time)?;
+        assert!(humantime::parse_rfc3339(text).is_ok(), "{time}: {text}");
+    }
+    assert_eq!(job["finished_at"], Value::Null);
+    let done = fixture.run(&["--json", "show", "1"])?.ok()?.json()?;
+    assert_eq!(done["result"], json!({"sent": true}));
+
+    fixture
+        .run(&["show", "99"])?
+        .fails_with(exit::NOT_FOUND, "job 99 not found")
+}
+
+#[test]
+fn metrics_prints_prometheus_text_with_backlog_names() -> TestResult {
+    let fixture = Fixture::new()?;
+    let run = fixture.run(&["metrics"])?.ok()?;
+    let text = run.stdout;
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    let mut types = std::collections::HashMap::new();
+    let mut samples = std::collections::HashMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').ok_or(line.to_owned())?;
+            types.insert(name.to_owned(), kind.to_owned());
+        } else if !line.starts_with('#') {
+            let (series, value) = line.rsplit_once(' ').ok_or(line.to_owned())?;
+            samples.insert(series.to_owned(), value.parse::<f64>()?);
+        }
+    }
+    for name in types.keys() {
+        assert!(name.starts_with("backlog_"), "{name}");
+    }
+    assert_eq!(types.get("backlog_jobs").map(String::as_str), Some("gauge"));
+    assert_eq!(
+        types
+            .get("backlog_sqlite_wal_size_bytes")
+            .map(String::as_str),
+        Some("gauge")
+    );
+    let sample = |s: &str| samples.get(s).copied();
+    assert_eq!(
+        sample(r#"backlog_jobs{queue="default",state="available"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(r#"backlog_jobs{queue="default",state="running"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(r#"backlog_jobs{queue="default",state="retrying"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(r#"backlog_jobs{queue="media",state="scheduled"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(r#"backlog_dead_letter_jobs{queue="default"}"#),
+        Some(1.0)
+    );
+    assert_eq!(sample("backlog_database_up"), Some(1.0));
+    Ok(())
+}
+
+#[test]
+fn watch_refreshes_the_stats_until_its_count() -> TestResult {
+    let fixture = Fixture::new()?;
+    let run = fixture
+        .run(&["watch", "--interval", "100ms", "--count", "2"])?
+        .ok()?;
+    assert_eq!(
+        run.stdout.matches("backlog watch:").count(),
+        2,
+        "{}",
+        run.stdout
+    );
+    assert_eq!(run.stdout.matches("QUEUE").count(), 2);
+    let run = fixture
+        .run(&["--json", "watch", "--interval", "100ms", "--count", "2"])?
+        .ok()?;
+    let lines: Vec<Value> = run
+        .stdout
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["queues"][0]["queue"], "default");
+    fixture
+        .run(&["watch", "--interval", "soon"])?
+        .fails_with(exit::INVALID_INPUT, "not a duration")
+}
+
+// ---- acting on one job -----------------------------------------------------
+
+#[test]
+fn enqueue_adds_a_job_with_every_option() -> TestResult {
+    let fixture = Fixture::new()?;
+    let run = fixture.run(&["enqueue", "email", r#"{"to": "x"}"#])?.ok()?;
+    assert!(run.stdout.starts_with("enqueued job 8 "), "{}", run.stdout);
+    let out = fixture
+        .run(&[
+            "--json",
+            "enqueue",
+            "report",
+            r#"{"month": 5}"#,
+            "--queue",
+            "reports",
+            "--priority",
+            "-3",
+            "--delay",
+            "10m",
+            "--unique-key",
+            "may",
+            "--max-attempts",
+            "2",
+        ])?
+        .ok()?
+        .json()?;
+    assert_eq!(out["existed"], false);
+    let job = &out["job"];
+    assert_eq!(
+        (
+            &job["queue"],
+            &job["priority"],
+            &job["state"],
+            &job["unique_key"],
+            &job["max_attempts"]
+        ),
+        (
+            &json!("reports"),
+            &json!(-3),
+            &json!("scheduled"),
+            &json!("may"),
+            &json!(2)
+        )
+    );
+    let again = fixture
+        .run(&[
+            "--json",
+            "enqueue",
+            "report",
+            "{}",
+            "--queue",
+            "reports",
+            "--unique-key",
+            "may",
+        ])?
+        .ok()?
+        .json()?;
+    assert_eq!(
+        (again["id"].clone(), again["existed"].clone()),
+        (out["id"].clone(), json!(true))
+    );
+    let at = fixture
+        .run(&[
+            "--json",
+            "enqueue",
+            "k",
+            "1",
+            "--run-at",
+            "2999-01-01T00:00:00Z",
+        ])?
+        .ok()?
+        .json()?;
+    assert_eq!(at["job"]["available_at"], "2999-01-01T00:00:00.000000Z");
+    Ok(())
+}
+
+#[test]
+fn enqueue_rejects_bad_json_names_and_times() -> TestResult {
+    let fixture = Fixture::new()?;
+    fixture
+        .run(&["enqueue", "email", "{not json"])?
+        .fails_with(exit::INVALID_INPUT, "not JSON")?;
+    fixture
+        .run(&["enqueue", "", "{}"])?
+        .fails_with(exit::INVALID_INPUT, "invalid kind")?;
+    fixture
+        .run(&["enqueue", "k", "{}", "--queue", "a\tb"])?
+        .fails_with(exit::INVALID_INPUT, "invalid queue")?;
+    fixture
+        .run(&["enqueue", "k", "{}", "--max-attempts", "0"])?
+        .fails_with(exit::INVALID_INPUT, "max_attempts")?;
+    fixture
+        .run(&["enqueue", "k", "{}", "--delay", "later"])?
+        .fails_with(exit::INVALID_INPUT, "not a duration")?;
+    fixture
+        .run(&["enqueue", "k", "{}", "--run-at", "tomorrow"])?
+        .fails_with(exit::INVALID_INPUT, "not a time")?;
+    assert_eq!(fixture.queue()?.get(8).ok(), None, "nothing was added");
+    Ok(())
+}
+
+#[test]
+fn retry_cancel_discard_and_delete_act_on_one_job() -> TestResult {
+    let fixture = Fixture::new()?;
+    let run = fixture.run(&["retry", "2"])?.ok()?;
+    assert!(run.stdout.contains("job 2 retried"), "{}", run.stdout);
+    assert_eq!(fixture.queue()?.get(2)?.state, JobState::Available);
+    let cancelled = fixture.run(&["--json", "cancel", "5"])?.ok()?.json()?;
+    assert_eq!(cancelled["state"], "cancelled");
+    let run = fixture.run(&["cancel", "3"])?.ok()?;
+    assert!(run.stdout.contains("asked to stop"), "{}", run.stdout);
+    assert!(fixture.queue()?.get(3)?.cancel_requested);
+    let discarded = fixture
+        .run(&["--json", "discard", "7", "--reason", "bad image"])?
+        .ok()?
+        .json()?;
+    assert_eq!(discarded["state"], "discarded");
+    assert_eq!(discarded["errors"][0]["message"], "bad image");
+    let deleted = fixture.run(&["--json", "delete", "1"])?.ok()?.json()?;
+    assert_eq!(deleted, json!({"id": 1, "deleted": true}));
+    assert!(fixture.queue()?.get(1).is_err());
+    Ok(())
+}
+
+#[test]
+fn actions_on_unknown_ids_and_wrong_states_fail_with_their_codes() -> TestResult {
+    let fixture = Fixture::new()?;
+    for command in ["retry", "cancel", "discard", "delete", "run-now"] {
+        fixture
+            .run(&[command, "99"])?
+            .fails_with(exit::NOT_FOUND, "job 99 not found")?;
+    }
+    fixture
+        .run(&["retry", "1"])?
+        .fails_with(exit::INVALID_STATE, "completed")?;
+    fixture
+        .run(&["retry", "5"])?
+        .fails_with(exit::INVALID_STATE, "run_now")?;
+    fixture
+        .run(&["cancel", "1"])?
+        .fails_with(exit::INVALID_STATE, "already finished")?;
+    fixture
+        .run(&["discard", "3"])?
+        .fails_with(exit::INVALID_STATE, "running")?;
+    fixture
+        .run(&["run-now", "3"])?
+        .fails_with(exit::INVALID_STATE, "running")?;
+    fixture
+        .run(&["update", "3", "--priority", "1"])?
+        .fails_with(exit::INVALID_STATE, "running")?;
+    fixture
+        .run(&["update", "99", "--priority", "1"])?
+        .fails_with(exit::NOT_FOUND, "not found")?;
+    assert_eq!(
+        fixture.run(&["retry"])?.code,
+        exit::USAGE,
+        "an id or --state"
+    );
+    Ok(())
+}
+
+#[test]
+fn run_now_and_update_change_a_waiting_job() -> TestResult {
+    let fixture = Fixture::new()?;
+    let run = fixture.run(&["run-now", "6"])?.ok()?;
+    assert!(run.stdout.contains("job 6 due now"), "{}", run.stdout);
+    assert_eq!(fixture.queue()?.get(6)?.state, JobState::Available);
+
+    let updated = fixture
+        .run(&[
+            "--json",
+            "update",
+            "6",
+            "--priority",
+            "-2",
+            "--queue",
+            "bulk",
+            "--run-at",
+            "+2h",
+        ])?
+        .ok()?
+        .json()?;
+    assert_eq!(
+        (&updated["priority"], &updated["queue"], &updated["state"]),
+        (&json!(-2), &json!("bulk"), &json!("scheduled"))
+    );
+    fixture
+        .run(&["update", "6"])?
+        .fails_with(exit::USAGE, "--priority, --run-at or --queue")?;
+    fixture
+        .run(&["update", "6", "--queue", ""])?
+        .fails_with(exit::INVALID_INPUT, "invalid queue")?;
+    fixture
+        .run(&["update", "6", "--run-at", "noon"])?
+        .fails_with(exit::INVALID_INPUT, "not a time")?;
+    assert_eq!(
+        fixture.queue()?.get(6)?.queue,
+        "bulk",
+        "bad updates change nothing"
+    );
+    Ok(())
+}
+
+// ---- acting on many jobs ---------------------------------------------------
+
+#[test]
+fn bulk_actions_need_confirmation_or_yes() -> TestResult {
+    let fixture = Fixture::new()?;
+    fixture
+        .run(&["delete", "--state", "available"])?
+        .fails_with(exit::ABORTED, "pass --yes")?;
+    assert_eq!(
+        fixture.queue()?.get(5)?.state,
+        JobState::Available,
+        "nothing deleted"
+    );
+
+    let report = fixture
+        .run(&[
+            "--json",
+            "delete",
+            "--state",
+            "available",
+            "--queue",
+            "media",
+            "--yes",
+        ])?
+        .ok()?
+        .json()?;
+    assert_eq!(
+        report,
+        json!({"action": "delete", "matched": 1, "done": 1, "skipped": 0, "requested": 0})
+    );
+    assert!(fixture.queue()?.get(7).is_err());
+
+    let retried = fixture
+        .run(&["--json", "retry", "--state", "dead", "--yes"])?
+        .ok()?
+        .json()?;
+    assert_eq!(retried["done"], 1);
+    let cancelled = fixture
+        .run(&["--json", "cancel", "--state", "running", "--yes"])?
+        .ok()?
+        .json()?;
+    assert_eq!(
+        (&cancelled["done"], &cancelled["requested"]),
+        (&json!(1), &json!(1))
+    );
+    let run = fixture
+        .run(&[
+            "discard",
+            "--state",
+            "available",
+            "--kind",
+            "email",
+            "--yes",
+        ])?
+        .ok()?;
+    assert!(run.stdout.starts_with("discard: 2 done"), "{}", run.stdout);
+    fixture
+        .run(&["delete", "--state", "dead", "--queue", "nosuch", "--yes"])?
+        .fails_with(exit::UNKNOWN_QUEUE, "unknown queue")?;
+    assert_eq!(
+        fixture.run(&["delete", "5", "--state", "dead"])?.code,
+        exit::USAGE,
+        "an id or a filter, not both"
+    );
+    Ok(())
+}
+
+#[test]
+fn pause_and_resume_a_queue() -> TestResult {
+    let fixture = Fixture::new()?;
+    let paused = fixture.run(&["--json", "pause", "media"])?.ok()?.json()?;
+    assert_eq!(paused, json!({"queue": "media", "paused": true}));
+    assert_eq!(fixture.queue()?.paused_queues()?, ["media"]);
+    let stats = fixture
+        .run(&["--json", "stats", "--queue", "media"])?
+        .ok()?
+        .json()?;
+    assert_eq!(stats[0]["paused"], true);
+    let run = fixture.run(&["resume", "media"])?.ok()?;
+    assert_eq!(run.stdout, "queue media resumed\n");
+    assert!(fixture.queue()?.paused_queues()?.is_empty());
+
+    fixture
+        .run(&["pause", "nosuch"])?
+        .fails_with(exit::UNKNOWN_QUEUE, "unknown queue")?;
+    fixture
+        .run(&["resume", "nosuch"])?
+        .fails_with(exit::UNKNOWN_QUEUE, "unknown queue")?;
+    fixture.run(&["pause", "nosuch", "--force"])?.ok()?;
+    assert_eq!(fixture.queue()?.paused_queues()?, ["nosuch"]);
+    fixture
+        .run(&["pause", "", "--force"])?
+        .fails_with(exit::INVALID_INPUT, "invalid queue")
+}
+
+#[test]
+fn purge_deletes_history_by_status_and_age() -> TestResult {
+    let fixture = Fixture::new()?;
+    let run = fixture.run(&["purge", "--older-than", "1h"])?.ok()?;
+    assert!(run.stdout.starts_with("purged 0 "), "{}", run.stdout);
+    std::thread::sleep(Duration::from_millis(20));
+    let dead = fixture
+        .run(&[
+            "--json",
+            "purge",
+            "--status",
+            "dead",
+            "--older-than",
+            "10ms",
+        ])?
+        .ok()?
+        .json()?;
+    assert_eq!(dead["deleted"], 1);
+    assert_eq!(dead["statuses"], json!(["dead"]));
+    let queue = fixture.queue()?;
+    assert!(queue.get(2).is_err());
+    assert_eq!(
+        queue.get(1)?.state,
+        JobState::Finished(FinalStatus::Completed),
+        "other statuses kept"
+    );
+    fixture
+        .run(&["purge", "--older-than", "a while"])?
+        .fails_with(exit::INVALID_INPUT, "not a duration")?;
+    assert_eq!(
+        fixture.run(&["purge"])?.code,
+        exit::USAGE,
+        "--older-than is required"
+    );
+    Ok(())
+}
+
+#[test]
+fn copy_moves_a_queue_into_a_new_file() -> TestResult {
+    let fixture = Fixture::new()?;
+    let dir = tempfile::tempdir()?;
+    let to = dir.path().join("copy.db");
+    let from_s = fixture.db.to_str().ok_or("path")?;
+    let to_s = to.to_str().ok_or("path")?;
+    let report = backlog_raw(&["--json", "copy", from_s, to_s])?
+        .ok()?
+        .json()?;
+    assert_eq!(
+        report,
+        json!({"live": 5, "history": 2, "skipped": 0, "paused_queues": 0})
+    );
+    let copied = Queue::open(&to)?;
+    assert_eq!(copied.get(4)?.errors[0].message, "timeout");
+    let missing = dir.path().join("missing.db");
+    backlog_raw(&["copy", missing.to_str().ok_or("path")?, to_s])?
+        .fails_with(exit::UNREACHABLE, "no database at")?;
+    assert!(!missing.exists());
+    Ok(())
+}
+
+#[test]
+fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("old.db");
+    backlog(&db, &["migrate"])?.ok()?;
+    // Back to the schema of the first release: V1 only.
+    let conn = rusqlite::Connection::open(&db)?;
+    conn.execute_batch(
+        "DROP INDEX backlog_jobs_lease; DROP INDEX backlog_jobs_lease_kind;
+         DROP INDEX backlog_jobs_scheduled; ALTER TABLE backlog_jobs DROP COLUMN due;
+         CREATE INDEX backlog_jobs_lease ON backlog_jobs (queue, priority DESC, available_at, id)
+             WHERE lease_token IS NULL;
+         DELETE FROM backlog_schema_history WHERE version > 1;",
+    )?;
+    drop(conn);
+    backlog(&db, &["stats"])?.fails_with(10, "its schema lacks V2__due")?;
+    backlog(&db, &["migrate"])?.ok()?;
+    backlog(&db, &["stats"])?.ok()?;
+    Ok(())
+}
