@@ -5,6 +5,7 @@
 //! cargo run --release --example bench -- all --out benches/results   # BENCHMARKS.md's figures
 //! cargo run --release --example bench -- enqueue --runs 5           # one mode
 //! cargo run --example bench                                          # smoke: correctness only
+//! cargo run --release --example bench --features postgres,mysql -- server --url URL
 //! ```
 //!
 //! Every value is printed as a JSON line on stdout as it is measured, then the
@@ -24,6 +25,18 @@ mod on_time;
 mod raw;
 #[path = "bench/report.rs"]
 mod report;
+#[path = "bench/server.rs"]
+mod server;
+#[path = "bench/server_db.rs"]
+mod server_db;
+#[cfg(feature = "mysql")]
+#[path = "bench/server_mysql.rs"]
+mod server_mysql;
+#[cfg(feature = "postgres")]
+#[path = "bench/server_pg.rs"]
+mod server_pg;
+#[path = "bench/server_worker.rs"]
+mod server_worker;
 #[path = "bench/worker.rs"]
 mod worker;
 
@@ -102,6 +115,12 @@ enum Mode {
     /// memory never shows in the worker's RSS.
     #[command(hide = true)]
     Prefill(PrefillArgs),
+    /// PostgreSQL and MySQL/MariaDB, each against its raw-SQL ceiling
+    /// (build with --features postgres,mysql).
+    Server(Box<server::ServerArgs>),
+    /// (internal) A worker or producer process of the server modes.
+    #[command(hide = true)]
+    ServerChild(server_worker::ChildArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -364,6 +383,11 @@ fn run(cli: Cli) -> BoxResult<bool> {
         }
         Mode::Prefill(a) => {
             db::prefill(&a.db, a.jobs)?;
+            return Ok(true);
+        }
+        Mode::Server(a) => return server::run(&a, cli.runs, cli.out.as_deref()),
+        Mode::ServerChild(a) => {
+            server_worker::child(&a)?;
             return Ok(true);
         }
     };

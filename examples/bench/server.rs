@@ -1,0 +1,670 @@
+//! `bench server`: backlog on PostgreSQL and MySQL/MariaDB against the raw
+//! SQL ceiling on the same tables, measured in the same run. Every
+//! measurement gets a fresh namespace (a schema on PostgreSQL, a database on
+//! MySQL), made by opening a queue on it (so its tables are backlog's own
+//! migrations) and dropped after. See BENCHMARKS.md, "PostgreSQL and
+//! MariaDB".
+//!
+//! ```text
+//! cargo run --release --example bench --features postgres,mysql -- server \
+//!     --url postgres://postgres@127.0.0.1:5432/test --url mysql://root@127.0.0.1:3306/test
+//! cargo run --example bench --features postgres,mysql -- server --smoke   # CI: correctness only
+//! ```
+
+use std::time::{Duration, Instant};
+
+use backlog::{LeaseRequest, NewJob, Outcome, Queue, QueueOptions};
+use serde_json::json;
+
+use crate::db::{BoxResult, Gate};
+use crate::report::{median, Report, Target};
+use crate::server_db::{Counts, Namespace, Server, Target as Where};
+use crate::server_worker::{self, BurnDown, Latency};
+
+/// Where the smoke mode (and a run without `--url`) finds the servers: the
+/// variables the conformance suite and `.ci/run` use.
+const URL_VARS: [&str; 2] = ["BACKLOG_TEST_POSTGRES_URL", "BACKLOG_TEST_MYSQL_URL"];
+
+/// One of the measurements.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Enqueue,
+    BurnDown,
+    Latency,
+    LeaseDepth,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// A database URL, postgres://… or mysql://…; repeat for several.
+    /// Defaults to $BACKLOG_TEST_POSTGRES_URL and $BACKLOG_TEST_MYSQL_URL.
+    #[arg(long)]
+    url: Vec<String>,
+    /// Small sizes, one run: seconds per server, correctness gate on, the
+    /// figures meaningless. Exits 0 with SKIPPED when no URL is set.
+    #[arg(long)]
+    smoke: bool,
+    /// The measurements to run, comma-separated. Defaults to all.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Part>,
+    /// Jobs enqueued one per commit. Defaults to 2,000.
+    #[arg(long)]
+    single: Option<usize>,
+    /// Jobs enqueued in batches of 1,000. Defaults to 100,000.
+    #[arg(long)]
+    batched: Option<usize>,
+    /// Jobs per burn-down. Defaults to 100,000.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Jobs per burn-down of the default worker (prefetch 0), which drains a
+    /// tenth as fast as the others: its rate is flat after the first second,
+    /// and 100,000 jobs would take minutes per run. Defaults to 20,000.
+    #[arg(long)]
+    default_worker_jobs: Option<usize>,
+    /// Jobs of the raw drain one at a time (one commit per job). Defaults to 2,000.
+    #[arg(long)]
+    unbatched: Option<usize>,
+    /// Worker processes of the burn-downs, comma-separated. Defaults to 1,3.
+    #[arg(long, value_delimiter = ',')]
+    processes: Vec<usize>,
+    /// Handler threads per worker process. Defaults to 4.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Worker prefetch settings of the burn-downs and the latency mode, comma-separated (0: the
+    /// default worker, which leases no more than its free threads).
+    /// Defaults to 0,128.
+    #[arg(long, value_delimiter = ',')]
+    prefetch: Vec<usize>,
+    /// Jobs per second of the latency mode's open loop. Defaults to 500.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// How long the latency mode's producer runs. Defaults to 10 s.
+    #[arg(long)]
+    secs: Option<f64>,
+    /// Producer threads of the latency mode. Defaults to 4.
+    #[arg(long, default_value_t = 4)]
+    producers: usize,
+    /// Queue depths of the lease-depth mode. Defaults to 1,000 and 1,000,000.
+    #[arg(long, value_delimiter = ',')]
+    depths: Vec<usize>,
+    /// Timed leases per depth and batch size. Defaults to 200.
+    #[arg(long)]
+    leases: Option<usize>,
+}
+
+/// The sizes of one invocation.
+struct Sizes {
+    single: usize,
+    batched: usize,
+    jobs: usize,
+    default_worker_jobs: usize,
+    unbatched: usize,
+    processes: Vec<usize>,
+    prefetch: Vec<usize>,
+    rate: f64,
+    secs: f64,
+    small: usize,
+    large: usize,
+    leases: usize,
+}
+
+impl Sizes {
+    fn of(a: &ServerArgs) -> Sizes {
+        let smoke = a.smoke;
+        let pick = |v: Option<usize>, full: usize, small: usize| {
+            v.unwrap_or(if smoke { small } else { full })
+        };
+        let (small, large) = match a.depths.as_slice() {
+            [s, l] => (*s, *l),
+            _ if smoke => (100, 5_000),
+            _ => (1_000, 1_000_000),
+        };
+        Sizes {
+            single: pick(a.single, 2_000, 50),
+            batched: pick(a.batched, 100_000, 2_000),
+            jobs: pick(a.jobs, 100_000, 2_000),
+            default_worker_jobs: pick(a.default_worker_jobs, 20_000, 2_000),
+            unbatched: pick(a.unbatched, 2_000, 100),
+            processes: if a.processes.is_empty() {
+                vec![1, 3]
+            } else {
+                a.processes.clone()
+            },
+            prefetch: if a.prefetch.is_empty() {
+                vec![0, 128]
+            } else {
+                a.prefetch.clone()
+            },
+            rate: a.rate.unwrap_or(if smoke { 200.0 } else { 500.0 }),
+            secs: a.secs.unwrap_or(if smoke { 1.0 } else { 10.0 }),
+            small,
+            large,
+            leases: pick(a.leases, 200, 20),
+        }
+    }
+}
+
+/// Runs the server benchmark; false when a correctness gate failed.
+pub fn run(a: &ServerArgs, runs: Option<usize>, out: Option<&std::path::Path>) -> BoxResult<bool> {
+    if a.smoke {
+        println!(
+            "server smoke: small sizes, one run; it checks correctness only \
+             (the figures mean nothing)"
+        );
+    }
+    let servers = match servers(a)? {
+        Some(s) => s,
+        None => return Ok(true),
+    };
+    let runs = runs.unwrap_or(if a.smoke { 1 } else { 3 }).max(1);
+    let sizes = Sizes::of(a);
+    let wants = |p: Part| a.only.is_empty() || a.only.contains(&p);
+    let mut report = if a.smoke {
+        Report::smoke()
+    } else {
+        Report::new()
+    };
+    let mut settings = Vec::new();
+    let started = Instant::now();
+    for server in &servers {
+        let label = server.label()?;
+        let line = json!({
+            "type": "server", "server": label, "url": crate::server_db::redact(&server.url),
+            "settings": server.settings()?.into_iter().map(|(k, v)| (k, json!(v)))
+                .collect::<serde_json::Map<_, _>>(),
+            "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        });
+        println!("{line}");
+        settings.push(line);
+        if wants(Part::Enqueue) {
+            for run in 0..runs {
+                enqueue(&mut report, server, label, &sizes, run)?;
+            }
+        }
+        if wants(Part::BurnDown) {
+            for run in 0..runs {
+                burn_down(&mut report, server, label, &sizes, a.threads, run)?;
+            }
+        }
+        if wants(Part::Latency) {
+            for _ in 0..runs {
+                for &prefetch in &sizes.prefetch {
+                    let l = Latency {
+                        rate: sizes.rate,
+                        secs: sizes.secs,
+                        threads: a.threads,
+                        producers: a.producers,
+                        prefetch,
+                    };
+                    server_worker::latency(&mut report, server, label, &l)?;
+                }
+                let l = Latency {
+                    rate: sizes.rate,
+                    secs: sizes.secs,
+                    threads: a.threads,
+                    producers: a.producers,
+                    prefetch: 0,
+                };
+                server_worker::latency_raw(&mut report, server, label, &l)?;
+            }
+        }
+        if wants(Part::LeaseDepth) {
+            lease_depth(&mut report, server, label, &sizes, runs)?;
+        }
+        eprintln!(
+            "{label}: done after {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    report.finish();
+    if let Some(out) = out {
+        std::fs::create_dir_all(out)?;
+        let mut jsonl: String = settings.iter().map(|l| format!("{l}\n")).collect();
+        jsonl.push_str(&report.json_lines());
+        std::fs::write(out.join("server-results.jsonl"), jsonl)?;
+        let mut md = String::new();
+        for line in &settings {
+            md.push_str(&format!(
+                "- {}: {}\n",
+                line["server"].as_str().unwrap_or("?"),
+                line["settings"]
+            ));
+        }
+        md.push_str(&report.markdown());
+        std::fs::write(out.join("server-summary.md"), md)?;
+        eprintln!(
+            "wrote {}/{{server-results.jsonl,server-summary.md}}",
+            out.display()
+        );
+    }
+    Ok(report.passed())
+}
+
+/// The servers to measure, or `None` (after saying why) when the smoke mode
+/// has nothing to run against.
+fn servers(a: &ServerArgs) -> BoxResult<Option<Vec<Server>>> {
+    let urls: Vec<String> = if a.url.is_empty() {
+        URL_VARS
+            .iter()
+            .filter_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
+            .collect()
+    } else {
+        a.url.clone()
+    };
+    if urls.is_empty() {
+        let why = format!(
+            "set {} or {} (or pass --url) to benchmark a server",
+            URL_VARS[0], URL_VARS[1]
+        );
+        if a.smoke {
+            println!("SKIPPED: {why}");
+            return Ok(None);
+        }
+        return Err(why.into());
+    }
+    let mut servers = Vec::new();
+    for url in &urls {
+        let server = Server::new(url)?;
+        if !server.dialect.built() {
+            let why = format!(
+                "{} needs --features {}",
+                crate::server_db::redact(url),
+                server.dialect.feature()
+            );
+            if a.smoke {
+                println!("SKIPPED: {why}");
+                continue;
+            }
+            return Err(why.into());
+        }
+        servers.push(server);
+    }
+    Ok(if servers.is_empty() {
+        None
+    } else {
+        Some(servers)
+    })
+}
+
+/// A queue on a namespace, with default options.
+pub fn open_queue(target: &Where) -> BoxResult<Queue> {
+    let mut options = QueueOptions::new();
+    if let Some(schema) = &target.schema {
+        options = options.schema(schema.clone());
+    }
+    Ok(options.connect(&target.url)?)
+}
+
+/// A fresh namespace with backlog's tables, made by its migrations.
+pub fn fresh(server: &Server, tag: &str) -> BoxResult<Namespace> {
+    let ns = server.namespace(tag)?;
+    drop(open_queue(&ns.target()?)?);
+    Ok(ns)
+}
+
+pub fn gate((ok, detail): (bool, String)) -> Gate {
+    Gate { ok, detail }
+}
+
+fn per_sec(jobs: usize, took: Duration) -> f64 {
+    jobs as f64 / took.as_secs_f64().max(1e-9)
+}
+
+// ---- enqueue -------------------------------------------------------------------
+
+fn job(n: usize) -> NewJob {
+    NewJob::new("noop", json!({ "n": n }))
+}
+
+/// Every enqueued job is live, once, and nothing else happened.
+fn enqueued(c: Counts, expected: usize) -> Gate {
+    let e = expected as i64;
+    Gate {
+        ok: c.live == e && c.leased == 0 && c.completed == 0 && c.other == 0,
+        detail: format!(
+            "expected {e} live: live {}, leased {}, finished {}",
+            c.live,
+            c.leased,
+            c.completed + c.other
+        ),
+    }
+}
+
+/// backlog's `enqueue` and `enqueue_many(1000)` against the raw inserts with
+/// the same jobs per commit, on fresh namespaces, in alternating order.
+fn enqueue(
+    report: &mut Report,
+    server: &Server,
+    label: &str,
+    sizes: &Sizes,
+    run: usize,
+) -> BoxResult<()> {
+    let cases = [
+        ("enqueue, one per commit", sizes.single, 1),
+        ("enqueue_many(1000)", sizes.batched, 1000),
+    ];
+    for (name, count, batch) in cases {
+        let (mut backlog_rate, mut raw_rate) = (0.0, 0.0);
+        for side in 0..2 {
+            let ns = fresh(server, "enqueue")?;
+            if (side + run).is_multiple_of(2) {
+                let queue = open_queue(&ns.target()?)?;
+                let start = Instant::now();
+                if batch == 1 {
+                    for n in 0..count {
+                        queue.enqueue(job(n))?;
+                    }
+                } else {
+                    let mut n = 0;
+                    while n < count {
+                        let end = (n + batch).min(count);
+                        queue.enqueue_many((n..end).map(job))?;
+                        n = end;
+                    }
+                }
+                backlog_rate = per_sec(count, start.elapsed());
+                drop(queue);
+                let counts = ns.raw()?.counts()?;
+                report.gate(
+                    "enqueue",
+                    label,
+                    &format!("backlog {name}"),
+                    enqueued(counts, count),
+                );
+            } else {
+                let mut raw = ns.raw()?;
+                raw_rate = per_sec(count, raw.insert(0, count, batch)?);
+                let counts = raw.counts()?;
+                report.gate(
+                    "enqueue",
+                    label,
+                    &format!("raw, batch {batch}"),
+                    enqueued(counts, count),
+                );
+            }
+        }
+        let raw_name = if batch == 1 {
+            "raw insert, one per commit".to_owned()
+        } else {
+            format!("raw insert, {batch} rows in one statement per commit")
+        };
+        report.value(
+            "enqueue",
+            label,
+            &format!("backlog {name}"),
+            "jobs/s",
+            backlog_rate,
+        );
+        report.value("enqueue", label, &raw_name, "jobs/s", raw_rate);
+        report.value(
+            "enqueue",
+            label,
+            &format!("backlog {name} / raw"),
+            "ratio",
+            backlog_rate / raw_rate,
+        );
+    }
+    // For the reader: the batch as 1,000 single-row statements, what a
+    // driver without multi-row inserts pays.
+    let ns = fresh(server, "enqueue")?;
+    let mut raw = ns.raw()?;
+    // A fifth of the jobs: one round trip each is slow.
+    let count = (sizes.batched / 5).max(1000);
+    let took = raw.insert_rows(0, count, 1000)?;
+    report.value(
+        "enqueue",
+        label,
+        "raw insert, 1000 single-row statements per commit",
+        "jobs/s",
+        per_sec(count, took),
+    );
+    let counts = raw.counts()?;
+    report.gate(
+        "enqueue",
+        label,
+        "raw, 1000 statements",
+        enqueued(counts, count),
+    );
+    Ok(())
+}
+
+// ---- burn-down -----------------------------------------------------------------
+
+/// The raw drains (the batched ceiling on 1 and on 3 connections, and one
+/// job per commit), then backlog's workers in 1 and 3 processes; the ratio
+/// of each to the best batched drain of this run.
+fn burn_down(
+    report: &mut Report,
+    server: &Server,
+    label: &str,
+    sizes: &Sizes,
+    threads: usize,
+    run: usize,
+) -> BoxResult<()> {
+    let mut ceiling: f64 = 0.0;
+    let mut backlog = Vec::new();
+    for side in 0..2 {
+        if (side + run).is_multiple_of(2) {
+            for connections in [1, 3] {
+                let rate =
+                    server_worker::raw_drain(report, server, label, sizes.jobs, 100, connections)?;
+                ceiling = ceiling.max(rate);
+            }
+            server_worker::raw_drain(report, server, label, sizes.unbatched, 1, 1)?;
+        } else {
+            for &prefetch in &sizes.prefetch {
+                for &processes in &sizes.processes {
+                    let b = BurnDown {
+                        jobs: if prefetch == 0 {
+                            sizes.default_worker_jobs
+                        } else {
+                            sizes.jobs
+                        },
+                        processes,
+                        threads,
+                        prefetch,
+                    };
+                    let rate = server_worker::burn_down(report, server, label, &b)?;
+                    backlog.push((b, rate));
+                }
+            }
+        }
+    }
+    report.value(
+        "burn-down",
+        label,
+        "raw ceiling: best batched drain",
+        "jobs/s",
+        ceiling,
+    );
+    for (b, rate) in backlog {
+        let name = format!("backlog, {} / raw ceiling", b.name());
+        if b.processes == 3 {
+            report.target(
+                "burn-down",
+                label,
+                &name,
+                "ratio",
+                rate / ceiling,
+                Target::AtLeast(0.5),
+            );
+        } else {
+            report.value("burn-down", label, &name, "ratio", rate / ceiling);
+        }
+    }
+    Ok(())
+}
+
+// ---- lease-depth ---------------------------------------------------------------
+
+/// The median time of one lease of `batch` at each depth, the two depths
+/// taking turns lease by lease, so a disk stall (every lease commits) lands
+/// on both alike. Each lease is released again, untimed, so the depth stays.
+fn lease_pair(
+    lease: &mut dyn FnMut(usize, usize) -> BoxResult<Duration>,
+    batch: usize,
+    leases: usize,
+) -> BoxResult<(f64, f64)> {
+    let (mut small, mut large) = (Vec::new(), Vec::new());
+    for i in 0..leases + leases / 10 {
+        let s = lease(0, batch)?;
+        let l = lease(1, batch)?;
+        // The first tenth warms the caches and is not counted.
+        if i >= leases / 10 {
+            small.push(s.as_secs_f64() * 1e6);
+            large.push(l.as_secs_f64() * 1e6);
+        }
+    }
+    Ok((median(&small), median(&large)))
+}
+
+fn depth_name(n: usize) -> String {
+    if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1000 && n.is_multiple_of(1000) {
+        format!("{}k", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+/// backlog's lease and the raw lease at a small and a large depth, batch 1
+/// and 100; the namespaces are prefilled once per server.
+fn lease_depth(
+    report: &mut Report,
+    server: &Server,
+    label: &str,
+    sizes: &Sizes,
+    runs: usize,
+) -> BoxResult<()> {
+    let depths = [sizes.small, sizes.large];
+    let mut spaces = Vec::new();
+    for depth in depths {
+        let ns = fresh(server, "depth")?;
+        let mut raw = ns.raw()?;
+        raw.prefill(depth)?;
+        raw.analyze()?;
+        spaces.push(ns);
+    }
+    let (s, l) = (depth_name(sizes.small), depth_name(sizes.large));
+    for _ in 0..runs {
+        for batch in [1, 100] {
+            let queues = [
+                open_queue(&spaces[0].target()?)?,
+                open_queue(&spaces[1].target()?)?,
+            ];
+            let request = LeaseRequest::new("bench", batch);
+            let (at_small, at_large) = lease_pair(
+                &mut |i, n| {
+                    let start = Instant::now();
+                    let jobs = queues[i].lease(&request)?;
+                    let took = start.elapsed();
+                    if jobs.len() != n {
+                        return Err(format!("leased {} jobs, expected {n}", jobs.len()).into());
+                    }
+                    for r in queues[i].settle_many(jobs.iter().map(|j| (j, Outcome::Release)))? {
+                        r?;
+                    }
+                    Ok(took)
+                },
+                batch,
+                sizes.leases,
+            )?;
+            drop(queues);
+            record_depth(
+                report,
+                label,
+                "backlog",
+                batch,
+                (&s, &l),
+                at_small,
+                at_large,
+                true,
+            );
+            let mut raws = [spaces[0].raw()?, spaces[1].raw()?];
+            let (at_small, at_large) = lease_pair(
+                &mut |i, n| {
+                    let start = Instant::now();
+                    let ids = raws[i].lease(n)?;
+                    let took = start.elapsed();
+                    if ids.len() != n {
+                        return Err(format!("leased {} jobs, expected {n}", ids.len()).into());
+                    }
+                    raws[i].release(&ids)?;
+                    Ok(took)
+                },
+                batch,
+                sizes.leases,
+            )?;
+            record_depth(
+                report,
+                label,
+                "raw",
+                batch,
+                (&s, &l),
+                at_small,
+                at_large,
+                false,
+            );
+        }
+    }
+    for (ns, depth) in spaces.iter().zip(depths) {
+        let c = ns.raw()?.counts()?;
+        report.gate(
+            "lease-depth",
+            label,
+            &format!("depth {} intact", depth_name(depth)),
+            Gate {
+                ok: c.live == depth as i64 && c.leased == 0 && c.completed + c.other == 0,
+                detail: format!(
+                    "live {}, leased {}, finished {}",
+                    c.live,
+                    c.leased,
+                    c.completed + c.other
+                ),
+            },
+        );
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record_depth(
+    report: &mut Report,
+    label: &str,
+    side: &str,
+    batch: usize,
+    (s, l): (&str, &str),
+    at_small: f64,
+    at_large: f64,
+    target: bool,
+) {
+    let mode = "lease-depth";
+    report.value(
+        mode,
+        label,
+        &format!("{side}: lease {batch} at {s} queued (median)"),
+        "µs",
+        at_small,
+    );
+    report.value(
+        mode,
+        label,
+        &format!("{side}: lease {batch} at {l} queued (median)"),
+        "µs",
+        at_large,
+    );
+    let name = format!("{side}: lease {batch}, cost at {l} / at {s}");
+    if target {
+        report.target(
+            mode,
+            label,
+            &name,
+            "x",
+            at_large / at_small,
+            Target::AtMost(1.5),
+        );
+    } else {
+        report.value(mode, label, &name, "x", at_large / at_small);
+    }
+}
