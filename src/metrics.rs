@@ -218,6 +218,25 @@ impl Collector for Gauges {
                 wal.metric_type(),
             )?)?;
         }
+        if let Some((complete, partial, failed)) = self.queue.checkpoint_counts() {
+            let checkpoints = Family::<Labels, Counter>::default();
+            for (result, n) in [
+                ("complete", complete),
+                ("partial", partial),
+                ("failed", failed),
+            ] {
+                checkpoints
+                    .get_or_create(&vec![("result", result.to_owned())])
+                    .inc_by(n);
+            }
+            checkpoints.encode(encoder.encode_descriptor(
+                "backlog_sqlite_checkpoints",
+                "WAL checkpoints of this queue's connections by result: complete (the whole \
+                 log copied back), partial (other connections kept part of it), failed",
+                None,
+                checkpoints.metric_type(),
+            )?)?;
+        }
         let took = ConstGauge::new(started.elapsed().as_secs_f64());
         took.encode(encoder.encode_descriptor(
             "backlog_scrape_duration",

@@ -940,6 +940,25 @@ impl Queue {
         Ok(by_queue.into_values().collect())
     }
 
+    /// SQLite: how this queue's WAL checkpoints ended so far, as
+    /// `(complete, partial, failed)`; `None` on a server.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn checkpoint_counts(&self) -> Option<(u64, u64, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        match &self.inner.backend {
+            Backend::Sqlite(db) => {
+                let s = &db.checkpoint_stats;
+                Some((
+                    s.complete.load(Relaxed),
+                    s.partial.load(Relaxed),
+                    s.failed.load(Relaxed),
+                ))
+            }
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
     /// The size of the SQLite write-ahead log in bytes (0 when there is
     /// none); `None` on a server backend.
     pub fn wal_size(&self) -> Option<u64> {

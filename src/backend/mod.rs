@@ -372,7 +372,9 @@ impl Backend {
     pub(crate) fn checkpoint(&self) -> Result<bool> {
         match self {
             Backend::Sqlite(db) => {
-                let done = sqlite::wal::checkpoint(&*db.writer()?)?;
+                let done = db
+                    .checkpoint_stats
+                    .record(sqlite::wal::checkpoint(&*db.writer()?))?;
                 Ok(!done.busy && done.checkpointed_frames >= done.log_frames)
             }
             #[allow(unreachable_patterns)]

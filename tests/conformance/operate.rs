@@ -395,6 +395,10 @@ mod metrics {
             sample("backlog_sqlite_wal_size_bytes").is_some(),
             *b == Backend::Sqlite
         );
+        assert_eq!(
+            kind("backlog_sqlite_checkpoints").is_some(),
+            *b == Backend::Sqlite
+        );
         // The gauges alone, as `backlog metrics` prints them.
         let (types, _) = parse(&q.metrics()?)?;
         assert!(types.contains_key("backlog_jobs"));

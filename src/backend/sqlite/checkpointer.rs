@@ -40,7 +40,11 @@ pub(crate) struct Checkpointer {
 impl Checkpointer {
     /// Starts the thread on `conn`, a connection with the queue's pragmas;
     /// `gate` is the queue's write connection.
-    pub(crate) fn start(conn: Connection, gate: Arc<Mutex<Connection>>) -> Result<Self> {
+    pub(crate) fn start(
+        conn: Connection,
+        gate: Arc<Mutex<Connection>>,
+        stats: Arc<wal::CheckpointStats>,
+    ) -> Result<Self> {
         let (nudge, nudges) = bounded::<()>(1);
         let thread = thread::Builder::new()
             .name("backlog-checkpoint".into())
@@ -48,10 +52,10 @@ impl Checkpointer {
                 // Best effort: a checkpoint that fails, or that another
                 // connection kept from finishing, is tried again at the next nudge.
                 for () in nudges.iter() {
-                    match wal::checkpoint(&conn) {
+                    match stats.record(wal::checkpoint(&conn)) {
                         Ok(done) if done.log_frames >= CHECKPOINT_FRAMES => {
                             let _gate = gate.lock().unwrap_or_else(|p| p.into_inner());
-                            let _ = wal::checkpoint(&conn);
+                            let _ = stats.record(wal::checkpoint(&conn));
                         }
                         _ => {}
                     }

@@ -34,6 +34,32 @@ pub(crate) struct Checkpoint {
     pub checkpointed_frames: i64,
 }
 
+/// How this queue's checkpoints ended, for the metrics.
+#[derive(Debug, Default)]
+pub(crate) struct CheckpointStats {
+    /// The whole log was copied back.
+    pub complete: std::sync::atomic::AtomicU64,
+    /// Other connections' readers or writers kept part of it in the log.
+    pub partial: std::sync::atomic::AtomicU64,
+    /// The checkpoint failed (an I/O error, a full disk).
+    pub failed: std::sync::atomic::AtomicU64,
+}
+
+impl CheckpointStats {
+    /// Counts one checkpoint's result, and hands it back.
+    pub(crate) fn record(&self, result: Result<Checkpoint>) -> Result<Checkpoint> {
+        use std::sync::atomic::Ordering::Relaxed;
+        match &result {
+            Ok(done) if !done.busy && done.checkpointed_frames >= done.log_frames => {
+                self.complete.fetch_add(1, Relaxed)
+            }
+            Ok(_) => self.partial.fetch_add(1, Relaxed),
+            Err(_) => self.failed.fetch_add(1, Relaxed),
+        };
+        result
+    }
+}
+
 /// Runs a passive checkpoint on `conn` (outside any transaction): it never
 /// waits on other connections, so it is safe with several processes.
 pub(crate) fn checkpoint(conn: &Connection) -> Result<Checkpoint> {
