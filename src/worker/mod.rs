@@ -121,6 +121,10 @@ const CANCELLED_HANDLER_WAIT: Duration = Duration::from_secs(1);
 /// the grace period left.
 pub const SHUTDOWN_MARGIN: Duration = Duration::from_millis(1500);
 
+/// The part of the shutdown margin the completer keeps for returning after
+/// it gave up on what another process's lock kept it from committing.
+const COMPLETER_WRAP_UP: Duration = Duration::from_millis(250);
+
 /// What [`Worker::shutdown`] could not do within its bound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -436,11 +440,17 @@ impl Worker {
 
         // 4. Flush the outcomes (given up at the limit), stop the
         // background threads.
-        let _ = running.outcomes.send(Settle::Stop(limit));
-        // The completer gives up at the limit; a moment more to return.
+        // The completer gives up a little before the limit, to have returned
+        // by then.
+        let _ = running.outcomes.send(Settle::Stop(
+            limit.checked_sub(COMPLETER_WRAP_UP).unwrap_or(limit),
+        ));
+        // A completer still waiting then (behind this process's write gate,
+        // which a heartbeat blocked on the lock holds) is left behind; its
+        // outcomes count as unsettled.
         join_by(
             running.completer.take(),
-            limit + Duration::from_millis(100),
+            limit,
             "backlog-complete",
             &mut panicked,
         );
@@ -460,7 +470,11 @@ impl Worker {
 
         threads_panicked(&panicked)?;
         Ok(ShutdownReport {
-            unsettled: shared.unsettled.load(Ordering::SeqCst) + shared.inflight.len(),
+            // Given up on, still with a completer left behind, or held by a
+            // handler that never returned.
+            unsettled: shared.unsettled.load(Ordering::SeqCst)
+                + shared.settling.load(Ordering::SeqCst)
+                + shared.inflight.len(),
         })
     }
 }
