@@ -42,7 +42,12 @@ fn producer(db: &Path) -> ! {
                 .unique_key(format!("b{batch}-{i}"))
         });
         queue.enqueue_many(jobs).expect("enqueue batch");
-        writeln!(log, "{batch}").expect("record ack");
+        // One write call for the whole line: `writeln!` may write the number
+        // and the newline separately, and a kill between the two glued this
+        // batch's number to the next producer's ("123" + "124\n"), a batch
+        // that never existed counted as lost.
+        log.write_all(format!("{batch}\n").as_bytes())
+            .expect("record ack");
         log.sync_all().expect("fsync side file");
         batch += 1;
     }
