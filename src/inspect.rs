@@ -270,6 +270,27 @@ pub struct StateCount {
     pub count: u64,
 }
 
+impl StateCount {
+    /// A count read from a backend's `(queue, state name, count)` row;
+    /// `None` for a state this build does not know.
+    pub(crate) fn from_row(queue: String, state: &str, count: i64) -> Option<StateCount> {
+        Some(StateCount {
+            queue,
+            state: JobState::parse(state)?,
+            count: count.max(0) as u64,
+        })
+    }
+
+    /// Sorts counts by queue, then in [`JobState::ALL`] order: the order
+    /// every backend reports them in.
+    pub(crate) fn sort(counts: &mut [StateCount]) {
+        let rank = |s: JobState| JobState::ALL.iter().position(|a| *a == s);
+        counts.sort_by(|a, b| {
+            (a.queue.as_str(), rank(a.state)).cmp(&(b.queue.as_str(), rank(b.state)))
+        });
+    }
+}
+
 /// What [`Queue::cancel`](crate::Queue::cancel) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelOutcome {

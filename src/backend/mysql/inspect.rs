@@ -101,25 +101,10 @@ fn count_by_state(rows: Vec<Row>) -> Result<Vec<StateCount>> {
     for mut r in rows {
         let (queue, state, count): (String, String, i64) =
             (take(&mut r, 0)?, take(&mut r, 1)?, take(&mut r, 2)?);
-        if let Some(state) = JobState::parse(&state) {
-            out.push(StateCount {
-                queue,
-                state,
-                count: count.max(0) as u64,
-            });
-        }
+        out.extend(StateCount::from_row(queue, &state, count));
     }
-    out.sort_by(|a, b| {
-        (a.queue.as_str(), state_rank(a.state)).cmp(&(b.queue.as_str(), state_rank(b.state)))
-    });
+    StateCount::sort(&mut out);
     Ok(out)
-}
-
-fn state_rank(state: JobState) -> usize {
-    JobState::ALL
-        .iter()
-        .position(|s| *s == state)
-        .unwrap_or(usize::MAX)
 }
 
 /// Makes a dead, discarded or cancelled job live again with attempts reset.

@@ -134,17 +134,9 @@ pub(crate) fn counts<C: GenericClient>(
         let queue: String = row.try_get(0)?;
         let state: String = row.try_get(1)?;
         let count: i64 = row.try_get(2)?;
-        if let Some(state) = JobState::parse(&state) {
-            out.push(StateCount {
-                queue,
-                state,
-                count: count.max(0) as u64,
-            });
-        }
+        out.extend(StateCount::from_row(queue, &state, count));
     }
-    out.sort_by(|a, b| {
-        (a.queue.as_str(), state_rank(a.state)).cmp(&(b.queue.as_str(), state_rank(b.state)))
-    });
+    StateCount::sort(&mut out);
     Ok(out)
 }
 
@@ -160,25 +152,10 @@ pub(crate) fn depth<C: GenericClient>(
         let queue: String = row.try_get(0)?;
         let state: String = row.try_get(1)?;
         let count: i64 = row.try_get(2)?;
-        if let Some(state) = JobState::parse(&state) {
-            out.push(StateCount {
-                queue,
-                state,
-                count: count.max(0) as u64,
-            });
-        }
+        out.extend(StateCount::from_row(queue, &state, count));
     }
-    out.sort_by(|a, b| {
-        (a.queue.as_str(), state_rank(a.state)).cmp(&(b.queue.as_str(), state_rank(b.state)))
-    });
+    StateCount::sort(&mut out);
     Ok(out)
-}
-
-fn state_rank(state: JobState) -> usize {
-    JobState::ALL
-        .iter()
-        .position(|s| *s == state)
-        .unwrap_or(usize::MAX)
 }
 
 /// Makes a dead, discarded or cancelled job live again with attempts reset.

@@ -165,9 +165,7 @@ pub(crate) fn depth(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
             }
         }
     }
-    out.sort_by(|a, b| {
-        (a.queue.as_str(), state_rank(a.state)).cmp(&(b.queue.as_str(), state_rank(b.state)))
-    });
+    StateCount::sort(&mut out);
     Ok(out)
 }
 
@@ -186,26 +184,11 @@ fn count_by_state(conn: &Connection, queries: &[(&str, Vec<i64>)]) -> Result<Vec
         })?;
         for row in rows {
             let (queue, state, count) = row?;
-            if let Some(state) = JobState::parse(&state) {
-                out.push(StateCount {
-                    queue,
-                    state,
-                    count: count.max(0) as u64,
-                });
-            }
+            out.extend(StateCount::from_row(queue, &state, count));
         }
     }
-    out.sort_by(|a, b| {
-        (a.queue.as_str(), state_rank(a.state)).cmp(&(b.queue.as_str(), state_rank(b.state)))
-    });
+    StateCount::sort(&mut out);
     Ok(out)
-}
-
-fn state_rank(state: JobState) -> usize {
-    JobState::ALL
-        .iter()
-        .position(|s| *s == state)
-        .unwrap_or(usize::MAX)
 }
 
 /// Makes a dead, discarded or cancelled job live again with attempts reset.
