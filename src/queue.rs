@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
@@ -10,7 +10,7 @@ use crate::backend::sqlite::Connections;
 use crate::backend::{
     Backend, EnqueueParams, HeartbeatParams, LeaseParams, SettleParams, UpdateParams,
 };
-use crate::clock::{add_micros, duration_micros, system_time_to_micros};
+use crate::clock::{self, add_micros, duration_micros, system_time_to_micros, ClockMicros};
 use crate::error::{Error, Result};
 use crate::events::{Bus, Event};
 use crate::inspect::{
@@ -177,8 +177,14 @@ impl Queue {
         )
     }
 
-    /// The current time of the queue's clock, unix µs.
-    pub fn now_micros(&self) -> i64 {
+    /// The current time of the queue's clock.
+    pub fn now(&self) -> SystemTime {
+        self.inner.options.clock.now()
+    }
+
+    /// The current time of the queue's clock as the databases store it,
+    /// unix µs.
+    pub(crate) fn now_micros(&self) -> i64 {
         self.inner.options.clock.now_micros()
     }
 
@@ -529,7 +535,7 @@ impl Queue {
         let done = self.inner.backend.rescue(now, limit, |expired| {
             let error = AttemptError {
                 attempt: expired.attempts,
-                at: now,
+                at: clock::at(now),
                 message:
                     "lease expired: the worker stopped heartbeating (crashed, hung or stopped)"
                         .to_owned(),
@@ -1068,12 +1074,12 @@ fn settled_event(job: &Job, released: bool, transition: &Transition) -> Event {
             ..
         } => Event::Snoozed {
             job_id,
-            available_at: *available_at,
+            available_at: clock::at(*available_at),
         },
         Transition::Reschedule { available_at, .. } => Event::Retried {
             job_id,
             attempt,
-            available_at: *available_at,
+            available_at: clock::at(*available_at),
         },
     }
 }

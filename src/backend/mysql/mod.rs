@@ -34,7 +34,7 @@ use crate::backend::{
     EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, RecentCompletions, SettleParams,
     UpdateParams,
 };
-use crate::clock::Clock;
+use crate::clock::{Clock, ClockMicros};
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
 use crate::job::Enqueued;

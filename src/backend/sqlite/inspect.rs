@@ -5,6 +5,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{jobs, queries};
 use crate::backend::{RecentCompletions, UpdateParams};
+use crate::clock;
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
@@ -86,16 +87,16 @@ fn record(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         payload: r.get(5)?,
         attempts: r.get(6)?,
         max_attempts: r.get(7)?,
-        available_at: r.get(8)?,
+        available_at: clock::at(r.get(8)?),
         errors: serde_json::from_str::<Vec<AttemptError>>(&errors).unwrap_or_default(),
         worker: r.get(10)?,
-        lease_until: r.get(11)?,
-        started_at: r.get(12)?,
+        lease_until: clock::at_opt(r.get(11)?),
+        started_at: clock::at_opt(r.get(12)?),
         cancel_requested: r.get(13)?,
         result: r.get(14)?,
-        finished_at: r.get(15)?,
-        created_at: r.get(16)?,
-        updated_at: r.get(17)?,
+        finished_at: clock::at_opt(r.get(15)?),
+        created_at: clock::at(r.get(16)?),
+        updated_at: clock::at(r.get(17)?),
         state: JobState::parse(&state).ok_or_else(|| {
             rusqlite::Error::FromSqlConversionFailure(
                 18,
@@ -262,7 +263,7 @@ pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<CancelOutco
         Some(None) => {
             let error = AttemptError {
                 attempt: 0,
-                at: now,
+                at: clock::at(now),
                 message: "cancelled by request".into(),
             };
             jobs::finish(
@@ -294,7 +295,7 @@ pub(crate) fn discard(conn: &Connection, id: i64, reason: &str, now: i64) -> Res
         Some(None) => {
             let error = AttemptError {
                 attempt: 0,
-                at: now,
+                at: clock::at(now),
                 message: reason.to_owned(),
             };
             jobs::finish(
@@ -362,17 +363,17 @@ pub(crate) fn import(conn: &Connection, records: &[JobRecord]) -> Result<usize> 
             r.payload,
             r.attempts,
             r.max_attempts,
-            r.available_at,
-            r.started_at,
+            clock::micros(r.available_at),
+            r.started_at.map(clock::micros),
             errors,
             r.cancel_requested,
-            r.created_at,
-            r.updated_at,
+            clock::micros(r.created_at),
+            clock::micros(r.updated_at),
         ];
         written += match r.state {
             JobState::Finished(status) => {
                 let mut values = common.to_vec();
-                let finished_at = r.finished_at.unwrap_or(r.updated_at);
+                let finished_at = clock::micros(r.finished_at.unwrap_or(r.updated_at));
                 let status = status.as_str();
                 values.extend(params![r.result, status, r.worker, finished_at]);
                 conn.prepare_cached(queries::IMPORT_HISTORY)?

@@ -253,7 +253,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             if out.json {
                 out.value(&output::record_json(&record))
             } else {
-                out.text(&output::record_text(&record, queue.now_micros()))
+                out.text(&output::record_text(&record, queue.now()))
             }
         }
         Command::Retry(select) => act(&out, &queue, select, Action::Retry),
@@ -506,7 +506,7 @@ fn jobs(out: &Out, queue: &Queue, args: &JobsArgs) -> Result<(), Failure> {
     if jobs.is_empty() {
         return out.text("no jobs match\n");
     }
-    let mut text = output::jobs_table(&jobs, queue.now_micros());
+    let mut text = output::jobs_table(&jobs, queue.now());
     if let Some(after) = next_after {
         text.push_str(&format!("more: --after {after}\n"));
     }
