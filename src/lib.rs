@@ -146,8 +146,8 @@ pub use copy::{copy, CopyReport};
 pub use error::{Error, Result};
 pub use events::Event;
 pub use inspect::{
-    probe_sqlite_file, BulkReport, CancelOutcome, JobFilter, JobRecord, JobState, JobUpdate, Page,
-    QueueStats, Retention, SqliteFile, StateCount,
+    probe_sqlite_file, BulkReport, CancelOutcome, FinishedCount, JobFilter, JobRecord, JobState,
+    JobUpdate, Page, QueueStats, Retention, SqliteFile, StateCount,
 };
 pub use job::{
     Enqueued, IntoNewJob, JobArgs, NewJob, UniqueScope, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,

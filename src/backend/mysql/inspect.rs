@@ -6,7 +6,7 @@ use mysql::{params, Params, Row};
 
 use super::queries::Sql;
 use super::{jobs, take, Now};
-use crate::backend::{RecentCompletions, UpdateParams};
+use crate::backend::{FinishedInMinute, RecentCompletions, UpdateParams};
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
@@ -337,6 +337,28 @@ pub(crate) fn recent_completions(
                 queue: take(&mut r, 0)?,
                 hour: take::<i64>(&mut r, 1)?.max(0) as u64,
                 minute: take::<i64>(&mut r, 2)?.max(0) as u64,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn finished_per_minute(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    since: i64,
+    now: Now,
+) -> Result<Vec<FinishedInMinute>> {
+    let rows: Vec<Row> = q.exec(
+        &sql.count_finished_per_minute,
+        params! { "since_in" => now.offset(since), "now" => now.param() },
+    )?;
+    rows.into_iter()
+        .map(|mut r| {
+            Ok(FinishedInMinute {
+                queue: take(&mut r, 0)?,
+                status: take(&mut r, 1)?,
+                minutes_ago: take(&mut r, 2)?,
+                count: take(&mut r, 3)?,
             })
         })
         .collect()

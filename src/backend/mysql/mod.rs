@@ -31,8 +31,8 @@ use mysql::{Opts, Pool, Row};
 pub(crate) use poller::Poller;
 
 use crate::backend::{
-    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, RecentCompletions, SettleParams,
-    UpdateParams,
+    EnqueueParams, ExpiredLease, FinishedInMinute, HeartbeatParams, LeaseParams, RecentCompletions,
+    SettleParams, UpdateParams,
 };
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -254,6 +254,13 @@ impl Db {
         self.read(|conn| {
             inspect::recent_completions(&self.sql, conn, hour_since, minute_since, now)
         })
+    }
+
+    /// Finished jobs per minute since the engine's `since` (an offset from
+    /// this clock's now, applied to the server's).
+    pub(crate) fn finished_per_minute(&self, since: i64) -> Result<Vec<FinishedInMinute>> {
+        let now = self.now(self.clock.now_micros());
+        self.read(|conn| inspect::finished_per_minute(&self.sql, conn, since, now))
     }
 
     pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {

@@ -477,6 +477,15 @@ SELECT queue, COUNT(*), COUNT(CASE WHEN finished_at >= {now} + :minute_in THEN 1
 FROM {history} FORCE INDEX (history_finished)
 WHERE status = 'completed' AND finished_at >= {now} + :hour_in GROUP BY queue";
 
+/// Finished jobs per queue, status and minute ago since `{now} + :since_in`
+/// (an offset, as in [`COUNT_RECENT_COMPLETIONS`]), read through the
+/// `(status, finished_at)` index.
+pub const COUNT_FINISHED_PER_MINUTE: &str = "
+SELECT queue, status, GREATEST({now} - finished_at, 0) DIV 60000000, COUNT(*)
+FROM {history} FORCE INDEX (history_finished)
+WHERE status IN ('completed', 'discarded', 'cancelled', 'dead') AND finished_at >= {now} + :since_in
+GROUP BY 1, 2, 3";
+
 // ---- copy ------------------------------------------------------------------
 
 /// Inserts a live job copied from another database, keeping its id, unless
@@ -611,6 +620,7 @@ pub struct Sql {
     pub update_waiting: String,
     pub depth: String,
     pub count_recent_completions: String,
+    pub count_finished_per_minute: String,
     pub import_live: String,
     pub import_history: String,
     pub raise_next_id: String,
@@ -658,6 +668,7 @@ impl Sql {
             update_waiting: r(UPDATE_WAITING),
             depth: r(&depth()),
             count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
+            count_finished_per_minute: r(COUNT_FINISHED_PER_MINUTE),
             import_live: r(IMPORT_LIVE),
             import_history: r(IMPORT_HISTORY),
             raise_next_id: r(RAISE_NEXT_ID),

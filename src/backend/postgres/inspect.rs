@@ -9,7 +9,7 @@ use postgres::{GenericClient, Row};
 use super::connection::Tx;
 use super::jobs::{self, canonical_json, to_u32};
 use super::queries::{self, Queries};
-use crate::backend::{RecentCompletions, UpdateParams};
+use crate::backend::{FinishedInMinute, RecentCompletions, UpdateParams};
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
@@ -393,6 +393,26 @@ pub(crate) fn recent_completions<C: GenericClient>(
         })
     })
     .collect()
+}
+
+pub(crate) fn finished_per_minute<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    since: i64,
+    now: i64,
+) -> Result<Vec<FinishedInMinute>> {
+    let back = since.saturating_sub(now);
+    tx.query(&q.count_finished_per_minute, &[&q.now_override(now), &back])?
+        .iter()
+        .map(|r| {
+            Ok(FinishedInMinute {
+                queue: r.try_get(0)?,
+                status: r.try_get(1)?,
+                minutes_ago: r.try_get(2)?,
+                count: r.try_get(3)?,
+            })
+        })
+        .collect()
 }
 
 /// Changes priority, due time or queue of a job that is not running. A

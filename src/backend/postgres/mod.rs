@@ -25,8 +25,8 @@ use self::connection::{Pool, Tx};
 use self::queries::{Queries, Tables};
 use self::target::Target;
 use crate::backend::{
-    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, RecentCompletions, SettleParams,
-    UpdateParams,
+    EnqueueParams, ExpiredLease, FinishedInMinute, HeartbeatParams, LeaseParams, RecentCompletions,
+    SettleParams, UpdateParams,
 };
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -218,6 +218,14 @@ impl Db {
         self.pool.autocommit(|tx| {
             inspect::recent_completions(tx, &self.q, hour_since, minute_since, now)
         })
+    }
+
+    /// Finished jobs per minute since the engine's `since`: an offset from
+    /// this clock's now, applied to the server's (as `recent_completions`).
+    pub(crate) fn finished_per_minute(&self, since: i64) -> Result<Vec<FinishedInMinute>> {
+        let now = self.clock.now_micros();
+        self.pool
+            .autocommit(|tx| inspect::finished_per_minute(tx, &self.q, since, now))
     }
 
     pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {

@@ -432,6 +432,14 @@ pub const COUNT_RECENT_COMPLETIONS: &str = "
 SELECT queue, count(*), count(*) FILTER (WHERE finished_at >= {now} + $3::int8) FROM {history}
 WHERE status = 'completed' AND finished_at >= {now} + $2::int8 GROUP BY queue";
 
+/// Finished jobs per queue, status and minute ago since `{now} + $2` (an
+/// offset, as in [`COUNT_RECENT_COMPLETIONS`]). The `status IN` list lets
+/// the `(status, finished_at)` index serve it.
+pub const COUNT_FINISHED_PER_MINUTE: &str = "
+SELECT queue, status, GREATEST({now} - finished_at, 0) / 60000000, count(*) FROM {history}
+WHERE status IN ('completed', 'discarded', 'cancelled', 'dead') AND finished_at >= {now} + $2::int8
+GROUP BY 1, 2, 3";
+
 // ---- copy ------------------------------------------------------------------
 
 /// Inserts a live job copied from another database, keeping its id, unless
@@ -582,6 +590,7 @@ pub(crate) struct Queries {
     /// [`COUNT_DEAD`] as one statement.
     pub depth: String,
     pub count_recent_completions: String,
+    pub count_finished_per_minute: String,
     pub import_live: String,
     pub import_history: String,
     pub raise_next_id: String,
@@ -629,6 +638,7 @@ impl Queries {
             .map(|part| format!("({part})"))
             .join("\nUNION ALL\n")),
             count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
+            count_finished_per_minute: r(COUNT_FINISHED_PER_MINUTE),
             import_live: r(IMPORT_LIVE),
             import_history: r(IMPORT_HISTORY),
             raise_next_id: r(RAISE_NEXT_ID),

@@ -4,7 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{jobs, queries};
-use crate::backend::{RecentCompletions, UpdateParams};
+use crate::backend::{FinishedInMinute, RecentCompletions, UpdateParams};
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
@@ -399,6 +399,23 @@ pub(crate) fn recent_completions(
             queue: r.get(0)?,
             hour: r.get::<_, i64>(1)?.max(0) as u64,
             minute: r.get::<_, Option<i64>>(2)?.unwrap_or(0).max(0) as u64,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(crate) fn finished_per_minute(
+    conn: &Connection,
+    since: i64,
+    now: i64,
+) -> Result<Vec<FinishedInMinute>> {
+    let mut stmt = conn.prepare_cached(queries::COUNT_FINISHED_PER_MINUTE)?;
+    let rows = stmt.query_map(params![since, now], |r| {
+        Ok(FinishedInMinute {
+            queue: r.get(0)?,
+            status: r.get(1)?,
+            minutes_ago: r.get(2)?,
+            count: r.get(3)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
