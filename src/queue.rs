@@ -23,6 +23,9 @@ use crate::options::QueueOptions;
 use crate::outcome::{decide, AttemptError, FinalStatus, Outcome, Transition};
 use crate::validate;
 
+/// How many finished jobs [`Queue::find_by_unique_key`] returns at most.
+pub const FIND_UNIQUE_HISTORY: usize = 20;
+
 /// A durable job queue: in a SQLite file ([`Queue::open`]), or on a
 /// PostgreSQL or MySQL server ([`Queue::connect`], behind the `postgres` and
 /// `mysql` features).
@@ -996,6 +999,42 @@ impl Queue {
             ))
         });
         Ok(counts)
+    }
+
+    /// The jobs of `queue` holding unique key `key`: the live one (there is
+    /// at most one) first, then the finished ones, most recent first, at most
+    /// [`FIND_UNIQUE_HISTORY`] of those. Empty when no job holds it.
+    /// Two indexed reads.
+    ///
+    /// ```
+    /// # fn main() -> backlog::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let queue = backlog::Queue::open(dir.path().join("app.db"))?;
+    /// use backlog::NewJob;
+    ///
+    /// let job = NewJob::new("invoice", serde_json::json!({})).unique_key("INV-7");
+    /// let id = queue.enqueue(job)?.id;
+    /// let found = queue.find_by_unique_key("default", "INV-7")?;
+    /// assert_eq!(found.iter().map(|r| r.id).collect::<Vec<_>>(), [id]);
+    /// assert!(queue.find_by_unique_key("default", "INV-8")?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn find_by_unique_key(&self, queue: &str, key: &str) -> Result<Vec<JobRecord>> {
+        let ids = self
+            .inner
+            .backend
+            .find_unique(queue, key, FIND_UNIQUE_HISTORY as i64)?;
+        let mut records = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.get(id) {
+                Ok(record) => records.push(record),
+                // Deleted (or pruned) since the lookup.
+                Err(crate::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(records)
     }
 
     /// SQLite: how this queue's WAL checkpoints ended so far, as

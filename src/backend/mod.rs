@@ -349,6 +349,13 @@ impl Backend {
             server => db.import(records))
     }
 
+    /// The ids of the jobs holding `key` in `queue`: the live one first,
+    /// then up to `history` finished ones, most recent first.
+    pub(crate) fn find_unique(&self, queue: &str, key: &str, history: i64) -> Result<Vec<i64>> {
+        dispatch!(self, db => db.read(|c| sqlite::inspect::find_unique(c, queue, key, history)),
+            server => db.find_unique(queue, key, history))
+    }
+
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
         dispatch!(self, db => db.read(sqlite::inspect::paused_queues),
             server => db.paused_queues())

@@ -426,6 +426,20 @@ pub(crate) fn set_paused(
 }
 
 /// The paused queues.
+pub(crate) fn find_unique(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    queue: &str,
+    key: &str,
+    history: i64,
+) -> Result<Vec<i64>> {
+    let rows: Vec<Row> = q.exec(
+        &sql.find_unique,
+        params! { "queue" => queue, "unique_key" => key, "history" => history },
+    )?;
+    rows.into_iter().map(|mut r| take(&mut r, 0)).collect()
+}
+
 pub(crate) fn paused_queues(sql: &Sql, q: &mut impl Queryable) -> Result<Vec<String>> {
     let rows: Vec<Row> = q.exec(&sql.paused_queues, ())?;
     rows.into_iter().map(|mut r| take(&mut r, 0)).collect()

@@ -308,6 +308,10 @@ impl Db {
         Ok(written)
     }
 
+    pub(crate) fn find_unique(&self, queue: &str, key: &str, history: i64) -> Result<Vec<i64>> {
+        self.read(|conn| inspect::find_unique(&self.sql, conn, queue, key, history))
+    }
+
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
         self.read(|conn| inspect::paused_queues(&self.sql, conn))
     }

@@ -487,6 +487,19 @@ pub(crate) fn set_paused<C: GenericClient>(
 }
 
 /// The paused queues.
+pub(crate) fn find_unique<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    queue: &str,
+    key: &str,
+    history: i64,
+) -> Result<Vec<i64>> {
+    tx.query(&q.find_unique, &[&queue, &key, &history])?
+        .iter()
+        .map(|r| Ok(r.try_get(0)?))
+        .collect()
+}
+
 pub(crate) fn paused_queues<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,

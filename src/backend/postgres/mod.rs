@@ -263,6 +263,11 @@ impl Db {
         self.pool.write(|tx| inspect::import(tx, &self.q, records))
     }
 
+    pub(crate) fn find_unique(&self, queue: &str, key: &str, history: i64) -> Result<Vec<i64>> {
+        self.pool
+            .autocommit(|tx| inspect::find_unique(tx, &self.q, queue, key, history))
+    }
+
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
         self.pool
             .autocommit(|tx| inspect::paused_queues(tx, &self.q))

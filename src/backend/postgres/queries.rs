@@ -440,6 +440,14 @@ SELECT queue, status, GREATEST({now} - finished_at, 0) / 60000000, count(*) FROM
 WHERE status IN ('completed', 'discarded', 'cancelled', 'dead') AND finished_at >= {now} + $2::int8
 GROUP BY 1, 2, 3";
 
+/// The jobs holding unique key `$2` in queue `$1`: the live one, then up
+/// to `$3` finished ones, most recent first; both through the unique indexes.
+pub const FIND_UNIQUE: &str = "
+(SELECT id FROM {jobs} WHERE queue = $1 AND unique_key = $2)
+UNION ALL
+(SELECT id FROM {history} WHERE queue = $1 AND unique_key = $2
+ ORDER BY finished_at DESC LIMIT $3)";
+
 // ---- copy ------------------------------------------------------------------
 
 /// Inserts a live job copied from another database, keeping its id, unless
@@ -585,6 +593,7 @@ pub(crate) struct Queries {
     pub history_status: String,
     pub set_paused: String,
     pub paused_queues: String,
+    pub find_unique: String,
     pub update_waiting: String,
     /// [`COUNT_WAITING_DUE`], [`COUNT_WAITING_LATER`], [`COUNT_RUNNING`] and
     /// [`COUNT_DEAD`] as one statement.
@@ -628,6 +637,7 @@ impl Queries {
             history_status: r(HISTORY_STATUS),
             set_paused: r(SET_PAUSED),
             paused_queues: r(PAUSED_QUEUES),
+            find_unique: r(FIND_UNIQUE),
             update_waiting: r(UPDATE_WAITING),
             depth: r(&[
                 COUNT_WAITING_DUE,

@@ -470,6 +470,17 @@ pub(crate) fn set_paused(conn: &Connection, queue: &str, paused: bool, now: i64)
 }
 
 /// The paused queues.
+pub(crate) fn find_unique(
+    conn: &Connection,
+    queue: &str,
+    key: &str,
+    history: i64,
+) -> Result<Vec<i64>> {
+    let mut stmt = conn.prepare_cached(queries::FIND_UNIQUE)?;
+    let ids = stmt.query_map(params![queue, key, history], |r| r.get(0))?;
+    Ok(ids.collect::<rusqlite::Result<_>>()?)
+}
+
 pub(crate) fn paused_queues(conn: &Connection) -> Result<Vec<String>> {
     jobs::paused_queues(conn)
 }

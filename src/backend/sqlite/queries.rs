@@ -315,6 +315,16 @@ SELECT queue, status, max(?2 - finished_at, 0) / 60000000, count(*) FROM backlog
 WHERE status IN ('completed', 'discarded', 'cancelled', 'dead') AND finished_at >= ?1
 GROUP BY 1, 2, 3";
 
+/// The jobs holding unique key `?2` in queue `?1`: the live one, then up
+/// to `?3` finished ones, most recent first; both through the unique indexes.
+pub const FIND_UNIQUE: &str = "
+SELECT id FROM backlog_jobs WHERE queue = ?1 AND unique_key = ?2
+UNION ALL
+SELECT id FROM (
+    SELECT id FROM backlog_history WHERE queue = ?1 AND unique_key = ?2
+    ORDER BY finished_at DESC LIMIT ?3
+)";
+
 /// How many of backlog's tables a file has, and how many tables in all: a
 /// read-only look before a tool opens a file it must not convert.
 pub const PROBE_TABLES: &str = "
