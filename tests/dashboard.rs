@@ -243,7 +243,16 @@ fn jobs_are_listed_by_state_queue_and_kind_and_paged_by_keyset(s: &Setup) -> Tes
     assert_eq!(ids(&found), [s.seeded.scheduled]);
     let missing = d.get("/api/jobs?search=999999")?.expect(200)?;
     assert_eq!(ids(&missing), Vec::<i64>::new());
-    d.get("/api/jobs?search=abc")?.fails(400, "not a job id")?;
+    // Search by unique key: every queue, or the one named.
+    let keyed = d.get("/api/jobs?search=invoice%3AINV-2041")?.expect(200)?;
+    assert_eq!(ids(&keyed), [s.seeded.dead_billing]);
+    assert_eq!(keyed["jobs"][0]["unique_key"], json!("invoice:INV-2041"));
+    let elsewhere = d
+        .get("/api/jobs?search=invoice%3AINV-2041&queue=emails")?
+        .expect(200)?;
+    assert_eq!(ids(&elsewhere), Vec::<i64>::new());
+    let unknown = d.get("/api/jobs?search=no+such+key")?.expect(200)?;
+    assert_eq!(ids(&unknown), Vec::<i64>::new());
     d.get("/api/jobs?state=sleeping")?
         .fails(400, "unknown state \"sleeping\"")?;
     d.get("/api/jobs?limit=0")?

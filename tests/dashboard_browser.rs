@@ -98,6 +98,21 @@ fn operator_retries_a_dead_job_and_pauses_a_queue_in_chromium() -> TestResult {
         backlog::JobState::Available
     );
 
+    // Find a job by its unique key from the search box.
+    browser.type_into("#search input", "invoice:INV-2041\u{E007}")?;
+    browser.wait_text("h1", |t| t.starts_with("Jobs with unique key"))?;
+    browser.wait_text(&format!("tr[data-id=\"{}\"]", seeded.dead_billing), |t| {
+        t.contains("charge_invoice")
+    })?;
+    browser.open(&format!(
+        "{}/jobs?state=available&queue=emails",
+        dashboard.url()
+    ))?;
+    browser.wait_text("table.jobs", |t| t.contains("send_digest"))?;
+    if let Some(dir) = &shots {
+        browser.screenshot(&dir.join("dashboard-jobs.png"))?;
+    }
+
     // Pause a queue from the overview and see the flag.
     browser.click("nav a[data-nav=\"overview\"]")?;
     browser.wait_text("tr[data-queue=\"webhooks\"]", |t| t.contains("active"))?;
@@ -272,6 +287,17 @@ impl Browser {
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
         }
+    }
+
+    /// Types `text` into the element (`\u{E007}` is Enter).
+    fn type_into(&self, css: &str, text: &str) -> TestResult {
+        let element = self.find(css)?;
+        self.call(
+            "POST",
+            &self.session_path(&format!("/element/{element}/value")),
+            json!({"text": text}),
+        )?;
+        Ok(())
     }
 
     /// Clicks the button labelled `label` in the page's main part.

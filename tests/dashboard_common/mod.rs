@@ -37,7 +37,7 @@ impl Database {
         match backend {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir()?;
-                let target = dir.path().join("app.db").display().to_string();
+                let target = dir.path().join("shop.db").display().to_string();
                 Ok(Some(Database {
                     target,
                     _dir: Some(dir),
@@ -220,6 +220,7 @@ pub fn seed(db: &Database, history: bool) -> TestResult<Seeded> {
                 json!({"invoice": "INV-2041", "customer": 1042, "amount_cents": 129900}),
             )
             .queue("billing")
+            .unique_key("invoice:INV-2041")
             .max_attempts(3),
         )?
         .id;
@@ -378,8 +379,19 @@ impl Dashboard {
     /// Starts `backlog dashboard --db TARGET --port 0 ARGS..` and waits for
     /// the line with its URL.
     pub fn start(target: &str, args: &[&str]) -> TestResult<Dashboard> {
+        // A SQLite file is named from its folder, as people run it (and as
+        // the screenshots show it).
+        let path = std::path::Path::new(target);
+        let (dir, db) = match (path.parent(), path.file_name()) {
+            (Some(dir), Some(name)) if path.is_absolute() => (dir, name.as_ref()),
+            _ => (std::path::Path::new("."), std::ffi::OsStr::new(target)),
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_backlog"))
-            .args(["dashboard", "--db", target, "--port", "0"])
+            .current_dir(dir)
+            .arg("dashboard")
+            .arg("--db")
+            .arg(db)
+            .args(["--port", "0"])
             .args(args)
             .env_remove("BACKLOG_DASHBOARD_TOKEN")
             .stdout(Stdio::piped())

@@ -119,8 +119,9 @@ fn age_secs(now: i64, at: i64) -> i64 {
     now.saturating_sub(at).max(0) / 1_000_000
 }
 
-/// `GET /api/jobs?state=&queue=&kind=&after=&limit=&search=`: one page,
-/// oldest id first, keyset-paged (`after` is the previous `next_after`).
+/// `GET /api/jobs?state=&queue=&kind=&after=&limit=`: one page, oldest id
+/// first, keyset-paged (`after` is the previous `next_after`); or
+/// `?search=` an id or a unique key.
 pub fn jobs(queue: &Queue, query: &str) -> Reply {
     match list(queue, query) {
         Ok(value) => Reply::json(200, &value),
@@ -131,7 +132,7 @@ pub fn jobs(queue: &Queue, query: &str) -> Reply {
 fn list(queue: &Queue, query: &str) -> Result<Value, Failure> {
     let param = |name| query_param(query, name).filter(|v| !v.is_empty());
     if let Some(search) = param("search") {
-        return search_jobs(queue, search.trim());
+        return search_jobs(queue, search.trim(), param("queue"));
     }
     let state = param("state").unwrap_or_else(|| "all".into());
     let states: Vec<JobState> = if state == "all" {
@@ -189,20 +190,26 @@ fn list(queue: &Queue, query: &str) -> Result<Value, Failure> {
     }))
 }
 
-/// A search box's text: a job id. (A unique-key search needs a library
-/// lookup by key; until there is one, a key finds nothing and says so.)
-fn search_jobs(queue: &Queue, text: &str) -> Result<Value, Failure> {
-    let id = text.trim_start_matches('#');
-    let Ok(id) = id.parse::<i64>() else {
-        return Err(invalid(format!(
-            "{text:?} is not a job id (search takes a job id)"
-        )));
+/// A search box's text: a job id (`123` or `#123`), else a unique key,
+/// looked up in `queue` when given, else in every queue `stats` lists.
+fn search_jobs(queue: &Queue, text: &str, only: Option<String>) -> Result<Value, Failure> {
+    let mut jobs = Vec::new();
+    if let Ok(id) = text.trim_start_matches('#').parse::<i64>() {
+        match queue.get(id) {
+            Ok(record) => jobs.push(summary(&record)),
+            Err(backlog::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let queues = match only {
+        Some(name) => vec![name],
+        None => queue.stats()?.into_iter().map(|s| s.queue).collect(),
     };
-    let jobs = match queue.get(id) {
-        Ok(record) => vec![summary(&record)],
-        Err(backlog::Error::NotFound { .. }) => Vec::new(),
-        Err(e) => return Err(e.into()),
-    };
+    for name in queues {
+        for record in queue.find_by_unique_key(&name, text)? {
+            jobs.push(summary(&record));
+        }
+    }
     Ok(json!({ "jobs": jobs, "next_after": null }))
 }
 

@@ -192,8 +192,7 @@ document.getElementById("search").addEventListener("submit", (e) => {
   e.preventDefault();
   const q = e.target.q.value.trim().replace(/^#/, "");
   if (!q) return;
-  if (/^-?\d+$/.test(q)) go("/jobs/" + q);
-  else flash("Search takes a job id", false);
+  go(/^-?\d+$/.test(q) ? "/jobs/" + q : "/jobs?search=" + encodeURIComponent(q));
 });
 for (const a of document.querySelectorAll("header a")) {
   a.addEventListener("click", (e) => {
@@ -327,6 +326,13 @@ function renderFlowControl(flow) {
 // ---- jobs list --------------------------------------------------------------
 
 async function jobs(params) {
+  if (params.get("search")) {
+    const key = params.get("search");
+    const found = await api("/api/jobs?search=" + encodeURIComponent(key));
+    return [h("h1", {}, "Jobs with unique key ", h("span", {class: "mono"}, key)),
+      found.jobs.length ? jobsTable(found, params, "/jobs")
+        : h("p", {class: "empty"}, "No live job, and no finished job in recent history, holds this key.")];
+  }
   const state = params.get("state") || "all";
   const query = new URLSearchParams();
   for (const k of ["state", "queue", "kind", "after"]) if (params.get(k)) query.set(k, params.get(k));
@@ -362,8 +368,9 @@ function filters(params, base) {
       "?state=" + params.get("state") : ""), "clear") : null);
 }
 
+// "dead jobs in queue emails of kind send_email": what a bulk action selects.
 function selection(state, params) {
-  const parts = [state];
+  const parts = [state + " jobs"];
   if (params.get("queue")) parts.push("in queue " + params.get("queue"));
   if (params.get("kind")) parts.push("of kind " + params.get("kind"));
   return parts.join(" ");
@@ -371,13 +378,14 @@ function selection(state, params) {
 
 function bulkBar(state, params) {
   if (READ_ONLY || state === "all") return null;
+  const what = selection(state, params);
   const body = (action) => ({action, state, queue: params.get("queue") || null,
     kind: params.get("kind") || null});
   const bulk = (action, verb) => button(verb + " all", () =>
-    act(`${verb} every ${selection(state, params)} job?`, verb + " all", "/api/bulk", body(action)),
+    act(`${verb} all ${what}?`, verb + " all", "/api/bulk", body(action)),
   action === "delete" ? "danger" : "");
   const waiting = ["available", "scheduled", "retrying"].includes(state);
-  return h("div", {class: "bulk"}, h("span", {class: "muted"}, "Every " + selection(state, params) + " job:"),
+  return h("div", {class: "bulk"}, h("span", {class: "muted"}, "All " + what + ":"),
     ["dead", "discarded", "cancelled"].includes(state) ? bulk("retry", "Retry") : null,
     waiting || state === "running" ? bulk("cancel", "Cancel") : null,
     waiting ? bulk("discard", "Discard") : null,
@@ -425,10 +433,10 @@ async function dead(params) {
     kind: params.get("kind") || null});
   const what = selection("dead", params);
   const bar = READ_ONLY || data.jobs.length === 0 ? null : h("div", {class: "bulk"},
-    h("span", {class: "muted"}, "Every " + what + " job:"),
-    button("Retry all", () => act(`Retry every ${what} job? They become available now.`,
+    h("span", {class: "muted"}, "All " + what + ":"),
+    button("Retry all", () => act(`Retry all ${what}? They become available now.`,
       "Retry all", "/api/bulk", body("retry"))),
-    button("Delete all", () => act(`Delete every ${what} job for good?`, "Delete all",
+    button("Delete all", () => act(`Delete all ${what} for good?`, "Delete all",
       "/api/bulk", body("delete")), "danger"));
   return [h("h1", {}, "Dead letter ", h("span", {class: "count"}, num(total))),
     h("p", {class: "muted"}, "Jobs that ran out of attempts. Retry one to run it again, " +
