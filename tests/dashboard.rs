@@ -526,6 +526,10 @@ fn bad_requests_get_4xx_with_a_message_and_the_server_keeps_serving(s: &Setup) -
     d.get("/api/overview")?.expect(200)?;
     assert!(started.elapsed() < Duration::from_secs(10));
     drop(stalled);
+    // Every request gives its slot back: more requests than there are slots.
+    for _ in 0..100 {
+        assert_eq!(d.get("/healthz")?.status, 200);
+    }
     Ok(())
 }
 

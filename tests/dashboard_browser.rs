@@ -122,6 +122,10 @@ fn operator_retries_a_dead_job_and_pauses_a_queue_in_chromium() -> TestResult {
     browser.wait_text("#flash", |t| t.contains("webhooks paused"))?;
     browser.wait_text("tr[data-queue=\"webhooks\"]", |t| t.contains("paused"))?;
     assert!(queue.paused_queues()?.contains(&"webhooks".to_owned()));
+
+    // Changes made elsewhere show up without a reload (the page polls).
+    queue.resume("webhooks")?;
+    browser.wait_text("tr[data-queue=\"webhooks\"]", |t| t.contains("active"))?;
     Ok(())
 }
 

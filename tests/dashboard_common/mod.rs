@@ -383,7 +383,7 @@ impl Dashboard {
         // the screenshots show it).
         let path = std::path::Path::new(target);
         let (dir, db) = match (path.parent(), path.file_name()) {
-            (Some(dir), Some(name)) if path.is_absolute() => (dir, name.as_ref()),
+            (Some(dir), Some(name)) if path.is_absolute() => (dir, name),
             _ => (std::path::Path::new("."), std::ffi::OsStr::new(target)),
         };
         let mut child = Command::new(env!("CARGO_BIN_EXE_backlog"))

@@ -100,16 +100,20 @@ pub fn run(queue: Queue, config: Config) -> Result<(), Failure> {
             let _ = request.respond(server.finish(error(503, "too many requests at once")));
             continue;
         }
-        let worker = server.clone();
-        let spawned = std::thread::Builder::new()
+        // The slot is given back however the thread ends (or fails to start).
+        let slot = Slot(server.clone());
+        let _ = std::thread::Builder::new()
             .name("backlog-dashboard".into())
-            .spawn(move || {
-                worker.serve(request);
-                worker.in_flight.fetch_sub(1, Ordering::SeqCst);
-            });
-        if spawned.is_err() {
-            server.in_flight.fetch_sub(1, Ordering::SeqCst);
-        }
+            .spawn(move || slot.0.serve(request));
+    }
+}
+
+/// One of the [`MAX_IN_FLIGHT`] request slots, released on drop.
+struct Slot(Arc<Server>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
