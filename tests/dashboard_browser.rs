@@ -109,9 +109,6 @@ fn operator_retries_a_dead_job_and_pauses_a_queue_in_chromium() -> TestResult {
         dashboard.url()
     ))?;
     browser.wait_text("table.jobs", |t| t.contains("send_digest"))?;
-    if let Some(dir) = &shots {
-        browser.screenshot(&dir.join("dashboard-jobs.png"))?;
-    }
 
     // Pause a queue from the overview and see the flag.
     browser.click("nav a[data-nav=\"overview\"]")?;

@@ -286,7 +286,8 @@ function queuesTable(queues) {
       h("th", {class: "num"}, "Retrying"), h("th", {class: "num"}, "Dead"),
       h("th", {class: "num"}, "Done 1h"), h("th", {class: "num"}, "Failed 1h"),
       h("th", {class: "num"}, "Per min"),
-      h("th", {class: "num"}, "Oldest available"), h("th", {}, "Status"),
+      h("th", {class: "num", title: "How long the first available job (lowest id) has been due"},
+        "Oldest available"), h("th", {}, "Status"),
       READ_ONLY ? null : h("th", {}, ""))),
     h("tbody", {}, queues.map((row) => {
       const age = row.oldest_available_secs;
