@@ -426,6 +426,21 @@ pub struct QueueStats {
     pub paused: bool,
 }
 
+/// How many jobs of one queue finished with one status in one minute: what
+/// [`Queue::finished_per_minute`](crate::Queue::finished_per_minute) reports,
+/// what the dashboard charts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishedCount {
+    /// The queue.
+    pub queue: String,
+    /// How the jobs finished.
+    pub status: FinalStatus,
+    /// Which minute: 0 is the last 60 seconds, 1 the minute before, and so on.
+    pub minutes_ago: u32,
+    /// How many jobs.
+    pub count: u64,
+}
+
 /// What a bulk operation ([`Queue::retry_matching`](crate::Queue::retry_matching),
 /// `cancel_matching`, `delete_matching`) did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

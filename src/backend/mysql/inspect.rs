@@ -6,7 +6,7 @@ use mysql::{params, Params, Row};
 
 use super::queries::Sql;
 use super::{jobs, take, Now};
-use crate::backend::{RecentCompletions, UpdateParams};
+use crate::backend::{FinishedInMinute, RecentCompletions, UpdateParams};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
@@ -345,6 +345,28 @@ pub(crate) fn recent_completions(
         .collect()
 }
 
+pub(crate) fn finished_per_minute(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    since: i64,
+    now: Now,
+) -> Result<Vec<FinishedInMinute>> {
+    let rows: Vec<Row> = q.exec(
+        &sql.count_finished_per_minute,
+        params! { "since_in" => now.offset(since), "now" => now.param() },
+    )?;
+    rows.into_iter()
+        .map(|mut r| {
+            Ok(FinishedInMinute {
+                queue: take(&mut r, 0)?,
+                status: take(&mut r, 1)?,
+                minutes_ago: take(&mut r, 2)?,
+                count: take(&mut r, 3)?,
+            })
+        })
+        .collect()
+}
+
 /// Changes priority, due time or queue of a job that is not running.
 pub(crate) fn update(
     sql: &Sql,
@@ -407,6 +429,20 @@ pub(crate) fn set_paused(
 }
 
 /// The paused queues.
+pub(crate) fn find_unique(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    queue: &str,
+    key: &str,
+    history: i64,
+) -> Result<Vec<i64>> {
+    let rows: Vec<Row> = q.exec(
+        &sql.find_unique,
+        params! { "queue" => queue, "unique_key" => key, "history" => history },
+    )?;
+    rows.into_iter().map(|mut r| take(&mut r, 0)).collect()
+}
+
 pub(crate) fn paused_queues(sql: &Sql, q: &mut impl Queryable) -> Result<Vec<String>> {
     let rows: Vec<Row> = q.exec(&sql.paused_queues, ())?;
     rows.into_iter().map(|mut r| take(&mut r, 0)).collect()

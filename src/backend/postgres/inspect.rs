@@ -9,7 +9,7 @@ use postgres::{GenericClient, Row};
 use super::connection::Tx;
 use super::jobs::{self, canonical_json, to_u32};
 use super::queries::{self, Queries};
-use crate::backend::{RecentCompletions, UpdateParams};
+use crate::backend::{FinishedInMinute, RecentCompletions, UpdateParams};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
@@ -401,6 +401,26 @@ pub(crate) fn recent_completions<C: GenericClient>(
     .collect()
 }
 
+pub(crate) fn finished_per_minute<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    since: i64,
+    now: i64,
+) -> Result<Vec<FinishedInMinute>> {
+    let back = since.saturating_sub(now);
+    tx.query(&q.count_finished_per_minute, &[&q.now_override(now), &back])?
+        .iter()
+        .map(|r| {
+            Ok(FinishedInMinute {
+                queue: r.try_get(0)?,
+                status: r.try_get(1)?,
+                minutes_ago: r.try_get(2)?,
+                count: r.try_get(3)?,
+            })
+        })
+        .collect()
+}
+
 /// Changes priority, due time or queue of a job that is not running. A
 /// change of time or queue wakes the listeners: the job may be claimable
 /// sooner, or by another worker.
@@ -473,6 +493,19 @@ pub(crate) fn set_paused<C: GenericClient>(
 }
 
 /// The paused queues.
+pub(crate) fn find_unique<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    queue: &str,
+    key: &str,
+    history: i64,
+) -> Result<Vec<i64>> {
+    tx.query(&q.find_unique, &[&queue, &key, &history])?
+        .iter()
+        .map(|r| Ok(r.try_get(0)?))
+        .collect()
+}
+
 pub(crate) fn paused_queues<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,

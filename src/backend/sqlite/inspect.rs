@@ -4,7 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{jobs, queries};
-use crate::backend::{RecentCompletions, UpdateParams};
+use crate::backend::{FinishedInMinute, RecentCompletions, UpdateParams};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
@@ -405,6 +405,23 @@ pub(crate) fn recent_completions(
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+pub(crate) fn finished_per_minute(
+    conn: &Connection,
+    since: i64,
+    now: i64,
+) -> Result<Vec<FinishedInMinute>> {
+    let mut stmt = conn.prepare_cached(queries::COUNT_FINISHED_PER_MINUTE)?;
+    let rows = stmt.query_map(params![since, now], |r| {
+        Ok(FinishedInMinute {
+            queue: r.get(0)?,
+            status: r.get(1)?,
+            minutes_ago: r.get(2)?,
+            count: r.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// Changes priority, due time or queue of a job that is not running.
 pub(crate) fn update(conn: &Connection, p: &UpdateParams<'_>) -> Result<()> {
     match live_lease(conn, p.id)? {
@@ -454,6 +471,17 @@ pub(crate) fn set_paused(conn: &Connection, queue: &str, paused: bool, now: i64)
 }
 
 /// The paused queues.
+pub(crate) fn find_unique(
+    conn: &Connection,
+    queue: &str,
+    key: &str,
+    history: i64,
+) -> Result<Vec<i64>> {
+    let mut stmt = conn.prepare_cached(queries::FIND_UNIQUE)?;
+    let ids = stmt.query_map(params![queue, key, history], |r| r.get(0))?;
+    Ok(ids.collect::<rusqlite::Result<_>>()?)
+}
+
 pub(crate) fn paused_queues(conn: &Connection) -> Result<Vec<String>> {
     jobs::paused_queues(conn)
 }
