@@ -34,6 +34,15 @@ pub enum Error {
         /// The configured cap in bytes.
         limit: usize,
     },
+    /// A handler's progress ([`JobContext::set_progress`](crate::JobContext::set_progress))
+    /// encodes to more than [`MAX_PROGRESS_BYTES`](crate::MAX_PROGRESS_BYTES).
+    /// Nothing is kept or written; the last accepted progress stays.
+    ProgressTooLarge {
+        /// The encoded progress's size in bytes.
+        size: usize,
+        /// The cap in bytes.
+        limit: usize,
+    },
     /// A queue name, job kind, unique key or worker id is empty, too long or
     /// contains control characters.
     InvalidName {
@@ -131,6 +140,7 @@ impl Error {
             self,
             Error::InvalidPayload(_)
                 | Error::PayloadTooLarge { .. }
+                | Error::ProgressTooLarge { .. }
                 | Error::InvalidName { .. }
                 | Error::InvalidSchedule(_)
                 | Error::InvalidArgument(_)
@@ -153,6 +163,9 @@ impl fmt::Display for Error {
             Error::InvalidPayload(why) => write!(f, "invalid payload: {why}"),
             Error::PayloadTooLarge { size, limit } => {
                 write!(f, "payload of {size} bytes exceeds the {limit}-byte limit")
+            }
+            Error::ProgressTooLarge { size, limit } => {
+                write!(f, "progress of {size} bytes exceeds the {limit}-byte limit")
             }
             Error::InvalidName { what, reason } => write!(f, "invalid {what}: {reason}"),
             Error::InvalidSchedule(why) => write!(f, "invalid schedule: {why}"),

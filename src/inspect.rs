@@ -158,6 +158,13 @@ pub struct JobRecord {
     pub created_at: i64,
     /// When it last changed, unix µs.
     pub updated_at: i64,
+    /// The last progress its handler reported with
+    /// [`JobContext::set_progress`](crate::JobContext::set_progress), JSON
+    /// text; kept in history when the job finishes (whatever its status).
+    /// Written with the worker's heartbeats and before the job settles, so
+    /// a running job's value here may lag its handler's by up to one
+    /// heartbeat interval.
+    pub progress: Option<String>,
 }
 
 impl JobRecord {
@@ -199,6 +206,14 @@ impl JobRecord {
     /// decode into `T`.
     pub fn result<T: DeserializeOwned>(&self) -> Result<Option<T>> {
         self.result.as_deref().map(decode_args).transpose()
+    }
+
+    /// Decodes the progress its handler last reported into `T`: `None` when
+    /// none was reported (or written yet).
+    /// [`Error::Serialization`](crate::Error::Serialization) when it does not
+    /// decode into `T`.
+    pub fn progress<T: DeserializeOwned>(&self) -> Result<Option<T>> {
+        self.progress.as_deref().map(decode_args).transpose()
     }
 }
 

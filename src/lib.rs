@@ -157,7 +157,7 @@ pub use options::{Durability, QueueOptions, DEFAULT_TABLE_PREFIX};
 pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
 pub use queue::{Queue, WAIT_MAX_POLL};
 pub use retry::RetryPolicy;
-pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_UNIQUE_KEY_BYTES};
+pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_PROGRESS_BYTES, MAX_UNIQUE_KEY_BYTES};
 pub use worker::{
     Action, CancelReason, JobContext, JobError, ShutdownReport, Worker, WorkerBuilder,
     DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFETCH, SHUTDOWN_MARGIN,

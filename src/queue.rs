@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::backend::sqlite::Connections;
 use crate::backend::{
-    Backend, EnqueueParams, HeartbeatParams, LeaseParams, SettleParams, UpdateParams,
+    Backend, EnqueueParams, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams, UpdateParams,
 };
 use crate::clock::{add_micros, duration_micros, system_time_to_micros};
 use crate::error::{Error, Result};
@@ -518,6 +518,13 @@ impl Queue {
             lease_until: add_micros(now, ttl)?,
             now,
         })
+    }
+
+    /// Writes running jobs' progress, fenced on their leases, in one
+    /// transaction; returns the ids written (the others' leases were lost,
+    /// or on a server their rows were held by another transaction).
+    pub(crate) fn write_progress(&self, writes: &[ProgressWrite]) -> Result<Vec<i64>> {
+        self.inner.backend.write_progress(writes, self.now_micros())
     }
 
     /// Makes up to `limit` jobs whose lease expired available again, in the

@@ -99,6 +99,7 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::backend::ProgressWrite;
 use crate::error::{Error, Result};
 use crate::inspect::{JobFilter, JobRecord, JobState, Page};
 use crate::job::JobArgs;
@@ -488,6 +489,9 @@ pub struct Run {
     pub attempt: u32,
     /// What became of the job.
     pub outcome: RunOutcome,
+    /// The progress its handler last reported
+    /// ([`JobContext::set_progress`]), as stored afterwards.
+    pub progress: Option<Value>,
 }
 
 impl Run {
@@ -601,6 +605,13 @@ pub fn drain(worker: &WorkerBuilder) -> Result<Vec<Run>> {
         }
         let ctx = JobContext::for_test(queue.clone(), job.clone());
         let outcome = run_handler(handlers, &ctx, config.retry_policy_for(&job.kind));
+        // As the worker's completer does: the last progress first.
+        if let Some(progress) = ctx.progress() {
+            queue.write_progress(&[ProgressWrite {
+                lease: job.lease(),
+                progress,
+            }])?;
+        }
         // Settled by the handler in a transaction of its own, or not at all.
         queue.take_settled_in(job.lease());
         if !ctx.completed_in_transaction() {
@@ -618,6 +629,14 @@ pub fn drain(worker: &WorkerBuilder) -> Result<Vec<Run>> {
             queue: job.queue.clone(),
             attempt: job.attempt,
             outcome: read_outcome(queue, &job)?,
+            progress: match queue.get(job.id) {
+                Ok(record) => record
+                    .progress
+                    .as_deref()
+                    .map(serde_json::from_str)
+                    .transpose()?,
+                Err(_) => None,
+            },
         });
     }
     Ok(runs)

@@ -71,6 +71,14 @@ pub(crate) struct HeartbeatParams<'a> {
     pub now: i64,
 }
 
+/// A running job's progress to write, fenced on its lease.
+#[derive(Debug, Clone)]
+pub(crate) struct ProgressWrite {
+    pub lease: Lease,
+    /// JSON text, validated and size-capped by the engine.
+    pub progress: String,
+}
+
 /// A leased job whose lease expired, as the rescuer sees it: no payload.
 #[derive(Debug)]
 pub(crate) struct ExpiredLease {
@@ -218,6 +226,18 @@ impl Backend {
             #[cfg(feature = "mysql")]
             Backend::Mysql(db) => db.settle_and_lease(items, lease),
         }
+    }
+
+    /// Writes running jobs' progress, fenced on their leases, in one
+    /// transaction; returns the ids written. A server backend skips a row
+    /// another transaction holds (a handler's own transaction committing
+    /// it) instead of waiting: it is not in the ids, and is written later.
+    pub(crate) fn write_progress(&self, writes: &[ProgressWrite], now: i64) -> Result<Vec<i64>> {
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        dispatch!(self, db => db.write(|tx| sqlite::jobs::write_progress(tx, writes, now)),
+            server => db.write_progress(writes, now))
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {

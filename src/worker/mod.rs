@@ -422,6 +422,9 @@ impl Worker {
         // 2. Running jobs get the grace period; then the rest are flagged and
         // released, no attempt used.
         if !shared.inflight.wait_handlers_done(graced) {
+            // What the unfinished handlers reported so far stays with their
+            // jobs, for whoever runs them next.
+            shared.inflight.write_progress(&shared.queue, None);
             for job in shared.inflight.take_unfinished(CancelReason::Shutdown) {
                 shared.settle(&running.outcomes, job, Outcome::Release);
             }

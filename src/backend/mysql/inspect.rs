@@ -76,6 +76,7 @@ fn record(mut r: Row) -> Result<JobRecord> {
         finished_at: take(&mut r, 15)?,
         created_at: take(&mut r, 16)?,
         updated_at: take(&mut r, 17)?,
+        progress: take(&mut r, 19)?,
         state: JobState::parse(&state)
             .ok_or_else(|| Error::Database(format!("unknown job state {state:?}").into()))?,
     })
@@ -288,7 +289,7 @@ pub(crate) fn import(sql: &Sql, q: &mut impl Queryable, records: &[JobRecord]) -
             "available_at" => r.available_at, "started_at" => r.started_at,
             "errors" => serde_json::to_string(&r.errors)?,
             "cancel_requested" => r.cancel_requested, "created_at" => r.created_at,
-            "updated_at" => r.updated_at,
+            "updated_at" => r.updated_at, "progress" => r.progress.as_deref(),
         };
         let statement = match r.state {
             JobState::Finished(status) => {

@@ -17,6 +17,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V2__due",
         include_str!("../../../migrations/mysql/V2__due.sql"),
     ),
+    (
+        "V3__progress",
+        include_str!("../../../migrations/mysql/V3__progress.sql"),
+    ),
 ];
 
 /// Applies pending migrations.

@@ -31,8 +31,8 @@ use mysql::{Opts, Pool, Row};
 pub(crate) use poller::Poller;
 
 use crate::backend::{
-    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, RecentCompletions, SettleParams,
-    UpdateParams,
+    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, RecentCompletions,
+    SettleParams, UpdateParams,
 };
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -204,6 +204,10 @@ impl Db {
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::Database("item not settled".into()))))
             .collect())
+    }
+
+    pub(crate) fn write_progress(&self, writes: &[ProgressWrite], now: i64) -> Result<Vec<i64>> {
+        self.write(|tx| jobs::write_progress(&self.sql, tx, writes, self.now(now)))
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {

@@ -199,10 +199,11 @@ pub const FINISH_TO_HISTORY: &str = concat!(
     "INSERT INTO {history}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      errors, cancel_requested, created_at, updated_at, result, status, processed_by,
-     started_at, finished_at)
+     started_at, finished_at, progress)
 SELECT id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at, ",
     append_error!(),
-    ", cancel_requested, created_at, {now}, :result, :status, locked_by, first_leased_at, {now}
+    ", cancel_requested, created_at, {now}, :result, :status, locked_by, first_leased_at, {now},
+       progress
 FROM {jobs} WHERE id = :id AND lease_token <=> :token
 FOR UPDATE"
 );
@@ -226,10 +227,10 @@ pub const COMPLETE_MANY_TO_HISTORY: &str = "
 INSERT INTO {history}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      errors, cancel_requested, created_at, updated_at, result, status, processed_by,
-     started_at, finished_at)
+     started_at, finished_at, progress)
 SELECT j.id, j.queue, j.kind, j.priority, j.unique_key, j.payload, j.attempts, j.max_attempts,
        j.available_at, j.errors, j.cancel_requested, j.created_at, {now}, c.result, 'completed',
-       j.locked_by, j.first_leased_at, {now}
+       j.locked_by, j.first_leased_at, {now}, j.progress
 FROM JSON_TABLE(:completions, '$[*]' COLUMNS (
          id BIGINT PATH '$[0]', token BIGINT PATH '$[1]', result LONGTEXT PATH '$[2]')) AS c
 STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = c.id AND j.lease_token = c.token";
@@ -274,6 +275,18 @@ pub const CANCEL_REQUESTED: &str =
 /// does that by itself).
 pub const LEASE_HELD: &str =
     "SELECT 1 FROM {jobs} WHERE id = :id AND lease_token = :token FOR UPDATE";
+
+/// Locks a running job's row for [`WRITE_PROGRESS`] when its lease is still
+/// held and no other transaction holds the row. Only in MySQL, for the
+/// reason of [`HEARTBEAT_LOCK`]: a progress write rides with the heartbeat
+/// and must not wait for a handler's own transaction.
+pub const PROGRESS_LOCK: &str = "
+SELECT id FROM {jobs} WHERE id = :id AND lease_token = :token FOR UPDATE SKIP LOCKED";
+
+/// Writes a running job's progress (JSON text), fenced on its lease.
+pub const WRITE_PROGRESS: &str = "
+UPDATE {jobs} SET progress = :progress, updated_at = {now}
+WHERE id = :id AND lease_token = :token";
 
 // ---- heartbeat -------------------------------------------------------------
 
@@ -327,12 +340,12 @@ pub const LIVE_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, 
      cancel_requested, NULL AS result, NULL AS finished_at, created_at, updated_at, \
      CASE WHEN lease_token IS NOT NULL THEN 'running' \
           WHEN available_at <= {now} THEN 'available' \
-          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state";
+          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state, progress";
 
 /// A finished job as a record, in the same column order as [`LIVE_COLUMNS`].
 pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
      max_attempts, available_at, errors, processed_by, NULL AS lease_until, started_at, \
-     cancel_requested, result, finished_at, created_at, updated_at, status AS state";
+     cancel_requested, result, finished_at, created_at, updated_at, status AS state, progress";
 
 /// The live-state conditions, by state name.
 pub fn live_state_condition(state: &str) -> &'static str {
@@ -487,9 +500,10 @@ WHERE status = 'completed' AND finished_at >= {now} + :hour_in GROUP BY queue";
 pub const IMPORT_LIVE: &str = "
 INSERT IGNORE INTO {jobs}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
-     first_leased_at, errors, cancel_requested, created_at, updated_at)
+     first_leased_at, errors, cancel_requested, created_at, updated_at, progress)
 SELECT :id, :queue, :kind, :priority, :unique_key, :payload, :attempts, :max_attempts,
-       :available_at, :started_at, :errors, :cancel_requested, :created_at, :updated_at
+       :available_at, :started_at, :errors, :cancel_requested, :created_at, :updated_at,
+       :progress
 FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM {history} WHERE id = :id)";
 
 /// Inserts a finished job copied from another database, keeping its id,
@@ -498,10 +512,10 @@ pub const IMPORT_HISTORY: &str = "
 INSERT IGNORE INTO {history}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      started_at, errors, cancel_requested, created_at, updated_at, result, status,
-     processed_by, finished_at)
+     processed_by, finished_at, progress)
 SELECT :id, :queue, :kind, :priority, :unique_key, :payload, :attempts, :max_attempts,
        :available_at, :started_at, :errors, :cancel_requested, :created_at, :updated_at,
-       :result, :status, :processed_by, :finished_at
+       :result, :status, :processed_by, :finished_at, :progress
 FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE id = :id)";
 
 /// Makes new ids start above `:id`. Differs from SQLite (which raises
@@ -592,6 +606,8 @@ pub struct Sql {
     pub reschedule: String,
     pub cancel_requested: String,
     pub lease_held: String,
+    pub progress_lock: String,
+    pub write_progress: String,
     pub heartbeat_lock: String,
     pub heartbeat: String,
     pub heartbeat_held: String,
@@ -635,6 +651,8 @@ impl Sql {
             reschedule: r(RESCHEDULE),
             cancel_requested: r(CANCEL_REQUESTED),
             lease_held: r(LEASE_HELD),
+            progress_lock: r(PROGRESS_LOCK),
+            write_progress: r(WRITE_PROGRESS),
             heartbeat_lock: r(HEARTBEAT_LOCK),
             heartbeat: r(HEARTBEAT),
             heartbeat_held: r(HEARTBEAT_HELD),

@@ -116,6 +116,7 @@ fn record(r: &Row) -> Result<JobRecord> {
         finished_at: r.try_get(15)?,
         created_at: r.try_get(16)?,
         updated_at: r.try_get(17)?,
+        progress: r.try_get(19)?,
         state: JobState::parse(&state)
             .ok_or_else(|| Error::Database(format!("unknown job state {state:?}").into()))?,
     })
@@ -355,10 +356,20 @@ pub(crate) fn import<C: GenericClient>(
                 let finished_at = r.finished_at.unwrap_or(r.updated_at);
                 let status = status.as_str();
                 let mut values = common.to_vec();
-                values.extend_from_slice(&[&r.result, &status, &r.worker, &finished_at]);
+                values.extend_from_slice(&[
+                    &r.result,
+                    &status,
+                    &r.worker,
+                    &finished_at,
+                    &r.progress,
+                ]);
                 tx.execute(&q.import_history, &values)?
             }
-            _ => tx.execute(&q.import_live, &common)?,
+            _ => {
+                let mut values = common.to_vec();
+                values.push(&r.progress);
+                tx.execute(&q.import_live, &values)?
+            }
         };
         highest = highest.max(r.id);
     }

@@ -14,7 +14,9 @@ use postgres::{GenericClient, Row};
 
 use super::connection::Tx;
 use super::queries::Queries;
-use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::backend::{
+    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
+};
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job, Lease};
@@ -522,6 +524,24 @@ pub(crate) fn heartbeat<C: GenericClient>(
         .copied()
         .collect();
     Ok(report)
+}
+
+/// Writes each job's progress, fenced on its lease; returns the ids written
+/// (rows another transaction holds are skipped).
+pub(crate) fn write_progress<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    writes: &[ProgressWrite],
+    now: i64,
+) -> Result<Vec<i64>> {
+    let ids: Vec<i64> = writes.iter().map(|w| w.lease.job_id).collect();
+    let tokens: Vec<i64> = writes.iter().map(|w| w.lease.token).collect();
+    let progress: Vec<&str> = writes.iter().map(|w| w.progress.as_str()).collect();
+    let rows = tx.query(
+        &q.write_progress,
+        &[&q.now_override(now), &ids, &tokens, &progress],
+    )?;
+    rows.iter().map(|r| Ok(r.try_get::<_, i64>(0)?)).collect()
 }
 
 /// Up to `limit` leases that expired before now, locked (others' locked rows

@@ -25,8 +25,8 @@ use self::connection::{Pool, Tx};
 use self::queries::{Queries, Tables};
 use self::target::Target;
 use crate::backend::{
-    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, RecentCompletions, SettleParams,
-    UpdateParams,
+    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, RecentCompletions,
+    SettleParams, UpdateParams,
 };
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -159,6 +159,11 @@ impl Db {
                 Ok((results, jobs::lease(tx, &self.q, p)?))
             }),
         }
+    }
+
+    pub(crate) fn write_progress(&self, writes: &[ProgressWrite], now: i64) -> Result<Vec<i64>> {
+        self.pool
+            .autocommit(|tx| jobs::write_progress(tx, &self.q, writes, now))
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {

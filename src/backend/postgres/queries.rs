@@ -199,11 +199,11 @@ moved AS (
 INSERT INTO {history}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      errors, cancel_requested, created_at, updated_at, result, status, processed_by,
-     started_at, finished_at)
+     started_at, finished_at, progress)
 SELECT id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at, ",
     append_error!("errors", "new_error"),
     ", cancel_requested, created_at, {now}, new_result::jsonb, new_status, locked_by,
-       first_leased_at, {now}
+       first_leased_at, {now}, progress
 FROM moved
 RETURNING id"
 );
@@ -247,6 +247,25 @@ RETURNING j.id, j.cancel_requested"
 /// transaction ends: a rescuer or another claim skips it meanwhile, so the
 /// fence still holds at commit (SQLite's single writer gives that for free).
 pub const LEASE_HELD: &str = "SELECT 1 FROM {jobs} WHERE id = $1 AND lease_token = $2 FOR UPDATE";
+
+/// Writes running jobs' progress, fenced on their leases. Parameters: `$1`
+/// now override, then arrays of id, token, progress JSON text. Returns the
+/// ids written.
+///
+/// Differs from SQLite in that it takes a batch, and skips a row another
+/// transaction holds (a handler's `ctx.transaction(..)` committing it)
+/// instead of waiting for it, as the heartbeat does: that progress is
+/// written with a later heartbeat or before the job settles.
+pub const WRITE_PROGRESS: &str = "
+WITH w AS (
+    SELECT * FROM unnest($2::int8[], $3::int8[], $4::text[]) AS w (id, token, progress)),
+free AS (
+    SELECT j.id FROM {jobs} AS j JOIN w ON j.id = w.id AND j.lease_token = w.token
+    FOR NO KEY UPDATE OF j SKIP LOCKED)
+UPDATE {jobs} AS j SET progress = w.progress, updated_at = {now}
+FROM w JOIN free ON free.id = w.id
+WHERE j.id = w.id
+RETURNING j.id";
 
 // ---- heartbeat -------------------------------------------------------------
 
@@ -301,13 +320,13 @@ pub const LIVE_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload::
      cancel_requested, NULL::text AS result, NULL::int8 AS finished_at, created_at, updated_at, \
      CASE WHEN lease_token IS NOT NULL THEN 'running' \
           WHEN available_at <= {now} THEN 'available' \
-          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state";
+          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state, progress";
 
 /// A finished job as a record, in the same column order as [`LIVE_COLUMNS`].
 pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload::text, \
      attempts, max_attempts, available_at, errors::text, processed_by, NULL::int8 AS lease_until, \
      started_at, cancel_requested, result::text, finished_at, created_at, updated_at, \
-     status AS state";
+     status AS state, progress";
 
 /// The live-state conditions, by state name.
 pub fn live_state_condition(state: &str) -> &'static str {
@@ -440,7 +459,7 @@ WHERE status = 'completed' AND finished_at >= {now} + $2::int8 GROUP BY queue";
 /// Parameters: `$1` id, `$2` queue, `$3` kind, `$4` priority, `$5` unique
 /// key, `$6` payload, `$7` attempts, `$8` max attempts, `$9` available_at,
 /// `$10` first leased at, `$11` errors, `$12` cancel requested, `$13`
-/// created_at, `$14` updated_at.
+/// created_at, `$14` updated_at, `$15` progress.
 ///
 /// Differs from SQLite in that the JSON texts are parsed into JSONB. The
 /// times are copied as they are: they are absolute, whichever clock made
@@ -448,21 +467,23 @@ WHERE status = 'completed' AND finished_at >= {now} + $2::int8 GROUP BY queue";
 pub const IMPORT_LIVE: &str = "
 INSERT INTO {jobs}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
-     first_leased_at, errors, cancel_requested, created_at, updated_at)
-SELECT $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11::text::jsonb, $12, $13, $14
+     first_leased_at, errors, cancel_requested, created_at, updated_at, progress)
+SELECT $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11::text::jsonb, $12, $13, $14,
+       $15
 WHERE NOT EXISTS (SELECT 1 FROM {history} WHERE id = $1)
 ON CONFLICT DO NOTHING";
 
 /// Inserts a finished job copied from another database, keeping its id,
 /// unless the id is taken. Parameters as [`IMPORT_LIVE`], then `$15` result,
-/// `$16` status, `$17` processed by, `$18` finished_at (`$10` is started_at).
+/// `$16` status, `$17` processed by, `$18` finished_at (`$10` is started_at),
+/// `$19` progress.
 pub const IMPORT_HISTORY: &str = "
 INSERT INTO {history}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      started_at, errors, cancel_requested, created_at, updated_at, result, status,
-     processed_by, finished_at)
+     processed_by, finished_at, progress)
 SELECT $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11::text::jsonb, $12, $13, $14,
-       $15::text::jsonb, $16, $17, $18
+       $15::text::jsonb, $16, $17, $18, $19
 WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE id = $1)
 ON CONFLICT DO NOTHING";
 
@@ -565,6 +586,7 @@ pub(crate) struct Queries {
     pub delete_live: String,
     pub reschedule: String,
     pub lease_held: String,
+    pub write_progress: String,
     pub heartbeat: String,
     pub expired_leases: String,
     pub count_live: String,
@@ -607,6 +629,7 @@ impl Queries {
             delete_live: r(DELETE_LIVE),
             reschedule: r(RESCHEDULE),
             lease_held: r(LEASE_HELD),
+            write_progress: r(WRITE_PROGRESS),
             heartbeat: r(HEARTBEAT),
             expired_leases: r(EXPIRED_LEASES),
             count_live: r(COUNT_LIVE),

@@ -96,6 +96,7 @@ fn record(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         finished_at: r.get(15)?,
         created_at: r.get(16)?,
         updated_at: r.get(17)?,
+        progress: r.get(19)?,
         state: JobState::parse(&state).ok_or_else(|| {
             rusqlite::Error::FromSqlConversionFailure(
                 18,
@@ -374,11 +375,16 @@ pub(crate) fn import(conn: &Connection, records: &[JobRecord]) -> Result<usize> 
                 let mut values = common.to_vec();
                 let finished_at = r.finished_at.unwrap_or(r.updated_at);
                 let status = status.as_str();
-                values.extend(params![r.result, status, r.worker, finished_at]);
+                values.extend(params![r.result, status, r.worker, finished_at, r.progress]);
                 conn.prepare_cached(queries::IMPORT_HISTORY)?
                     .execute(values.as_slice())?
             }
-            _ => conn.prepare_cached(queries::IMPORT_LIVE)?.execute(common)?,
+            _ => {
+                let mut values = common.to_vec();
+                values.push(&r.progress);
+                conn.prepare_cached(queries::IMPORT_LIVE)?
+                    .execute(values.as_slice())?
+            }
         };
         highest = highest.max(r.id);
     }

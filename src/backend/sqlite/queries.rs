@@ -145,10 +145,10 @@ pub const FINISH_TO_HISTORY: &str = concat!(
     "INSERT INTO backlog_history
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      errors, cancel_requested, created_at, updated_at, result, status, processed_by,
-     started_at, finished_at)
+     started_at, finished_at, progress)
 SELECT id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at, ",
     append_error!("?6"),
-    ", cancel_requested, created_at, ?3, ?4, ?5, locked_by, first_leased_at, ?3
+    ", cancel_requested, created_at, ?3, ?4, ?5, locked_by, first_leased_at, ?3, progress
 FROM backlog_jobs WHERE id = ?1 AND lease_token IS ?2"
 );
 
@@ -172,6 +172,11 @@ RETURNING cancel_requested"
 /// Whether a lease is still held: the fence a transactional completion checks
 /// before the caller's effects run. Parameters: `?1` id, `?2` token.
 pub const LEASE_HELD: &str = "SELECT 1 FROM backlog_jobs WHERE id = ?1 AND lease_token = ?2";
+
+/// Writes a running job's progress (`?3`, JSON text), fenced on its lease:
+/// no row changes when `?1`'s lease is no longer `?2`. `?4` is now.
+pub const WRITE_PROGRESS: &str = "UPDATE backlog_jobs SET progress = ?3, updated_at = ?4 \
+     WHERE id = ?1 AND lease_token = ?2";
 
 // ---- heartbeat -------------------------------------------------------------
 
@@ -200,12 +205,12 @@ pub const LIVE_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, 
      cancel_requested, NULL AS result, NULL AS finished_at, created_at, updated_at, \
      CASE WHEN lease_token IS NOT NULL THEN 'running' \
           WHEN available_at <= ?1 THEN 'available' \
-          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state";
+          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state, progress";
 
 /// A finished job as a record, in the same column order as [`LIVE_COLUMNS`].
 pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
      max_attempts, available_at, errors, processed_by, NULL AS lease_until, started_at, \
-     cancel_requested, result, finished_at, created_at, updated_at, status AS state";
+     cancel_requested, result, finished_at, created_at, updated_at, status AS state, progress";
 
 /// The live-state conditions, by state name.
 pub fn live_state_condition(state: &str) -> &'static str {
@@ -324,24 +329,25 @@ FROM sqlite_master WHERE type = 'table'";
 /// Parameters: `?1` id, `?2` queue, `?3` kind, `?4` priority, `?5` unique
 /// key, `?6` payload, `?7` attempts, `?8` max attempts, `?9` available_at,
 /// `?10` first leased at, `?11` errors, `?12` cancel requested, `?13`
-/// created_at, `?14` updated_at.
+/// created_at, `?14` updated_at, `?15` progress.
 pub const IMPORT_LIVE: &str = "
 INSERT INTO backlog_jobs
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
-     first_leased_at, errors, cancel_requested, created_at, updated_at)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14
+     first_leased_at, errors, cancel_requested, created_at, updated_at, progress)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15
 WHERE NOT EXISTS (SELECT 1 FROM backlog_history WHERE id = ?1)
 ON CONFLICT DO NOTHING";
 
 /// Inserts a finished job copied from another database, keeping its id,
 /// unless the id is taken. Parameters as [`IMPORT_LIVE`], then `?15` result,
-/// `?16` status, `?17` processed by, `?18` finished_at (`?10` is started_at).
+/// `?16` status, `?17` processed by, `?18` finished_at (`?10` is started_at),
+/// `?19` progress.
 pub const IMPORT_HISTORY: &str = "
 INSERT INTO backlog_history
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      started_at, errors, cancel_requested, created_at, updated_at, result, status,
-     processed_by, finished_at)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18
+     processed_by, finished_at, progress)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19
 WHERE NOT EXISTS (SELECT 1 FROM backlog_jobs WHERE id = ?1)
 ON CONFLICT DO NOTHING";
 

@@ -182,6 +182,7 @@ pub fn record_json(r: &JobRecord) -> Value {
         "started_at": time_json(r.started_at),
         "cancel_requested": r.cancel_requested,
         "result": r.result.as_deref().map(json_text),
+        "progress": r.progress.as_deref().map(json_text),
         "finished_at": time_json(r.finished_at),
         "created_at": time_json(Some(r.created_at)),
         "updated_at": time_json(Some(r.updated_at)),
@@ -270,6 +271,10 @@ pub fn record_text(r: &JobRecord, now: i64) -> String {
     if let Some(result) = &r.result {
         out.push_str("result\n");
         out.push_str(&indent(&pretty(result)));
+    }
+    if let Some(progress) = &r.progress {
+        out.push_str("progress\n");
+        out.push_str(&indent(&pretty(progress)));
     }
     if r.errors.is_empty() {
         out.push_str("errors        none\n");
