@@ -54,6 +54,9 @@ pub enum JobState {
     Retrying,
     /// Live and leased by a worker.
     Running,
+    /// Waiting in its group to be combined with the group's other jobs
+    /// (see [`crate::group`]); never leased on its own.
+    Grouped,
     /// Finished: in history with this status.
     Finished(FinalStatus),
 }
@@ -67,6 +70,8 @@ impl JobState {
     pub const CANCELLED: JobState = JobState::Finished(FinalStatus::Cancelled);
     /// Finished: its attempts ran out (the dead-letter history).
     pub const DEAD: JobState = JobState::Finished(FinalStatus::Dead);
+    /// Finished: combined with its group into another job.
+    pub const AGGREGATED: JobState = JobState::Finished(FinalStatus::Aggregated);
 
     /// True for a job in history (any [`FinalStatus`]); false for a live one.
     pub fn is_finished(self) -> bool {
@@ -89,6 +94,7 @@ impl JobState {
             JobState::Scheduled => "scheduled",
             JobState::Retrying => "retrying",
             JobState::Running => "running",
+            JobState::Grouped => "grouped",
             JobState::Finished(status) => status.as_str(),
         }
     }
@@ -100,20 +106,23 @@ impl JobState {
             "scheduled" => JobState::Scheduled,
             "retrying" => JobState::Retrying,
             "running" => JobState::Running,
+            "grouped" => JobState::Grouped,
             other => JobState::Finished(FinalStatus::parse(other)?),
         })
     }
 
     /// Every state, live ones first.
-    pub const ALL: [JobState; 8] = [
+    pub const ALL: [JobState; 10] = [
         JobState::Available,
         JobState::Scheduled,
         JobState::Retrying,
         JobState::Running,
+        JobState::Grouped,
         JobState::Finished(FinalStatus::Completed),
         JobState::Finished(FinalStatus::Discarded),
         JobState::Finished(FinalStatus::Cancelled),
         JobState::Finished(FinalStatus::Dead),
+        JobState::Finished(FinalStatus::Aggregated),
     ];
 }
 
@@ -165,6 +174,12 @@ pub struct JobRecord {
     /// a running job's value here may lag its handler's by up to one
     /// heartbeat interval.
     pub progress: Option<String>,
+    /// The group a grouped job waits in (or waited in, for an aggregated
+    /// one).
+    pub group_key: Option<String>,
+    /// For a job combined with its group ([`JobState::AGGREGATED`]): the id
+    /// of the job it went into, whose payload holds its own.
+    pub aggregated_into: Option<i64>,
 }
 
 impl JobRecord {
@@ -349,6 +364,9 @@ impl Retention {
             FinalStatus::Discarded => self.discarded,
             FinalStatus::Cancelled => self.cancelled,
             FinalStatus::Dead => self.dead,
+            // Kept as long as completed jobs: the job they went into
+            // finishes with its own status.
+            FinalStatus::Aggregated => self.completed,
         }
     }
 }
@@ -410,6 +428,8 @@ pub struct QueueStats {
     pub retrying: u64,
     /// Leased by a worker.
     pub running: u64,
+    /// Waiting in their groups (see [`crate::group`]).
+    pub grouped: u64,
     /// In history as `dead` (the dead-letter count), of any age.
     pub dead: u64,
     /// Completed in the last hour.

@@ -123,6 +123,7 @@ pub mod clock;
 mod copy;
 mod error;
 mod events;
+pub mod group;
 pub mod inspect;
 mod job;
 mod lease;
@@ -145,6 +146,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use copy::{copy, CopyReport};
 pub use error::{Error, Result};
 pub use events::Event;
+pub use group::{AggregateReport, Group, MAX_GROUP_SIZE};
 pub use inspect::{
     probe_sqlite_file, BulkReport, CancelOutcome, JobFilter, JobRecord, JobState, JobUpdate, Page,
     QueueStats, Retention, SqliteFile, StateCount,

@@ -80,6 +80,9 @@ pub enum FinalStatus {
     Cancelled,
     /// Attempts ran out: the dead-letter queue.
     Dead,
+    /// A grouped job combined with its group into another job
+    /// ([`JobRecord::aggregated_into`](crate::JobRecord::aggregated_into)).
+    Aggregated,
 }
 
 impl FinalStatus {
@@ -90,6 +93,7 @@ impl FinalStatus {
             FinalStatus::Discarded => "discarded",
             FinalStatus::Cancelled => "cancelled",
             FinalStatus::Dead => "dead",
+            FinalStatus::Aggregated => "aggregated",
         }
     }
 
@@ -100,16 +104,18 @@ impl FinalStatus {
             "discarded" => FinalStatus::Discarded,
             "cancelled" => FinalStatus::Cancelled,
             "dead" => FinalStatus::Dead,
+            "aggregated" => FinalStatus::Aggregated,
             _ => return None,
         })
     }
 
     /// Every status, in display order.
-    pub const ALL: [FinalStatus; 4] = [
+    pub const ALL: [FinalStatus; 5] = [
         FinalStatus::Completed,
         FinalStatus::Discarded,
         FinalStatus::Cancelled,
         FinalStatus::Dead,
+        FinalStatus::Aggregated,
     ];
 }
 

@@ -41,6 +41,26 @@ pub(crate) struct EnqueueParams<'a> {
     pub max_attempts: u32,
     pub available_at: i64,
     pub now: i64,
+    /// A grouped job: it waits in its group instead of being inserted live.
+    pub group: Option<GroupParams<'a>>,
+}
+
+/// The group a job joins, and the group's policy (µs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GroupParams<'a> {
+    pub key: &'a str,
+    pub max_size: u32,
+    pub grace_us: i64,
+    pub max_delay_us: i64,
+}
+
+/// A group combined into one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Aggregated {
+    pub job_id: i64,
+    pub queue: String,
+    pub kind: String,
+    pub members: usize,
 }
 
 /// One claim of up to `limit` jobs.
@@ -167,6 +187,26 @@ impl Backend {
                 Ok(ids)
             }),
             server => db.enqueue_many(jobs))
+    }
+
+    /// Combines up to `limit` groups ready at `now`, each into one job, in
+    /// one transaction: all of them or none. Server backends lock each
+    /// group's row, skipping the ones another node is combining.
+    pub(crate) fn aggregate(&self, now: i64, limit: usize) -> Result<Vec<Aggregated>> {
+        dispatch!(self, db => db.write(|tx| {
+                let done = sqlite::groups::aggregate(tx, now, limit)?;
+                if !done.is_empty() {
+                    failpoint!("aggregate-before-commit");
+                }
+                Ok(done)
+            }),
+            server => db.aggregate(now, limit))
+    }
+
+    /// How long after `now` the next group is ready, in µs (0: one is).
+    pub(crate) fn next_group_ready(&self, now: i64) -> Result<Option<i64>> {
+        dispatch!(self, db => db.read(|c| sqlite::groups::next_ready(c, now)),
+            server => db.next_group_ready(now))
     }
 
     pub(crate) fn lease(&self, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
@@ -412,6 +452,20 @@ impl Backend {
     pub(crate) fn busy_retries(&self) -> u64 {
         dispatch!(self, db => db.busy_retries(), server => db.busy_retries())
     }
+}
+
+/// The payload of a combined job: the JSON array of its members' payloads,
+/// each already valid JSON text, in the order given.
+pub(crate) fn combined_payload<'a>(payloads: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::from("[");
+    for (i, payload) in payloads.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(payload);
+    }
+    out.push(']');
+    out
 }
 
 /// Notices commits made by other connections (another process's enqueue),

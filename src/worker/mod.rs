@@ -82,6 +82,7 @@ mod error;
 mod executor;
 mod fetcher;
 mod handler;
+mod aggregator;
 mod heartbeater;
 mod inflight;
 mod maintenance;
@@ -108,6 +109,7 @@ use completer::{Completer, Settle};
 use executor::Executor;
 use fetcher::Fetcher;
 use handler::Handlers;
+use aggregator::Aggregator;
 use heartbeater::Heartbeater;
 use inflight::InFlight;
 use maintenance::Maintenance;
@@ -222,6 +224,7 @@ struct Running {
     completer: Option<JoinHandle<()>>,
     heartbeater: Option<JoinHandle<()>>,
     maintenance: Option<JoinHandle<()>>,
+    aggregator: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Running {
@@ -328,6 +331,7 @@ impl Worker {
                 completer: None,
                 heartbeater: None,
                 maintenance: None,
+                aggregator: None,
             }),
         };
         let result = (|| -> Result<()> {
@@ -350,6 +354,17 @@ impl Worker {
             running.heartbeater = Some(spawn("backlog-heartbeat".into(), move || {
                 heartbeater.run()
             })?);
+            if !shared.handlers.grouped.is_empty() {
+                let aggregator = Aggregator {
+                    shared: shared.clone(),
+                    stop: stop_background_rx.clone(),
+                    doorbell: shared.queue.doorbell(),
+                    watcher: shared.queue.watch_changes(shared.config.watch_interval)?,
+                };
+                running.aggregator = Some(spawn("backlog-aggregate".into(), move || {
+                    aggregator.run()
+                })?);
+            }
             let maintenance = Maintenance {
                 shared: shared.clone(),
                 stop: stop_background_rx,
@@ -468,6 +483,12 @@ impl Worker {
             running.maintenance.take(),
             limit,
             "backlog-maint",
+            &mut panicked,
+        );
+        join_by(
+            running.aggregator.take(),
+            limit,
+            "backlog-aggregate",
             &mut panicked,
         );
 

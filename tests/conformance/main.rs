@@ -13,6 +13,7 @@ mod harness;
 mod bad_input;
 mod copy;
 mod enqueue;
+mod groups;
 mod heartbeat_rescue;
 mod inspect;
 mod lease;

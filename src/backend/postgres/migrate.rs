@@ -27,6 +27,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V3__progress",
         include_str!("../../../migrations/postgres/V3__progress.sql"),
     ),
+    (
+        "V4__groups",
+        include_str!("../../../migrations/postgres/V4__groups.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

@@ -18,7 +18,12 @@ use crate::outcome::{AttemptError, FinalStatus, Transition};
 /// not once per job: that lookup hashes the SQL text.
 pub(crate) fn enqueue_all(conn: &Connection, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
     let mut insert = conn.prepare_cached(queries::ENQUEUE)?;
-    jobs.iter().map(|p| enqueue(conn, &mut insert, p)).collect()
+    jobs.iter()
+        .map(|p| match &p.group {
+            Some(group) => super::groups::join(conn, p, group),
+            None => enqueue(conn, &mut insert, p),
+        })
+        .collect()
 }
 
 /// Inserts a job, or finds the job already holding its unique key.
