@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::backend::sqlite::Connections;
 use crate::backend::{
-    Backend, EnqueueParams, GroupParams, HeartbeatParams, LeaseParams, ProgressWrite,
-    SettleParams, UpdateParams,
+    Backend, EnqueueParams, GroupParams, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
+    UpdateParams,
 };
 use crate::clock::{add_micros, duration_micros, system_time_to_micros};
 use crate::error::{Error, Result};
@@ -53,6 +53,10 @@ struct Inner {
     /// job its handler may already have finished (that transaction may also
     /// have rolled back).
     settled_in: std::sync::Mutex<std::collections::HashSet<Lease>>,
+    /// Held while a job's progress is read and written (heartbeater,
+    /// completer, a handler's manual heartbeat), so an older value read by
+    /// one never lands after a newer one written by another.
+    progress_gate: std::sync::Mutex<()>,
 }
 
 /// An encoded, validated job, ready for the backend.
@@ -129,6 +133,7 @@ impl Queue {
                 options,
                 bus: Bus::default(),
                 settled_in: Default::default(),
+                progress_gate: Default::default(),
             }),
         })
     }
@@ -540,9 +545,21 @@ impl Queue {
 
     /// Writes running jobs' progress, fenced on their leases, in one
     /// transaction; returns the ids written (the others' leases were lost,
-    /// or on a server their rows were held by another transaction).
-    pub(crate) fn write_progress(&self, writes: &[ProgressWrite]) -> Result<Vec<i64>> {
-        self.inner.backend.write_progress(writes, self.now_micros())
+    /// or on a server, without `wait`, their rows were held by another
+    /// transaction).
+    /// Taken around reading the progress to write and writing it: see
+    /// [`Inner::progress_gate`].
+    pub(crate) fn progress_gate(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.inner
+            .progress_gate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn write_progress(&self, writes: &[ProgressWrite], wait: bool) -> Result<Vec<i64>> {
+        self.inner
+            .backend
+            .write_progress(writes, self.now_micros(), wait)
     }
 
     /// Makes up to `limit` jobs whose lease expired available again, in the
@@ -925,7 +942,9 @@ impl Queue {
     /// its group until the group is combined.
     fn not_a_member<T>(&self, id: i64, result: Result<T>) -> Result<T> {
         match result {
-            Err(Error::NotFound { .. }) if self.get(id).is_ok_and(|r| r.state == JobState::Grouped) => {
+            Err(Error::NotFound { .. })
+                if self.get(id).is_ok_and(|r| r.state == JobState::Grouped) =>
+            {
                 Err(Error::InvalidState {
                     job_id: id,
                     reason: "it waits in its group, which decides when it runs; it leaves \
@@ -946,7 +965,9 @@ impl Queue {
     /// processes at once: each member goes into exactly one job.
     pub fn aggregate(&self, limit: usize) -> Result<AggregateReport> {
         if limit == 0 {
-            return Err(Error::InvalidArgument("aggregate needs a limit of at least 1".into()));
+            return Err(Error::InvalidArgument(
+                "aggregate needs a limit of at least 1".into(),
+            ));
         }
         let done = self.inner.backend.aggregate(self.now_micros(), limit)?;
         if !done.is_empty() && self.inner.bus.has_listeners() {

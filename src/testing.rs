@@ -607,10 +607,13 @@ pub fn drain(worker: &WorkerBuilder) -> Result<Vec<Run>> {
         let outcome = run_handler(handlers, &ctx, config.retry_policy_for(&job.kind));
         // As the worker's completer does: the last progress first.
         if let Some(progress) = ctx.progress() {
-            queue.write_progress(&[ProgressWrite {
-                lease: job.lease(),
-                progress,
-            }])?;
+            queue.write_progress(
+                &[ProgressWrite {
+                    lease: job.lease(),
+                    progress,
+                }],
+                true,
+            )?;
         }
         // Settled by the handler in a transaction of its own, or not at all.
         queue.take_settled_in(job.lease());

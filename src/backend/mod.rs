@@ -269,15 +269,22 @@ impl Backend {
     }
 
     /// Writes running jobs' progress, fenced on their leases, in one
-    /// transaction; returns the ids written. A server backend skips a row
-    /// another transaction holds (a handler's own transaction committing
-    /// it) instead of waiting: it is not in the ids, and is written later.
-    pub(crate) fn write_progress(&self, writes: &[ProgressWrite], now: i64) -> Result<Vec<i64>> {
+    /// transaction; returns the ids written. Without `wait`, a server
+    /// backend skips a row another transaction holds (a handler's own
+    /// transaction, a heartbeat) instead of waiting: it is not in the ids,
+    /// and is written later. With it (before a settle), it waits.
+    pub(crate) fn write_progress(
+        &self,
+        writes: &[ProgressWrite],
+        now: i64,
+        wait: bool,
+    ) -> Result<Vec<i64>> {
         if writes.is_empty() {
             return Ok(Vec::new());
         }
+        let _ = wait; // SQLite's single writer never skips.
         dispatch!(self, db => db.write(|tx| sqlite::jobs::write_progress(tx, writes, now)),
-            server => db.write_progress(writes, now))
+            server => db.write_progress(writes, now, wait))
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {

@@ -294,15 +294,10 @@ impl JobContext {
     /// queue's write connection, it returns [`Error::InsideTransaction`] at
     /// once.
     pub fn heartbeat(&self) -> Result<()> {
-        if let Some((progress, version)) = self.cancel.unwritten_progress() {
-            let written = self.queue.write_progress(&[ProgressWrite {
-                lease: self.job.lease(),
-                progress,
-            }])?;
-            if written.contains(&self.job.id) {
-                self.cancel.progress_written(version);
-            }
-        }
+        // The lease first: inside `ctx.transaction(..)` on SQLite this
+        // returns before the progress gate is taken (the worker's
+        // heartbeater may hold the gate, waiting for that transaction's
+        // write lock).
         let report = self.queue.heartbeat(&[self.job.lease()], self.lease_ttl)?;
         if !report.lost.is_empty() {
             self.lease_lost();
@@ -312,6 +307,19 @@ impl JobContext {
         }
         if !report.cancel_requested.is_empty() {
             self.cancel.cancel(CancelReason::CancelRequested);
+        }
+        let _gate = self.queue.progress_gate();
+        if let Some((progress, version)) = self.cancel.unwritten_progress() {
+            let written = self.queue.write_progress(
+                &[ProgressWrite {
+                    lease: self.job.lease(),
+                    progress,
+                }],
+                false,
+            )?;
+            if written.contains(&self.job.id) {
+                self.cancel.progress_written(version);
+            }
         }
         Ok(())
     }

@@ -50,7 +50,7 @@ impl Heartbeater {
         }
         // Progress rides along with the beat: one more short transaction,
         // only when a handler reported some since the last one.
-        shared.inflight.write_progress(&shared.queue, None);
+        shared.inflight.write_progress(&shared.queue, None, false);
         let report = shared
             .queue
             .heartbeat(&leases, shared.config.lease_ttl)

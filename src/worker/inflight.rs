@@ -110,7 +110,11 @@ impl InFlight {
     /// is not known lost: one transaction for all of them, none without
     /// progress to write. What is not written (a write that fails, a row a
     /// server skipped as locked) stays pending for the next call.
-    pub(crate) fn write_progress(&self, queue: &crate::Queue, only: Option<&[i64]>) {
+    ///
+    /// With `wait`, a server backend waits for a row another transaction
+    /// holds (the write before a settle) instead of skipping it.
+    pub(crate) fn write_progress(&self, queue: &crate::Queue, only: Option<&[i64]>, wait: bool) {
+        let _gate = queue.progress_gate();
         let pending: Vec<(ProgressWrite, u64, Arc<CancelFlag>)> = self
             .lock()
             .values()
@@ -129,7 +133,7 @@ impl InFlight {
             return;
         }
         let writes: Vec<ProgressWrite> = pending.iter().map(|(w, _, _)| w.clone()).collect();
-        match queue.write_progress(&writes) {
+        match queue.write_progress(&writes, wait) {
             Ok(written) => {
                 for (write, version, cancel) in &pending {
                     if written.contains(&write.lease.job_id) {

@@ -75,6 +75,7 @@
 //! the threads. Dropping a worker does the same with the configured
 //! [shutdown grace](WorkerBuilder::shutdown_grace).
 
+mod aggregator;
 mod builder;
 mod completer;
 mod context;
@@ -82,7 +83,6 @@ mod error;
 mod executor;
 mod fetcher;
 mod handler;
-mod aggregator;
 mod heartbeater;
 mod inflight;
 mod maintenance;
@@ -104,12 +104,12 @@ use crate::error::{Error, Result};
 use crate::lease::{self, LeaseRequest};
 use crate::outcome::Outcome;
 use crate::queue::Queue;
+use aggregator::Aggregator;
 use builder::Config;
 use completer::{Completer, Settle};
 use executor::Executor;
 use fetcher::Fetcher;
 use handler::Handlers;
-use aggregator::Aggregator;
 use heartbeater::Heartbeater;
 use inflight::InFlight;
 use maintenance::Maintenance;
@@ -361,9 +361,8 @@ impl Worker {
                     doorbell: shared.queue.doorbell(),
                     watcher: shared.queue.watch_changes(shared.config.watch_interval)?,
                 };
-                running.aggregator = Some(spawn("backlog-aggregate".into(), move || {
-                    aggregator.run()
-                })?);
+                running.aggregator =
+                    Some(spawn("backlog-aggregate".into(), move || aggregator.run())?);
             }
             let maintenance = Maintenance {
                 shared: shared.clone(),
@@ -439,7 +438,7 @@ impl Worker {
         if !shared.inflight.wait_handlers_done(graced) {
             // What the unfinished handlers reported so far stays with their
             // jobs, for whoever runs them next.
-            shared.inflight.write_progress(&shared.queue, None);
+            shared.inflight.write_progress(&shared.queue, None, false);
             for job in shared.inflight.take_unfinished(CancelReason::Shutdown) {
                 shared.settle(&running.outcomes, job, Outcome::Release);
             }

@@ -19,8 +19,7 @@ use crate::harness::{Backend, Harness, TestResult};
 const SEC: Duration = Duration::from_secs(1);
 
 fn member(h: &Harness, n: i64, group: Group) -> TestResult<i64> {
-    Ok(h
-        .queue
+    Ok(h.queue
         .enqueue(NewJob::new("digest", json!({"n": n})).group(group))?
         .id)
 }
@@ -38,7 +37,10 @@ fn assert_aggregated_into(h: &Harness, members: &[i64], into: i64) -> TestResult
         let record = h.record(*id)?;
         assert_eq!(record.state, JobState::AGGREGATED, "member {id}");
         assert_eq!(record.aggregated_into, Some(into), "member {id}");
-        assert_eq!(record.group_key.as_deref().map(|k| !k.is_empty()), Some(true));
+        assert_eq!(
+            record.group_key.as_deref().map(|k| !k.is_empty()),
+            Some(true)
+        );
     }
     Ok(())
 }
@@ -53,7 +55,10 @@ fn a_full_group_is_combined_into_one_job_holding_every_payload(b: &Backend) -> T
     assert_eq!(report.jobs.len(), 1);
     let (into, size) = report.jobs[0];
     assert_eq!(size, 3);
-    assert!(!members.contains(&into), "the combined job has an id of its own");
+    assert!(
+        !members.contains(&into),
+        "the combined job has an id of its own"
+    );
     let job = h.lease_one("w")?;
     assert_eq!(job.id, into);
     assert_eq!(job.kind, "digest");
@@ -76,7 +81,10 @@ fn a_group_is_combined_once_its_grace_passes_without_a_new_member(b: &Backend) -
     h.advance(6 * SEC);
     members.push(member(&h, 2, group.clone())?);
     h.advance(6 * SEC); // 12 s after the first, 6 s after the last
-    assert!(h.queue.aggregate(10)?.jobs.is_empty(), "grace counts from the last");
+    assert!(
+        h.queue.aggregate(10)?.jobs.is_empty(),
+        "grace counts from the last"
+    );
     h.advance(5 * SEC);
     let report = h.queue.aggregate(10)?;
     assert_eq!(report.jobs.len(), 1);
@@ -110,14 +118,17 @@ fn waiting_members_are_grouped_never_leased_and_not_for_operators(b: &Backend) -
     let h = b.harness()?;
     let id = member(&h, 1, hourly("g"))?;
     member(&h, 2, hourly("g").max_size(5))?;
-    h.queue.enqueue(NewJob::new("digest", json!({"alone": true})))?;
+    h.queue
+        .enqueue(NewJob::new("digest", json!({"alone": true})))?;
     let leased = h.queue.lease(&LeaseRequest::new("w", 10))?;
     assert_eq!(leased.len(), 1, "only the job outside the group");
     let record = h.record(id)?;
     assert_eq!(record.state, JobState::Grouped);
     assert_eq!(record.group_key.as_deref(), Some("g"));
     assert_eq!(record.args::<Value>()?, json!({"n": 1}));
-    let page = h.queue.list(&JobFilter::new(JobState::Grouped).queue("default"))?;
+    let page = h
+        .queue
+        .list(&JobFilter::new(JobState::Grouped).queue("default"))?;
     assert_eq!(page.jobs.len(), 2);
     let grouped: u64 = h
         .queue
@@ -179,7 +190,10 @@ fn groups_are_per_queue_kind_and_key(b: &Backend) -> TestResult {
         .enqueue(NewJob::new("b", json!(2)).group(g.clone()))?;
     h.queue
         .enqueue(NewJob::new("a", json!(3)).queue("other").group(g.clone()))?;
-    assert!(h.queue.aggregate(10)?.jobs.is_empty(), "three groups of one");
+    assert!(
+        h.queue.aggregate(10)?.jobs.is_empty(),
+        "three groups of one"
+    );
     h.queue.enqueue(NewJob::new("a", json!(4)).group(g))?;
     let report = h.queue.aggregate(10)?;
     assert_eq!(report.jobs.len(), 1);
@@ -192,9 +206,7 @@ fn groups_are_per_queue_kind_and_key(b: &Backend) -> TestResult {
 fn bad_group_input_is_refused_before_anything_is_written(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let cases = [
-        NewJob::new("k", json!(1))
-            .group(Group::new("g"))
-            .delay(SEC),
+        NewJob::new("k", json!(1)).group(Group::new("g")).delay(SEC),
         NewJob::new("k", json!(1))
             .group(Group::new("g"))
             .unique_key("u"),
@@ -212,7 +224,11 @@ fn bad_group_input_is_refused_before_anything_is_written(b: &Backend) -> TestRes
         );
     }
     assert_eq!(h.live_rows()?, 0);
-    assert!(h.queue.list(&JobFilter::new(JobState::Grouped))?.jobs.is_empty());
+    assert!(h
+        .queue
+        .list(&JobFilter::new(JobState::Grouped))?
+        .jobs
+        .is_empty());
     Ok(())
 }
 
@@ -223,8 +239,12 @@ fn copy_carries_waiting_members_and_aggregated_history(b: &Backend) -> TestResul
         .clock(ManualClock::at_micros(h.now()))
         .open(dir.path().join("old.db"))?;
     let g = hourly("g").max_size(2);
-    let a = from.enqueue(NewJob::new("digest", json!(1)).group(g.clone()))?.id;
-    let b2 = from.enqueue(NewJob::new("digest", json!(2)).group(g.clone()))?.id;
+    let a = from
+        .enqueue(NewJob::new("digest", json!(1)).group(g.clone()))?
+        .id;
+    let b2 = from
+        .enqueue(NewJob::new("digest", json!(2)).group(g.clone()))?
+        .id;
     let into = from.aggregate(10)?.jobs[0].0;
     let waiting = from.enqueue(NewJob::new("digest", json!(3)).group(g))?.id;
 
@@ -297,7 +317,13 @@ fn a_worker_combines_groups_on_time_and_its_handler_gets_every_args(b: &Backend)
         got.push(rx.recv_timeout(Duration::from_secs(20))?);
     }
     got.sort_by_key(|(_, likes)| likes.len());
-    assert_eq!(got[0].1, vec![Like { user: 2, from: "d".into() }]);
+    assert_eq!(
+        got[0].1,
+        vec![Like {
+            user: 2,
+            from: "d".into()
+        }]
+    );
     let froms: Vec<&str> = got[1].1.iter().map(|l| l.from.as_str()).collect();
     assert_eq!(froms, ["a", "b", "c"]);
     let lone_into = got[0].0;

@@ -367,15 +367,20 @@ pub(crate) fn write_progress(
     q: &mut impl Queryable,
     writes: &[ProgressWrite],
     now: Now,
+    wait: bool,
 ) -> Result<Vec<i64>> {
+    let lock = if wait {
+        &sql.progress_lock_wait
+    } else {
+        &sql.progress_lock
+    };
     let mut sorted: Vec<&ProgressWrite> = writes.iter().collect();
     // Locked in id order, like settle batches.
     sorted.sort_unstable_by_key(|w| w.lease.job_id);
     let mut written = Vec::new();
     for w in sorted {
         let (id, token) = (w.lease.job_id, w.lease.token);
-        let held: Option<i64> =
-            q.exec_first(&sql.progress_lock, params! { "id" => id, "token" => token })?;
+        let held: Option<i64> = q.exec_first(lock, params! { "id" => id, "token" => token })?;
         if held.is_some() {
             q.exec_drop(
                 &sql.write_progress,

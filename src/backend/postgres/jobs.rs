@@ -30,7 +30,14 @@ pub(crate) fn enqueue_all<C: GenericClient>(
     q: &Queries,
     jobs: &[EnqueueParams<'_>],
 ) -> Result<Vec<Enqueued>> {
-    let ids = if jobs.len() > 1 && jobs.iter().all(|p| p.unique_key.is_none()) {
+    let ids = if jobs.iter().any(|p| p.group.is_some()) {
+        jobs.iter()
+            .map(|p| match &p.group {
+                Some(group) => super::groups::join(tx, q, p, group),
+                None => enqueue(tx, q, p),
+            })
+            .collect::<Result<Vec<_>>>()?
+    } else if jobs.len() > 1 && jobs.iter().all(|p| p.unique_key.is_none()) {
         enqueue_batch(tx, q, jobs)?
     } else {
         jobs.iter()
@@ -533,14 +540,17 @@ pub(crate) fn write_progress<C: GenericClient>(
     q: &Queries,
     writes: &[ProgressWrite],
     now: i64,
+    wait: bool,
 ) -> Result<Vec<i64>> {
     let ids: Vec<i64> = writes.iter().map(|w| w.lease.job_id).collect();
     let tokens: Vec<i64> = writes.iter().map(|w| w.lease.token).collect();
     let progress: Vec<&str> = writes.iter().map(|w| w.progress.as_str()).collect();
-    let rows = tx.query(
-        &q.write_progress,
-        &[&q.now_override(now), &ids, &tokens, &progress],
-    )?;
+    let sql = if wait {
+        &q.write_progress_wait
+    } else {
+        &q.write_progress
+    };
+    let rows = tx.query(sql, &[&q.now_override(now), &ids, &tokens, &progress])?;
     rows.iter().map(|r| Ok(r.try_get::<_, i64>(0)?)).collect()
 }
 

@@ -12,7 +12,11 @@ use crate::job::Enqueued;
 /// Inserts a job into its group: an id from the jobs' sequence (a live row
 /// inserted and moved out at once), the member row, and the group's count
 /// and policy.
-pub(crate) fn join(conn: &Connection, p: &EnqueueParams<'_>, g: &GroupParams<'_>) -> Result<Enqueued> {
+pub(crate) fn join(
+    conn: &Connection,
+    p: &EnqueueParams<'_>,
+    g: &GroupParams<'_>,
+) -> Result<Enqueued> {
     conn.prepare_cached(queries::ENQUEUE)?.execute(params![
         p.queue,
         p.kind,

@@ -395,16 +395,18 @@ pub(crate) fn import(conn: &Connection, records: &[JobRecord]) -> Result<usize> 
         written += match r.state {
             JobState::Grouped => {
                 let key = r.group_key.as_deref().unwrap_or_default();
-                let inserted = conn.prepare_cached(queries::IMPORT_GROUPED)?.execute(params![
-                    r.id,
-                    r.queue,
-                    r.kind,
-                    key,
-                    r.priority,
-                    r.payload,
-                    r.max_attempts,
-                    r.created_at
-                ])?;
+                let inserted = conn
+                    .prepare_cached(queries::IMPORT_GROUPED)?
+                    .execute(params![
+                        r.id,
+                        r.queue,
+                        r.kind,
+                        key,
+                        r.priority,
+                        r.payload,
+                        r.max_attempts,
+                        r.created_at
+                    ])?;
                 if inserted == 1 {
                     // The group takes the default policy until the next
                     // enqueue into it gives one.
