@@ -210,3 +210,72 @@ fn processes_enqueueing_and_combining_at_once_put_every_member_in_exactly_one_jo
 }
 
 conformance!(processes_enqueueing_and_combining_at_once_put_every_member_in_exactly_one_job);
+
+/// SQLite only: the failpoint sits in SQLite's combination transaction (the
+/// servers' transactions are the database's own; a killed connection rolls
+/// back there too, which `tests/cluster.rs` covers for settles).
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_process_aborted_mid_combination_loses_and_duplicates_no_member() -> TestResult {
+    use std::os::unix::process::ExitStatusExt;
+
+    let h = Backend::Sqlite.harness_on_real_time(QueueOptions::new())?;
+    let total = 200;
+    for n in 0..total {
+        h.queue
+            .enqueue(NewJob::from_args(&Member { n })?.group(policy(format!("g{}", n % GROUPS))))?;
+    }
+    let mut aborts = 0;
+    for nth in 1..=3 {
+        // A worker that aborts at its nth combination, after the writes and
+        // before the commit.
+        let mut child = spawn(
+            &h,
+            &[
+                (ROLE, "worker".into()),
+                ("BACKLOG_FAILPOINT", format!("aggregate-before-commit:{nth}")),
+            ],
+        )?;
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                return Err("the armed worker never reached its failpoint".into());
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.signal(), Some(libc::SIGABRT), "aborted at the failpoint");
+        aborts += 1;
+    }
+    let integrity: String = rusqlite_integrity(&h)?;
+    assert_eq!(integrity, "ok");
+    let clean = Children(vec![
+        spawn(&h, &[(ROLE, "worker".into())])?,
+        spawn(&h, &[(ROLE, "worker".into())])?,
+    ]);
+    wait_settled(&h, total, Duration::from_secs(120))?;
+    drop(clean);
+    let (members, jobs, largest) = check_exactly_once(&h, total)?;
+    println!(
+        "groups abort mid-combination (Sqlite): aborts={aborts} members={members} \
+         combined_jobs={jobs} largest={largest} lost=0 dup=0 integrity={integrity}"
+    );
+    Ok(())
+}
+
+/// `PRAGMA integrity_check` of the scenario's SQLite file.
+#[cfg(feature = "failpoints")]
+fn rusqlite_integrity(h: &Harness) -> TestResult<String> {
+    let target = h
+        .child_env()
+        .into_iter()
+        .find(|(k, _)| k.ends_with("TARGET"))
+        .map(|(_, v)| v)
+        .ok_or("no target")?;
+    let path = target.trim_start_matches("sqlite:");
+    let conn = backlog::sqlite::rusqlite::Connection::open(path)?;
+    Ok(conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?)
+}
