@@ -571,8 +571,10 @@ pub enum RunOutcome {
 /// would settle it (its retry policies included), and a panic is caught and
 /// recorded as a failed attempt. Jobs the handlers enqueue run too if they
 /// are due. Jobs scheduled later and retries with a backoff do not: move the
-/// queue's [`ManualClock`] past them and drain again. There are no
-/// heartbeats and no timeouts.
+/// queue's [`ManualClock`] past them and drain again. With a group handler
+/// ([`WorkerBuilder::handle_group`]), groups that are ready (full, or past
+/// their grace or max delay on the queue's clock) are combined first and
+/// their jobs run. There are no heartbeats and no timeouts.
 ///
 /// Errors: a setting the worker would refuse at
 /// [`start`](WorkerBuilder::start), a database error, or
@@ -589,6 +591,15 @@ pub fn drain(worker: &WorkerBuilder) -> Result<Vec<Run>> {
     };
     let mut runs = Vec::new();
     let mut runs_of: HashMap<i64, u32> = HashMap::new();
+    let aggregate = |queue: &Queue| -> Result<()> {
+        // Ready groups are combined first, as a worker with a group handler
+        // would: their jobs then run like any other.
+        if !handlers.grouped.is_empty() {
+            while queue.aggregate(100)?.jobs.len() == 100 {}
+        }
+        Ok(())
+    };
+    aggregate(queue)?;
     while let Some(job) = queue.lease(&request)?.pop() {
         let count = runs_of.entry(job.id).or_default();
         *count += 1;
@@ -641,6 +652,7 @@ pub fn drain(worker: &WorkerBuilder) -> Result<Vec<Run>> {
                 Err(_) => None,
             },
         });
+        aggregate(queue)?;
     }
     Ok(runs)
 }

@@ -839,6 +839,7 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
              WHERE lease_token IS NULL;
          ALTER TABLE backlog_jobs DROP COLUMN progress;
          ALTER TABLE backlog_history DROP COLUMN progress;
+         DROP TABLE backlog_groups; DROP TABLE backlog_group_members;
          DELETE FROM backlog_schema_history WHERE version > 1;",
     )?;
     drop(conn);

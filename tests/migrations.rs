@@ -68,6 +68,7 @@ fn backlog_rows() -> Vec<(i64, String)> {
         (1, "initial".to_owned()),
         (2, "due".to_owned()),
         (3, "progress".to_owned()),
+        (4, "groups".to_owned()),
     ]
 }
 

@@ -342,7 +342,33 @@ fn a_worker_combines_groups_on_time_and_its_handler_gets_every_args(b: &Backend)
     Ok(())
 }
 
+fn drain_combines_ready_groups_and_runs_them(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let g = Group::new("u")
+        .max_size(10)
+        .grace(10 * SEC)
+        .max_delay(Duration::from_secs(60));
+    for from in ["x", "y"] {
+        h.queue.enqueue(
+            NewJob::from_args(&Like {
+                user: 7,
+                from: from.into(),
+            })?
+            .group(g.clone()),
+        )?;
+    }
+    let worker = Worker::builder(h.queue.clone())
+        .handle_group(|likes: Vec<Like>, _ctx| Ok(likes.len()));
+    assert!(backlog::testing::drain(&worker)?.is_empty(), "not ready yet");
+    h.advance(11 * SEC);
+    let runs = backlog::testing::drain(&worker)?;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].result::<usize>()?, Some(2));
+    Ok(())
+}
+
 conformance!(
+    drain_combines_ready_groups_and_runs_them,
     a_full_group_is_combined_into_one_job_holding_every_payload,
     a_group_is_combined_once_its_grace_passes_without_a_new_member,
     a_group_is_combined_at_its_max_delay_however_often_members_come,

@@ -183,6 +183,8 @@ pub fn record_json(r: &JobRecord) -> Value {
         "cancel_requested": r.cancel_requested,
         "result": r.result.as_deref().map(json_text),
         "progress": r.progress.as_deref().map(json_text),
+        "group": r.group_key,
+        "aggregated_into": r.aggregated_into,
         "finished_at": time_json(r.finished_at),
         "created_at": time_json(Some(r.created_at)),
         "updated_at": time_json(Some(r.updated_at)),
@@ -261,6 +263,12 @@ pub fn record_text(r: &JobRecord, now: i64) -> String {
     }
     if r.cancel_requested {
         field("cancel", "requested".into());
+    }
+    if let Some(group) = &r.group_key {
+        field("group", group.clone());
+    }
+    if let Some(into) = r.aggregated_into {
+        field("combined into", format!("job {into}"));
     }
     if let Some(at) = r.finished_at {
         field("finished", stamp(at, now));
