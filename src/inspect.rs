@@ -10,12 +10,17 @@
 //!                                                                            ▼
 //!                             history: completed │ discarded │ cancelled │ dead
 //!                                          retry(id) ──► back to available
+//!
+//!  enqueue into a group ──► grouped ──(group combined)──► history: aggregated
+//!                                  └─► one new job (available) holding all their payloads
 //! ```
 //!
 //! Live states are derived from the lease and schedule columns; the lease
 //! moves a job from available to running, the completer or
 //! [`Queue::fail`](crate::Queue::fail) moves it out of running, and the rescuer
-//! moves jobs whose lease expired back to available (or to `dead`).
+//! moves jobs whose lease expired back to available (or to `dead`). A
+//! worker with a group handler (or [`Queue::aggregate`](crate::Queue::aggregate))
+//! moves grouped jobs to `aggregated` (see [`crate::group`]).
 
 use serde::de::DeserializeOwned;
 

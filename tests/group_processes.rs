@@ -173,7 +173,11 @@ fn check_exactly_once(h: &Harness, total: usize) -> TestResult<(usize, usize, us
             member.id
         );
     }
-    assert_eq!(holders.len(), total, "every n in exactly one job, none extra");
+    assert_eq!(
+        holders.len(),
+        total,
+        "every n in exactly one job, none extra"
+    );
     Ok((members.len(), combined.len(), largest))
 }
 
@@ -233,7 +237,10 @@ fn a_process_aborted_mid_combination_loses_and_duplicates_no_member() -> TestRes
             &h,
             &[
                 (ROLE, "worker".into()),
-                ("BACKLOG_FAILPOINT", format!("aggregate-before-commit:{nth}")),
+                (
+                    "BACKLOG_FAILPOINT",
+                    format!("aggregate-before-commit:{nth}"),
+                ),
             ],
         )?;
         let start = Instant::now();
@@ -247,7 +254,11 @@ fn a_process_aborted_mid_combination_loses_and_duplicates_no_member() -> TestRes
             }
             thread::sleep(Duration::from_millis(20));
         };
-        assert_eq!(status.signal(), Some(libc::SIGABRT), "aborted at the failpoint");
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGABRT),
+            "aborted at the failpoint"
+        );
         aborts += 1;
     }
     let integrity: String = rusqlite_integrity(&h)?;

@@ -357,9 +357,12 @@ fn drain_combines_ready_groups_and_runs_them(b: &Backend) -> TestResult {
             .group(g.clone()),
         )?;
     }
-    let worker = Worker::builder(h.queue.clone())
-        .handle_group(|likes: Vec<Like>, _ctx| Ok(likes.len()));
-    assert!(backlog::testing::drain(&worker)?.is_empty(), "not ready yet");
+    let worker =
+        Worker::builder(h.queue.clone()).handle_group(|likes: Vec<Like>, _ctx| Ok(likes.len()));
+    assert!(
+        backlog::testing::drain(&worker)?.is_empty(),
+        "not ready yet"
+    );
     h.advance(11 * SEC);
     let runs = backlog::testing::drain(&worker)?;
     assert_eq!(runs.len(), 1);
