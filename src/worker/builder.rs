@@ -155,6 +155,11 @@ impl WorkerBuilder {
     /// ready, on time, whichever process enqueued them (a thread of its own,
     /// `backlog-aggregate`, woken by enqueues and by the next group's
     /// deadline). See [`crate::group`].
+    ///
+    /// Every job of `T::KIND` goes to this handler: one enqueued without a
+    /// group has a payload that is not an array, and goes to history as
+    /// `dead` on its first attempt (it does not decode), as any payload
+    /// that does not decode.
     pub fn handle_group<T, O, F>(mut self, f: F) -> Self
     where
         T: JobArgs + 'static,
