@@ -339,7 +339,8 @@ pub enum CancelOutcome {
 /// How long finished jobs are kept, per status. `None` keeps forever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
-    /// Defaults to 7 days.
+    /// Defaults to 7 days. Grouped jobs combined into another
+    /// ([`FinalStatus::Aggregated`]) are kept as long.
     pub completed: Option<std::time::Duration>,
     /// Defaults to 30 days.
     pub discarded: Option<std::time::Duration>,
