@@ -256,15 +256,21 @@ fn stats_prints_a_table_and_json_per_queue() -> TestResult {
     assert_eq!(lines.len(), 3, "{}", run.stdout);
     assert!(lines[0].starts_with("QUEUE"), "{}", lines[0]);
     let default: Vec<&str> = lines[1].split_whitespace().collect();
-    assert_eq!(default, ["default", "1", "0", "1", "1", "1", "1", "1", "-"]);
+    assert_eq!(
+        default,
+        ["default", "1", "0", "1", "1", "0", "1", "1", "1", "-"]
+    );
     let media: Vec<&str> = lines[2].split_whitespace().collect();
-    assert_eq!(media, ["media", "1", "1", "0", "0", "0", "0", "0", "-"]);
+    assert_eq!(
+        media,
+        ["media", "1", "1", "0", "0", "0", "0", "0", "0", "-"]
+    );
 
     let stats = fixture.run(&["--json", "stats"])?.ok()?.json()?;
     assert_eq!(
         stats[0],
         json!({"queue": "default", "available": 1, "scheduled": 0, "retrying": 1,
-               "running": 1, "dead": 1, "completed_last_hour": 1,
+               "running": 1, "grouped": 0, "dead": 1, "completed_last_hour": 1,
                "completed_last_minute": 1, "paused": false})
     );
     let only = fixture
