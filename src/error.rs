@@ -43,10 +43,11 @@ pub enum Error {
         /// The cap in bytes.
         limit: usize,
     },
-    /// A queue name, job kind, unique key or worker id is empty, too long or
-    /// contains control characters.
+    /// A queue name, job kind, unique key, group key or worker id is empty,
+    /// too long or contains control characters.
     InvalidName {
-        /// Which name: `"queue"`, `"kind"`, `"unique key"` or `"worker id"`.
+        /// Which name: `"queue"`, `"kind"`, `"unique key"`, `"group key"` or
+        /// `"worker id"`.
         what: &'static str,
         /// Why it was rejected.
         reason: String,
