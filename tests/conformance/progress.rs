@@ -228,7 +228,37 @@ fn drain_writes_the_last_progress_before_settling(b: &Backend) -> TestResult {
     Ok(())
 }
 
+fn a_job_released_at_shutdown_keeps_the_progress_its_handler_reported(b: &Backend) -> TestResult {
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let (started, wait_started) = crossbeam_channel::bounded::<()>(1);
+    let worker = Worker::builder(h.queue.clone())
+        // No heartbeat writes it first: only the shutdown's flush can.
+        .lease_ttl(Duration::from_secs(60))
+        .heartbeat_interval(Duration::from_secs(50))
+        .handle_raw("long", move |_: Value, ctx| {
+            ctx.set_progress(&json!({"step": 7}))?;
+            let _ = started.send(());
+            while !ctx.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err::<(), _>(backlog::JobError::retry("stopped"))
+        })
+        .start()?;
+    let job = h.queue.enqueue(NewJob::new("long", json!({})))?;
+    wait_started.recv_timeout(Duration::from_secs(20))?;
+    worker.shutdown(Duration::from_millis(100))?;
+    let record = h.record(job.id)?;
+    assert_eq!(
+        record.state,
+        JobState::Available,
+        "released, no attempt used"
+    );
+    assert_eq!(record.progress::<Value>()?, Some(json!({"step": 7})));
+    Ok(())
+}
+
 conformance!(
+    a_job_released_at_shutdown_keeps_the_progress_its_handler_reported,
     a_running_jobs_progress_shows_with_the_next_heartbeat_and_stays_in_history,
     a_manual_heartbeat_writes_progress_at_once,
     progress_after_a_lost_lease_is_lease_lost_and_writes_nothing,
