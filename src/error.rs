@@ -34,10 +34,20 @@ pub enum Error {
         /// The configured cap in bytes.
         limit: usize,
     },
-    /// A queue name, job kind, unique key or worker id is empty, too long or
-    /// contains control characters.
+    /// A handler's progress ([`JobContext::set_progress`](crate::JobContext::set_progress))
+    /// encodes to more than [`MAX_PROGRESS_BYTES`](crate::MAX_PROGRESS_BYTES).
+    /// Nothing is kept or written; the last accepted progress stays.
+    ProgressTooLarge {
+        /// The encoded progress's size in bytes.
+        size: usize,
+        /// The cap in bytes.
+        limit: usize,
+    },
+    /// A queue name, job kind, unique key, group key or worker id is empty,
+    /// too long or contains control characters.
     InvalidName {
-        /// Which name: `"queue"`, `"kind"`, `"unique key"` or `"worker id"`.
+        /// Which name: `"queue"`, `"kind"`, `"unique key"`, `"group key"` or
+        /// `"worker id"`.
         what: &'static str,
         /// Why it was rejected.
         reason: String,
@@ -131,6 +141,7 @@ impl Error {
             self,
             Error::InvalidPayload(_)
                 | Error::PayloadTooLarge { .. }
+                | Error::ProgressTooLarge { .. }
                 | Error::InvalidName { .. }
                 | Error::InvalidSchedule(_)
                 | Error::InvalidArgument(_)
@@ -153,6 +164,9 @@ impl fmt::Display for Error {
             Error::InvalidPayload(why) => write!(f, "invalid payload: {why}"),
             Error::PayloadTooLarge { size, limit } => {
                 write!(f, "payload of {size} bytes exceeds the {limit}-byte limit")
+            }
+            Error::ProgressTooLarge { size, limit } => {
+                write!(f, "progress of {size} bytes exceeds the {limit}-byte limit")
             }
             Error::InvalidName { what, reason } => write!(f, "invalid {what}: {reason}"),
             Error::InvalidSchedule(why) => write!(f, "invalid schedule: {why}"),

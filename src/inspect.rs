@@ -10,12 +10,17 @@
 //!                                                                            ▼
 //!                             history: completed │ discarded │ cancelled │ dead
 //!                                          retry(id) ──► back to available
+//!
+//!  enqueue into a group ──► grouped ──(group combined)──► history: aggregated
+//!                                  └─► one new job (available) holding all their payloads
 //! ```
 //!
 //! Live states are derived from the lease and schedule columns; the lease
 //! moves a job from available to running, the completer or
 //! [`Queue::fail`](crate::Queue::fail) moves it out of running, and the rescuer
-//! moves jobs whose lease expired back to available (or to `dead`).
+//! moves jobs whose lease expired back to available (or to `dead`). A
+//! worker with a group handler (or [`Queue::aggregate`](crate::Queue::aggregate))
+//! moves grouped jobs to `aggregated` (see [`crate::group`]).
 
 use std::time::SystemTime;
 
@@ -56,6 +61,9 @@ pub enum JobState {
     Retrying,
     /// Live and leased by a worker.
     Running,
+    /// Waiting in its group to be combined with the group's other jobs
+    /// (see [`crate::group`]); never leased on its own.
+    Grouped,
     /// Finished: in history with this status.
     Finished(FinalStatus),
 }
@@ -69,6 +77,8 @@ impl JobState {
     pub const CANCELLED: JobState = JobState::Finished(FinalStatus::Cancelled);
     /// Finished: its attempts ran out (the dead-letter history).
     pub const DEAD: JobState = JobState::Finished(FinalStatus::Dead);
+    /// Finished: combined with its group into another job.
+    pub const AGGREGATED: JobState = JobState::Finished(FinalStatus::Aggregated);
 
     /// True for a job in history (any [`FinalStatus`]); false for a live one.
     pub fn is_finished(self) -> bool {
@@ -91,6 +101,7 @@ impl JobState {
             JobState::Scheduled => "scheduled",
             JobState::Retrying => "retrying",
             JobState::Running => "running",
+            JobState::Grouped => "grouped",
             JobState::Finished(status) => status.as_str(),
         }
     }
@@ -102,20 +113,23 @@ impl JobState {
             "scheduled" => JobState::Scheduled,
             "retrying" => JobState::Retrying,
             "running" => JobState::Running,
+            "grouped" => JobState::Grouped,
             other => JobState::Finished(FinalStatus::parse(other)?),
         })
     }
 
     /// Every state, live ones first.
-    pub const ALL: [JobState; 8] = [
+    pub const ALL: [JobState; 10] = [
         JobState::Available,
         JobState::Scheduled,
         JobState::Retrying,
         JobState::Running,
+        JobState::Grouped,
         JobState::Finished(FinalStatus::Completed),
         JobState::Finished(FinalStatus::Discarded),
         JobState::Finished(FinalStatus::Cancelled),
         JobState::Finished(FinalStatus::Dead),
+        JobState::Finished(FinalStatus::Aggregated),
     ];
 }
 
@@ -179,6 +193,19 @@ pub struct JobRecord {
     pub created_at: SystemTime,
     /// When it last changed.
     pub updated_at: SystemTime,
+    /// The last progress its handler reported with
+    /// [`JobContext::set_progress`](crate::JobContext::set_progress), JSON
+    /// text; kept in history when the job finishes (whatever its status).
+    /// Written with the worker's heartbeats and before the job settles, so
+    /// a running job's value here may lag its handler's by up to one
+    /// heartbeat interval.
+    pub progress: Option<String>,
+    /// The group a grouped job waits in (or waited in, for an aggregated
+    /// one).
+    pub group_key: Option<String>,
+    /// For a job combined with its group ([`JobState::AGGREGATED`]): the id
+    /// of the job it went into, whose payload holds its own.
+    pub aggregated_into: Option<i64>,
 }
 
 impl JobRecord {
@@ -220,6 +247,14 @@ impl JobRecord {
     /// decode into `T`.
     pub fn result<T: DeserializeOwned>(&self) -> Result<Option<T>> {
         self.result.as_deref().map(decode_args).transpose()
+    }
+
+    /// Decodes the progress its handler last reported into `T`: `None` when
+    /// none was reported (or written yet).
+    /// [`Error::Serialization`](crate::Error::Serialization) when it does not
+    /// decode into `T`.
+    pub fn progress<T: DeserializeOwned>(&self) -> Result<Option<T>> {
+        self.progress.as_deref().map(decode_args).transpose()
     }
 }
 
@@ -325,7 +360,8 @@ pub enum CancelOutcome {
 /// How long finished jobs are kept, per status. `None` keeps forever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
-    /// Defaults to 7 days.
+    /// Defaults to 7 days. Grouped jobs combined into another
+    /// ([`FinalStatus::Aggregated`]) are kept as long.
     pub completed: Option<std::time::Duration>,
     /// Defaults to 30 days.
     pub discarded: Option<std::time::Duration>,
@@ -355,6 +391,9 @@ impl Retention {
             FinalStatus::Discarded => self.discarded,
             FinalStatus::Cancelled => self.cancelled,
             FinalStatus::Dead => self.dead,
+            // Kept as long as completed jobs: the job they went into
+            // finishes with its own status.
+            FinalStatus::Aggregated => self.completed,
         }
     }
 }
@@ -416,6 +455,8 @@ pub struct QueueStats {
     pub retrying: u64,
     /// Leased by a worker.
     pub running: u64,
+    /// Waiting in their groups (see [`crate::group`]).
+    pub grouped: u64,
     /// In history as `dead` (the dead-letter count), of any age.
     pub dead: u64,
     /// Completed in the last hour.

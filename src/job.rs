@@ -86,6 +86,7 @@ pub struct NewJob {
     pub(crate) max_attempts: u32,
     pub(crate) unique_key: Option<String>,
     pub(crate) unique_scope: UniqueScope,
+    pub(crate) group: Option<crate::group::Group>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -121,6 +122,7 @@ impl NewJob {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             unique_key: None,
             unique_scope: UniqueScope::Live,
+            group: None,
         }
     }
 
@@ -168,6 +170,19 @@ impl NewJob {
     /// Defaults to none.
     pub fn unique_key(mut self, key: impl Into<String>) -> Self {
         self.unique_key = Some(key.into());
+        self
+    }
+
+    /// Enqueues the job into `group`: it waits there, then runs together
+    /// with the group's other jobs as one job whose handler gets all of
+    /// their arguments (see [`crate::group`]). A grouped job can have
+    /// neither a delay nor a unique key ([`Error::InvalidArgument`] at
+    /// enqueue); its priority and max attempts are the combined job's when
+    /// it is the group's oldest member.
+    ///
+    /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
+    pub fn group(mut self, group: crate::group::Group) -> Self {
+        self.group = Some(group);
         self
     }
 

@@ -123,6 +123,7 @@ pub mod clock;
 mod copy;
 mod error;
 mod events;
+pub mod group;
 pub mod inspect;
 mod job;
 mod lease;
@@ -145,6 +146,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use copy::{copy, CopyReport};
 pub use error::{Error, Result};
 pub use events::Event;
+pub use group::{AggregateReport, Group, MAX_GROUP_SIZE};
 pub use inspect::{
     probe_sqlite_file, BulkReport, CancelOutcome, FinishedCount, JobFilter, JobRecord, JobState,
     JobUpdate, Page, QueueStats, Retention, SqliteFile, StateCount,
@@ -157,7 +159,7 @@ pub use options::{Durability, QueueOptions, DEFAULT_TABLE_PREFIX};
 pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
 pub use queue::{Queue, FIND_UNIQUE_HISTORY, WAIT_MAX_POLL};
 pub use retry::RetryPolicy;
-pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_UNIQUE_KEY_BYTES};
+pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_PROGRESS_BYTES, MAX_UNIQUE_KEY_BYTES};
 pub use worker::{
     Action, CancelReason, JobContext, JobError, ShutdownReport, Worker, WorkerBuilder,
     DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFETCH, SHUTDOWN_MARGIN,

@@ -189,7 +189,7 @@ impl Collector for Gauges {
             }
             jobs.encode(encoder.encode_descriptor(
                 "backlog_jobs",
-                "Live jobs per queue and state (available, scheduled, retrying, running)",
+                "Live jobs per queue and state (available, scheduled, retrying, running, grouped)",
                 None,
                 jobs.metric_type(),
             )?)?;

@@ -81,6 +81,9 @@ pub enum FinalStatus {
     Cancelled,
     /// Attempts ran out: the dead-letter queue.
     Dead,
+    /// A grouped job combined with its group into another job
+    /// ([`JobRecord::aggregated_into`](crate::JobRecord::aggregated_into)).
+    Aggregated,
 }
 
 impl FinalStatus {
@@ -91,6 +94,7 @@ impl FinalStatus {
             FinalStatus::Discarded => "discarded",
             FinalStatus::Cancelled => "cancelled",
             FinalStatus::Dead => "dead",
+            FinalStatus::Aggregated => "aggregated",
         }
     }
 
@@ -101,16 +105,18 @@ impl FinalStatus {
             "discarded" => FinalStatus::Discarded,
             "cancelled" => FinalStatus::Cancelled,
             "dead" => FinalStatus::Dead,
+            "aggregated" => FinalStatus::Aggregated,
             _ => return None,
         })
     }
 
     /// Every status, in display order.
-    pub const ALL: [FinalStatus; 4] = [
+    pub const ALL: [FinalStatus; 5] = [
         FinalStatus::Completed,
         FinalStatus::Discarded,
         FinalStatus::Cancelled,
         FinalStatus::Dead,
+        FinalStatus::Aggregated,
     ];
 }
 

@@ -8,11 +8,13 @@ use serde_json::Value;
 
 use crate::backend::sqlite::Connections;
 use crate::backend::{
-    Backend, EnqueueParams, HeartbeatParams, LeaseParams, SettleParams, UpdateParams,
+    Backend, EnqueueParams, GroupParams, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
+    UpdateParams,
 };
 use crate::clock::{self, add_micros, duration_micros, system_time_to_micros, ClockMicros};
 use crate::error::{Error, Result};
 use crate::events::{Bus, Event};
+use crate::group::AggregateReport;
 use crate::inspect::{
     BulkReport, CancelOutcome, FinishedCount, JobFilter, JobRecord, JobState, JobUpdate, Page,
     QueueStats, Retention, StateCount,
@@ -54,6 +56,10 @@ struct Inner {
     /// job its handler may already have finished (that transaction may also
     /// have rolled back).
     settled_in: std::sync::Mutex<std::collections::HashSet<Lease>>,
+    /// Held while a job's progress is read and written (heartbeater,
+    /// completer, a handler's manual heartbeat), so an older value read by
+    /// one never lands after a newer one written by another.
+    progress_gate: std::sync::Mutex<()>,
 }
 
 /// An encoded, validated job, ready for the backend.
@@ -62,6 +68,8 @@ pub(crate) struct Prepared {
     payload: String,
     available_at: i64,
     unique_history_since: Option<i64>,
+    /// The group's policy: max size, grace and max delay in µs.
+    group: Option<(u32, i64, i64)>,
 }
 
 impl Queue {
@@ -128,6 +136,7 @@ impl Queue {
                 options,
                 bus: Bus::default(),
                 settled_in: Default::default(),
+                progress_gate: Default::default(),
             }),
         })
     }
@@ -309,11 +318,25 @@ impl Queue {
             }
             _ => None,
         };
+        let group = match &job.group {
+            None => None,
+            Some(group) => {
+                if !matches!(job.schedule, Schedule::Now) || job.unique_key.is_some() {
+                    return Err(Error::InvalidArgument(
+                        "a grouped job can have neither a delay nor a unique key: its group \
+                         decides when it runs"
+                            .into(),
+                    ));
+                }
+                Some(group.check()?)
+            }
+        };
         Ok(Prepared {
             job,
             payload,
             available_at,
             unique_history_since,
+            group,
         })
     }
 
@@ -527,6 +550,25 @@ impl Queue {
             lease_until: add_micros(now, ttl)?,
             now,
         })
+    }
+
+    /// Writes running jobs' progress, fenced on their leases, in one
+    /// transaction; returns the ids written (the others' leases were lost,
+    /// or on a server, without `wait`, their rows were held by another
+    /// transaction).
+    /// Taken around reading the progress to write and writing it: see
+    /// [`Inner::progress_gate`].
+    pub(crate) fn progress_gate(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.inner
+            .progress_gate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn write_progress(&self, writes: &[ProgressWrite], wait: bool) -> Result<Vec<i64>> {
+        self.inner
+            .backend
+            .write_progress(writes, self.now_micros(), wait)
     }
 
     /// Makes up to `limit` jobs whose lease expired available again, in the
@@ -800,26 +842,30 @@ impl Queue {
     /// [`Error::InvalidState`] for a completed job, a live one (see
     /// [`Queue::run_now`]), or one whose unique key a live job now holds.
     pub fn retry(&self, id: i64) -> Result<()> {
-        self.inner.backend.retry(id, self.now_micros())
+        let result = self.inner.backend.retry(id, self.now_micros());
+        self.not_a_member(id, result)
     }
 
     /// Makes a scheduled or retrying job due now (a manual trigger), keeping
     /// its attempts; a job already available keeps its place.
     /// [`Error::InvalidState`] for a running or finished job.
     pub fn run_now(&self, id: i64) -> Result<()> {
-        self.inner.backend.run_now(id, self.now_micros())
+        let result = self.inner.backend.run_now(id, self.now_micros());
+        self.not_a_member(id, result)
     }
 
     /// Cancels a job. One that is not running moves to history as `cancelled`
     /// at once; a running one is flagged and its handler told at the next
     /// heartbeat.
     pub fn cancel(&self, id: i64) -> Result<CancelOutcome> {
-        self.inner.backend.cancel(id, self.now_micros())
+        let result = self.inner.backend.cancel(id, self.now_micros());
+        self.not_a_member(id, result)
     }
 
     /// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
     pub fn delete(&self, id: i64) -> Result<()> {
-        self.inner.backend.delete(id)
+        let result = self.inner.backend.delete(id);
+        self.not_a_member(id, result)
     }
 
     /// Pauses a queue: leases skip it until it is resumed.
@@ -890,13 +936,67 @@ impl Queue {
             Some(at) if at < UNIX_EPOCH => Some(now),
             Some(at) => Some(system_time_to_micros(at)?.max(now)),
         };
-        self.inner.backend.update(&UpdateParams {
+        let result = self.inner.backend.update(&UpdateParams {
             id,
             priority: update.priority,
             available_at,
             queue: update.queue.as_deref(),
             now,
+        });
+        self.not_a_member(id, result)
+    }
+
+    /// An operator action's `NotFound` for a job waiting in its group:
+    /// [`Error::InvalidState`] instead, since the job exists but belongs to
+    /// its group until the group is combined.
+    fn not_a_member<T>(&self, id: i64, result: Result<T>) -> Result<T> {
+        match result {
+            Err(Error::NotFound { .. })
+                if self.get(id).is_ok_and(|r| r.state == JobState::Grouped) =>
+            {
+                Err(Error::InvalidState {
+                    job_id: id,
+                    reason: "it waits in its group, which decides when it runs; it leaves \
+                             the group only when the group is combined"
+                        .into(),
+                })
+            }
+            other => other,
+        }
+    }
+
+    // ---- groups ------------------------------------------------------------
+
+    /// Combines up to `limit` groups that are ready (see [`crate::group`]),
+    /// each into one job due now, in one transaction; returns the jobs
+    /// inserted. A worker with a group handler calls this on time by itself;
+    /// call it to combine groups without one. Safe on any number of
+    /// processes at once: each member goes into exactly one job.
+    pub fn aggregate(&self, limit: usize) -> Result<AggregateReport> {
+        if limit == 0 {
+            return Err(Error::InvalidArgument(
+                "aggregate needs a limit of at least 1".into(),
+            ));
+        }
+        let done = self.inner.backend.aggregate(self.now_micros(), limit)?;
+        if !done.is_empty() && self.inner.bus.has_listeners() {
+            self.inner.bus.ring();
+            self.inner.bus.emit(done.iter().map(|a| Event::Enqueued {
+                job_id: a.job_id,
+                queue: a.queue.clone(),
+                kind: a.kind.clone(),
+            }));
+        }
+        Ok(AggregateReport {
+            jobs: done.iter().map(|a| (a.job_id, a.members)).collect(),
         })
+    }
+
+    /// How long until the next group is ready (zero when one is); `None`
+    /// when no group has members waiting.
+    pub(crate) fn next_group_ready_in(&self) -> Result<Option<Duration>> {
+        let due = self.inner.backend.next_group_ready(self.now_micros())?;
+        Ok(due.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
     }
 
     /// Every queue at a glance, by name: its live jobs by state, its dead
@@ -929,6 +1029,7 @@ impl Queue {
                 JobState::Scheduled => stats.scheduled += c.count,
                 JobState::Retrying => stats.retrying += c.count,
                 JobState::Running => stats.running += c.count,
+                JobState::Grouped => stats.grouped += c.count,
                 JobState::Finished(FinalStatus::Dead) => stats.dead += c.count,
                 JobState::Finished(_) => {}
             }
@@ -1084,7 +1185,8 @@ impl Queue {
     /// [`Error::NotFound`], or [`Error::InvalidState`] for a running job
     /// (see [`Queue::cancel`]) or a finished one.
     pub fn discard_job(&self, id: i64, reason: &str) -> Result<()> {
-        self.inner.backend.discard(id, reason, self.now_micros())
+        let result = self.inner.backend.discard(id, reason, self.now_micros());
+        self.not_a_member(id, result)
     }
 
     /// Discards every waiting job matching `filter`, page by page; see
@@ -1159,7 +1261,8 @@ fn settled_event(job: &Job, released: bool, transition: &Transition) -> Event {
     let (job_id, attempt) = (job.id, job.attempt);
     match transition {
         Transition::Finish { status, .. } => match status {
-            FinalStatus::Completed => Event::Completed { job_id },
+            // Only the aggregator writes `aggregated`, never a settle.
+            FinalStatus::Completed | FinalStatus::Aggregated => Event::Completed { job_id },
             FinalStatus::Discarded => Event::Discarded { job_id },
             FinalStatus::Cancelled => Event::Cancelled { job_id },
             FinalStatus::Dead => Event::Dead { job_id },
@@ -1195,6 +1298,15 @@ pub(crate) fn params(prepared: &[Prepared], now: i64) -> Vec<EnqueueParams<'_>> 
             max_attempts: p.job.max_attempts,
             available_at: p.available_at,
             now,
+            group: match (&p.job.group, p.group) {
+                (Some(g), Some((max_size, grace_us, max_delay_us))) => Some(GroupParams {
+                    key: &g.key,
+                    max_size,
+                    grace_us,
+                    max_delay_us,
+                }),
+                _ => None,
+            },
         })
         .collect()
 }

@@ -99,6 +99,7 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::backend::ProgressWrite;
 use crate::error::{Error, Result};
 use crate::inspect::{JobFilter, JobRecord, JobState, Page};
 use crate::job::JobArgs;
@@ -488,6 +489,9 @@ pub struct Run {
     pub attempt: u32,
     /// What became of the job.
     pub outcome: RunOutcome,
+    /// The progress its handler last reported
+    /// ([`JobContext::set_progress`]), as stored afterwards.
+    pub progress: Option<Value>,
 }
 
 impl Run {
@@ -567,8 +571,10 @@ pub enum RunOutcome {
 /// would settle it (its retry policies included), and a panic is caught and
 /// recorded as a failed attempt. Jobs the handlers enqueue run too if they
 /// are due. Jobs scheduled later and retries with a backoff do not: move the
-/// queue's [`ManualClock`] past them and drain again. There are no
-/// heartbeats and no timeouts.
+/// queue's [`ManualClock`] past them and drain again. With a group handler
+/// ([`WorkerBuilder::handle_group`]), groups that are ready (full, or past
+/// their grace or max delay on the queue's clock) are combined first and
+/// their jobs run. There are no heartbeats and no timeouts.
 ///
 /// Errors: a setting the worker would refuse at
 /// [`start`](WorkerBuilder::start), a database error, or
@@ -585,6 +591,15 @@ pub fn drain(worker: &WorkerBuilder) -> Result<Vec<Run>> {
     };
     let mut runs = Vec::new();
     let mut runs_of: HashMap<i64, u32> = HashMap::new();
+    let aggregate = |queue: &Queue| -> Result<()> {
+        // Ready groups are combined first, as a worker with a group handler
+        // would: their jobs then run like any other.
+        if !handlers.grouped.is_empty() {
+            while queue.aggregate(100)?.jobs.len() == 100 {}
+        }
+        Ok(())
+    };
+    aggregate(queue)?;
     while let Some(job) = queue.lease(&request)?.pop() {
         let count = runs_of.entry(job.id).or_default();
         *count += 1;
@@ -601,6 +616,16 @@ pub fn drain(worker: &WorkerBuilder) -> Result<Vec<Run>> {
         }
         let ctx = JobContext::for_test(queue.clone(), job.clone());
         let outcome = run_handler(handlers, &ctx, config.retry_policy_for(&job.kind));
+        // As the worker's completer does: the last progress first.
+        if let Some(progress) = ctx.progress() {
+            queue.write_progress(
+                &[ProgressWrite {
+                    lease: job.lease(),
+                    progress,
+                }],
+                true,
+            )?;
+        }
         // Settled by the handler in a transaction of its own, or not at all.
         queue.take_settled_in(job.lease());
         if !ctx.completed_in_transaction() {
@@ -618,7 +643,16 @@ pub fn drain(worker: &WorkerBuilder) -> Result<Vec<Run>> {
             queue: job.queue.clone(),
             attempt: job.attempt,
             outcome: read_outcome(queue, &job)?,
+            progress: match queue.get(job.id) {
+                Ok(record) => record
+                    .progress
+                    .as_deref()
+                    .map(serde_json::from_str)
+                    .transpose()?,
+                Err(_) => None,
+            },
         });
+        aggregate(queue)?;
     }
     Ok(runs)
 }

@@ -99,6 +99,25 @@ pub(crate) fn payload_size(size: usize, limit: usize) -> Result<()> {
     Ok(())
 }
 
+/// The largest progress a handler may report, encoded as JSON: 64 KiB. It
+/// is rewritten at every heartbeat while it changes, so it is meant for a
+/// counter or a small partial result, not a payload.
+pub const MAX_PROGRESS_BYTES: usize = 64 * 1024;
+
+/// Encodes a handler's progress, enforcing [`MAX_PROGRESS_BYTES`] and the
+/// nesting limit.
+pub(crate) fn progress(value: &Value) -> Result<String> {
+    json_depth(value)?;
+    let text = serde_json::to_string(value)?;
+    if text.len() > MAX_PROGRESS_BYTES {
+        return Err(Error::ProgressTooLarge {
+            size: text.len(),
+            limit: MAX_PROGRESS_BYTES,
+        });
+    }
+    Ok(text)
+}
+
 /// Parses raw JSON text, mapping every failure (syntax, depth) to `InvalidPayload`.
 pub(crate) fn parse_json(text: &str) -> Result<Value> {
     serde_json::from_str(text).map_err(|e| Error::InvalidPayload(e.to_string()))

@@ -93,7 +93,7 @@ fn backlog(db: &Path, args: &[&str]) -> TestResult<Run> {
 /// |----|---------|--------|------------------------------------|
 /// | 1  | default | email  | completed, result `{"sent": true}` |
 /// | 2  | default | email  | dead, one error "smtp down"        |
-/// | 3  | default | email  | running                            |
+/// | 3  | default | email  | running, progress {"done": 3, ..}  |
 /// | 4  | default | resize | retrying, one error "timeout"      |
 /// | 5  | default | email  | available                          |
 /// | 6  | media   | resize | scheduled in an hour, priority 5   |
@@ -124,6 +124,10 @@ impl Fixture {
         queue.enqueue(NewJob::new("resize", json!({"id": 4})))?;
         let running = queue.lease(&LeaseRequest::new("worker-1", 2))?;
         queue.fail(&running[1], "timeout")?;
+        // Job 3 reported progress, written with a heartbeat.
+        let ctx = backlog::JobContext::for_test(queue.clone(), running[0].clone());
+        ctx.set_progress(&json!({"done": 3, "of": 10}))?;
+        ctx.heartbeat()?;
         queue.enqueue(NewJob::new("email", json!({"to": "e"})))?;
         queue.enqueue(
             NewJob::new("resize", json!({"id": 6}))
@@ -252,15 +256,21 @@ fn stats_prints_a_table_and_json_per_queue() -> TestResult {
     assert_eq!(lines.len(), 3, "{}", run.stdout);
     assert!(lines[0].starts_with("QUEUE"), "{}", lines[0]);
     let default: Vec<&str> = lines[1].split_whitespace().collect();
-    assert_eq!(default, ["default", "1", "0", "1", "1", "1", "1", "1", "-"]);
+    assert_eq!(
+        default,
+        ["default", "1", "0", "1", "1", "0", "1", "1", "1", "-"]
+    );
     let media: Vec<&str> = lines[2].split_whitespace().collect();
-    assert_eq!(media, ["media", "1", "1", "0", "0", "0", "0", "0", "-"]);
+    assert_eq!(
+        media,
+        ["media", "1", "1", "0", "0", "0", "0", "0", "0", "-"]
+    );
 
     let stats = fixture.run(&["--json", "stats"])?.ok()?.json()?;
     assert_eq!(
         stats[0],
         json!({"queue": "default", "available": 1, "scheduled": 0, "retrying": 1,
-               "running": 1, "dead": 1, "completed_last_hour": 1,
+               "running": 1, "grouped": 0, "dead": 1, "completed_last_hour": 1,
                "completed_last_minute": 1, "paused": false})
     );
     let only = fixture
@@ -368,6 +378,19 @@ fn show_prints_payload_errors_result_and_times() -> TestResult {
     fixture
         .run(&["show", "99"])?
         .fails_with(exit::NOT_FOUND, "job 99 not found")
+}
+
+#[test]
+fn show_prints_a_running_jobs_progress() -> TestResult {
+    let fixture = Fixture::new()?;
+    let run = fixture.run(&["show", "3"])?.ok()?;
+    assert!(run.stdout.contains("progress\n"), "{}", run.stdout);
+    assert!(run.stdout.contains("\"done\": 3"), "{}", run.stdout);
+    let job = fixture.run(&["--json", "show", "3"])?.ok()?.json()?;
+    assert_eq!(job["progress"], json!({"done": 3, "of": 10}));
+    let job = fixture.run(&["--json", "show", "5"])?.ok()?.json()?;
+    assert_eq!(job["progress"], Value::Null);
+    Ok(())
 }
 
 #[test]
@@ -820,6 +843,9 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          DROP INDEX backlog_jobs_scheduled; ALTER TABLE backlog_jobs DROP COLUMN due;
          CREATE INDEX backlog_jobs_lease ON backlog_jobs (queue, priority DESC, available_at, id)
              WHERE lease_token IS NULL;
+         ALTER TABLE backlog_jobs DROP COLUMN progress;
+         ALTER TABLE backlog_history DROP COLUMN progress;
+         DROP TABLE backlog_groups; DROP TABLE backlog_group_members;
          DELETE FROM backlog_schema_history WHERE version > 1;",
     )?;
     drop(conn);

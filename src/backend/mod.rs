@@ -41,6 +41,26 @@ pub(crate) struct EnqueueParams<'a> {
     pub max_attempts: u32,
     pub available_at: i64,
     pub now: i64,
+    /// A grouped job: it waits in its group instead of being inserted live.
+    pub group: Option<GroupParams<'a>>,
+}
+
+/// The group a job joins, and the group's policy (µs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GroupParams<'a> {
+    pub key: &'a str,
+    pub max_size: u32,
+    pub grace_us: i64,
+    pub max_delay_us: i64,
+}
+
+/// A group combined into one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Aggregated {
+    pub job_id: i64,
+    pub queue: String,
+    pub kind: String,
+    pub members: usize,
 }
 
 /// One claim of up to `limit` jobs.
@@ -69,6 +89,14 @@ pub(crate) struct HeartbeatParams<'a> {
     pub leases: &'a [Lease],
     pub lease_until: i64,
     pub now: i64,
+}
+
+/// A running job's progress to write, fenced on its lease.
+#[derive(Debug, Clone)]
+pub(crate) struct ProgressWrite {
+    pub lease: Lease,
+    /// JSON text, validated and size-capped by the engine.
+    pub progress: String,
 }
 
 /// A leased job whose lease expired, as the rescuer sees it: no payload.
@@ -172,6 +200,26 @@ impl Backend {
             server => db.enqueue_many(jobs))
     }
 
+    /// Combines up to `limit` groups ready at `now`, each into one job, in
+    /// one transaction: all of them or none. Server backends lock each
+    /// group's row, skipping the ones another node is combining.
+    pub(crate) fn aggregate(&self, now: i64, limit: usize) -> Result<Vec<Aggregated>> {
+        dispatch!(self, db => db.write(|tx| {
+                let done = sqlite::groups::aggregate(tx, now, limit)?;
+                if !done.is_empty() {
+                    failpoint!("aggregate-before-commit");
+                }
+                Ok(done)
+            }),
+            server => db.aggregate(now, limit))
+    }
+
+    /// How long after `now` the next group is ready, in µs (0: one is).
+    pub(crate) fn next_group_ready(&self, now: i64) -> Result<Option<i64>> {
+        dispatch!(self, db => db.read(|c| sqlite::groups::next_ready(c, now)),
+            server => db.next_group_ready(now))
+    }
+
     pub(crate) fn lease(&self, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
         dispatch!(self, db => db.write(|tx| sqlite::jobs::lease(tx, p)), server => db.lease(p))
     }
@@ -229,6 +277,25 @@ impl Backend {
             #[cfg(feature = "mysql")]
             Backend::Mysql(db) => db.settle_and_lease(items, lease),
         }
+    }
+
+    /// Writes running jobs' progress, fenced on their leases, in one
+    /// transaction; returns the ids written. Without `wait`, a server
+    /// backend skips a row another transaction holds (a handler's own
+    /// transaction, a heartbeat) instead of waiting: it is not in the ids,
+    /// and is written later. With it (before a settle), it waits.
+    pub(crate) fn write_progress(
+        &self,
+        writes: &[ProgressWrite],
+        now: i64,
+        wait: bool,
+    ) -> Result<Vec<i64>> {
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _ = wait; // SQLite's single writer never skips.
+        dispatch!(self, db => db.write(|tx| sqlite::jobs::write_progress(tx, writes, now)),
+            server => db.write_progress(writes, now, wait))
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
@@ -421,6 +488,20 @@ impl Backend {
     pub(crate) fn busy_retries(&self) -> u64 {
         dispatch!(self, db => db.busy_retries(), server => db.busy_retries())
     }
+}
+
+/// The payload of a combined job: the JSON array of its members' payloads,
+/// each already valid JSON text, in the order given.
+pub(crate) fn combined_payload<'a>(payloads: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::from("[");
+    for (i, payload) in payloads.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(payload);
+    }
+    out.push(']');
+    out
 }
 
 /// Notices commits made by other connections (another process's enqueue),

@@ -145,6 +145,33 @@ impl WorkerBuilder {
         self
     }
 
+    /// Registers a handler for grouped jobs of `T::KIND` (enqueued with
+    /// [`NewJob::group`](crate::NewJob::group)): it runs once per combined
+    /// group, with the arguments of every member, oldest first. Output and
+    /// errors work as for [`WorkerBuilder::handle`]; a retry runs the whole
+    /// group again.
+    ///
+    /// A worker with a group handler also combines the groups that are
+    /// ready, on time, whichever process enqueued them (a thread of its own,
+    /// `backlog-aggregate`, woken by enqueues and by the next group's
+    /// deadline). See [`crate::group`].
+    ///
+    /// Every job of `T::KIND` goes to this handler: one enqueued without a
+    /// group has a payload that is not an array, and goes to history as
+    /// `dead` on its first attempt (it does not decode), as any payload
+    /// that does not decode.
+    pub fn handle_group<T, O, F>(mut self, f: F) -> Self
+    where
+        T: JobArgs + 'static,
+        O: Serialize + 'static,
+        F: Fn(Vec<T>, &JobContext) -> Result<O, JobError> + Send + Sync + 'static,
+    {
+        self.handlers
+            .insert(T::KIND.to_owned(), handler::grouped(f));
+        self.handlers.grouped.push(T::KIND.to_owned());
+        self
+    }
+
     /// Registers a handler for jobs of `kind` that takes the payload as a
     /// JSON value. Output and errors work as for [`WorkerBuilder::handle`].
     pub fn handle_raw<O, F>(mut self, kind: impl Into<String>, f: F) -> Self

@@ -112,6 +112,9 @@ impl Completer {
         let refill = (claimed > 0).then_some(&request);
         let mut leased = Vec::new();
         let mut wait = Duration::from_millis(50);
+        // The batch's last progress goes first, so that history keeps it.
+        let ids: Vec<i64> = batch.iter().map(|(job, _)| job.id).collect();
+        shared.inflight.write_progress(queue, Some(&ids), true);
         for attempt in 1..=ATTEMPTS {
             let items = batch.iter().map(|(job, o)| (job.as_ref(), o.clone()));
             match queue.settle_many_and_lease(items, refill, until) {

@@ -2,12 +2,13 @@
 //! cancellation flag, and transactional completion.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::backend::ProgressWrite;
 use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::lease::Job;
@@ -52,12 +53,25 @@ impl CancelReason {
 /// A job's cancellation flag, shared by its handler and the worker's threads.
 /// The first reason set is kept; a lost lease is also remembered on its own,
 /// so it is reported once even when another reason came first.
+///
+/// It also carries the progress the handler reported and not yet written:
+/// the heartbeater and the completer write it, on the threads that already
+/// share this flag.
 #[derive(Debug, Default)]
 pub(crate) struct CancelFlag {
     reason: AtomicU8,
     lost: AtomicBool,
     /// Set in the job's own transaction, before it commits its completion.
     completing: AtomicBool,
+    progress: Mutex<PendingProgress>,
+}
+
+/// A handler's latest progress, and which of its versions was written.
+#[derive(Debug, Default)]
+struct PendingProgress {
+    value: Option<String>,
+    version: u64,
+    written: u64,
 }
 
 impl CancelFlag {
@@ -88,6 +102,40 @@ impl CancelFlag {
     pub(crate) fn reason(&self) -> Option<CancelReason> {
         let code = self.reason.load(Ordering::SeqCst);
         CancelReason::ALL.into_iter().find(|r| r.code() == code)
+    }
+
+    fn pending(&self) -> MutexGuard<'_, PendingProgress> {
+        self.progress.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `progress` (JSON text) as the job's latest, to be written.
+    pub(crate) fn set_progress(&self, progress: String) {
+        let mut pending = self.pending();
+        pending.value = Some(progress);
+        pending.version += 1;
+    }
+
+    /// The latest progress reported, written or not.
+    pub(crate) fn progress(&self) -> Option<String> {
+        self.pending().value.clone()
+    }
+
+    /// The latest progress when it was not written yet, with its version
+    /// for [`CancelFlag::progress_written`].
+    pub(crate) fn unwritten_progress(&self) -> Option<(String, u64)> {
+        let pending = self.pending();
+        match &pending.value {
+            Some(value) if pending.version > pending.written => {
+                Some((value.clone(), pending.version))
+            }
+            _ => None,
+        }
+    }
+
+    /// Records that `version` (and so every earlier one) was written.
+    pub(crate) fn progress_written(&self, version: u64) {
+        let mut pending = self.pending();
+        pending.written = pending.written.max(version);
     }
 }
 
@@ -236,14 +284,20 @@ impl JobContext {
         self.cancel.reason()
     }
 
-    /// Extends this job's lease now, beyond the worker's own heartbeats. Sets
-    /// the cancellation flag and returns [`Error::LeaseLost`] when the lease
-    /// is no longer held; sets it too when a cancel was requested.
+    /// Extends this job's lease now, beyond the worker's own heartbeats, and
+    /// writes the progress set since the last write
+    /// ([`JobContext::set_progress`]). Sets the cancellation flag and returns
+    /// [`Error::LeaseLost`] when the lease is no longer held (nothing is
+    /// written then); sets it too when a cancel was requested.
     ///
     /// Inside `ctx.transaction(..)` on SQLite, whose transaction holds the
     /// queue's write connection, it returns [`Error::InsideTransaction`] at
     /// once.
     pub fn heartbeat(&self) -> Result<()> {
+        // The lease first: inside `ctx.transaction(..)` on SQLite this
+        // returns before the progress gate is taken (the worker's
+        // heartbeater may hold the gate, waiting for that transaction's
+        // write lock).
         let report = self.queue.heartbeat(&[self.job.lease()], self.lease_ttl)?;
         if !report.lost.is_empty() {
             self.lease_lost();
@@ -254,7 +308,73 @@ impl JobContext {
         if !report.cancel_requested.is_empty() {
             self.cancel.cancel(CancelReason::CancelRequested);
         }
+        let _gate = self.queue.progress_gate();
+        if let Some((progress, version)) = self.cancel.unwritten_progress() {
+            let written = self.queue.write_progress(
+                &[ProgressWrite {
+                    lease: self.job.lease(),
+                    progress,
+                }],
+                false,
+            )?;
+            if written.contains(&self.job.id) {
+                self.cancel.progress_written(version);
+            }
+        }
         Ok(())
+    }
+
+    /// Reports the job's progress or a partial result: any value that
+    /// serializes to JSON (a percentage, `{"done": 40, "of": 100}`, the rows
+    /// handled so far), replacing the one reported before. It shows in
+    /// [`JobRecord::progress`](crate::JobRecord::progress) (through
+    /// [`Queue::get`], [`Queue::list`] and the `backlog show` command) and
+    /// stays in history when the job finishes, whatever its status.
+    ///
+    /// The call only keeps the value: the worker writes the latest one with
+    /// its next heartbeat (so a running job's progress becomes visible
+    /// within one `heartbeat_interval`, by default 10 s) and before the job
+    /// settles, in batches, fenced on the lease like every other write.
+    /// [`JobContext::heartbeat`] writes it at once. A value set faster than
+    /// that is written only as the latest.
+    ///
+    /// Errors, with nothing kept: [`Error::ProgressTooLarge`] past
+    /// [`MAX_PROGRESS_BYTES`](crate::MAX_PROGRESS_BYTES) (64 KiB of JSON),
+    /// [`Error::InvalidPayload`] when it nests deeper than
+    /// [`MAX_JSON_DEPTH`](crate::MAX_JSON_DEPTH), [`Error::Serialization`]
+    /// when it does not serialize, and [`Error::LeaseLost`] once the worker
+    /// knows the lease is lost (another worker may own the job: its progress
+    /// is not this handler's to write).
+    ///
+    /// ```
+    /// use backlog::{JobContext, JobError};
+    /// use serde_json::json;
+    ///
+    /// fn import(rows: Vec<String>, ctx: &JobContext) -> Result<(), JobError> {
+    ///     for (done, _row) in rows.iter().enumerate() {
+    ///         // ... import the row ...
+    ///         ctx.set_progress(&json!({ "done": done + 1, "of": rows.len() }))?;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// # let _ = import;
+    /// ```
+    pub fn set_progress<T: Serialize + ?Sized>(&self, progress: &T) -> Result<()> {
+        let text = crate::validate::progress(&serde_json::to_value(progress)?)?;
+        if self.cancel.reason() == Some(CancelReason::LeaseLost) {
+            return Err(Error::LeaseLost {
+                job_id: self.job.id,
+            });
+        }
+        self.cancel.set_progress(text);
+        Ok(())
+    }
+
+    /// The progress last reported with [`JobContext::set_progress`], JSON
+    /// text, whether written yet or not: what a unit test of a handler run
+    /// with [`JobContext::for_test`] looks at.
+    pub fn progress(&self) -> Option<String> {
+        self.cancel.progress()
     }
 
     /// The queue the job came from.

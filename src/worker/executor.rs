@@ -117,12 +117,14 @@ impl Executor {
             }
             // Rescheduled by the handler and claimed again since.
             JobState::Running => None,
-            JobState::Finished(status) => Some(match status {
-                FinalStatus::Completed => Event::Completed { job_id },
-                FinalStatus::Discarded => Event::Discarded { job_id },
-                FinalStatus::Cancelled => Event::Cancelled { job_id },
-                FinalStatus::Dead => Event::Dead { job_id },
-            }),
+            JobState::Finished(status) => match status {
+                FinalStatus::Completed => Some(Event::Completed { job_id }),
+                FinalStatus::Discarded => Some(Event::Discarded { job_id }),
+                FinalStatus::Cancelled => Some(Event::Cancelled { job_id }),
+                FinalStatus::Dead => Some(Event::Dead { job_id }),
+                // A leased job is never a group member.
+                FinalStatus::Aggregated => None,
+            },
             // Back in line: with the attempt used (a failure), or given back.
             _ if record.attempts >= job.attempt => Some(Event::Retried {
                 job_id,

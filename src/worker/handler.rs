@@ -34,6 +34,9 @@ pub(crate) struct Handlers {
     by_kind: HashMap<String, Handler>,
     /// Kinds registered more than once: a configuration error at start.
     pub(crate) duplicates: Vec<String>,
+    /// Kinds registered with a group handler: the worker then combines
+    /// ready groups (see [`crate::group`]).
+    pub(crate) grouped: Vec<String>,
 }
 
 impl std::fmt::Debug for Handlers {
@@ -79,6 +82,25 @@ where
             Ok(args) => handled(f(args, ctx)),
             Err(e) => Handled::Undecodable(format!(
                 "payload does not decode into {}: {e}",
+                std::any::type_name::<T>()
+            )),
+        },
+    )
+}
+
+/// Wraps a group handler: the payload of a combined job is the array of its
+/// members' payloads, decoded element by element.
+pub(crate) fn grouped<T, O, F>(f: F) -> Handler
+where
+    T: JobArgs,
+    O: Serialize,
+    F: Fn(Vec<T>, &JobContext) -> Result<O, JobError> + Send + Sync + 'static,
+{
+    Arc::new(
+        move |ctx: &JobContext| match serde_json::from_str::<Vec<T>>(ctx.payload()) {
+            Ok(args) => handled(f(args, ctx)),
+            Err(e) => Handled::Undecodable(format!(
+                "payload does not decode into a group of {}: {e}",
                 std::any::type_name::<T>()
             )),
         },

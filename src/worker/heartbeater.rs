@@ -48,6 +48,9 @@ impl Heartbeater {
         if leases.is_empty() {
             return Ok(());
         }
+        // Progress rides along with the beat: one more short transaction,
+        // only when a handler reported some since the last one.
+        shared.inflight.write_progress(&shared.queue, None, false);
         let report = shared
             .queue
             .heartbeat(&leases, shared.config.lease_ttl)

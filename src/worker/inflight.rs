@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::backend::ProgressWrite;
 use crate::lease::{Job, Lease};
 use crate::worker::context::{CancelFlag, CancelReason};
 
@@ -102,6 +103,50 @@ impl InFlight {
             .filter(|e| e.cancel.reason() != Some(CancelReason::LeaseLost))
             .map(|e| e.job.lease())
             .collect()
+    }
+
+    /// Writes the progress their handlers reported since the last write, of
+    /// every job held (`only` `None`) or of the jobs in `only`, whose lease
+    /// is not known lost: one transaction for all of them, none without
+    /// progress to write. What is not written (a write that fails, a row a
+    /// server skipped as locked) stays pending for the next call.
+    ///
+    /// With `wait`, a server backend waits for a row another transaction
+    /// holds (the write before a settle) instead of skipping it.
+    pub(crate) fn write_progress(&self, queue: &crate::Queue, only: Option<&[i64]>, wait: bool) {
+        let _gate = queue.progress_gate();
+        let pending: Vec<(ProgressWrite, u64, Arc<CancelFlag>)> = self
+            .lock()
+            .values()
+            .filter(|e| only.is_none_or(|ids| ids.contains(&e.job.id)))
+            .filter(|e| e.cancel.reason() != Some(CancelReason::LeaseLost))
+            .filter_map(|e| {
+                let (progress, version) = e.cancel.unwritten_progress()?;
+                let write = ProgressWrite {
+                    lease: e.job.lease(),
+                    progress,
+                };
+                Some((write, version, e.cancel.clone()))
+            })
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        let writes: Vec<ProgressWrite> = pending.iter().map(|(w, _, _)| w.clone()).collect();
+        match queue.write_progress(&writes, wait) {
+            Ok(written) => {
+                for (write, version, cancel) in &pending {
+                    if written.contains(&write.lease.job_id) {
+                        cancel.progress_written(*version);
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(
+                %error,
+                jobs = writes.len(),
+                "writing jobs' progress failed; it is tried again with the next heartbeat"
+            ),
+        }
     }
 
     /// Sets the flag of each job whose lease was lost; returns the jobs for

@@ -75,6 +75,7 @@
 //! the threads. Dropping a worker does the same with the configured
 //! [shutdown grace](WorkerBuilder::shutdown_grace).
 
+mod aggregator;
 mod builder;
 mod completer;
 mod context;
@@ -103,6 +104,7 @@ use crate::error::{Error, Result};
 use crate::lease::{self, LeaseRequest};
 use crate::outcome::Outcome;
 use crate::queue::Queue;
+use aggregator::Aggregator;
 use builder::Config;
 use completer::{Completer, Settle};
 use executor::Executor;
@@ -222,6 +224,7 @@ struct Running {
     completer: Option<JoinHandle<()>>,
     heartbeater: Option<JoinHandle<()>>,
     maintenance: Option<JoinHandle<()>>,
+    aggregator: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Running {
@@ -328,6 +331,7 @@ impl Worker {
                 completer: None,
                 heartbeater: None,
                 maintenance: None,
+                aggregator: None,
             }),
         };
         let result = (|| -> Result<()> {
@@ -350,6 +354,16 @@ impl Worker {
             running.heartbeater = Some(spawn("backlog-heartbeat".into(), move || {
                 heartbeater.run()
             })?);
+            if !shared.handlers.grouped.is_empty() {
+                let aggregator = Aggregator {
+                    shared: shared.clone(),
+                    stop: stop_background_rx.clone(),
+                    doorbell: shared.queue.doorbell(),
+                    watcher: shared.queue.watch_changes(shared.config.watch_interval)?,
+                };
+                running.aggregator =
+                    Some(spawn("backlog-aggregate".into(), move || aggregator.run())?);
+            }
             let maintenance = Maintenance {
                 shared: shared.clone(),
                 stop: stop_background_rx,
@@ -422,6 +436,9 @@ impl Worker {
         // 2. Running jobs get the grace period; then the rest are flagged and
         // released, no attempt used.
         if !shared.inflight.wait_handlers_done(graced) {
+            // What the unfinished handlers reported so far stays with their
+            // jobs, for whoever runs them next.
+            shared.inflight.write_progress(&shared.queue, None, false);
             for job in shared.inflight.take_unfinished(CancelReason::Shutdown) {
                 shared.settle(&running.outcomes, job, Outcome::Release);
             }
@@ -465,6 +482,12 @@ impl Worker {
             running.maintenance.take(),
             limit,
             "backlog-maint",
+            &mut panicked,
+        );
+        join_by(
+            running.aggregator.take(),
+            limit,
+            "backlog-aggregate",
             &mut panicked,
         );
 

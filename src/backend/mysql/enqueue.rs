@@ -29,6 +29,15 @@ pub(crate) fn enqueue_all(
     jobs: &[EnqueueParams<'_>],
     now: Now,
 ) -> Result<Vec<Enqueued>> {
+    if jobs.iter().any(|p| p.group.is_some()) {
+        return jobs
+            .iter()
+            .map(|p| match &p.group {
+                Some(group) => super::groups::join(sql, q, p, group, now),
+                None => enqueue(sql, q, p, now),
+            })
+            .collect();
+    }
     if !sql.returning || jobs.len() == 1 {
         return jobs.iter().map(|p| enqueue(sql, q, p, now)).collect();
     }

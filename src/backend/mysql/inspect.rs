@@ -20,7 +20,11 @@ pub(crate) fn get(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Resul
         return record(row);
     }
     let finished: Option<Row> = q.exec_first(&sql.get_history, params! { "id" => id })?;
-    finished
+    if let Some(row) = finished {
+        return record(row);
+    }
+    let grouped: Option<Row> = q.exec_first(&sql.get_grouped, params! { "id" => id })?;
+    grouped
         .map(record)
         .unwrap_or(Err(Error::NotFound { job_id: id }))
 }
@@ -77,6 +81,9 @@ fn record(mut r: Row) -> Result<JobRecord> {
         finished_at: clock::at_opt(take(&mut r, 15)?),
         created_at: clock::at(take(&mut r, 16)?),
         updated_at: clock::at(take(&mut r, 17)?),
+        progress: take(&mut r, 19)?,
+        group_key: take(&mut r, 20)?,
+        aggregated_into: take(&mut r, 21)?,
         state: JobState::parse(&state)
             .ok_or_else(|| Error::Database(format!("unknown job state {state:?}").into()))?,
     })
@@ -85,6 +92,7 @@ fn record(mut r: Row) -> Result<JobRecord> {
 /// Jobs per queue and state (states with no jobs are left out).
 pub(crate) fn counts(sql: &Sql, q: &mut impl Queryable, now: Now) -> Result<Vec<StateCount>> {
     let mut rows: Vec<Row> = q.exec(&sql.count_live, params! { "now" => now.param() })?;
+    rows.extend(q.exec::<Row, _, _>(&sql.count_grouped, ())?);
     rows.extend(q.exec::<Row, _, _>(&sql.count_history, ())?);
     count_by_state(rows)
 }
@@ -292,8 +300,42 @@ pub(crate) fn import(sql: &Sql, q: &mut impl Queryable, records: &[JobRecord]) -
             "cancel_requested" => r.cancel_requested,
             "created_at" => clock::micros(r.created_at),
             "updated_at" => clock::micros(r.updated_at),
+            "progress" => r.progress.as_deref(),
+            "group_key" => r.group_key.as_deref(),
+            "aggregated_into" => r.aggregated_into,
         };
         let statement = match r.state {
+            JobState::Grouped => {
+                let key = r.group_key.as_deref().unwrap_or_default();
+                let inserted = q
+                    .exec_iter(
+                        &sql.import_grouped,
+                        params! {
+                            "id" => r.id, "queue" => &r.queue, "kind" => &r.kind,
+                            "group_key" => key, "priority" => r.priority,
+                            "payload" => &r.payload, "max_attempts" => r.max_attempts,
+                            "created_at" => clock::micros(r.created_at),
+                        },
+                    )?
+                    .affected_rows();
+                if inserted == 1 {
+                    // The group takes the default policy until the next
+                    // enqueue into it gives one.
+                    let (max_size, grace_us, max_delay_us) = crate::Group::new(key).check()?;
+                    q.exec_drop(
+                        &sql.join_group,
+                        params! {
+                            "queue" => &r.queue, "kind" => &r.kind, "group_key" => key,
+                            "max_size" => max_size, "grace_us" => grace_us,
+                            "max_delay_us" => max_delay_us,
+                            "now" => clock::micros(r.updated_at.max(r.created_at)),
+                        },
+                    )?;
+                }
+                written += inserted;
+                highest = highest.max(r.id);
+                continue;
+            }
             JobState::Finished(status) => {
                 if let Params::Named(map) = &mut values {
                     map.insert(b"result".to_vec(), r.result.as_deref().into());
@@ -517,7 +559,7 @@ mod tests {
         let Some(t) = Tables::connect()? else {
             return Ok(());
         };
-        let all = ["V1__initial", "V2__due"];
+        let all = ["V1__initial", "V2__due", "V3__progress", "V4__groups"];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate()?;
         assert!(t.db.pending_migrations()?.is_empty());
@@ -569,6 +611,7 @@ mod tests {
                 "jobs_scheduled",
                 "jobs_scheduled",
                 "jobs_expiry",
+                "group_members_group",
                 "history_finished"
             ],
             "{depth:?}"

@@ -10,7 +10,7 @@ use mysql::{params, Params, Row, Value};
 pub(crate) use super::enqueue::enqueue_all;
 use super::queries::Sql;
 use super::{take, Now};
-use crate::backend::{ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::backend::{ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::{HeartbeatReport, Job, Lease};
@@ -359,6 +359,41 @@ pub(crate) fn finish(
 
 fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {
     Ok(error.map(serde_json::to_string).transpose()?)
+}
+
+/// Writes each job's progress, fenced on its lease; returns the ids written
+/// (rows another transaction holds are skipped).
+pub(crate) fn write_progress(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    writes: &[ProgressWrite],
+    now: Now,
+    wait: bool,
+) -> Result<Vec<i64>> {
+    let lock = if wait {
+        &sql.progress_lock_wait
+    } else {
+        &sql.progress_lock
+    };
+    let mut sorted: Vec<&ProgressWrite> = writes.iter().collect();
+    // Locked in id order, like settle batches.
+    sorted.sort_unstable_by_key(|w| w.lease.job_id);
+    let mut written = Vec::new();
+    for w in sorted {
+        let (id, token) = (w.lease.job_id, w.lease.token);
+        let held: Option<i64> = q.exec_first(lock, params! { "id" => id, "token" => token })?;
+        if held.is_some() {
+            q.exec_drop(
+                &sql.write_progress,
+                params! {
+                    "id" => id, "token" => token, "progress" => &w.progress,
+                    "now" => now.param(),
+                },
+            )?;
+            written.push(id);
+        }
+    }
+    Ok(written)
 }
 
 /// Extends the given leases; reports which were lost and which jobs were asked

@@ -17,6 +17,14 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V2__due",
         include_str!("../../../migrations/mysql/V2__due.sql"),
     ),
+    (
+        "V3__progress",
+        include_str!("../../../migrations/mysql/V3__progress.sql"),
+    ),
+    (
+        "V4__groups",
+        include_str!("../../../migrations/mysql/V4__groups.sql"),
+    ),
 ];
 
 /// Applies pending migrations.
@@ -81,6 +89,8 @@ fn render(template: &str, prefix: &str) -> String {
         .replace("{jobs}", &format!("{prefix}jobs"))
         .replace("{history}", &format!("{prefix}history"))
         .replace("{queues}", &format!("{prefix}queues"))
+        .replace("{groups}", &format!("{prefix}groups"))
+        .replace("{group_members}", &format!("{prefix}group_members"))
 }
 
 /// The server lock's name for one queue's tables. Names are at most 64

@@ -14,6 +14,7 @@
 
 pub(crate) mod connection;
 pub(crate) mod enqueue;
+pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
 pub(crate) mod migrate;
@@ -31,8 +32,8 @@ use mysql::{Opts, Pool, Row};
 pub(crate) use poller::Poller;
 
 use crate::backend::{
-    EnqueueParams, ExpiredLease, FinishedInMinute, HeartbeatParams, LeaseParams, RecentCompletions,
-    SettleParams, UpdateParams,
+    Aggregated, EnqueueParams, ExpiredLease, FinishedInMinute, HeartbeatParams, LeaseParams,
+    ProgressWrite, RecentCompletions, SettleParams, UpdateParams,
 };
 use crate::clock::{Clock, ClockMicros};
 use crate::error::{Error, Result};
@@ -126,6 +127,14 @@ impl Db {
         self.write(|tx| jobs::lease(&self.sql, tx, p, self.now(p.now)))
     }
 
+    pub(crate) fn aggregate(&self, now: i64, limit: usize) -> Result<Vec<Aggregated>> {
+        self.write(|tx| groups::aggregate(&self.sql, tx, self.now(now), limit))
+    }
+
+    pub(crate) fn next_group_ready(&self, now: i64) -> Result<Option<i64>> {
+        self.read(|conn| groups::next_ready(&self.sql, conn, self.now(now)))
+    }
+
     pub(crate) fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>> {
         self.read(|conn| jobs::next_due(&self.sql, conn, queues, self.now(now)))
     }
@@ -204,6 +213,15 @@ impl Db {
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::Database("item not settled".into()))))
             .collect())
+    }
+
+    pub(crate) fn write_progress(
+        &self,
+        writes: &[ProgressWrite],
+        now: i64,
+        wait: bool,
+    ) -> Result<Vec<i64>> {
+        self.write(|tx| jobs::write_progress(&self.sql, tx, writes, self.now(now), wait))
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {

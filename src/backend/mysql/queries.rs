@@ -199,10 +199,11 @@ pub const FINISH_TO_HISTORY: &str = concat!(
     "INSERT INTO {history}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      errors, cancel_requested, created_at, updated_at, result, status, processed_by,
-     started_at, finished_at)
+     started_at, finished_at, progress)
 SELECT id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at, ",
     append_error!(),
-    ", cancel_requested, created_at, {now}, :result, :status, locked_by, first_leased_at, {now}
+    ", cancel_requested, created_at, {now}, :result, :status, locked_by, first_leased_at, {now},
+       progress
 FROM {jobs} WHERE id = :id AND lease_token <=> :token
 FOR UPDATE"
 );
@@ -226,10 +227,10 @@ pub const COMPLETE_MANY_TO_HISTORY: &str = "
 INSERT INTO {history}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      errors, cancel_requested, created_at, updated_at, result, status, processed_by,
-     started_at, finished_at)
+     started_at, finished_at, progress)
 SELECT j.id, j.queue, j.kind, j.priority, j.unique_key, j.payload, j.attempts, j.max_attempts,
        j.available_at, j.errors, j.cancel_requested, j.created_at, {now}, c.result, 'completed',
-       j.locked_by, j.first_leased_at, {now}
+       j.locked_by, j.first_leased_at, {now}, j.progress
 FROM JSON_TABLE(:completions, '$[*]' COLUMNS (
          id BIGINT PATH '$[0]', token BIGINT PATH '$[1]', result LONGTEXT PATH '$[2]')) AS c
 STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = c.id AND j.lease_token = c.token";
@@ -274,6 +275,23 @@ pub const CANCEL_REQUESTED: &str =
 /// does that by itself).
 pub const LEASE_HELD: &str =
     "SELECT 1 FROM {jobs} WHERE id = :id AND lease_token = :token FOR UPDATE";
+
+/// Locks a running job's row for [`WRITE_PROGRESS`] when its lease is still
+/// held and no other transaction holds the row. Only in MySQL, for the
+/// reason of [`HEARTBEAT_LOCK`]: a progress write rides with the heartbeat
+/// and must not wait for a handler's own transaction.
+pub const PROGRESS_LOCK: &str = "
+SELECT id FROM {jobs} WHERE id = :id AND lease_token = :token FOR UPDATE SKIP LOCKED";
+
+/// [`PROGRESS_LOCK`] waiting for a row another transaction holds: the
+/// write before a settle, which must not leave an older value behind.
+pub const PROGRESS_LOCK_WAIT: &str = "
+SELECT id FROM {jobs} WHERE id = :id AND lease_token = :token FOR UPDATE";
+
+/// Writes a running job's progress (JSON text), fenced on its lease.
+pub const WRITE_PROGRESS: &str = "
+UPDATE {jobs} SET progress = :progress, updated_at = {now}
+WHERE id = :id AND lease_token = :token";
 
 // ---- heartbeat -------------------------------------------------------------
 
@@ -327,12 +345,25 @@ pub const LIVE_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, 
      cancel_requested, NULL AS result, NULL AS finished_at, created_at, updated_at, \
      CASE WHEN lease_token IS NOT NULL THEN 'running' \
           WHEN available_at <= {now} THEN 'available' \
-          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state";
+          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state, progress, \
+     NULL AS group_key, NULL AS aggregated_into";
 
 /// A finished job as a record, in the same column order as [`LIVE_COLUMNS`].
 pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
      max_attempts, available_at, errors, processed_by, NULL AS lease_until, started_at, \
-     cancel_requested, result, finished_at, created_at, updated_at, status AS state";
+     cancel_requested, result, finished_at, created_at, updated_at, status AS state, progress, \
+     group_key, aggregated_into";
+
+/// A job waiting in its group as a record, in [`LIVE_COLUMNS`] order.
+pub const GROUPED_COLUMNS: &str = "id, queue, kind, priority, NULL AS unique_key, payload, \
+     0 AS attempts, max_attempts, created_at AS available_at, '[]' AS errors, NULL AS locked_by, \
+     NULL AS lease_until, NULL AS first_leased_at, FALSE AS cancel_requested, NULL AS result, \
+     NULL AS finished_at, created_at, created_at AS updated_at, 'grouped' AS state, \
+     NULL AS progress, group_key, NULL AS aggregated_into";
+
+/// Waiting group members per queue.
+pub const COUNT_GROUPED: &str =
+    "\nSELECT queue, 'grouped', COUNT(*) FROM {group_members} GROUP BY queue";
 
 /// The live-state conditions, by state name.
 pub fn live_state_condition(state: &str) -> &'static str {
@@ -461,6 +492,7 @@ pub fn depth() -> String {
         COUNT_WAITING_DUE,
         COUNT_WAITING_LATER,
         COUNT_RUNNING,
+        COUNT_GROUPED,
         COUNT_DEAD,
     ]
     .join("\nUNION ALL")
@@ -497,6 +529,93 @@ UNION ALL
  WHERE queue = :queue AND unique_hash = UNHEX(SHA2(:unique_key, 256)) AND unique_key = :unique_key
  ORDER BY finished_at DESC LIMIT :history)";
 
+// ---- groups ----------------------------------------------------------------
+
+/// Moves a job [`ENQUEUE`] just inserted (`:id`, so that it has an id from
+/// the jobs' AUTO_INCREMENT) into its group `:group_key`; [`DELETE_LIVE`]
+/// then removes the live row, in the same transaction. As SQLite's.
+pub const JOIN_GROUP_MEMBER: &str = "
+INSERT INTO {group_members}
+    (id, queue, kind, group_key, priority, payload, max_attempts, created_at)
+SELECT id, queue, kind, :group_key, priority, payload, max_attempts, created_at
+FROM {jobs} WHERE id = :id";
+
+/// Counts a new member into its group, creating the group, and sets the
+/// group's policy and when it is ready (see SQLite's). Differs from SQLite
+/// in `ON DUPLICATE KEY UPDATE`, whose assignments see the ones before them:
+/// `ready_at` is computed first, from the old size and first time. A group
+/// row another transaction is combining is waited for.
+pub const JOIN_GROUP: &str = "
+INSERT INTO {groups}
+    (queue, kind, group_key, max_size, grace_us, max_delay_us, size, first_at, last_at, ready_at)
+VALUES (:queue, :kind, :group_key, :max_size, :grace_us, :max_delay_us, 1, {now}, {now},
+        IF(:max_size <= 1, {now}, {now} + LEAST(:grace_us, :max_delay_us)))
+ON DUPLICATE KEY UPDATE
+    ready_at = IF(size + 1 >= VALUES(max_size), VALUES(last_at),
+                  LEAST(VALUES(last_at) + VALUES(grace_us), first_at + VALUES(max_delay_us))),
+    size = size + 1, last_at = VALUES(last_at), max_size = VALUES(max_size),
+    grace_us = VALUES(grace_us), max_delay_us = VALUES(max_delay_us)";
+
+/// Up to `:limit` groups ready now, the longest ready first, locked;
+/// aggregators on other nodes skip them (as PostgreSQL's).
+pub const READY_GROUPS: &str = "
+SELECT queue, kind, group_key, max_size FROM {groups} FORCE INDEX (groups_ready)
+WHERE ready_at <= {now} ORDER BY ready_at LIMIT :limit
+FOR UPDATE SKIP LOCKED";
+
+/// A group's oldest `:limit` members.
+pub const GROUP_MEMBERS: &str = "
+SELECT id, priority, payload, max_attempts FROM {group_members}
+WHERE queue = :queue AND kind = :kind AND group_key = :group_key ORDER BY id LIMIT :limit";
+
+/// Copies the members `:ids` (a JSON array) to history as `aggregated` into
+/// job `:into`; [`DELETE_AGGREGATED`] removes them. Named by id, as on
+/// PostgreSQL: a member added meanwhile is not taken.
+pub const AGGREGATE_TO_HISTORY: &str = "
+INSERT INTO {history}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
+     started_at, finished_at, progress, group_key, aggregated_into)
+SELECT m.id, m.queue, m.kind, m.priority, NULL, m.payload, 0, m.max_attempts, m.created_at,
+       '[]', FALSE, m.created_at, {now}, NULL, 'aggregated', NULL, NULL, {now}, NULL,
+       m.group_key, :into
+FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS taken
+STRAIGHT_JOIN {group_members} AS m ON m.id = taken.id";
+
+/// Removes the members [`AGGREGATE_TO_HISTORY`] copied.
+pub const DELETE_AGGREGATED: &str = "
+DELETE m FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS taken
+STRAIGHT_JOIN {group_members} AS m ON m.id = taken.id";
+
+/// What is left of a group after a combination.
+pub const GROUP_LEFT: &str = "
+SELECT COUNT(*), MIN(created_at) FROM {group_members}
+WHERE queue = :queue AND kind = :kind AND group_key = :group_key";
+
+/// Removes a group with no member left.
+pub const DELETE_GROUP: &str =
+    "DELETE FROM {groups} WHERE queue = :queue AND kind = :kind AND group_key = :group_key";
+
+/// Re-arms a group that kept members: `:size` left, the oldest joined at
+/// `:first_at`. `ready_at` first: MySQL's assignments see the ones before.
+pub const REARM_GROUP: &str = "
+UPDATE {groups}
+SET ready_at = IF(:size >= max_size, {now}, LEAST(last_at + grace_us, :first_at + max_delay_us)),
+    size = :size, first_at = :first_at
+WHERE queue = :queue AND kind = :kind AND group_key = :group_key";
+
+/// How long until the next group is ready (µs, negative when one is).
+pub const NEXT_GROUP_READY: &str = "SELECT MIN(ready_at) - {now} FROM {groups}";
+
+/// Inserts a waiting group member copied from another database, keeping its
+/// id, unless the id is taken; [`JOIN_GROUP`] then counts it in.
+pub const IMPORT_GROUPED: &str = "
+INSERT IGNORE INTO {group_members}
+    (id, queue, kind, group_key, priority, payload, max_attempts, created_at)
+SELECT :id, :queue, :kind, :group_key, :priority, :payload, :max_attempts, :created_at
+FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE id = :id)
+  AND NOT EXISTS (SELECT 1 FROM {history} WHERE id = :id)";
+
 // ---- copy ------------------------------------------------------------------
 
 /// Inserts a live job copied from another database, keeping its id, unless
@@ -507,9 +626,10 @@ UNION ALL
 pub const IMPORT_LIVE: &str = "
 INSERT IGNORE INTO {jobs}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
-     first_leased_at, errors, cancel_requested, created_at, updated_at)
+     first_leased_at, errors, cancel_requested, created_at, updated_at, progress)
 SELECT :id, :queue, :kind, :priority, :unique_key, :payload, :attempts, :max_attempts,
-       :available_at, :started_at, :errors, :cancel_requested, :created_at, :updated_at
+       :available_at, :started_at, :errors, :cancel_requested, :created_at, :updated_at,
+       :progress
 FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM {history} WHERE id = :id)";
 
 /// Inserts a finished job copied from another database, keeping its id,
@@ -518,10 +638,10 @@ pub const IMPORT_HISTORY: &str = "
 INSERT IGNORE INTO {history}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      started_at, errors, cancel_requested, created_at, updated_at, result, status,
-     processed_by, finished_at)
+     processed_by, finished_at, progress, group_key, aggregated_into)
 SELECT :id, :queue, :kind, :priority, :unique_key, :payload, :attempts, :max_attempts,
        :available_at, :started_at, :errors, :cancel_requested, :created_at, :updated_at,
-       :result, :status, :processed_by, :finished_at
+       :result, :status, :processed_by, :finished_at, :progress, :group_key, :aggregated_into
 FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE id = :id)";
 
 /// Makes new ids start above `:id`. Differs from SQLite (which raises
@@ -566,6 +686,8 @@ pub struct Tables {
     pub jobs: String,
     pub history: String,
     pub queues: String,
+    pub groups: String,
+    pub group_members: String,
     /// Refinery's record of the applied migrations (`migrate.rs`).
     pub schema_history: String,
 }
@@ -579,6 +701,8 @@ impl Tables {
             jobs: format!("{db}.`{prefix}jobs`"),
             history: format!("{db}.`{prefix}history`"),
             queues: format!("{db}.`{prefix}queues`"),
+            groups: format!("{db}.`{prefix}groups`"),
+            group_members: format!("{db}.`{prefix}group_members`"),
             schema_history: format!("{db}.`{prefix}schema_history`"),
         }
     }
@@ -590,6 +714,8 @@ impl Tables {
             .replace("{jobs}", &self.jobs)
             .replace("{history}", &self.history)
             .replace("{queues}", &self.queues)
+            .replace("{groups}", &self.groups)
+            .replace("{group_members}", &self.group_members)
     }
 }
 
@@ -612,6 +738,22 @@ pub struct Sql {
     pub reschedule: String,
     pub cancel_requested: String,
     pub lease_held: String,
+    pub progress_lock: String,
+    pub progress_lock_wait: String,
+    pub join_group_member: String,
+    pub join_group: String,
+    pub ready_groups: String,
+    pub group_members: String,
+    pub aggregate_to_history: String,
+    pub delete_aggregated: String,
+    pub group_left: String,
+    pub delete_group: String,
+    pub rearm_group: String,
+    pub next_group_ready: String,
+    pub import_grouped: String,
+    pub get_grouped: String,
+    pub count_grouped: String,
+    pub write_progress: String,
     pub heartbeat_lock: String,
     pub heartbeat: String,
     pub heartbeat_held: String,
@@ -657,6 +799,24 @@ impl Sql {
             reschedule: r(RESCHEDULE),
             cancel_requested: r(CANCEL_REQUESTED),
             lease_held: r(LEASE_HELD),
+            progress_lock: r(PROGRESS_LOCK),
+            progress_lock_wait: r(PROGRESS_LOCK_WAIT),
+            join_group_member: r(JOIN_GROUP_MEMBER),
+            join_group: r(JOIN_GROUP),
+            ready_groups: r(READY_GROUPS),
+            group_members: r(GROUP_MEMBERS),
+            aggregate_to_history: r(AGGREGATE_TO_HISTORY),
+            delete_aggregated: r(DELETE_AGGREGATED),
+            group_left: r(GROUP_LEFT),
+            delete_group: r(DELETE_GROUP),
+            rearm_group: r(REARM_GROUP),
+            next_group_ready: r(NEXT_GROUP_READY),
+            import_grouped: r(IMPORT_GROUPED),
+            get_grouped: r(&format!(
+                "SELECT {GROUPED_COLUMNS} FROM {{group_members}} WHERE id = :id"
+            )),
+            count_grouped: r(COUNT_GROUPED),
+            write_progress: r(WRITE_PROGRESS),
             heartbeat_lock: r(HEARTBEAT_LOCK),
             heartbeat: r(HEARTBEAT),
             heartbeat_held: r(HEARTBEAT_HELD),
@@ -712,6 +872,11 @@ impl Sql {
     /// state.
     pub fn list(&self, state: Option<&str>) -> String {
         let sql = match state {
+            Some("grouped") => format!(
+                "SELECT {GROUPED_COLUMNS} FROM {{group_members}}
+                 WHERE (:queue IS NULL OR queue = :queue) AND (:kind IS NULL OR kind = :kind)
+                 AND id > :after ORDER BY id LIMIT :limit"
+            ),
             None => format!(
                 "SELECT {HISTORY_COLUMNS} FROM {{history}} WHERE status = :status
                  AND (:queue IS NULL OR queue = :queue) AND (:kind IS NULL OR kind = :kind)

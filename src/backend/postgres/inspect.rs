@@ -33,7 +33,14 @@ pub(crate) fn get<C: GenericClient>(
         "SELECT {} FROM {{history}} WHERE id = $1",
         queries::HISTORY_COLUMNS
     ));
-    match tx.query_opt(&finished, &[&id])? {
+    if let Some(row) = tx.query_opt(&finished, &[&id])? {
+        return record(&row);
+    }
+    let grouped = q.tables.render(&format!(
+        "SELECT {} FROM {{group_members}} WHERE id = $1",
+        queries::GROUPED_COLUMNS
+    ));
+    match tx.query_opt(&grouped, &[&id])? {
         Some(row) => record(&row),
         None => Err(Error::NotFound { job_id: id }),
     }
@@ -65,6 +72,14 @@ pub(crate) fn list<C: GenericClient>(
                     &limit,
                 ],
             )?
+        }
+        JobState::Grouped => {
+            let sql = q.tables.render(&format!(
+                "SELECT {} FROM {{group_members}} WHERE ($1::text IS NULL OR queue = $1)
+                 AND ($2::text IS NULL OR kind = $2) AND id > $3 ORDER BY id LIMIT $4",
+                queries::GROUPED_COLUMNS
+            ));
+            tx.query(&sql, &[&filter.queue, &filter.kind, &after, &limit])?
         }
         live => {
             let sql = q.tables.render(&format!(
@@ -117,6 +132,9 @@ fn record(r: &Row) -> Result<JobRecord> {
         finished_at: clock::at_opt(r.try_get(15)?),
         created_at: clock::at(r.try_get(16)?),
         updated_at: clock::at(r.try_get(17)?),
+        progress: r.try_get(19)?,
+        group_key: r.try_get(20)?,
+        aggregated_into: r.try_get(21)?,
         state: JobState::parse(&state)
             .ok_or_else(|| Error::Database(format!("unknown job state {state:?}").into()))?,
     })
@@ -129,6 +147,7 @@ pub(crate) fn counts<C: GenericClient>(
     now: i64,
 ) -> Result<Vec<StateCount>> {
     let mut rows = tx.query(&q.count_live, &[&q.now_override(now)])?;
+    rows.extend(tx.query(&q.count_grouped, &[])?);
     rows.extend(tx.query(&q.count_history, &[])?);
     let mut out = Vec::new();
     for row in rows {
@@ -357,14 +376,62 @@ pub(crate) fn import<C: GenericClient>(
             &updated_at,
         ];
         written += match r.state {
+            JobState::Grouped => {
+                let key = r.group_key.as_deref().unwrap_or_default();
+                let inserted = tx.execute(
+                    &q.import_grouped,
+                    &[
+                        &r.id,
+                        &r.queue,
+                        &r.kind,
+                        &key,
+                        &r.priority,
+                        &r.payload,
+                        &max_attempts,
+                        &created_at,
+                    ],
+                )?;
+                if inserted == 1 {
+                    // The group takes the default policy until the next
+                    // enqueue into it gives one.
+                    let (max_size, grace_us, max_delay_us) = crate::Group::new(key).check()?;
+                    let max_size = i32::try_from(max_size).unwrap_or(i32::MAX);
+                    let now = Some(clock::micros(r.updated_at.max(r.created_at)));
+                    tx.execute(
+                        &q.join_group,
+                        &[
+                            &now,
+                            &r.queue,
+                            &r.kind,
+                            &key,
+                            &max_size,
+                            &grace_us,
+                            &max_delay_us,
+                        ],
+                    )?;
+                }
+                inserted
+            }
             JobState::Finished(status) => {
                 let finished_at = clock::micros(r.finished_at.unwrap_or(r.updated_at));
                 let status = status.as_str();
                 let mut values = common.to_vec();
-                values.extend_from_slice(&[&r.result, &status, &r.worker, &finished_at]);
+                values.extend_from_slice(&[
+                    &r.result,
+                    &status,
+                    &r.worker,
+                    &finished_at,
+                    &r.progress,
+                    &r.group_key,
+                    &r.aggregated_into,
+                ]);
                 tx.execute(&q.import_history, &values)?
             }
-            _ => tx.execute(&q.import_live, &common)?,
+            _ => {
+                let mut values = common.to_vec();
+                values.push(&r.progress);
+                tx.execute(&q.import_live, &values)?
+            }
         };
         highest = highest.max(r.id);
     }

@@ -14,7 +14,9 @@ use postgres::{GenericClient, Row};
 
 use super::connection::Tx;
 use super::queries::Queries;
-use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::backend::{
+    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
+};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
@@ -29,7 +31,14 @@ pub(crate) fn enqueue_all<C: GenericClient>(
     q: &Queries,
     jobs: &[EnqueueParams<'_>],
 ) -> Result<Vec<Enqueued>> {
-    let ids = if jobs.len() > 1 && jobs.iter().all(|p| p.unique_key.is_none()) {
+    let ids = if jobs.iter().any(|p| p.group.is_some()) {
+        jobs.iter()
+            .map(|p| match &p.group {
+                Some(group) => super::groups::join(tx, q, p, group),
+                None => enqueue(tx, q, p),
+            })
+            .collect::<Result<Vec<_>>>()?
+    } else if jobs.len() > 1 && jobs.iter().all(|p| p.unique_key.is_none()) {
         enqueue_batch(tx, q, jobs)?
     } else {
         jobs.iter()
@@ -523,6 +532,27 @@ pub(crate) fn heartbeat<C: GenericClient>(
         .copied()
         .collect();
     Ok(report)
+}
+
+/// Writes each job's progress, fenced on its lease; returns the ids written
+/// (rows another transaction holds are skipped).
+pub(crate) fn write_progress<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    writes: &[ProgressWrite],
+    now: i64,
+    wait: bool,
+) -> Result<Vec<i64>> {
+    let ids: Vec<i64> = writes.iter().map(|w| w.lease.job_id).collect();
+    let tokens: Vec<i64> = writes.iter().map(|w| w.lease.token).collect();
+    let progress: Vec<&str> = writes.iter().map(|w| w.progress.as_str()).collect();
+    let sql = if wait {
+        &q.write_progress_wait
+    } else {
+        &q.write_progress
+    };
+    let rows = tx.query(sql, &[&q.now_override(now), &ids, &tokens, &progress])?;
+    rows.iter().map(|r| Ok(r.try_get::<_, i64>(0)?)).collect()
 }
 
 /// Up to `limit` leases that expired before now, locked (others' locked rows

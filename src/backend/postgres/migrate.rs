@@ -23,6 +23,14 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V2__due",
         include_str!("../../../migrations/postgres/V2__due.sql"),
     ),
+    (
+        "V3__progress",
+        include_str!("../../../migrations/postgres/V3__progress.sql"),
+    ),
+    (
+        "V4__groups",
+        include_str!("../../../migrations/postgres/V4__groups.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

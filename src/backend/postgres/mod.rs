@@ -9,6 +9,7 @@
 //! `complete_in`).
 
 pub(crate) mod connection;
+pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
 pub(crate) mod listen;
@@ -25,8 +26,8 @@ use self::connection::{Pool, Tx};
 use self::queries::{Queries, Tables};
 use self::target::Target;
 use crate::backend::{
-    EnqueueParams, ExpiredLease, FinishedInMinute, HeartbeatParams, LeaseParams, RecentCompletions,
-    SettleParams, UpdateParams,
+    Aggregated, EnqueueParams, ExpiredLease, FinishedInMinute, HeartbeatParams, LeaseParams,
+    ProgressWrite, RecentCompletions, SettleParams, UpdateParams,
 };
 use crate::clock::{Clock, ClockMicros};
 use crate::error::{Error, Result};
@@ -125,6 +126,16 @@ impl Db {
         self.pool.autocommit(|tx| jobs::lease(tx, &self.q, p))
     }
 
+    pub(crate) fn aggregate(&self, now: i64, limit: usize) -> Result<Vec<Aggregated>> {
+        self.pool
+            .write(|tx| groups::aggregate(tx, &self.q, now, limit))
+    }
+
+    pub(crate) fn next_group_ready(&self, now: i64) -> Result<Option<i64>> {
+        self.pool
+            .autocommit(|tx| groups::next_ready(tx, &self.q, now))
+    }
+
     pub(crate) fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>> {
         self.pool
             .autocommit(|tx| jobs::next_due(tx, &self.q, queues, now))
@@ -159,6 +170,16 @@ impl Db {
                 Ok((results, jobs::lease(tx, &self.q, p)?))
             }),
         }
+    }
+
+    pub(crate) fn write_progress(
+        &self,
+        writes: &[ProgressWrite],
+        now: i64,
+        wait: bool,
+    ) -> Result<Vec<i64>> {
+        self.pool
+            .autocommit(|tx| jobs::write_progress(tx, &self.q, writes, now, wait))
     }
 
     pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {

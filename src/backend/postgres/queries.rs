@@ -199,11 +199,11 @@ moved AS (
 INSERT INTO {history}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      errors, cancel_requested, created_at, updated_at, result, status, processed_by,
-     started_at, finished_at)
+     started_at, finished_at, progress)
 SELECT id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at, ",
     append_error!("errors", "new_error"),
     ", cancel_requested, created_at, {now}, new_result::jsonb, new_status, locked_by,
-       first_leased_at, {now}
+       first_leased_at, {now}, progress
 FROM moved
 RETURNING id"
 );
@@ -247,6 +247,33 @@ RETURNING j.id, j.cancel_requested"
 /// transaction ends: a rescuer or another claim skips it meanwhile, so the
 /// fence still holds at commit (SQLite's single writer gives that for free).
 pub const LEASE_HELD: &str = "SELECT 1 FROM {jobs} WHERE id = $1 AND lease_token = $2 FOR UPDATE";
+
+/// Writes running jobs' progress, fenced on their leases. Parameters: `$1`
+/// now override, then arrays of id, token, progress JSON text. Returns the
+/// ids written.
+///
+/// Differs from SQLite in that it takes a batch, and skips a row another
+/// transaction holds (a handler's `ctx.transaction(..)` committing it)
+/// instead of waiting for it, as the heartbeat does: that progress is
+/// written with a later heartbeat or before the job settles.
+pub const WRITE_PROGRESS: &str = "
+WITH w AS (
+    SELECT * FROM unnest($2::int8[], $3::int8[], $4::text[]) AS w (id, token, progress)),
+free AS (
+    SELECT j.id FROM {jobs} AS j JOIN w ON j.id = w.id AND j.lease_token = w.token
+    FOR NO KEY UPDATE OF j SKIP LOCKED)
+UPDATE {jobs} AS j SET progress = w.progress, updated_at = {now}
+FROM w JOIN free ON free.id = w.id
+WHERE j.id = w.id
+RETURNING j.id";
+
+/// [`WRITE_PROGRESS`] waiting for a row another transaction holds: the
+/// write before a settle, which must not leave an older value behind.
+pub const WRITE_PROGRESS_WAIT: &str = "
+UPDATE {jobs} AS j SET progress = w.progress, updated_at = {now}
+FROM unnest($2::int8[], $3::int8[], $4::text[]) AS w (id, token, progress)
+WHERE j.id = w.id AND j.lease_token = w.token
+RETURNING j.id";
 
 // ---- heartbeat -------------------------------------------------------------
 
@@ -301,13 +328,14 @@ pub const LIVE_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload::
      cancel_requested, NULL::text AS result, NULL::int8 AS finished_at, created_at, updated_at, \
      CASE WHEN lease_token IS NOT NULL THEN 'running' \
           WHEN available_at <= {now} THEN 'available' \
-          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state";
+          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state, progress, \
+     NULL::text AS group_key, NULL::int8 AS aggregated_into";
 
 /// A finished job as a record, in the same column order as [`LIVE_COLUMNS`].
 pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload::text, \
      attempts, max_attempts, available_at, errors::text, processed_by, NULL::int8 AS lease_until, \
      started_at, cancel_requested, result::text, finished_at, created_at, updated_at, \
-     status AS state";
+     status AS state, progress, group_key, aggregated_into";
 
 /// The live-state conditions, by state name.
 pub fn live_state_condition(state: &str) -> &'static str {
@@ -456,7 +484,7 @@ UNION ALL
 /// Parameters: `$1` id, `$2` queue, `$3` kind, `$4` priority, `$5` unique
 /// key, `$6` payload, `$7` attempts, `$8` max attempts, `$9` available_at,
 /// `$10` first leased at, `$11` errors, `$12` cancel requested, `$13`
-/// created_at, `$14` updated_at.
+/// created_at, `$14` updated_at, `$15` progress.
 ///
 /// Differs from SQLite in that the JSON texts are parsed into JSONB. The
 /// times are copied as they are: they are absolute, whichever clock made
@@ -464,22 +492,36 @@ UNION ALL
 pub const IMPORT_LIVE: &str = "
 INSERT INTO {jobs}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
-     first_leased_at, errors, cancel_requested, created_at, updated_at)
-SELECT $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11::text::jsonb, $12, $13, $14
+     first_leased_at, errors, cancel_requested, created_at, updated_at, progress)
+SELECT $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11::text::jsonb, $12, $13, $14,
+       $15
 WHERE NOT EXISTS (SELECT 1 FROM {history} WHERE id = $1)
 ON CONFLICT DO NOTHING";
 
 /// Inserts a finished job copied from another database, keeping its id,
 /// unless the id is taken. Parameters as [`IMPORT_LIVE`], then `$15` result,
-/// `$16` status, `$17` processed by, `$18` finished_at (`$10` is started_at).
+/// `$16` status, `$17` processed by, `$18` finished_at (`$10` is started_at),
+/// `$19` progress, `$20` group key, `$21` aggregated into.
 pub const IMPORT_HISTORY: &str = "
 INSERT INTO {history}
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      started_at, errors, cancel_requested, created_at, updated_at, result, status,
-     processed_by, finished_at)
+     processed_by, finished_at, progress, group_key, aggregated_into)
 SELECT $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11::text::jsonb, $12, $13, $14,
-       $15::text::jsonb, $16, $17, $18
+       $15::text::jsonb, $16, $17, $18, $19, $20, $21
 WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE id = $1)
+ON CONFLICT DO NOTHING";
+
+/// Inserts a waiting group member copied from another database, keeping its
+/// id, unless the id is taken. Parameters: `$1` id, `$2` queue, `$3` kind,
+/// `$4` group key, `$5` priority, `$6` payload, `$7` max attempts, `$8`
+/// created_at.
+pub const IMPORT_GROUPED: &str = "
+INSERT INTO {group_members}
+    (id, queue, kind, group_key, priority, payload, max_attempts, created_at)
+SELECT $1, $2, $3, $4, $5, $6::text::jsonb, $7, $8
+WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE id = $1)
+  AND NOT EXISTS (SELECT 1 FROM {history} WHERE id = $1)
 ON CONFLICT DO NOTHING";
 
 /// Makes new ids start above `$1`, the highest copied id.
@@ -489,6 +531,101 @@ ON CONFLICT DO NOTHING";
 pub const RAISE_NEXT_ID: &str = "
 SELECT setval(s, GREATEST($1, COALESCE(pg_sequence_last_value(s), 0)))
 FROM (SELECT pg_get_serial_sequence('{jobs}', 'id')::regclass AS s) AS seq";
+
+// ---- groups ----------------------------------------------------------------
+
+/// Inserts a member into its group's waiting room, with an id from the jobs'
+/// sequence. Parameters: `$1` now override, `$2` queue, `$3` kind, `$4`
+/// group key, `$5` priority, `$6` payload, `$7` max attempts.
+///
+/// Differs from SQLite in that `nextval` hands out the id directly (SQLite
+/// inserts a live row and moves it).
+pub const JOIN_GROUP_MEMBER: &str = "
+INSERT INTO {group_members}
+    (id, queue, kind, group_key, priority, payload, max_attempts, created_at)
+VALUES (nextval(pg_get_serial_sequence('{jobs}', 'id')), $2, $3, $4, $5, $6::text::jsonb, $7,
+        {now})
+RETURNING id";
+
+/// Counts a new member into its group, creating the group, and sets the
+/// group's policy and when it is ready (see SQLite's). Parameters: `$1` now
+/// override, `$2` queue, `$3` kind, `$4` group key, `$5` max size, `$6`
+/// grace, `$7` max delay (µs). A group row another transaction is combining
+/// is waited for (it commits in one short transaction); if that one deleted
+/// it, this inserts it afresh.
+pub const JOIN_GROUP: &str = "
+INSERT INTO {groups} AS g
+    (queue, kind, group_key, max_size, grace_us, max_delay_us, size, first_at, last_at, ready_at)
+VALUES ($2, $3, $4, $5::int4, $6::int8, $7::int8, 1, {now}, {now},
+        CASE WHEN $5::int4 <= 1 THEN {now} ELSE {now} + LEAST($6::int8, $7::int8) END)
+ON CONFLICT (queue, kind, group_key) DO UPDATE SET
+    max_size = excluded.max_size, grace_us = excluded.grace_us,
+    max_delay_us = excluded.max_delay_us, size = g.size + 1, last_at = excluded.last_at,
+    ready_at = CASE WHEN g.size + 1 >= excluded.max_size THEN excluded.last_at
+                    ELSE LEAST(excluded.last_at + excluded.grace_us,
+                               g.first_at + excluded.max_delay_us) END";
+
+/// Up to `$2` groups ready now, the longest ready first, locked. Differs
+/// from SQLite in the lock: aggregators on several nodes skip each other's
+/// groups, so a group is combined by one of them at a time.
+pub const READY_GROUPS: &str = "
+SELECT queue, kind, group_key, max_size FROM {groups}
+WHERE ready_at <= {now} ORDER BY ready_at LIMIT $2
+FOR UPDATE SKIP LOCKED";
+
+/// A group's oldest `$4` members.
+pub const GROUP_MEMBERS: &str = "
+SELECT id, priority, payload::text, max_attempts FROM {group_members}
+WHERE queue = $1 AND kind = $2 AND group_key = $3 ORDER BY id LIMIT $4";
+
+/// Moves the members `$2` (ids) to history as `aggregated` into job `$3`.
+/// Differs from SQLite in that one statement deletes and copies (a
+/// data-modifying CTE, as [`FINISH_TO_HISTORY`]), and in that the members
+/// are named by id: a member another transaction adds meanwhile is not
+/// taken (it waits, with the lock on its group, for this one to commit).
+pub const AGGREGATE_TO_HISTORY: &str = "
+WITH moved AS (
+    DELETE FROM {group_members} WHERE id = ANY($2::int8[]) RETURNING *)
+INSERT INTO {history}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
+     started_at, finished_at, progress, group_key, aggregated_into)
+SELECT id, queue, kind, priority, NULL, payload, 0, max_attempts, created_at,
+       '[]'::jsonb, FALSE, created_at, {now}, NULL, 'aggregated', NULL, NULL, {now}, NULL,
+       group_key, $3
+FROM moved";
+
+/// What is left of a group after a combination.
+pub const GROUP_LEFT: &str = "
+SELECT count(*), min(created_at) FROM {group_members}
+WHERE queue = $1 AND kind = $2 AND group_key = $3";
+
+/// Removes a group with no member left.
+pub const DELETE_GROUP: &str =
+    "DELETE FROM {groups} WHERE queue = $1 AND kind = $2 AND group_key = $3";
+
+/// Re-arms a group that kept members: `$5` left, the oldest joined at `$6`.
+pub const REARM_GROUP: &str = "
+UPDATE {groups}
+SET size = $5::int4, first_at = $6::int8,
+    ready_at = CASE WHEN $5::int4 >= max_size THEN {now}
+                    ELSE LEAST(last_at + grace_us, $6::int8 + max_delay_us) END
+WHERE queue = $2 AND kind = $3 AND group_key = $4";
+
+/// How long until the next group is ready (µs, negative when one is).
+pub const NEXT_GROUP_READY: &str = "SELECT min(ready_at) - {now} FROM {groups}";
+
+/// A job waiting in its group as a record, in [`LIVE_COLUMNS`] order.
+pub const GROUPED_COLUMNS: &str = "id, queue, kind, priority, NULL::text AS unique_key, \
+     payload::text, 0 AS attempts, max_attempts, created_at AS available_at, \
+     '[]' AS errors, NULL::text AS locked_by, NULL::int8 AS lease_until, \
+     NULL::int8 AS first_leased_at, FALSE AS cancel_requested, NULL::text AS result, \
+     NULL::int8 AS finished_at, created_at, created_at AS updated_at, 'grouped' AS state, \
+     NULL::text AS progress, group_key, NULL::int8 AS aggregated_into";
+
+/// Waiting group members per queue.
+pub const COUNT_GROUPED: &str =
+    "SELECT queue, 'grouped', count(*) FROM {group_members} GROUP BY queue";
 
 // ---- maintenance -----------------------------------------------------------
 
@@ -535,6 +672,8 @@ impl Tables {
             .replace("{jobs}", &format!("{schema}{prefix}jobs"))
             .replace("{history}", &format!("{schema}{prefix}history"))
             .replace("{queues}", &format!("{schema}{prefix}queues"))
+            .replace("{groups}", &format!("{schema}{prefix}groups"))
+            .replace("{group_members}", &format!("{schema}{prefix}group_members"))
             .replace("{channel}", &self.channel())
             .replace("{now}", NOW)
             .replace("{token}", TOKEN)
@@ -581,6 +720,19 @@ pub(crate) struct Queries {
     pub delete_live: String,
     pub reschedule: String,
     pub lease_held: String,
+    pub write_progress: String,
+    pub write_progress_wait: String,
+    pub join_group_member: String,
+    pub join_group: String,
+    pub ready_groups: String,
+    pub group_members: String,
+    pub aggregate_to_history: String,
+    pub group_left: String,
+    pub delete_group: String,
+    pub rearm_group: String,
+    pub next_group_ready: String,
+    pub count_grouped: String,
+    pub import_grouped: String,
     pub heartbeat: String,
     pub expired_leases: String,
     pub count_live: String,
@@ -625,6 +777,19 @@ impl Queries {
             delete_live: r(DELETE_LIVE),
             reschedule: r(RESCHEDULE),
             lease_held: r(LEASE_HELD),
+            write_progress: r(WRITE_PROGRESS),
+            write_progress_wait: r(WRITE_PROGRESS_WAIT),
+            join_group_member: r(JOIN_GROUP_MEMBER),
+            join_group: r(JOIN_GROUP),
+            ready_groups: r(READY_GROUPS),
+            group_members: r(GROUP_MEMBERS),
+            aggregate_to_history: r(AGGREGATE_TO_HISTORY),
+            group_left: r(GROUP_LEFT),
+            delete_group: r(DELETE_GROUP),
+            rearm_group: r(REARM_GROUP),
+            next_group_ready: r(NEXT_GROUP_READY),
+            count_grouped: r(COUNT_GROUPED),
+            import_grouped: r(IMPORT_GROUPED),
             heartbeat: r(HEARTBEAT),
             expired_leases: r(EXPIRED_LEASES),
             count_live: r(COUNT_LIVE),
@@ -643,6 +808,7 @@ impl Queries {
                 COUNT_WAITING_DUE,
                 COUNT_WAITING_LATER,
                 COUNT_RUNNING,
+                COUNT_GROUPED,
                 COUNT_DEAD,
             ]
             .map(|part| format!("({part})"))

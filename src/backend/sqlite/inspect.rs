@@ -27,7 +27,18 @@ pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<JobRecord> {
         "SELECT {} FROM backlog_history WHERE id = ?1",
         queries::HISTORY_COLUMNS
     );
-    conn.prepare_cached(&finished)?
+    if let Some(record) = conn
+        .prepare_cached(&finished)?
+        .query_row(params![id], record)
+        .optional()?
+    {
+        return Ok(record);
+    }
+    let grouped = format!(
+        "SELECT {} FROM backlog_group_members WHERE id = ?1",
+        queries::GROUPED_COLUMNS
+    );
+    conn.prepare_cached(&grouped)?
         .query_row(params![id], record)
         .optional()?
         .ok_or(Error::NotFound { job_id: id })
@@ -40,6 +51,13 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
             "SELECT {} FROM backlog_history WHERE status = ?1 AND (?2 IS NULL OR queue = ?2)
              AND (?3 IS NULL OR kind = ?3) AND id > ?4 ORDER BY id LIMIT ?5",
             queries::HISTORY_COLUMNS
+        ),
+        // `?1` (now) plays no part: the members wait for their group.
+        JobState::Grouped => format!(
+            "SELECT {} FROM backlog_group_members WHERE ?1 IS NOT NULL
+             AND (?2 IS NULL OR queue = ?2) AND (?3 IS NULL OR kind = ?3) AND id > ?4
+             ORDER BY id LIMIT ?5",
+            queries::GROUPED_COLUMNS
         ),
         live => format!(
             "SELECT {} FROM backlog_jobs WHERE {} AND (?2 IS NULL OR queue = ?2)
@@ -97,6 +115,9 @@ fn record(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         finished_at: clock::at_opt(r.get(15)?),
         created_at: clock::at(r.get(16)?),
         updated_at: clock::at(r.get(17)?),
+        progress: r.get(19)?,
+        group_key: r.get(20)?,
+        aggregated_into: r.get(21)?,
         state: JobState::parse(&state).ok_or_else(|| {
             rusqlite::Error::FromSqlConversionFailure(
                 18,
@@ -113,6 +134,7 @@ pub(crate) fn counts(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
         conn,
         &[
             (queries::COUNT_LIVE, vec![now]),
+            (queries::COUNT_GROUPED, vec![]),
             (queries::COUNT_HISTORY, vec![]),
         ],
     )
@@ -125,6 +147,7 @@ pub(crate) fn depth(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
         conn,
         &[
             (queries::COUNT_RUNNING, vec![]),
+            (queries::COUNT_GROUPED, vec![]),
             (queries::COUNT_DEAD, vec![]),
         ],
     )?;
@@ -371,15 +394,59 @@ pub(crate) fn import(conn: &Connection, records: &[JobRecord]) -> Result<usize> 
             clock::micros(r.updated_at),
         ];
         written += match r.state {
+            JobState::Grouped => {
+                let key = r.group_key.as_deref().unwrap_or_default();
+                let inserted = conn
+                    .prepare_cached(queries::IMPORT_GROUPED)?
+                    .execute(params![
+                        r.id,
+                        r.queue,
+                        r.kind,
+                        key,
+                        r.priority,
+                        r.payload,
+                        r.max_attempts,
+                        clock::micros(r.created_at)
+                    ])?;
+                if inserted == 1 {
+                    // The group takes the default policy until the next
+                    // enqueue into it gives one.
+                    let (max_size, grace_us, max_delay_us) = crate::Group::new(key).check()?;
+                    let now = clock::micros(r.updated_at.max(r.created_at));
+                    conn.prepare_cached(queries::JOIN_GROUP)?.execute(params![
+                        r.queue,
+                        r.kind,
+                        key,
+                        max_size,
+                        grace_us,
+                        max_delay_us,
+                        now
+                    ])?;
+                }
+                inserted
+            }
             JobState::Finished(status) => {
                 let mut values = common.to_vec();
                 let finished_at = clock::micros(r.finished_at.unwrap_or(r.updated_at));
                 let status = status.as_str();
-                values.extend(params![r.result, status, r.worker, finished_at]);
+                values.extend(params![
+                    r.result,
+                    status,
+                    r.worker,
+                    finished_at,
+                    r.progress,
+                    r.group_key,
+                    r.aggregated_into
+                ]);
                 conn.prepare_cached(queries::IMPORT_HISTORY)?
                     .execute(values.as_slice())?
             }
-            _ => conn.prepare_cached(queries::IMPORT_LIVE)?.execute(common)?,
+            _ => {
+                let mut values = common.to_vec();
+                values.push(&r.progress);
+                conn.prepare_cached(queries::IMPORT_LIVE)?
+                    .execute(values.as_slice())?
+            }
         };
         highest = highest.max(r.id);
     }

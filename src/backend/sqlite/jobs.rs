@@ -5,7 +5,9 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::queries;
-use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::backend::{
+    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
+};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
@@ -17,7 +19,12 @@ use crate::outcome::{AttemptError, FinalStatus, Transition};
 /// not once per job: that lookup hashes the SQL text.
 pub(crate) fn enqueue_all(conn: &Connection, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
     let mut insert = conn.prepare_cached(queries::ENQUEUE)?;
-    jobs.iter().map(|p| enqueue(conn, &mut insert, p)).collect()
+    jobs.iter()
+        .map(|p| match &p.group {
+            Some(group) => super::groups::join(conn, p, group),
+            None => enqueue(conn, &mut insert, p),
+        })
+        .collect()
 }
 
 /// Inserts a job, or finds the job already holding its unique key.
@@ -307,6 +314,23 @@ pub(crate) fn heartbeat(conn: &Connection, p: &HeartbeatParams<'_>) -> Result<He
         .copied()
         .collect();
     Ok(report)
+}
+
+/// Writes each job's progress, fenced on its lease; returns the ids of the
+/// jobs whose lease was held (and so written).
+pub(crate) fn write_progress(
+    conn: &Connection,
+    writes: &[ProgressWrite],
+    now: i64,
+) -> Result<Vec<i64>> {
+    let mut stmt = conn.prepare_cached(queries::WRITE_PROGRESS)?;
+    let mut written = Vec::new();
+    for w in writes {
+        if stmt.execute(params![w.lease.job_id, w.lease.token, w.progress, now])? == 1 {
+            written.push(w.lease.job_id);
+        }
+    }
+    Ok(written)
 }
 
 /// Up to `limit` leases that expired before `now`.

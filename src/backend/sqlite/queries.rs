@@ -145,10 +145,10 @@ pub const FINISH_TO_HISTORY: &str = concat!(
     "INSERT INTO backlog_history
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      errors, cancel_requested, created_at, updated_at, result, status, processed_by,
-     started_at, finished_at)
+     started_at, finished_at, progress)
 SELECT id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at, ",
     append_error!("?6"),
-    ", cancel_requested, created_at, ?3, ?4, ?5, locked_by, first_leased_at, ?3
+    ", cancel_requested, created_at, ?3, ?4, ?5, locked_by, first_leased_at, ?3, progress
 FROM backlog_jobs WHERE id = ?1 AND lease_token IS ?2"
 );
 
@@ -172,6 +172,11 @@ RETURNING cancel_requested"
 /// Whether a lease is still held: the fence a transactional completion checks
 /// before the caller's effects run. Parameters: `?1` id, `?2` token.
 pub const LEASE_HELD: &str = "SELECT 1 FROM backlog_jobs WHERE id = ?1 AND lease_token = ?2";
+
+/// Writes a running job's progress (`?3`, JSON text), fenced on its lease:
+/// no row changes when `?1`'s lease is no longer `?2`. `?4` is now.
+pub const WRITE_PROGRESS: &str = "UPDATE backlog_jobs SET progress = ?3, updated_at = ?4 \
+     WHERE id = ?1 AND lease_token = ?2";
 
 // ---- heartbeat -------------------------------------------------------------
 
@@ -200,12 +205,26 @@ pub const LIVE_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, 
      cancel_requested, NULL AS result, NULL AS finished_at, created_at, updated_at, \
      CASE WHEN lease_token IS NOT NULL THEN 'running' \
           WHEN available_at <= ?1 THEN 'available' \
-          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state";
+          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state, progress, \
+     NULL AS group_key, NULL AS aggregated_into";
 
 /// A finished job as a record, in the same column order as [`LIVE_COLUMNS`].
 pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
      max_attempts, available_at, errors, processed_by, NULL AS lease_until, started_at, \
-     cancel_requested, result, finished_at, created_at, updated_at, status AS state";
+     cancel_requested, result, finished_at, created_at, updated_at, status AS state, progress, \
+     group_key, aggregated_into";
+
+/// A job waiting in its group as a record, in the same column order as
+/// [`LIVE_COLUMNS`]: never attempted, due when its group is combined.
+pub const GROUPED_COLUMNS: &str = "id, queue, kind, priority, NULL AS unique_key, payload, \
+     0 AS attempts, max_attempts, created_at AS available_at, '[]' AS errors, NULL AS locked_by, \
+     NULL AS lease_until, NULL AS first_leased_at, 0 AS cancel_requested, NULL AS result, \
+     NULL AS finished_at, created_at, created_at AS updated_at, 'grouped' AS state, \
+     NULL AS progress, group_key, NULL AS aggregated_into";
+
+/// Waiting group members per queue.
+pub const COUNT_GROUPED: &str =
+    "SELECT queue, 'grouped', count(*) FROM backlog_group_members GROUP BY queue";
 
 /// The live-state conditions, by state name.
 pub fn live_state_condition(state: &str) -> &'static str {
@@ -332,6 +351,83 @@ SELECT count(*) FILTER (WHERE name IN ('backlog_jobs', 'backlog_history', 'backl
        count(*)
 FROM sqlite_master WHERE type = 'table'";
 
+// ---- groups ----------------------------------------------------------------
+
+/// Moves a job [`ENQUEUE`] just inserted (`?1`, so that it has an id from the
+/// jobs' sequence) into its group `?2`; [`DELETE_LIVE`] then removes the live
+/// row, in the same transaction.
+pub const JOIN_GROUP_MEMBER: &str = "
+INSERT INTO backlog_group_members
+    (id, queue, kind, group_key, priority, payload, max_attempts, created_at)
+SELECT id, queue, kind, ?2, priority, payload, max_attempts, created_at
+FROM backlog_jobs WHERE id = ?1";
+
+/// Counts a new member into its group, creating the group, and sets the
+/// group's policy (the newest enqueue's) and when it is ready: now when it
+/// is full, else the earlier of a grace period after this member and the
+/// max delay after the first. Parameters: `?1` queue, `?2` kind, `?3` group
+/// key, `?4` max size, `?5` grace (µs), `?6` max delay (µs), `?7` now.
+pub const JOIN_GROUP: &str = "
+INSERT INTO backlog_groups
+    (queue, kind, group_key, max_size, grace_us, max_delay_us, size, first_at, last_at, ready_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7, ?7, CASE WHEN ?4 <= 1 THEN ?7 ELSE ?7 + min(?5, ?6) END)
+ON CONFLICT (queue, kind, group_key) DO UPDATE SET
+    max_size = excluded.max_size, grace_us = excluded.grace_us,
+    max_delay_us = excluded.max_delay_us, size = size + 1, last_at = excluded.last_at,
+    ready_at = CASE WHEN size + 1 >= excluded.max_size THEN excluded.last_at
+                    ELSE min(excluded.last_at + excluded.grace_us,
+                             first_at + excluded.max_delay_us) END";
+
+/// Up to `?2` groups ready at `?1`, the longest ready first, through
+/// `backlog_groups_ready`.
+pub const READY_GROUPS: &str = "
+SELECT queue, kind, group_key, max_size FROM backlog_groups
+WHERE ready_at <= ?1 ORDER BY ready_at LIMIT ?2";
+
+/// A group's oldest `?4` members.
+pub const GROUP_MEMBERS: &str = "
+SELECT id, priority, payload, max_attempts FROM backlog_group_members
+WHERE queue = ?1 AND kind = ?2 AND group_key = ?3 ORDER BY id LIMIT ?4";
+
+/// Moves a group's members up to id `?4` to history as `aggregated` into job
+/// `?6`, at `?5`. Never attempted: attempts 0, no worker, no start.
+pub const AGGREGATE_TO_HISTORY: &str = "
+INSERT INTO backlog_history
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
+     started_at, finished_at, progress, group_key, aggregated_into)
+SELECT id, queue, kind, priority, NULL, payload, 0, max_attempts, created_at,
+       '[]', 0, created_at, ?5, NULL, 'aggregated', NULL, NULL, ?5, NULL, group_key, ?6
+FROM backlog_group_members
+WHERE queue = ?1 AND kind = ?2 AND group_key = ?3 AND id <= ?4";
+
+/// Removes the members [`AGGREGATE_TO_HISTORY`] copied.
+pub const DELETE_AGGREGATED: &str = "
+DELETE FROM backlog_group_members
+WHERE queue = ?1 AND kind = ?2 AND group_key = ?3 AND id <= ?4";
+
+/// What is left of a group after a combination: its members and when the
+/// oldest joined.
+pub const GROUP_LEFT: &str = "
+SELECT count(*), min(created_at) FROM backlog_group_members
+WHERE queue = ?1 AND kind = ?2 AND group_key = ?3";
+
+/// Removes a group with no member left.
+pub const DELETE_GROUP: &str =
+    "DELETE FROM backlog_groups WHERE queue = ?1 AND kind = ?2 AND group_key = ?3";
+
+/// Re-arms a group that kept members (more than its max size had joined):
+/// `?4` members, the oldest joined at `?5`; ready now (`?6`) when still full.
+pub const REARM_GROUP: &str = "
+UPDATE backlog_groups
+SET size = ?4, first_at = ?5,
+    ready_at = CASE WHEN ?4 >= max_size THEN ?6
+                    ELSE min(last_at + grace_us, ?5 + max_delay_us) END
+WHERE queue = ?1 AND kind = ?2 AND group_key = ?3";
+
+/// When the next group is ready: the aggregator sleeps until then.
+pub const NEXT_GROUP_READY: &str = "SELECT min(ready_at) FROM backlog_groups";
+
 // ---- copy ------------------------------------------------------------------
 
 /// Inserts a live job copied from another database, keeping its id, unless
@@ -341,25 +437,39 @@ FROM sqlite_master WHERE type = 'table'";
 /// Parameters: `?1` id, `?2` queue, `?3` kind, `?4` priority, `?5` unique
 /// key, `?6` payload, `?7` attempts, `?8` max attempts, `?9` available_at,
 /// `?10` first leased at, `?11` errors, `?12` cancel requested, `?13`
-/// created_at, `?14` updated_at.
+/// created_at, `?14` updated_at, `?15` progress.
 pub const IMPORT_LIVE: &str = "
 INSERT INTO backlog_jobs
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
-     first_leased_at, errors, cancel_requested, created_at, updated_at)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14
+     first_leased_at, errors, cancel_requested, created_at, updated_at, progress)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15
 WHERE NOT EXISTS (SELECT 1 FROM backlog_history WHERE id = ?1)
 ON CONFLICT DO NOTHING";
 
 /// Inserts a finished job copied from another database, keeping its id,
 /// unless the id is taken. Parameters as [`IMPORT_LIVE`], then `?15` result,
-/// `?16` status, `?17` processed by, `?18` finished_at (`?10` is started_at).
+/// `?16` status, `?17` processed by, `?18` finished_at (`?10` is started_at),
+/// `?19` progress, `?20` group key, `?21` aggregated into.
 pub const IMPORT_HISTORY: &str = "
 INSERT INTO backlog_history
     (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
      started_at, errors, cancel_requested, created_at, updated_at, result, status,
-     processed_by, finished_at)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18
+     processed_by, finished_at, progress, group_key, aggregated_into)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
+       ?20, ?21
 WHERE NOT EXISTS (SELECT 1 FROM backlog_jobs WHERE id = ?1)
+ON CONFLICT DO NOTHING";
+
+/// Inserts a waiting group member copied from another database, keeping its
+/// id, unless the id is taken. Parameters: `?1` id, `?2` queue, `?3` kind,
+/// `?4` group key, `?5` priority, `?6` payload, `?7` max attempts, `?8`
+/// created_at. [`JOIN_GROUP`] then counts it into its group.
+pub const IMPORT_GROUPED: &str = "
+INSERT INTO backlog_group_members
+    (id, queue, kind, group_key, priority, payload, max_attempts, created_at)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8
+WHERE NOT EXISTS (SELECT 1 FROM backlog_jobs WHERE id = ?1)
+  AND NOT EXISTS (SELECT 1 FROM backlog_history WHERE id = ?1)
 ON CONFLICT DO NOTHING";
 
 /// Makes new ids start above `?1`: `AUTOINCREMENT` keeps the highest id

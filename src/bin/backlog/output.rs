@@ -108,6 +108,7 @@ pub fn stats_table(stats: &[QueueStats]) -> String {
         ("SCHEDULED", true),
         ("RETRYING", true),
         ("RUNNING", true),
+        ("GROUPED", true),
         ("DEAD", true),
         ("DONE 1H", true),
         ("PER MIN", true),
@@ -120,6 +121,7 @@ pub fn stats_table(stats: &[QueueStats]) -> String {
             s.scheduled.to_string(),
             s.retrying.to_string(),
             s.running.to_string(),
+            s.grouped.to_string(),
             s.dead.to_string(),
             s.completed_last_hour.to_string(),
             s.completed_last_minute.to_string(),
@@ -143,6 +145,7 @@ pub fn stats_json(stats: &[QueueStats]) -> Value {
                     "scheduled": s.scheduled,
                     "retrying": s.retrying,
                     "running": s.running,
+                    "grouped": s.grouped,
                     "dead": s.dead,
                     "completed_last_hour": s.completed_last_hour,
                     "completed_last_minute": s.completed_last_minute,
@@ -180,6 +183,9 @@ pub fn record_json(r: &JobRecord) -> Value {
         "started_at": time_json(r.started_at),
         "cancel_requested": r.cancel_requested,
         "result": r.result.as_deref().map(json_text),
+        "progress": r.progress.as_deref().map(json_text),
+        "group": r.group_key,
+        "aggregated_into": r.aggregated_into,
         "finished_at": time_json(r.finished_at),
         "created_at": time_json(Some(r.created_at)),
         "updated_at": time_json(Some(r.updated_at)),
@@ -259,6 +265,12 @@ pub fn record_text(r: &JobRecord, now: SystemTime) -> String {
     if r.cancel_requested {
         field("cancel", "requested".into());
     }
+    if let Some(group) = &r.group_key {
+        field("group", group.clone());
+    }
+    if let Some(into) = r.aggregated_into {
+        field("combined into", format!("job {into}"));
+    }
     if let Some(at) = r.finished_at {
         field("finished", stamp(at, now));
     }
@@ -268,6 +280,10 @@ pub fn record_text(r: &JobRecord, now: SystemTime) -> String {
     if let Some(result) = &r.result {
         out.push_str("result\n");
         out.push_str(&indent(&pretty(result)));
+    }
+    if let Some(progress) = &r.progress {
+        out.push_str("progress\n");
+        out.push_str(&indent(&pretty(progress)));
     }
     if r.errors.is_empty() {
         out.push_str("errors        none\n");
