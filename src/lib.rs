@@ -132,6 +132,7 @@ pub mod metrics;
 pub mod mysql;
 mod options;
 mod outcome;
+pub mod periodic;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod queue;
@@ -155,6 +156,7 @@ pub use job::{
 pub use lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport, DEFAULT_LEASE_TTL};
 pub use options::{Durability, QueueOptions, DEFAULT_TABLE_PREFIX};
 pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
+pub use periodic::{Schedule, ScheduleInfo, Scheduler, SchedulerStats};
 pub use queue::{Queue, WAIT_MAX_POLL};
 pub use retry::RetryPolicy;
 pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_UNIQUE_KEY_BYTES};

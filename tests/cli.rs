@@ -820,7 +820,8 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          DROP INDEX backlog_jobs_scheduled; ALTER TABLE backlog_jobs DROP COLUMN due;
          CREATE INDEX backlog_jobs_lease ON backlog_jobs (queue, priority DESC, available_at, id)
              WHERE lease_token IS NULL;
-         DELETE FROM backlog_schema_history WHERE version > 1;",
+         DROP TABLE backlog_schedules;
+         DELETE FROM backlog_schema_history WHERE version > 1;
     )?;
     drop(conn);
     backlog(&db, &["stats"])?.fails_with(10, "its schema lacks V2__due")?;

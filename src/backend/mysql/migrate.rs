@@ -17,6 +17,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V2__due",
         include_str!("../../../migrations/mysql/V2__due.sql"),
     ),
+    (
+        "V6__schedules",
+        include_str!("../../../migrations/mysql/V6__schedules.sql"),
+    ),
 ];
 
 /// Applies pending migrations.
@@ -81,6 +85,7 @@ fn render(template: &str, prefix: &str) -> String {
         .replace("{jobs}", &format!("{prefix}jobs"))
         .replace("{history}", &format!("{prefix}history"))
         .replace("{queues}", &format!("{prefix}queues"))
+        .replace("{schedules}", &format!("{prefix}schedules"))
 }
 
 /// The server lock's name for one queue's tables. Names are at most 64

@@ -546,6 +546,8 @@ pub struct Tables {
     pub jobs: String,
     pub history: String,
     pub queues: String,
+    /// Periodic schedules (`schedules.rs`).
+    pub schedules: String,
     /// Refinery's record of the applied migrations (`migrate.rs`).
     pub schema_history: String,
 }
@@ -559,6 +561,7 @@ impl Tables {
             jobs: format!("{db}.`{prefix}jobs`"),
             history: format!("{db}.`{prefix}history`"),
             queues: format!("{db}.`{prefix}queues`"),
+            schedules: format!("{db}.`{prefix}schedules`"),
             schema_history: format!("{db}.`{prefix}schema_history`"),
         }
     }
@@ -570,6 +573,7 @@ impl Tables {
             .replace("{jobs}", &self.jobs)
             .replace("{history}", &self.history)
             .replace("{queues}", &self.queues)
+            .replace("{schedules}", &self.schedules)
     }
 }
 

@@ -23,6 +23,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V2__due",
         include_str!("../../../migrations/postgres/V2__due.sql"),
     ),
+    (
+        "V6__schedules",
+        include_str!("../../../migrations/postgres/V6__schedules.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

@@ -519,6 +519,7 @@ impl Tables {
             .replace("{jobs}", &format!("{schema}{prefix}jobs"))
             .replace("{history}", &format!("{schema}{prefix}history"))
             .replace("{queues}", &format!("{schema}{prefix}queues"))
+            .replace("{schedules}", &format!("{schema}{prefix}schedules"))
             .replace("{channel}", &self.channel())
             .replace("{now}", NOW)
             .replace("{token}", TOKEN)
