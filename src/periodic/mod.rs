@@ -45,8 +45,10 @@
 //! epoch, so every process agrees on its ticks without asking anyone: an
 //! hourly one ticks on the hour (UTC).
 //!
-//! A tick's job is due at the tick. Ticks are measured on the clock of the
-//! process that claims them (the queue's [`Clock`](crate::Clock)).
+//! A tick's job is enqueued due at once when its tick is claimed, within
+//! milliseconds of the tick while a scheduler runs. Ticks are measured on
+//! the clock of the process that claims them (the queue's
+//! [`Clock`](crate::Clock)).
 //!
 //! ## Downtime, changes, removal
 //!
@@ -128,9 +130,9 @@ impl Schedule {
     /// 03:00 every day), or six with seconds first (`"*/10 * * * * *"`:
     /// every ten seconds). `job` is a [`NewJob`] or typed
     /// [`JobArgs`](crate::JobArgs); its queue, priority, attempts and
-    /// payload are the tick's. Its unique key and its schedule are replaced:
+    /// payload are the tick's. Its unique key and its delay are replaced:
     /// each tick's job gets the key `periodic:<name>:<tick µs>` and is due
-    /// at the tick.
+    /// as soon as its tick is claimed.
     ///
     /// [`Error::InvalidPeriodic`] for an expression that does not parse or
     /// never matches; [`Error::InvalidName`] for a bad name. The job itself
@@ -308,12 +310,12 @@ impl Schedule {
         }
     }
 
-    /// The job of the tick at `tick`: the schedule's, due at the tick, keyed
-    /// by the tick.
+    /// The job of the tick at `tick`: the schedule's, due at once, keyed by
+    /// the tick.
     pub(crate) fn job_at(&self, tick: i64) -> NewJob {
         self.job
             .clone()
-            .run_at(micros_to_system_time(tick))
+            .run_at(std::time::UNIX_EPOCH)
             .unique_key(tick_key(&self.name, tick))
             .unique_scope(UniqueScope::LiveAndHistory(TICK_KEY_HISTORY))
     }

@@ -18,6 +18,7 @@ mod inspect;
 mod lease;
 mod on_time;
 mod operate;
+mod periodic;
 mod settle;
 mod transactional;
 mod wait;
