@@ -7,6 +7,7 @@
 
 mod fail;
 mod output;
+mod schedules;
 mod target;
 mod watch;
 
@@ -141,6 +142,13 @@ enum Command {
         /// Stop after this many refreshes (for scripts).
         #[arg(long, hide = true)]
         count: Option<u64>,
+    },
+    /// Periodic schedules: expression, last and next tick.
+    Schedules {
+        /// Remove this schedule: every scheduler stops ticking it until it
+        /// is registered again.
+        #[arg(long, value_name = "NAME")]
+        remove: Option<String>,
     },
     /// Copy every live job and the history of one database into another
     /// (created and migrated if needed), keeping ids.
@@ -364,6 +372,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             )
         }
         Command::Metrics => out.text(&queue.metrics()?),
+        Command::Schedules { remove } => schedules::run(&out, &queue, remove.as_deref()),
         Command::Watch { interval, count } => {
             watch::run(&queue, duration_arg(interval)?, *count, out.json)
         }
