@@ -107,6 +107,12 @@
 //! (`tracing::subscriber::set_default`) included. See
 //! `examples/tracing.rs`.
 //!
+//! ## Periodic jobs
+//!
+//! A [`Schedule`] enqueues a job at each tick of a cron expression or a
+//! fixed interval, exactly once across every process that runs it: on a
+//! worker ([`WorkerBuilder::periodic`]) or a [`Scheduler`]. See [`periodic`].
+//!
 //! ## Testing your code
 //!
 //! [`testing`] asserts what your code enqueued (inside an open transaction

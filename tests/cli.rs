@@ -839,7 +839,11 @@ fn schedules_lists_last_and_next_ticks_and_removes_one() -> TestResult {
     let scheduler = backlog::Scheduler::new(queue.clone());
     let job = || backlog::NewJob::new("report", json!({}));
     scheduler.add(backlog::Schedule::cron("nightly", "0 3 * * *", job())?)?;
-    scheduler.add(backlog::Schedule::every("fast", Duration::from_millis(1), job())?)?;
+    scheduler.add(backlog::Schedule::every(
+        "fast",
+        Duration::from_millis(1),
+        job(),
+    )?)?;
     std::thread::sleep(Duration::from_millis(5));
     assert_eq!(scheduler.run_due()?, 1, "fast ticked");
 
@@ -847,8 +851,16 @@ fn schedules_lists_last_and_next_ticks_and_removes_one() -> TestResult {
     let lines: Vec<&str> = run.stdout.lines().collect();
     assert_eq!(lines.len(), 3, "{}", run.stdout);
     assert!(lines[0].starts_with("NAME"), "{}", lines[0]);
-    assert!(lines[1].starts_with("fast") && lines[1].contains("every 1ms"), "{}", lines[1]);
-    assert!(lines[2].starts_with("nightly") && lines[2].contains("0 3 * * * (UTC)  -"), "{}", lines[2]);
+    assert!(
+        lines[1].starts_with("fast") && lines[1].contains("every 1ms"),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].starts_with("nightly") && lines[2].contains("0 3 * * * (UTC)  -"),
+        "{}",
+        lines[2]
+    );
     assert!(lines[2].contains("T03:00:00Z (in "), "{}", lines[2]);
 
     let listed = backlog(&db, &["--json", "schedules"])?.ok()?.json()?;

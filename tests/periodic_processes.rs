@@ -104,10 +104,7 @@ fn wait_stats(child: Child) -> TestResult<(u64, u64, u64, u64)> {
         let line = line?;
         // libtest may print `test periodic_child ... ` before it.
         if let Some((_, rest)) = line.split_once("STATS ") {
-            let n: Vec<u64> = rest
-                .split(' ')
-                .map(str::parse)
-                .collect::<Result<_, _>>()?;
+            let n: Vec<u64> = rest.split(' ').map(str::parse).collect::<Result<_, _>>()?;
             return Ok((n[0], n[1], n[2], n[3]));
         }
     }
@@ -135,7 +132,10 @@ fn check(h: &Harness, window: Duration, backend: &Backend) -> TestResult {
             .map(|w| w[1] - w[0])
             .filter(|&d| d != every)
             .collect();
-        assert!(gaps.is_empty(), "{name}: ticks not every {every} µs: {gaps:?}");
+        assert!(
+            gaps.is_empty(),
+            "{name}: ticks not every {every} µs: {gaps:?}"
+        );
         // Every tick of the window, less up to a second for the first
         // process to start and the last to exit.
         let expected = elapsed.as_micros() as i64 / every;
@@ -152,7 +152,10 @@ fn check(h: &Harness, window: Duration, backend: &Backend) -> TestResult {
     let duplicates: u64 = stats.iter().map(|s| s.1).sum();
     let lost: u64 = stats.iter().map(|s| s.2).sum();
     let errors: u64 = stats.iter().map(|s| s.3).sum();
-    assert_eq!(enqueued, total as u64, "each tick claimed by exactly one process");
+    assert_eq!(
+        enqueued, total as u64,
+        "each tick claimed by exactly one process"
+    );
     assert_eq!(duplicates, 0, "no tick claimed twice");
     assert_eq!(errors, 0);
     assert!(
@@ -177,11 +180,15 @@ fn ticks_by_schedule(queue: &Queue) -> TestResult<BTreeMap<String, Vec<i64>>> {
         for job in &page.jobs {
             let key = job.unique_key.as_deref().ok_or("a job without a key")?;
             let mut parts = key.splitn(3, ':');
-            let (Some("periodic"), Some(name), Some(tick)) = (parts.next(), parts.next(), parts.next())
+            let (Some("periodic"), Some(name), Some(tick)) =
+                (parts.next(), parts.next(), parts.next())
             else {
                 return Err(format!("not a tick's key: {key}").into());
             };
-            ticks.entry(name.to_owned()).or_default().push(tick.parse()?);
+            ticks
+                .entry(name.to_owned())
+                .or_default()
+                .push(tick.parse()?);
         }
         match page.next_after {
             Some(after) => filter = filter.after(after),

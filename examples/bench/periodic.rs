@@ -105,7 +105,13 @@ pub fn child(a: &PeriodicChildArgs, d: Durability) -> BoxResult<()> {
     Ok(())
 }
 
-fn spawn(path: &Path, d: Durability, a: &PeriodicArgs, every_ms: u64, secs: f64) -> BoxResult<Child> {
+fn spawn(
+    path: &Path,
+    d: Durability,
+    a: &PeriodicArgs,
+    every_ms: u64,
+    secs: f64,
+) -> BoxResult<Child> {
     Ok(Command::new(std::env::current_exe()?)
         .arg("periodic-child")
         .arg("--db")
@@ -171,9 +177,22 @@ pub fn periodic(report: &mut Report, dir: &Path, d: Durability, a: &PeriodicArgs
         let name = format!("{n} processes × {s} schedules {label}");
         let cpu = mean(&results, "cpu_percent");
         if every_ms == 0 {
-            report.target("periodic", dn, &format!("{name}: CPU per process"), "% of a core", cpu, Target::AtMost(0.1));
+            report.target(
+                "periodic",
+                dn,
+                &format!("{name}: CPU per process"),
+                "% of a core",
+                cpu,
+                Target::AtMost(0.1),
+            );
         } else {
-            report.value("periodic", dn, &format!("{name}: CPU per process"), "% of a core", cpu);
+            report.value(
+                "periodic",
+                dn,
+                &format!("{name}: CPU per process"),
+                "% of a core",
+                cpu,
+            );
         }
         report.value(
             "periodic",
@@ -228,7 +247,13 @@ pub fn periodic(report: &mut Report, dir: &Path, d: Durability, a: &PeriodicArgs
     let shared = shared?;
     let name = format!("enqueue one at a time, {n} processes × {s} schedules every 100 ms");
     report.value("periodic", dn, &format!("{name}: with"), "jobs/s", shared);
-    report.value("periodic", dn, "enqueue one at a time, no scheduler", "jobs/s", alone);
+    report.value(
+        "periodic",
+        dn,
+        "enqueue one at a time, no scheduler",
+        "jobs/s",
+        alone,
+    );
     report.target(
         "periodic",
         dn,

@@ -173,7 +173,11 @@ impl Schedule {
     ///
     /// [`Error::InvalidPeriodic`] for an interval under [`MIN_INTERVAL`] or
     /// over [`MAX_INTERVAL`]; [`Error::InvalidName`] for a bad name.
-    pub fn every(name: impl Into<String>, interval: Duration, job: impl IntoNewJob) -> Result<Self> {
+    pub fn every(
+        name: impl Into<String>,
+        interval: Duration,
+        job: impl IntoNewJob,
+    ) -> Result<Self> {
         let name = name.into();
         validate::name("schedule", &name)?;
         if !(MIN_INTERVAL..=MAX_INTERVAL).contains(&interval) {
@@ -422,7 +426,11 @@ mod tests {
         assert_eq!(daily.latest_at_or_before(next)?, Some(next));
         assert_eq!(daily.latest_at_or_before(next - 1)?, Some(next - 24 * HOUR));
         let paris = daily.clone().in_time_zone("Europe/Paris")?;
-        assert_eq!(paris.next_after(t)?, next - HOUR, "03:00 in Paris is 02:00 UTC in November");
+        assert_eq!(
+            paris.next_after(t)?,
+            next - HOUR,
+            "03:00 in Paris is 02:00 UTC in November"
+        );
         assert_eq!(paris.expression(), "0 3 * * * (Europe/Paris)");
         let seconds = Schedule::cron("s", "*/10 * * * * *", job())?;
         assert_eq!(seconds.next_after(t)?, t + 10_000_000);
@@ -432,23 +440,48 @@ mod tests {
     #[cfg(feature = "cron")]
     #[test]
     fn a_bad_expression_or_zone_is_a_typed_error_at_construction() {
-        for bad in ["", "* * *", "61 * * * *", "0 0 30 2 *", "not cron", "0 0 1 1 * 2020"] {
+        for bad in [
+            "",
+            "* * *",
+            "61 * * * *",
+            "0 0 30 2 *",
+            "not cron",
+            "0 0 1 1 * 2020",
+        ] {
             match Schedule::cron("s", bad, job()) {
-                Err(Error::InvalidPeriodic { expression, .. }) => assert!(expression.starts_with(bad)),
+                Err(Error::InvalidPeriodic { expression, .. }) => {
+                    assert!(expression.starts_with(bad))
+                }
                 other => panic!("{bad:?}: {other:?}"),
             }
         }
-        let zone = Schedule::cron("s", "0 * * * *", job()).and_then(|s| s.in_time_zone("Mars/Olympus"));
-        assert!(matches!(zone, Err(Error::InvalidPeriodic { .. })), "{zone:?}");
+        let zone =
+            Schedule::cron("s", "0 * * * *", job()).and_then(|s| s.in_time_zone("Mars/Olympus"));
+        assert!(
+            matches!(zone, Err(Error::InvalidPeriodic { .. })),
+            "{zone:?}"
+        );
     }
 
     #[test]
     fn an_interval_out_of_range_or_a_bad_name_is_refused() {
         for bad in [Duration::ZERO, Duration::from_micros(999), MAX_INTERVAL * 2] {
             let r = Schedule::every("s", bad, job());
-            assert!(matches!(r, Err(Error::InvalidPeriodic { .. })), "{bad:?}: {r:?}");
+            assert!(
+                matches!(r, Err(Error::InvalidPeriodic { .. })),
+                "{bad:?}: {r:?}"
+            );
         }
         let r = Schedule::every("", Duration::from_secs(1), job());
-        assert!(matches!(r, Err(Error::InvalidName { what: "schedule", .. })), "{r:?}");
+        assert!(
+            matches!(
+                r,
+                Err(Error::InvalidName {
+                    what: "schedule",
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
     }
 }

@@ -66,6 +66,16 @@ struct Running {
     handle: Option<JoinHandle<()>>,
 }
 
+/// What one look at the schedules did.
+struct Due {
+    /// Jobs enqueued.
+    enqueued: usize,
+    /// The next tick of the schedules this scheduler runs (`None`: none).
+    next: Option<i64>,
+    /// The first failed claim.
+    failed: Option<Error>,
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     enqueued: AtomicU64,
@@ -183,9 +193,16 @@ impl Scheduler {
     /// Claims every tick of this scheduler's schedules that is due at the
     /// queue clock's now, enqueueing their jobs; returns how many it
     /// enqueued. Ticks other schedulers claimed first are left to them.
+    ///
+    /// A schedule whose claim fails does not stop the others: the first
+    /// error is returned after every schedule was tried.
     pub fn run_due(&self) -> Result<usize> {
         let now = self.shared.queue.now_micros();
-        Ok(self.shared.run_due(now)?.0)
+        let due = self.shared.run_due(now)?;
+        match due.failed {
+            Some(e) => Err(e),
+            None => Ok(due.enqueued),
+        }
     }
 
     /// What this scheduler did so far.
@@ -243,12 +260,16 @@ impl Shared {
         loop {
             self.stats.wakeups.fetch_add(1, Relaxed);
             let now = clock.now_micros();
+            let retry = now.saturating_add(duration_micros(RETRY_AFTER).unwrap_or(0));
             let next = match self.run_due(now) {
-                Ok((_, next)) => next,
+                Ok(due) => match due.failed {
+                    Some(_) => Some(due.next.map_or(retry, |n| n.min(retry))),
+                    None => due.next,
+                },
                 Err(e) => {
                     self.stats.errors.fetch_add(1, Relaxed);
-                    tracing::warn!(error = %e, "periodic: cannot claim due ticks; trying again");
-                    Some(now.saturating_add(duration_micros(RETRY_AFTER).unwrap_or(0)))
+                    tracing::warn!(error = %e, "periodic: cannot read the schedules; trying again");
+                    Some(retry)
                 }
             };
             let wait = next.map_or(REFRESH, |t| {
@@ -263,12 +284,18 @@ impl Shared {
         }
     }
 
-    /// Claims the due ticks at `now`: how many jobs were enqueued, and the
-    /// next tick of the schedules this scheduler runs (`None`: none to run).
-    fn run_due(&self, now: i64) -> Result<(usize, Option<i64>)> {
+    /// Claims the due ticks at `now`. Fails only when the schedules cannot
+    /// be read; a failed claim is counted, logged and reported in `failed`,
+    /// and the other schedules go on.
+    fn run_due(&self, now: i64) -> Result<Due> {
         let schedules: Vec<Schedule> = self.lock().values().cloned().collect();
+        let mut due = Due {
+            enqueued: 0,
+            next: None,
+            failed: None,
+        };
         if schedules.is_empty() {
-            return Ok((0, None));
+            return Ok(due);
         }
         let rows: BTreeMap<String, crate::backend::ScheduleRow> = self
             .queue
@@ -277,8 +304,6 @@ impl Shared {
             .into_iter()
             .map(|r| (r.name.clone(), r))
             .collect();
-        let mut enqueued = 0;
-        let mut next: Option<i64> = None;
         for schedule in &schedules {
             let expression = schedule.expression();
             // No row: removed. Another expression: another registration
@@ -292,13 +317,31 @@ impl Shared {
             let upcoming = if row.next_tick > now {
                 row.next_tick
             } else {
-                let (claimed, upcoming) = self.claim(schedule, &expression, row.next_tick, now)?;
-                enqueued += usize::from(claimed);
-                upcoming
+                match self.claim(schedule, &expression, row.next_tick, now) {
+                    Ok((claimed, upcoming)) => {
+                        due.enqueued += usize::from(claimed);
+                        upcoming
+                    }
+                    Err(e) => {
+                        self.stats.errors.fetch_add(1, Relaxed);
+                        tracing::warn!(
+                            schedule = schedule.name(),
+                            error = %e,
+                            "periodic: cannot claim a due tick; trying again"
+                        );
+                        if matches!(e, Error::InvalidPeriodic { .. }) {
+                            // No tick left (a cron whose years are over):
+                            // nothing to try again.
+                            self.lock().remove(schedule.name());
+                        }
+                        due.failed.get_or_insert(e);
+                        continue;
+                    }
+                }
             };
-            next = Some(next.map_or(upcoming, |n| n.min(upcoming)));
+            due.next = Some(due.next.map_or(upcoming, |n| n.min(upcoming)));
         }
-        Ok((enqueued, next))
+        Ok(due)
     }
 
     /// Claims the due tick of `schedule` whose row holds `seen`: enqueues
@@ -340,7 +383,11 @@ impl Shared {
             }
             Claimed::Skipped => {
                 c.skipped.fetch_add(1, Relaxed);
-                tracing::info!(schedule = schedule.name(), tick, "periodic: missed tick skipped");
+                tracing::info!(
+                    schedule = schedule.name(),
+                    tick,
+                    "periodic: missed tick skipped"
+                );
                 false
             }
             Claimed::Enqueued(e) if e.existed => {
@@ -355,7 +402,12 @@ impl Shared {
             }
             Claimed::Enqueued(e) => {
                 c.enqueued.fetch_add(1, Relaxed);
-                tracing::debug!(schedule = schedule.name(), tick, job_id = e.id, "periodic: tick enqueued");
+                tracing::debug!(
+                    schedule = schedule.name(),
+                    tick,
+                    job_id = e.id,
+                    "periodic: tick enqueued"
+                );
                 true
             }
         };

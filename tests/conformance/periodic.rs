@@ -9,9 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use backlog::periodic::tick_key;
-use backlog::{
-    Error, Event, JobFilter, JobState, NewJob, Queue, Schedule, Scheduler, Worker,
-};
+use backlog::{Error, Event, JobFilter, JobState, NewJob, Queue, Schedule, Scheduler, Worker};
 use serde_json::{json, Value};
 
 use crate::harness::{micros, Backend, TestResult};
@@ -45,7 +43,11 @@ fn enqueued_ticks(queue: &Queue, name: &str) -> TestResult<Vec<i64>> {
         loop {
             let page = queue.list(&filter)?;
             for job in &page.jobs {
-                if let Some(tick) = job.unique_key.as_deref().and_then(|k| k.strip_prefix(&prefix)) {
+                if let Some(tick) = job
+                    .unique_key
+                    .as_deref()
+                    .and_then(|k| k.strip_prefix(&prefix))
+                {
                     ticks.push(tick.parse::<i64>()?);
                 }
             }
@@ -98,8 +100,15 @@ fn each_tick_is_enqueued_once_by_two_schedulers_on_one_database(b: &Backend) -> 
     assert_eq!(ticks, expected, "every minute once, none twice");
     let (a, c) = (first.stats(), second.stats());
     assert_eq!(a.enqueued + c.enqueued, 60);
-    assert!(a.lost + c.lost <= 20, "a claim lost only in a race: {a:?} {c:?}");
-    assert_eq!(a.duplicates + c.duplicates, 0, "the claim alone kept ticks single");
+    assert!(
+        a.lost + c.lost <= 20,
+        "a claim lost only in a race: {a:?} {c:?}"
+    );
+    assert_eq!(
+        a.duplicates + c.duplicates,
+        0,
+        "the claim alone kept ticks single"
+    );
     assert!(a.enqueued > 0 && c.enqueued > 0, "{a:?} {c:?}");
     Ok(())
 }
@@ -115,7 +124,8 @@ fn missed_ticks_are_skipped_after_downtime_by_default(b: &Backend) -> TestResult
     assert_eq!(scheduler.stats().skipped, 1, "one claim skips them all");
     assert!(enqueued_ticks(&h.queue, "hourly")?.is_empty());
     // The next tick comes as usual; half a minute late is still on time.
-    h.clock.set_micros(first + micros(HOUR * 4 + Duration::from_secs(30)));
+    h.clock
+        .set_micros(first + micros(HOUR * 4 + Duration::from_secs(30)));
     assert_eq!(scheduler.run_due()?, 1);
     assert_eq!(
         enqueued_ticks(&h.queue, "hourly")?,
@@ -163,8 +173,16 @@ fn removing_a_schedule_stops_every_scheduler(b: &Backend) -> TestResult {
         here.run_due()?;
         there.run_due()?;
     }
-    assert_eq!(enqueued_ticks(&h.queue, "cleanup")?.len(), 1, "none after removal");
-    assert_eq!(enqueued_ticks(&h.queue, "other")?.len(), 4, "the other goes on");
+    assert_eq!(
+        enqueued_ticks(&h.queue, "cleanup")?.len(),
+        1,
+        "none after removal"
+    );
+    assert_eq!(
+        enqueued_ticks(&h.queue, "other")?.len(),
+        4,
+        "the other goes on"
+    );
     let names: Vec<String> = h.queue.schedules()?.into_iter().map(|s| s.name).collect();
     assert_eq!(names, ["other"]);
     // Removed by name from anywhere (the CLI), and registered again.
@@ -172,7 +190,11 @@ fn removing_a_schedule_stops_every_scheduler(b: &Backend) -> TestResult {
     assert!(!h.queue.remove_schedule("other")?);
     there.add(Schedule::every("cleanup", MINUTE, job())?)?;
     h.advance(MINUTE);
-    assert_eq!(here.run_due()? + there.run_due()?, 1, "cleanup again, other still gone");
+    assert_eq!(
+        here.run_due()? + there.run_due()?,
+        1,
+        "cleanup again, other still gone"
+    );
     assert_eq!(enqueued_ticks(&h.queue, "cleanup")?.len(), 2);
     Ok(())
 }
@@ -189,7 +211,10 @@ fn changing_the_expression_takes_effect_at_the_next_tick(b: &Backend) -> TestRes
     let next = next_multiple(h.now(), MINUTE * 10);
     let listed = h.queue.schedules()?;
     assert_eq!(listed[0].expression, "every 600s");
-    assert_eq!(listed[0].next_tick, backlog::clock::micros_to_system_time(next));
+    assert_eq!(
+        listed[0].next_tick,
+        backlog::clock::micros_to_system_time(next)
+    );
     for k in 0..6 {
         h.clock.set_micros(next + k * micros(MINUTE * 10));
         old.run_due()?;
@@ -208,14 +233,23 @@ fn changing_the_expression_takes_effect_at_the_next_tick(b: &Backend) -> TestRes
 
 fn a_bad_expression_or_job_is_a_typed_error_and_writes_nothing(b: &Backend) -> TestResult {
     let h = b.harness()?;
-    for bad in ["* * *", "99 * * * *", "0 0 31 2 *", "*/0 * * * *", "@reboot"] {
+    for bad in [
+        "* * *",
+        "99 * * * *",
+        "0 0 31 2 *",
+        "*/0 * * * *",
+        "@reboot",
+    ] {
         match Schedule::cron("bad", bad, job()) {
             Err(e @ Error::InvalidPeriodic { .. }) => assert!(e.is_invalid_input()),
             other => return Err(format!("{bad:?} gave {other:?}").into()),
         }
     }
     let zone = Schedule::cron("bad", "0 * * * *", job())?.in_time_zone("Nowhere/Special");
-    assert!(matches!(zone, Err(Error::InvalidPeriodic { .. })), "{zone:?}");
+    assert!(
+        matches!(zone, Err(Error::InvalidPeriodic { .. })),
+        "{zone:?}"
+    );
     assert!(matches!(
         Schedule::every("bad", Duration::ZERO, job()),
         Err(Error::InvalidPeriodic { .. })
@@ -223,9 +257,15 @@ fn a_bad_expression_or_job_is_a_typed_error_and_writes_nothing(b: &Backend) -> T
     // A job enqueue would refuse is refused when the schedule is added.
     let scheduler = Scheduler::new(h.queue.clone());
     let no_kind = Schedule::every("bad", MINUTE, NewJob::new("", json!({})))?;
-    assert!(matches!(scheduler.add(no_kind), Err(Error::InvalidName { what: "kind", .. })));
+    assert!(matches!(
+        scheduler.add(no_kind),
+        Err(Error::InvalidName { what: "kind", .. })
+    ));
     let bad_json = Schedule::every("bad", MINUTE, NewJob::from_json_str("k", "{nope"))?;
-    assert!(matches!(scheduler.add(bad_json), Err(Error::InvalidPayload(_))));
+    assert!(matches!(
+        scheduler.add(bad_json),
+        Err(Error::InvalidPayload(_))
+    ));
     assert!(h.queue.schedules()?.is_empty());
     assert!(scheduler.names().is_empty());
     assert_eq!(h.live_rows()?, 0);
@@ -251,8 +291,14 @@ fn interval_ticks_are_multiples_of_the_interval(b: &Backend) -> TestResult {
     // Due when claimed, at the first look after the tick (30 s steps).
     let job = h.lease_one("w")?;
     let claimed_at = job.available_at - ticks[0];
-    assert!((0..=micros(Duration::from_secs(30))).contains(&claimed_at), "{claimed_at}");
-    assert_eq!(h.record(job.id)?.unique_key, Some(tick_key("ninety", ticks[0])));
+    assert!(
+        (0..=micros(Duration::from_secs(30))).contains(&claimed_at),
+        "{claimed_at}"
+    );
+    assert_eq!(
+        h.record(job.id)?.unique_key,
+        Some(tick_key("ninety", ticks[0]))
+    );
     Ok(())
 }
 
@@ -281,7 +327,11 @@ fn schedules_lists_the_last_and_next_tick(b: &Backend) -> TestResult {
 fn a_worker_runs_its_periodic_schedules(b: &Backend) -> TestResult {
     let h = b.harness_on_real_time(backlog::QueueOptions::new())?;
     let events = h.queue.subscribe();
-    let schedule = Schedule::every("fast", Duration::from_millis(100), NewJob::new("tick", json!(1)))?;
+    let schedule = Schedule::every(
+        "fast",
+        Duration::from_millis(100),
+        NewJob::new("tick", json!(1)),
+    )?;
     let worker = Worker::builder(h.queue.clone())
         .poll_interval(Duration::from_secs(60))
         .handle_raw("tick", |_: Value, _| Ok(()))
@@ -301,4 +351,3 @@ fn a_worker_runs_its_periodic_schedules(b: &Backend) -> TestResult {
     assert!(listed[0].last_tick.is_some());
     Ok(())
 }
-

@@ -47,7 +47,12 @@ impl Db {
         self.pool.write(|tx| {
             tx.execute(
                 &sql,
-                &[&self.q.now_override(p.now), &p.name, &p.expression, &p.next_tick],
+                &[
+                    &self.q.now_override(p.now),
+                    &p.name,
+                    &p.expression,
+                    &p.next_tick,
+                ],
             )?;
             Ok(())
         })

@@ -41,11 +41,21 @@ pub fn run(out: &Out, queue: &Queue, remove: Option<&str>) -> Result<(), Failure
     for s in &schedules {
         let last = s.last_tick.map_or_else(
             || "-".to_owned(),
-            |t| format!("{} ({})", output::time(micros(t)), output::relative(micros(t), now)),
+            |t| {
+                format!(
+                    "{} ({})",
+                    output::time(micros(t)),
+                    output::relative(micros(t), now)
+                )
+            },
         );
         let next = micros(s.next_tick);
         // A next tick in the past: no scheduler has run it since.
-        let overdue = if next < now { ", no scheduler running?" } else { "" };
+        let overdue = if next < now {
+            ", no scheduler running?"
+        } else {
+            ""
+        };
         table.row(vec![
             s.name.clone(),
             s.expression.clone(),
