@@ -221,9 +221,11 @@ impl Scheduler {
     /// Stops the thread. **Bound**: returns within 1.5 s; a thread still
     /// inside a database call then (a write lock held by another process)
     /// is left to finish it on its own and then ends. The schedules stay in
-    /// the database for the other schedulers.
-    pub fn shutdown(mut self) {
+    /// the database for the other schedulers. Returns the final
+    /// [`Scheduler::stats`].
+    pub fn shutdown(mut self) -> SchedulerStats {
         self.stop_by(Instant::now() + STOP_WAIT);
+        self.stats()
     }
 
     /// Stops the thread, waiting for it until `deadline`.
