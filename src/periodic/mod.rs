@@ -61,7 +61,9 @@
 //!   expression, here or in any process) takes effect at the next tick of the
 //!   new expression. The last registration wins: a scheduler whose
 //!   registration has another expression than the stored one leaves that
-//!   schedule alone.
+//!   schedule alone. Only the expression is stored: every process should
+//!   register the same job (kind, queue, payload) under a name, since the
+//!   one that claims a tick enqueues its own.
 //! - **Removing** a schedule ([`Scheduler::remove`], [`Queue::remove_schedule`],
 //!   `backlog schedules --remove NAME`) deletes its row; every scheduler
 //!   stops ticking it until it is registered again.
