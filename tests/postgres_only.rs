@@ -459,8 +459,8 @@ fn queues_with_other_prefixes_or_schemas_neither_see_nor_wake_each_other() -> Te
             &[&server.schema],
         )?
         .try_get(0)?;
-    // jobs, history, queues and refinery's history, per prefix.
-    assert_eq!(tables, 8);
+    // jobs, history, queues, schedules and refinery's history, per prefix.
+    assert_eq!(tables, 10);
     Ok(())
 }
 
