@@ -8,6 +8,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::SystemTime;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
@@ -34,9 +35,9 @@ pub enum Event {
         queue: String,
         /// Its kind.
         kind: String,
-        /// When it was due, unix µs (the metrics' enqueue→start latency
-        /// counts from here).
-        available_at: i64,
+        /// When it was due (the metrics' enqueue→start latency counts from
+        /// here).
+        available_at: SystemTime,
     },
     /// A worker started running a job's handler.
     Started {
@@ -56,15 +57,15 @@ pub enum Event {
         job_id: i64,
         /// The attempt that failed.
         attempt: u32,
-        /// When it runs again, unix µs.
-        available_at: i64,
+        /// When it runs again.
+        available_at: SystemTime,
     },
     /// A job was snoozed: rescheduled without using an attempt.
     Snoozed {
         /// The job.
         job_id: i64,
-        /// When it runs again, unix µs.
-        available_at: i64,
+        /// When it runs again.
+        available_at: SystemTime,
     },
     /// A leased job was given back, available at once, without using an
     /// attempt: [`Queue::release`](crate::Queue::release), or a worker's

@@ -17,6 +17,8 @@
 //! [`Queue::fail`](crate::Queue::fail) moves it out of running, and the rescuer
 //! moves jobs whose lease expired back to available (or to `dead`).
 
+use std::time::SystemTime;
+
 use serde::de::DeserializeOwned;
 
 use crate::error::Result;
@@ -118,6 +120,25 @@ impl JobState {
 }
 
 /// Everything known about one job, live or finished.
+///
+/// Every point in time is a [`SystemTime`], as everywhere in the public API
+/// (records, leased jobs, events, `run_at`), kept to the microsecond:
+///
+/// ```
+/// # use backlog::{NewJob, Queue};
+/// # use serde_json::json;
+/// use std::time::{Duration, SystemTime};
+/// # fn main() -> backlog::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let queue = Queue::open(dir.path().join("app.db"))?;
+/// let at = SystemTime::now() + Duration::from_secs(3600);
+/// let id = queue.enqueue(NewJob::new("report", json!({})).run_at(at))?.id;
+/// let record = queue.get(id)?;
+/// let due_in = record.available_at.duration_since(record.created_at).unwrap();
+/// assert!(due_in > Duration::from_secs(3599));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobRecord {
     /// The job's id.
@@ -138,26 +159,26 @@ pub struct JobRecord {
     pub attempts: u32,
     /// Claims allowed.
     pub max_attempts: u32,
-    /// When it is (or was last) due, unix µs.
-    pub available_at: i64,
+    /// When it is (or was last) due.
+    pub available_at: SystemTime,
     /// The errors of its last failed attempts, oldest first.
     pub errors: Vec<AttemptError>,
     /// The worker holding the lease (live) or that finished it (history).
     pub worker: Option<String>,
-    /// When the lease expires, for a running job, unix µs.
-    pub lease_until: Option<i64>,
-    /// When it was first claimed, unix µs.
-    pub started_at: Option<i64>,
+    /// When the lease expires, for a running job.
+    pub lease_until: Option<SystemTime>,
+    /// When it was first claimed.
+    pub started_at: Option<SystemTime>,
     /// Whether cancellation was requested while it ran.
     pub cancel_requested: bool,
     /// The handler's result, for a completed job, JSON text.
     pub result: Option<String>,
-    /// When it finished, unix µs.
-    pub finished_at: Option<i64>,
-    /// When it was enqueued, unix µs.
-    pub created_at: i64,
-    /// When it last changed, unix µs.
-    pub updated_at: i64,
+    /// When it finished.
+    pub finished_at: Option<SystemTime>,
+    /// When it was enqueued.
+    pub created_at: SystemTime,
+    /// When it last changed.
+    pub updated_at: SystemTime,
 }
 
 impl JobRecord {
@@ -403,6 +424,21 @@ pub struct QueueStats {
     pub completed_last_minute: u64,
     /// Whether leases skip the queue.
     pub paused: bool,
+}
+
+/// How many jobs of one queue finished with one status in one minute: what
+/// [`Queue::finished_per_minute`](crate::Queue::finished_per_minute) reports,
+/// what the dashboard charts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishedCount {
+    /// The queue.
+    pub queue: String,
+    /// How the jobs finished.
+    pub status: FinalStatus,
+    /// Which minute: 0 is the last 60 seconds, 1 the minute before, and so on.
+    pub minutes_ago: u32,
+    /// How many jobs.
+    pub count: u64,
 }
 
 /// What a bulk operation ([`Queue::retry_matching`](crate::Queue::retry_matching),

@@ -5,7 +5,6 @@ use std::time::{Duration, SystemTime};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::clock::micros_to_system_time;
 use crate::error::Result;
 use crate::job::decode_args;
 
@@ -43,12 +42,12 @@ pub struct Job {
     pub attempt: u32,
     /// Claims allowed before the job is dead-lettered.
     pub max_attempts: u32,
-    /// When the job became (or was scheduled to become) available, unix µs.
-    pub available_at: i64,
-    /// When this lease expires unless extended by a heartbeat, unix µs.
-    pub lease_until: i64,
-    /// When the job was enqueued, unix µs.
-    pub created_at: i64,
+    /// When the job became (or was scheduled to become) available.
+    pub available_at: SystemTime,
+    /// When this lease expires unless extended by a heartbeat.
+    pub lease_until: SystemTime,
+    /// When the job was enqueued.
+    pub created_at: SystemTime,
 }
 
 impl Job {
@@ -73,11 +72,6 @@ impl Job {
     /// True when this is the last claim before the job is dead-lettered.
     pub fn is_last_attempt(&self) -> bool {
         self.attempt >= self.max_attempts
-    }
-
-    /// When this lease expires unless extended.
-    pub fn lease_deadline(&self) -> SystemTime {
-        micros_to_system_time(self.lease_until)
     }
 }
 

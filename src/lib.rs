@@ -153,8 +153,8 @@ pub use copy::{copy, CopyReport};
 pub use error::{Error, Result};
 pub use events::Event;
 pub use inspect::{
-    probe_sqlite_file, BulkReport, CancelOutcome, JobFilter, JobRecord, JobState, JobUpdate, Page,
-    QueueStats, Retention, SqliteFile, StateCount,
+    probe_sqlite_file, BulkReport, CancelOutcome, FinishedCount, JobFilter, JobRecord, JobState,
+    JobUpdate, Page, QueueStats, Retention, SqliteFile, StateCount,
 };
 pub use job::{
     Enqueued, IntoNewJob, JobArgs, NewJob, UniqueScope, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,
@@ -163,7 +163,7 @@ pub use lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport, DEFAULT
 pub use options::{Durability, QueueOptions, DEFAULT_TABLE_PREFIX};
 pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
 pub use periodic::{Schedule, ScheduleInfo, Scheduler, SchedulerStats};
-pub use queue::{Queue, WAIT_MAX_POLL};
+pub use queue::{Queue, FIND_UNIQUE_HISTORY, WAIT_MAX_POLL};
 pub use retry::RetryPolicy;
 pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_UNIQUE_KEY_BYTES};
 pub use worker::{

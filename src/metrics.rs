@@ -51,6 +51,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::clock::{self, ClockMicros};
 use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::inspect::JobState;
@@ -388,7 +389,7 @@ impl EventCounts {
                 let tracked = Tracked {
                     queue: queue.clone(),
                     kind: kind.clone(),
-                    available_at: *available_at,
+                    available_at: clock::micros(*available_at),
                     started: None,
                 };
                 if leased.len() < MAX_TRACKED_RUNS && leased.insert(*job_id, tracked).is_none() {

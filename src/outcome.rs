@@ -6,7 +6,7 @@
 //! time) and hands that to the backend, which only applies it, fenced on the
 //! lease.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -60,8 +60,9 @@ impl Outcome {
 pub struct AttemptError {
     /// The attempt that failed, 1-based.
     pub attempt: u32,
-    /// When it failed, unix µs.
-    pub at: i64,
+    /// When it failed (stored as unix µs).
+    #[serde(with = "crate::clock::serde_micros")]
+    pub at: SystemTime,
     /// What went wrong.
     pub message: String,
 }
@@ -141,7 +142,7 @@ pub(crate) fn decide(
 ) -> Result<Transition> {
     let error = |message: String| AttemptError {
         attempt: job.attempt,
-        at: now,
+        at: crate::clock::at(now),
         message,
     };
     Ok(match outcome {

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
@@ -11,18 +11,21 @@ use crate::backend::{
     Backend, ClaimTickParams, Claimed, EnqueueParams, HeartbeatParams, LeaseParams, SettleParams,
     UpdateParams,
 };
-use crate::clock::{add_micros, duration_micros, system_time_to_micros};
+use crate::clock::{self, add_micros, duration_micros, system_time_to_micros, ClockMicros};
 use crate::error::{Error, Result};
 use crate::events::{Bus, Event};
 use crate::inspect::{
-    BulkReport, CancelOutcome, JobFilter, JobRecord, JobState, JobUpdate, Page, QueueStats,
-    Retention, StateCount,
+    BulkReport, CancelOutcome, FinishedCount, JobFilter, JobRecord, JobState, JobUpdate, Page,
+    QueueStats, Retention, StateCount,
 };
 use crate::job::{Enqueued, IntoNewJob, NewJob, Payload, Schedule, UniqueScope};
 use crate::lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport};
 use crate::options::QueueOptions;
 use crate::outcome::{decide, AttemptError, FinalStatus, Outcome, Transition};
 use crate::validate;
+
+/// How many finished jobs [`Queue::find_by_unique_key`] returns at most.
+pub const FIND_UNIQUE_HISTORY: usize = 20;
 
 /// A durable job queue: in a SQLite file ([`Queue::open`]), or on a
 /// PostgreSQL or MySQL server ([`Queue::connect`], behind the `postgres` and
@@ -178,8 +181,14 @@ impl Queue {
         )
     }
 
-    /// The current time of the queue's clock, unix µs.
-    pub fn now_micros(&self) -> i64 {
+    /// The current time of the queue's clock.
+    pub fn now(&self) -> SystemTime {
+        self.inner.options.clock.now()
+    }
+
+    /// The current time of the queue's clock as the databases store it,
+    /// unix µs.
+    pub(crate) fn now_micros(&self) -> i64 {
         self.inner.options.clock.now_micros()
     }
 
@@ -530,7 +539,7 @@ impl Queue {
         let done = self.inner.backend.rescue(now, limit, |expired| {
             let error = AttemptError {
                 attempt: expired.attempts,
-                at: now,
+                at: clock::at(now),
                 message:
                     "lease expired: the worker stopped heartbeating (crashed, hung or stopped)"
                         .to_owned(),
@@ -978,6 +987,100 @@ impl Queue {
         Ok(by_queue.into_values().collect())
     }
 
+    /// How many jobs finished in each of the last `minutes` minutes, per
+    /// queue and status (completed, discarded, cancelled, dead): throughput
+    /// and failures over time, as the dashboard charts them. Minutes without
+    /// finished jobs are left out; `minutes` is at most 1440 (a day).
+    ///
+    /// Reads the recent range of the history's `(status, finished_at)`
+    /// index, never the rest of it.
+    ///
+    /// ```
+    /// # fn main() -> backlog::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let queue = backlog::Queue::open(dir.path().join("app.db"))?;
+    /// use backlog::{FinalStatus, LeaseRequest, NewJob};
+    ///
+    /// queue.enqueue(NewJob::new("email", serde_json::json!({})))?;
+    /// let job = queue.lease(&LeaseRequest::new("worker-1", 1))?.remove(0);
+    /// queue.complete(&job, None)?;
+    /// let last_hour = queue.finished_per_minute(60)?;
+    /// assert_eq!(last_hour[0].status, FinalStatus::Completed);
+    /// assert_eq!((last_hour[0].minutes_ago, last_hour[0].count), (0, 1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`Error::InvalidArgument`] when `minutes` is 0 or more than 1440.
+    pub fn finished_per_minute(&self, minutes: u32) -> Result<Vec<FinishedCount>> {
+        if !(1..=1440).contains(&minutes) {
+            return Err(crate::Error::InvalidArgument(format!(
+                "finished_per_minute looks back 1 to 1440 minutes, not {minutes}"
+            )));
+        }
+        let now = self.now_micros();
+        // The oldest minute reported is `minutes - 1` ago, in full.
+        let since = now.saturating_sub(i64::from(minutes) * 60_000_000 - 1);
+        let mut counts: Vec<FinishedCount> = self
+            .inner
+            .backend
+            .finished_per_minute(since, now)?
+            .into_iter()
+            .filter_map(|row| {
+                Some(FinishedCount {
+                    queue: row.queue,
+                    status: FinalStatus::parse(&row.status)?,
+                    minutes_ago: u32::try_from(row.minutes_ago).ok()?.min(minutes - 1),
+                    count: row.count.max(0) as u64,
+                })
+            })
+            .collect();
+        counts.sort_by(|a, b| {
+            (a.minutes_ago, &a.queue, a.status.as_str()).cmp(&(
+                b.minutes_ago,
+                &b.queue,
+                b.status.as_str(),
+            ))
+        });
+        Ok(counts)
+    }
+
+    /// The jobs of `queue` holding unique key `key`: the live one (there is
+    /// at most one) first, then the finished ones, most recent first, at most
+    /// [`FIND_UNIQUE_HISTORY`] of those. Empty when no job holds it.
+    /// Two indexed reads.
+    ///
+    /// ```
+    /// # fn main() -> backlog::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let queue = backlog::Queue::open(dir.path().join("app.db"))?;
+    /// use backlog::NewJob;
+    ///
+    /// let job = NewJob::new("invoice", serde_json::json!({})).unique_key("INV-7");
+    /// let id = queue.enqueue(job)?.id;
+    /// let found = queue.find_by_unique_key("default", "INV-7")?;
+    /// assert_eq!(found.iter().map(|r| r.id).collect::<Vec<_>>(), [id]);
+    /// assert!(queue.find_by_unique_key("default", "INV-8")?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn find_by_unique_key(&self, queue: &str, key: &str) -> Result<Vec<JobRecord>> {
+        let ids = self
+            .inner
+            .backend
+            .find_unique(queue, key, FIND_UNIQUE_HISTORY as i64)?;
+        let mut records = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.get(id) {
+                Ok(record) => records.push(record),
+                // Deleted (or pruned) since the lookup.
+                Err(crate::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(records)
+    }
+
     /// SQLite: how this queue's WAL checkpoints ended so far, as
     /// `(complete, partial, failed)`; `None` on a server.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
@@ -1106,12 +1209,12 @@ fn settled_event(job: &Job, released: bool, transition: &Transition) -> Event {
             ..
         } => Event::Snoozed {
             job_id,
-            available_at: *available_at,
+            available_at: clock::at(*available_at),
         },
         Transition::Reschedule { available_at, .. } => Event::Retried {
             job_id,
             attempt,
-            available_at: *available_at,
+            available_at: clock::at(*available_at),
         },
     }
 }

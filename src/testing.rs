@@ -524,18 +524,18 @@ pub enum RunOutcome {
         result: Option<Value>,
     },
     /// The attempt failed (an error, or a panic: `"handler panicked: .."`)
-    /// and the job will run again at `available_at` (unix µs, the queue's
-    /// clock): [`drain`] again once the clock passes it.
+    /// and the job will run again at `available_at` (by the queue's clock):
+    /// [`drain`] again once the clock passes it.
     Retried {
         /// The attempt's error.
         error: String,
-        /// When the retry is due, unix µs.
-        available_at: i64,
+        /// When the retry is due.
+        available_at: std::time::SystemTime,
     },
     /// The handler snoozed the job (no attempt used) until `available_at`.
     Snoozed {
-        /// When the job is due again, unix µs.
-        available_at: i64,
+        /// When the job is due again.
+        available_at: std::time::SystemTime,
     },
     /// The handler discarded the job.
     Discarded {

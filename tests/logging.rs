@@ -194,7 +194,7 @@ fn a_lost_lease_and_the_rescue_are_warnings() -> TestResult {
     let db = Db::new()?;
     // The stale worker's clock runs a minute behind: the leases it takes end
     // in the past for a queue on the right clock, which rescues the job.
-    let behind = ManualClock::at_micros(SystemClock.now_micros() - 60_000_000);
+    let behind = ManualClock::at(SystemClock.now() - Duration::from_secs(60));
     let stale_queue = db.queue_with(QueueOptions::new().clock(behind))?;
     let queue = db.queue()?;
     let id = stale_queue.enqueue(NewJob::new("work", json!({})))?.id;

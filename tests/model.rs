@@ -117,7 +117,9 @@ impl World {
     fn new() -> World {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("model.db");
-        let clock = ManualClock::at_micros(1_700_000_000 * SEC);
+        let clock = ManualClock::at(
+            std::time::UNIX_EPOCH + std::time::Duration::from_micros((1_700_000_000 * SEC) as u64),
+        );
         let queue = open(&path, &clock);
         let raw = Connection::open(&path).expect("raw connection");
         World {
@@ -133,7 +135,8 @@ impl World {
     }
 
     fn now(&self) -> i64 {
-        self.queue.now_micros()
+        let since = self.queue.now().duration_since(std::time::UNIX_EPOCH);
+        since.map_or(0, |d| d.as_micros() as i64)
     }
 
     fn is_current(&self, job: &Job) -> bool {

@@ -20,7 +20,9 @@ mod server {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::thread;
-    use std::time::{Duration, Instant};
+    use std::time::{Duration, Instant, SystemTime};
+
+    use super::us;
 
     use backlog::mysql::mysql::prelude::Queryable;
     use backlog::mysql::mysql::{Conn, Opts};
@@ -128,13 +130,12 @@ mod server {
     struct Skewed(Duration, bool);
 
     impl Clock for Skewed {
-        fn now_micros(&self) -> i64 {
-            let by = i64::try_from(self.0.as_micros()).unwrap_or(i64::MAX);
-            let now = SystemClock.now_micros();
+        fn now(&self) -> SystemTime {
+            let now = SystemClock.now();
             if self.1 {
-                now + by
+                now + self.0
             } else {
-                now - by
+                now - self.0
             }
         }
     }
@@ -170,7 +171,7 @@ mod server {
         let job = &leased[0];
         assert_eq!(job.id, id);
         // The lease runs from the server's now, not the node's.
-        let until = job.lease_until - db.server_now()?;
+        let until = us(job.lease_until) - db.server_now()?;
         assert!(until > 0 && until <= 2_100_000, "lease ends in {until} µs");
 
         // Heartbeats keep it past its TTL; the fast node's rescuer, whose
@@ -225,10 +226,10 @@ mod server {
         let after = db.server_now()?;
 
         let now = fast.get(now_id)?;
-        assert!((before..=after).contains(&now.created_at), "{now:?}");
-        assert!((before..=after).contains(&now.available_at));
+        assert!((before..=after).contains(&us(now.created_at)), "{now:?}");
+        assert!((before..=after).contains(&us(now.available_at)));
         let later = slow.get(later_id)?;
-        let delay = later.available_at - later.created_at;
+        let delay = us(later.available_at) - us(later.created_at);
         assert_eq!(delay, 60_000_000, "the delay is kept exactly");
         assert_eq!(later.state, JobState::Scheduled);
         // The fast node sees the same states: nothing is due early.
@@ -240,13 +241,14 @@ mod server {
         fast.fail(job, "boom")?;
         let failed = fast.get(job.id)?;
         let stamped = failed.errors.first().ok_or("no error recorded")?.at;
+        let stamped = us(stamped);
         let server = db.server_now()?;
         assert!(
             server - stamped < 10_000_000 && stamped <= server,
             "{failed:?}"
         );
         // The backoff counts from the server's now.
-        assert!(failed.available_at - stamped <= 2_000_000, "{failed:?}");
+        assert!(us(failed.available_at) - stamped <= 2_000_000, "{failed:?}");
         Ok(())
     }
 
@@ -754,4 +756,11 @@ mod server {
         Queue::connect(&mariadb)?.enqueue(NewJob::new("k", json!(1)))?;
         Ok(())
     }
+}
+
+/// A point in time as unix µs, as the server stores it.
+#[cfg(feature = "mysql")]
+fn us(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }

@@ -63,7 +63,7 @@ impl Server {
 
     /// A queue on a manual clock.
     fn manual_queue(&self) -> TestResult<(Queue, ManualClock)> {
-        let clock = ManualClock::at_micros(1_700_000_000_000_000);
+        let clock = ManualClock::at(UNIX_EPOCH + Duration::from_secs(1_700_000_000));
         let queue = self
             .options()
             .clock(clock.clone())
@@ -127,8 +127,13 @@ struct SkewedClock {
 }
 
 impl Clock for SkewedClock {
-    fn now_micros(&self) -> i64 {
-        SystemClock.now_micros() + self.offset_secs * 1_000_000
+    fn now(&self) -> SystemTime {
+        let by = Duration::from_secs(self.offset_secs.unsigned_abs());
+        if self.offset_secs >= 0 {
+            SystemClock.now() + by
+        } else {
+            SystemClock.now() - by
+        }
     }
 }
 
@@ -160,12 +165,12 @@ fn a_node_whose_clock_is_minutes_ahead_leases_heartbeats_and_is_rescued_on_time(
     let id = ahead.enqueue(NewJob::new("k", json!(1)))?.id;
     let record = normal.get(id)?;
     assert_eq!(record.state, JobState::Available);
-    assert!((record.available_at - server.server_now()?).abs() < 5_000_000);
+    assert!((us(record.available_at) - server.server_now()?).abs() < 5_000_000);
 
     let jobs = ahead.lease(&LeaseRequest::new("ahead", 1).ttl(ttl))?;
     assert_eq!(jobs.len(), 1, "the fast node leases the job at once");
     let job = &jobs[0];
-    let until = job.lease_until - server.server_now()?;
+    let until = us(job.lease_until) - server.server_now()?;
     assert!(
         until > 0 && until <= 2_000_000,
         "lease expiry is server now + TTL, {until} µs away"
@@ -639,7 +644,7 @@ fn a_server_outage_is_waited_out_within_the_write_deadline() -> TestResult {
         1,
     );
     assert!(url.contains(&proxy.port.to_string()), "{url}");
-    let clock = ManualClock::at_micros(1_700_000_000_000_000);
+    let clock = ManualClock::at(UNIX_EPOCH + Duration::from_secs(1_700_000_000));
     let queue = server
         .options()
         .clock(clock)
@@ -754,4 +759,10 @@ fn nodes_migrating_a_new_schema_at_once_all_succeed() -> TestResult {
     // Each migration once: V1__initial, V2__due and V6__schedules.
     assert_eq!(applied, 3);
     Ok(())
+}
+
+/// A point in time as unix µs, as the server stores it.
+fn us(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }

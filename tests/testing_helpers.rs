@@ -4,7 +4,7 @@
 
 mod worker_common;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use backlog::sqlite::{JobContextExt, QueueExt};
 use backlog::testing::{self, AssertError, Expected, RunOutcome};
@@ -259,7 +259,7 @@ fn every_outcome(builder: WorkerBuilder) -> WorkerBuilder {
 fn drain_reports_what_happened_to_each_job() -> TestResult {
     let db = Db::new()?;
     let (queue, clock) = clocked(&db)?;
-    let now = queue.now_micros();
+    let now = queue.now();
     let mut ids = Vec::new();
     for kind in [
         "complete", "fail", "snooze", "discard", "cancel", "panic", "in_tx",
@@ -276,7 +276,7 @@ fn drain_reports_what_happened_to_each_job() -> TestResult {
     let runs = testing::drain(&every_outcome(Worker::builder(queue.clone())))?;
     let outcomes: Vec<(i64, RunOutcome)> =
         runs.iter().map(|r| (r.job_id, r.outcome.clone())).collect();
-    let secs = |s: i64| now + s * 1_000_000;
+    let secs = |s: u64| now + Duration::from_secs(s);
     assert_eq!(
         outcomes[..7],
         [
@@ -382,11 +382,11 @@ fn drain_reports_what_happened_to_each_job() -> TestResult {
 }
 
 trait RetriedAt {
-    fn retried_at(self) -> Option<i64>;
+    fn retried_at(self) -> Option<SystemTime>;
 }
 
 impl RetriedAt for RunOutcome {
-    fn retried_at(self) -> Option<i64> {
+    fn retried_at(self) -> Option<SystemTime> {
         match self {
             RunOutcome::Retried { available_at, .. } => Some(available_at),
             _ => None,

@@ -21,7 +21,7 @@ fn a_handler_that_outlives_its_lease_cannot_commit_and_the_job_completes_once_el
     // The stale worker's clock runs a minute behind: every lease it takes
     // (and every heartbeat it sends) ends in the past for everyone else, so
     // its heartbeats cannot keep the lease. No sleeping for a TTL to pass.
-    let behind = ManualClock::at_micros(SystemClock.now_micros() - 60_000_000);
+    let behind = ManualClock::at(SystemClock.now() - Duration::from_secs(60));
     let stale_queue = db.queue_with(QueueOptions::new().clock(behind))?;
     let queue = db.queue()?;
     db.connect()?

@@ -30,7 +30,11 @@ fn an_enqueue_in_another_process_wakes_an_idle_worker() -> TestResult {
     let worker = Worker::builder(queue.clone())
         .poll_interval(poll)
         .handle(move |_: Work, ctx| {
-            let waited = SystemClock.now_micros() - ctx.job().created_at;
+            let waited = SystemClock
+                .now()
+                .duration_since(ctx.job().created_at)
+                .unwrap_or_default()
+                .as_micros() as i64;
             let _ = latency_tx.send(Duration::from_micros(waited.max(0) as u64));
             Ok(())
         })

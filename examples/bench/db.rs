@@ -12,8 +12,12 @@ pub type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Unix microseconds, the unit backlog stores.
 pub fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
+    micros(SystemTime::now())
+}
+
+/// A point in time as unix µs.
+pub fn micros(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
 }
 

@@ -32,7 +32,9 @@ use backlog::{
 use clap::ValueEnum;
 use serde_json::json;
 
-use crate::db::{durability_name, exactly_once, fresh_db, now_micros, open_queue, BoxResult, Gate};
+use crate::db::{
+    durability_name, exactly_once, fresh_db, micros, now_micros, open_queue, BoxResult, Gate,
+};
 use crate::report::{percentile, Report, Target};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -209,7 +211,7 @@ fn start_worker(
                 }
                 _ => {}
             }
-            let late = (started - ctx.job().available_at) as f64 / 1000.0;
+            let late = (started - micros(ctx.job().available_at)) as f64 / 1000.0;
             lock(&delays).push(late);
             Ok::<(), JobError>(())
         })

@@ -21,7 +21,9 @@ use std::time::Duration;
 use backlog::{Durability, Event, FinalStatus, JobError, JobState, NewJob, Worker};
 use serde_json::json;
 
-use crate::db::{durability_name, exactly_once, fresh_db, now_micros, open_queue, BoxResult, Gate};
+use crate::db::{
+    durability_name, exactly_once, fresh_db, micros, now_micros, open_queue, BoxResult, Gate,
+};
 use crate::report::{percentile, Report, Target};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -140,7 +142,7 @@ pub fn wait(report: &mut Report, dir: &Path, d: Durability, a: &WaitArgs) -> Box
         if record.state != JobState::Finished(FinalStatus::Completed) {
             not_completed += 1;
         }
-        returns.push((id, at, record.finished_at.unwrap_or(at)));
+        returns.push((id, at, record.finished_at.map_or(at, micros)));
     }
     drop(child.stdin.take());
     let status = child.wait()?;

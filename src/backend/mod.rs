@@ -157,6 +157,17 @@ pub(crate) enum Claimed {
     Enqueued(Enqueued),
 }
 
+/// Jobs of one queue that finished with one status in one minute: a row of
+/// [`Backend::finished_per_minute`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FinishedInMinute {
+    pub queue: String,
+    pub status: String,
+    /// Whole minutes between `finished_at` and now (0: the last minute).
+    pub minutes_ago: i64,
+    pub count: i64,
+}
+
 use crate::error::Result;
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
 use crate::job::Enqueued;
@@ -367,6 +378,17 @@ impl Backend {
             server => db.recent_completions(hour_since, minute_since))
     }
 
+    /// Finished jobs per queue, status and minute since `since` (engine
+    /// time, unix µs): a range of the `(status, finished_at)` index.
+    pub(crate) fn finished_per_minute(
+        &self,
+        since: i64,
+        now: i64,
+    ) -> Result<Vec<FinishedInMinute>> {
+        dispatch!(self, db => db.read(|c| sqlite::inspect::finished_per_minute(c, since, now)),
+            server => db.finished_per_minute(since))
+    }
+
     pub(crate) fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {
         dispatch!(self, db => db.write(|tx| sqlite::inspect::set_paused(tx, queue, paused, now)),
             server => db.set_paused(queue, paused, now))
@@ -377,6 +399,13 @@ impl Backend {
     pub(crate) fn import(&self, records: &[JobRecord]) -> Result<usize> {
         dispatch!(self, db => db.write(|tx| sqlite::inspect::import(tx, records)),
             server => db.import(records))
+    }
+
+    /// The ids of the jobs holding `key` in `queue`: the live one first,
+    /// then up to `history` finished ones, most recent first.
+    pub(crate) fn find_unique(&self, queue: &str, key: &str, history: i64) -> Result<Vec<i64>> {
+        dispatch!(self, db => db.read(|c| sqlite::inspect::find_unique(c, queue, key, history)),
+            server => db.find_unique(queue, key, history))
     }
 
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {

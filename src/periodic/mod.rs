@@ -252,7 +252,7 @@ impl Schedule {
     /// error now rather than at its first tick.
     #[cfg(feature = "cron")]
     fn check_ticks(&self) -> Result<()> {
-        use crate::clock::Clock;
+        use crate::clock::ClockMicros;
         self.next_after(crate::clock::SystemClock.now_micros())
             .map(|_| ())
     }

@@ -11,7 +11,7 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 
 use super::{Schedule, LATE_TICK_GRACE};
 use crate::backend::{ClaimTickParams, Claimed, RegisterScheduleParams};
-use crate::clock::duration_micros;
+use crate::clock::{duration_micros, ClockMicros};
 use crate::error::{Error, Result};
 use crate::queue::Queue;
 use crate::validate;

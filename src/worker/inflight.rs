@@ -247,9 +247,9 @@ mod tests {
             payload: "{}".into(),
             attempt: 1,
             max_attempts: 25,
-            available_at: 0,
-            lease_until: 0,
-            created_at: 0,
+            available_at: std::time::UNIX_EPOCH,
+            lease_until: std::time::UNIX_EPOCH,
+            created_at: std::time::UNIX_EPOCH,
         })
     }
 

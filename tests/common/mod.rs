@@ -45,7 +45,7 @@ impl Harness {
     pub fn with(options: QueueOptions) -> TestResult<Harness> {
         let db = TestDb::new()?;
         // A round start time makes failing assertions easier to read.
-        let clock = ManualClock::at_micros(1_700_000_000_000_000);
+        let clock = ManualClock::at(at(1_700_000_000_000_000));
         let queue = options.clock(clock.clone()).open(&db.path)?;
         Ok(Harness { queue, clock, db })
     }
@@ -66,8 +66,9 @@ impl Harness {
         raw(&self.db.path)
     }
 
+    /// The clock's time as the database stores it, unix µs.
     pub fn now(&self) -> i64 {
-        self.queue.now_micros()
+        unix_micros(self.queue.now())
     }
 
     pub fn advance(&self, by: Duration) {
@@ -136,4 +137,16 @@ pub fn effects_of(path: &Path, job_id: i64) -> TestResult<i64> {
         [job_id],
         |r| r.get(0),
     )?)
+}
+
+/// Unix µs as a point in time.
+pub fn at(micros: i64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_micros(micros as u64)
+}
+
+/// A point in time as unix µs, as the database stores it.
+pub fn unix_micros(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }

@@ -12,7 +12,7 @@ use crate::harness::{Backend, TestResult};
 fn copy_from_sqlite_keeps_ids_attempts_schedules_and_keys(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let dir = tempfile::tempdir()?;
-    let clock = ManualClock::at_micros(h.now());
+    let clock = ManualClock::at(h.now());
     let from = QueueOptions::new()
         .clock(clock.clone())
         .open(dir.path().join("old.db"))?;

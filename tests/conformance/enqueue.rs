@@ -10,7 +10,7 @@ use backlog::{FinalStatus, JobArgs, JobState, NewJob, Queue, UniqueScope};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::harness::{micros, Backend, TestResult};
+use crate::harness::{Backend, TestResult};
 
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 struct SendEmail {
@@ -46,7 +46,7 @@ fn enqueue_stores_every_option_as_given(b: &Backend) -> TestResult {
         serde_json::from_str::<serde_json::Value>(&job.payload)?,
         json!({"w": 64, "name": "ä"})
     );
-    assert_eq!(job.available_at, t0 + micros(Duration::from_secs(30)));
+    assert_eq!(job.available_at, t0 + Duration::from_secs(30));
     assert_eq!(job.created_at, t0);
     assert!(job.errors.is_empty());
     assert_eq!(job.worker, None);

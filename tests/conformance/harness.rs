@@ -12,7 +12,7 @@
 #![allow(dead_code)]
 
 use std::error::Error;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use backlog::{
     Enqueued, Job, JobContext, JobError, JobRecord, JobState, LeaseRequest, ManualClock, NewJob,
@@ -24,7 +24,7 @@ use tempfile::TempDir;
 pub type TestResult<T = ()> = Result<T, Box<dyn Error>>;
 
 /// A round start time makes failing assertions easier to read.
-const START: i64 = 1_700_000_000_000_000;
+const START: u64 = 1_700_000_000_000_000;
 
 /// Generates one `#[test]` per backend for each scenario named:
 /// `sqlite::NAME`, `postgres::NAME`, `mysql::NAME`.
@@ -109,7 +109,7 @@ impl Backend {
     /// A queue with `options` and the system clock on a fresh database, for
     /// scenarios about when things happen in real time.
     pub fn harness_on_real_time(&self, options: QueueOptions) -> TestResult<Harness> {
-        let clock = ManualClock::at_micros(START);
+        let clock = ManualClock::at(UNIX_EPOCH + Duration::from_micros(START));
         let db = Db::create(*self)?;
         let queue = db.open(options)?;
         Ok(Harness { queue, clock, db })
@@ -118,7 +118,7 @@ impl Backend {
     /// A queue with `options` (its clock replaced by a manual one) on a
     /// fresh database.
     pub fn harness_with(&self, options: QueueOptions) -> TestResult<Harness> {
-        let clock = ManualClock::at_micros(START);
+        let clock = ManualClock::at(UNIX_EPOCH + Duration::from_micros(START));
         let db = Db::create(*self)?;
         let queue = db.open(options.clock(clock.clone()))?;
         Ok(Harness { queue, clock, db })
@@ -149,8 +149,8 @@ impl Harness {
         self.db.open(options)
     }
 
-    pub fn now(&self) -> i64 {
-        self.queue.now_micros()
+    pub fn now(&self) -> SystemTime {
+        self.queue.now()
     }
 
     pub fn advance(&self, by: Duration) {
@@ -679,4 +679,12 @@ mod my {
 /// Microseconds in `d`.
 pub fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).expect("duration fits in i64 µs")
+}
+
+/// `later - earlier` in µs (negative when `later` is earlier).
+pub fn since(later: SystemTime, earlier: SystemTime) -> i64 {
+    match later.duration_since(earlier) {
+        Ok(d) => micros(d),
+        Err(e) => -micros(e.duration()),
+    }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use backlog::{FinalStatus, HeartbeatReport, JobState, LeaseRequest, NewJob, RescueReport};
 use serde_json::json;
 
-use crate::harness::{micros, Backend, Harness, TestResult};
+use crate::harness::{Backend, Harness, TestResult};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -29,7 +29,7 @@ fn heartbeat_extends_every_held_lease_in_one_call(b: &Backend) -> TestResult {
     assert!(report.lost.is_empty());
     assert!(report.cancel_requested.is_empty());
     for job in &jobs {
-        assert_eq!(h.record(job.id)?.lease_until, Some(h.now() + micros(TTL)));
+        assert_eq!(h.record(job.id)?.lease_until, Some(h.now() + TTL));
     }
 
     // Past the original expiry, but not the extended one: nothing to rescue.

@@ -13,6 +13,8 @@ mod harness;
 mod bad_input;
 mod copy;
 mod enqueue;
+mod find_unique;
+mod finished_per_minute;
 mod heartbeat_rescue;
 mod inspect;
 mod lease;

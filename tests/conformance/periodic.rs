@@ -6,13 +6,13 @@
 //! `tests/periodic_processes.rs`.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use backlog::periodic::tick_key;
 use backlog::{Error, Event, JobFilter, JobState, NewJob, Queue, Schedule, Scheduler, Worker};
 use serde_json::{json, Value};
 
-use crate::harness::{micros, Backend, TestResult};
+use crate::harness::{micros, Backend, Harness, TestResult};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -61,6 +61,21 @@ fn enqueued_ticks(queue: &Queue, name: &str) -> TestResult<Vec<i64>> {
     Ok(ticks)
 }
 
+/// The harness clock's now, unix µs.
+fn now_us(h: &Harness) -> i64 {
+    micros(h.now().duration_since(UNIX_EPOCH).unwrap_or_default())
+}
+
+/// Sets the harness clock to `us` (unix µs).
+fn set_us(h: &Harness, us: i64) {
+    h.clock.set(at(us));
+}
+
+/// Unix µs as a point in time.
+fn at(us: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_micros(u64::try_from(us).unwrap_or(0))
+}
+
 /// The first multiple of `every` after `t`.
 fn next_multiple(t: i64, every: Duration) -> i64 {
     let every = micros(every);
@@ -75,7 +90,7 @@ fn each_tick_is_enqueued_once_by_two_schedulers_on_one_database(b: &Backend) -> 
     for s in [&first, &second] {
         s.add(Schedule::cron("minutely", "* * * * *", job())?)?;
     }
-    let start = next_multiple(h.now(), MINUTE);
+    let start = next_multiple(now_us(&h), MINUTE);
     // A simulated hour: each minute both schedulers look, in turn or at once.
     for minute in 0..60 {
         h.advance(MINUTE);
@@ -117,15 +132,14 @@ fn missed_ticks_are_skipped_after_downtime_by_default(b: &Backend) -> TestResult
     let h = b.harness()?;
     let scheduler = Scheduler::new(h.queue.clone());
     scheduler.add(Schedule::every("hourly", HOUR, job())?)?;
-    let first = next_multiple(h.now(), HOUR);
+    let first = next_multiple(now_us(&h), HOUR);
     // Down until half past the fourth tick: four ticks missed.
-    h.clock.set_micros(first + micros(HOUR * 3 + HOUR / 2));
+    set_us(&h, first + micros(HOUR * 3 + HOUR / 2));
     assert_eq!(scheduler.run_due()?, 0);
     assert_eq!(scheduler.stats().skipped, 1, "one claim skips them all");
     assert!(enqueued_ticks(&h.queue, "hourly")?.is_empty());
     // The next tick comes as usual; half a minute late is still on time.
-    h.clock
-        .set_micros(first + micros(HOUR * 4 + Duration::from_secs(30)));
+    set_us(&h, first + micros(HOUR * 4 + Duration::from_secs(30)));
     assert_eq!(scheduler.run_due()?, 1);
     assert_eq!(
         enqueued_ticks(&h.queue, "hourly")?,
@@ -138,8 +152,8 @@ fn catch_up_enqueues_one_job_for_all_missed_ticks(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let scheduler = Scheduler::new(h.queue.clone());
     scheduler.add(Schedule::every("hourly", HOUR, job())?.catch_up(true))?;
-    let first = next_multiple(h.now(), HOUR);
-    h.clock.set_micros(first + micros(HOUR * 3 + HOUR / 2));
+    let first = next_multiple(now_us(&h), HOUR);
+    set_us(&h, first + micros(HOUR * 3 + HOUR / 2));
     // A process restarting registers the same schedule again: the missed
     // ticks stay missed (the stored next tick is kept).
     let restarted = Scheduler::new(h.second_handle()?);
@@ -150,7 +164,7 @@ fn catch_up_enqueues_one_job_for_all_missed_ticks(b: &Backend) -> TestResult {
         enqueued_ticks(&h.queue, "hourly")?,
         [first + 3 * micros(HOUR)]
     );
-    h.clock.set_micros(first + micros(HOUR * 4));
+    set_us(&h, first + micros(HOUR * 4));
     assert_eq!(scheduler.run_due()? + restarted.run_due()?, 1);
     assert_eq!(enqueued_ticks(&h.queue, "hourly")?.len(), 2);
     Ok(())
@@ -208,15 +222,12 @@ fn changing_the_expression_takes_effect_at_the_next_tick(b: &Backend) -> TestRes
     // new expression's, and the old registration leaves the schedule alone.
     let new = Scheduler::new(h.second_handle()?);
     new.add(Schedule::every("sync", MINUTE * 10, job())?)?;
-    let next = next_multiple(h.now(), MINUTE * 10);
+    let next = next_multiple(now_us(&h), MINUTE * 10);
     let listed = h.queue.schedules()?;
     assert_eq!(listed[0].expression, "every 600s");
-    assert_eq!(
-        listed[0].next_tick,
-        backlog::clock::micros_to_system_time(next)
-    );
+    assert_eq!(listed[0].next_tick, at(next));
     for k in 0..6 {
-        h.clock.set_micros(next + k * micros(MINUTE * 10));
+        set_us(&h, next + k * micros(MINUTE * 10));
         old.run_due()?;
         new.run_due()?;
     }
@@ -226,7 +237,7 @@ fn changing_the_expression_takes_effect_at_the_next_tick(b: &Backend) -> TestRes
     assert_eq!(old.stats().enqueued, 0);
     // Changed back in the first process, from its next tick on.
     old.add(Schedule::every("sync", HOUR, job())?)?;
-    h.clock.set_micros(next_multiple(h.now(), HOUR));
+    set_us(&h, next_multiple(now_us(&h), HOUR));
     assert_eq!(old.run_due()? + new.run_due()?, 1);
     Ok(())
 }
@@ -277,13 +288,13 @@ fn interval_ticks_are_multiples_of_the_interval(b: &Backend) -> TestResult {
     let every = Duration::from_secs(90);
     let scheduler = Scheduler::new(h.queue.clone());
     scheduler.add(Schedule::every("ninety", every, job())?)?;
-    let start = h.now();
+    let start = now_us(&h);
     for _ in 0..20 {
         h.advance(Duration::from_secs(30));
         scheduler.run_due()?;
     }
     let ticks = enqueued_ticks(&h.queue, "ninety")?;
-    let expected: Vec<i64> = (start / 1_000_000 + 1..=h.now() / 1_000_000)
+    let expected: Vec<i64> = (start / 1_000_000 + 1..=now_us(&h) / 1_000_000)
         .map(|secs| secs * 1_000_000)
         .filter(|t| t % micros(every) == 0)
         .collect();
@@ -307,11 +318,10 @@ fn schedules_lists_the_last_and_next_tick(b: &Backend) -> TestResult {
     assert_eq!(names, ["five", "minute"]);
     assert_eq!(listed[0].expression, "*/5 * * * * (UTC)");
     assert!(listed.iter().all(|s| s.last_tick.is_none()));
-    let five = next_multiple(h.now(), MINUTE * 5);
-    h.clock.set_micros(five);
+    let five = next_multiple(now_us(&h), MINUTE * 5);
+    set_us(&h, five);
     assert_eq!(scheduler.run_due()?, 2);
     let listed = h.queue.schedules()?;
-    let at = backlog::clock::micros_to_system_time;
     assert_eq!(listed[0].last_tick, Some(at(five)));
     assert_eq!(listed[0].next_tick, at(five + micros(MINUTE * 5)));
     assert_eq!(listed[1].last_tick, Some(at(five)));

@@ -10,7 +10,7 @@ use backlog::{
 };
 use serde_json::json;
 
-use crate::harness::{micros, Backend, Harness, TestResult};
+use crate::harness::{micros, since, Backend, Harness, TestResult};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -94,10 +94,7 @@ fn fail_records_the_error_and_schedules_a_retry(b: &Backend) -> TestResult {
     assert_eq!(record.attempts, 1);
     assert_eq!(record.worker, None);
     assert_eq!(record.lease_until, None);
-    assert_eq!(
-        record.available_at,
-        failed_at + micros(Duration::from_secs(5))
-    );
+    assert_eq!(record.available_at, failed_at + Duration::from_secs(5));
     assert_eq!(record.errors.len(), 1);
     assert_eq!(record.errors[0].attempt, 1);
     assert_eq!(record.errors[0].at, failed_at);
@@ -123,7 +120,7 @@ fn fail_with_retry_after_overrides_the_backoff(b: &Backend) -> TestResult {
     )?;
     assert_eq!(
         h.record(job.id)?.available_at,
-        h.now() + micros(Duration::from_secs(300))
+        h.now() + Duration::from_secs(300)
     );
     Ok(())
 }
@@ -139,11 +136,11 @@ fn backoffs(h: &Harness, attempts: u32) -> TestResult<Vec<i64>> {
         h.queue.fail(&job, format!("failure {attempt}"))?;
         let record = h.record(job.id)?;
         assert_eq!(record.state, JobState::Retrying);
-        waits.push(record.available_at - failed_at);
+        waits.push(since(record.available_at, failed_at));
         // Due exactly at available_at, not a microsecond before.
-        h.clock.set_micros(record.available_at - 1);
+        h.clock.set(record.available_at - Duration::from_micros(1));
         assert!(h.lease("w", 1)?.is_empty());
-        h.clock.set_micros(record.available_at);
+        h.clock.set(record.available_at);
     }
     Ok(waits)
 }
@@ -217,11 +214,11 @@ fn retry_policy_for_a_kind_overrides_the_queue_policy(b: &Backend) -> TestResult
     }
     let now = h.now();
     assert_eq!(
-        h.record(slow.id)?.available_at - now,
+        since(h.record(slow.id)?.available_at, now),
         micros(Duration::from_secs(90))
     );
     assert_eq!(
-        h.record(fast.id)?.available_at - now,
+        since(h.record(fast.id)?.available_at, now),
         micros(Duration::from_secs(1))
     );
     Ok(())
@@ -238,7 +235,7 @@ fn exhausted_attempts_move_the_job_to_dead_with_every_error(b: &Backend) -> Test
         assert_eq!(job.is_last_attempt(), attempt == 3);
         h.queue.fail(&job, format!("boom {attempt}"))?;
         if attempt < 3 {
-            h.clock.set_micros(h.record(job.id)?.available_at);
+            h.clock.set(h.record(job.id)?.available_at);
         }
     }
     assert_eq!(h.live_rows()?, 0);
@@ -313,10 +310,7 @@ fn snooze_reschedules_without_using_an_attempt(b: &Backend) -> TestResult {
     assert_eq!(record.state, JobState::Scheduled);
     assert_eq!(record.attempts, 0);
     assert!(record.errors.is_empty());
-    assert_eq!(
-        record.available_at,
-        h.now() + micros(Duration::from_secs(60))
-    );
+    assert_eq!(record.available_at, h.now() + Duration::from_secs(60));
     assert!(h.lease("w", 1)?.is_empty());
 
     h.advance(Duration::from_secs(60));
@@ -346,7 +340,7 @@ fn release_is_reported_as_released_and_snooze_as_snoozed(b: &Backend) -> TestRes
             Event::Released { job_id: a.id },
             Event::Snoozed {
                 job_id: b.id,
-                available_at: h.now() + micros(Duration::from_secs(5)),
+                available_at: h.now() + Duration::from_secs(5),
             },
         ]
     );

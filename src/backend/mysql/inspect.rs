@@ -6,7 +6,8 @@ use mysql::{params, Params, Row};
 
 use super::queries::Sql;
 use super::{jobs, take, Now};
-use crate::backend::{RecentCompletions, UpdateParams};
+use crate::backend::{FinishedInMinute, RecentCompletions, UpdateParams};
+use crate::clock;
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
@@ -66,16 +67,16 @@ fn record(mut r: Row) -> Result<JobRecord> {
         payload: take(&mut r, 5)?,
         attempts: take(&mut r, 6)?,
         max_attempts: take(&mut r, 7)?,
-        available_at: take(&mut r, 8)?,
+        available_at: clock::at(take(&mut r, 8)?),
         errors: serde_json::from_str::<Vec<AttemptError>>(&errors).unwrap_or_default(),
         worker: take(&mut r, 10)?,
-        lease_until: take(&mut r, 11)?,
-        started_at: take(&mut r, 12)?,
+        lease_until: clock::at_opt(take(&mut r, 11)?),
+        started_at: clock::at_opt(take(&mut r, 12)?),
         cancel_requested: take(&mut r, 13)?,
         result: take(&mut r, 14)?,
-        finished_at: take(&mut r, 15)?,
-        created_at: take(&mut r, 16)?,
-        updated_at: take(&mut r, 17)?,
+        finished_at: clock::at_opt(take(&mut r, 15)?),
+        created_at: clock::at(take(&mut r, 16)?),
+        updated_at: clock::at(take(&mut r, 17)?),
         state: JobState::parse(&state)
             .ok_or_else(|| Error::Database(format!("unknown job state {state:?}").into()))?,
     })
@@ -186,7 +187,7 @@ pub(crate) fn cancel(
         Some(None) => {
             let error = AttemptError {
                 attempt: 0,
-                at: 0, // the server's now, set in SQL
+                at: clock::at(0), // the server's now, set in SQL
                 message: "cancelled by request".into(),
             };
             jobs::finish(
@@ -225,7 +226,7 @@ pub(crate) fn discard(
         Some(None) => {
             let error = AttemptError {
                 attempt: 0,
-                at: 0, // the server's now, set in SQL
+                at: clock::at(0), // the server's now, set in SQL
                 message: reason.to_owned(),
             };
             jobs::finish(
@@ -285,10 +286,12 @@ pub(crate) fn import(sql: &Sql, q: &mut impl Queryable, records: &[JobRecord]) -
             "id" => r.id, "queue" => &r.queue, "kind" => &r.kind, "priority" => r.priority,
             "unique_key" => r.unique_key.as_deref(), "payload" => &r.payload,
             "attempts" => r.attempts, "max_attempts" => r.max_attempts,
-            "available_at" => r.available_at, "started_at" => r.started_at,
+            "available_at" => clock::micros(r.available_at),
+            "started_at" => r.started_at.map(clock::micros),
             "errors" => serde_json::to_string(&r.errors)?,
-            "cancel_requested" => r.cancel_requested, "created_at" => r.created_at,
-            "updated_at" => r.updated_at,
+            "cancel_requested" => r.cancel_requested,
+            "created_at" => clock::micros(r.created_at),
+            "updated_at" => clock::micros(r.updated_at),
         };
         let statement = match r.state {
             JobState::Finished(status) => {
@@ -298,7 +301,7 @@ pub(crate) fn import(sql: &Sql, q: &mut impl Queryable, records: &[JobRecord]) -
                     map.insert(b"processed_by".to_vec(), r.worker.as_deref().into());
                     map.insert(
                         b"finished_at".to_vec(),
-                        r.finished_at.unwrap_or(r.updated_at).into(),
+                        clock::micros(r.finished_at.unwrap_or(r.updated_at)).into(),
                     );
                 }
                 &sql.import_history
@@ -337,6 +340,28 @@ pub(crate) fn recent_completions(
                 queue: take(&mut r, 0)?,
                 hour: take::<i64>(&mut r, 1)?.max(0) as u64,
                 minute: take::<i64>(&mut r, 2)?.max(0) as u64,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn finished_per_minute(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    since: i64,
+    now: Now,
+) -> Result<Vec<FinishedInMinute>> {
+    let rows: Vec<Row> = q.exec(
+        &sql.count_finished_per_minute,
+        params! { "since_in" => now.offset(since), "now" => now.param() },
+    )?;
+    rows.into_iter()
+        .map(|mut r| {
+            Ok(FinishedInMinute {
+                queue: take(&mut r, 0)?,
+                status: take(&mut r, 1)?,
+                minutes_ago: take(&mut r, 2)?,
+                count: take(&mut r, 3)?,
             })
         })
         .collect()
@@ -404,6 +429,20 @@ pub(crate) fn set_paused(
 }
 
 /// The paused queues.
+pub(crate) fn find_unique(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    queue: &str,
+    key: &str,
+    history: i64,
+) -> Result<Vec<i64>> {
+    let rows: Vec<Row> = q.exec(
+        &sql.find_unique,
+        params! { "queue" => queue, "unique_key" => key, "history" => history },
+    )?;
+    rows.into_iter().map(|mut r| take(&mut r, 0)).collect()
+}
+
 pub(crate) fn paused_queues(sql: &Sql, q: &mut impl Queryable) -> Result<Vec<String>> {
     let rows: Vec<Row> = q.exec(&sql.paused_queues, ())?;
     rows.into_iter().map(|mut r| take(&mut r, 0)).collect()

@@ -11,6 +11,7 @@ pub(crate) use super::enqueue::enqueue_all;
 use super::queries::Sql;
 use super::{take, Now};
 use crate::backend::{ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::{HeartbeatReport, Job, Lease};
 use crate::outcome::{AttemptError, FinalStatus, Transition};
@@ -50,9 +51,9 @@ fn candidate(mut r: Row) -> Result<Candidate> {
             payload: take(&mut r, 5)?,
             attempt: attempts.saturating_add(1),
             max_attempts: take(&mut r, 7)?,
-            available_at: take(&mut r, 8)?,
-            lease_until: 0,
-            created_at: take(&mut r, 9)?,
+            available_at: clock::at(take(&mut r, 8)?),
+            lease_until: clock::at(0),
+            created_at: clock::at(take(&mut r, 9)?),
         },
         server_now: take(&mut r, 10)?,
     })
@@ -82,7 +83,7 @@ pub(crate) fn lease(
             // 63 random bits: a token is never negative, never reused by
             // chance.
             lease_token: rand::random::<i64>() & i64::MAX,
-            lease_until,
+            lease_until: clock::at(lease_until),
             ..c.job
         })
         .collect();

@@ -32,10 +32,10 @@ use mysql::{Opts, Pool, Row};
 pub(crate) use poller::Poller;
 
 use crate::backend::{
-    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, RecentCompletions, SettleParams,
-    UpdateParams,
+    EnqueueParams, ExpiredLease, FinishedInMinute, HeartbeatParams, LeaseParams, RecentCompletions,
+    SettleParams, UpdateParams,
 };
-use crate::clock::Clock;
+use crate::clock::{Clock, ClockMicros};
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
 use crate::job::Enqueued;
@@ -257,6 +257,13 @@ impl Db {
         })
     }
 
+    /// Finished jobs per minute since the engine's `since` (an offset from
+    /// this clock's now, applied to the server's).
+    pub(crate) fn finished_per_minute(&self, since: i64) -> Result<Vec<FinishedInMinute>> {
+        let now = self.now(self.clock.now_micros());
+        self.read(|conn| inspect::finished_per_minute(&self.sql, conn, since, now))
+    }
+
     pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {
         self.write(|tx| inspect::retry(&self.sql, tx, id, self.now(now)))?;
         self.rescheduled();
@@ -300,6 +307,10 @@ impl Db {
         let written = self.write(|tx| inspect::import(&self.sql, tx, records))?;
         self.rescheduled();
         Ok(written)
+    }
+
+    pub(crate) fn find_unique(&self, queue: &str, key: &str, history: i64) -> Result<Vec<i64>> {
+        self.read(|conn| inspect::find_unique(&self.sql, conn, queue, key, history))
     }
 
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {

@@ -477,6 +477,26 @@ SELECT queue, COUNT(*), COUNT(CASE WHEN finished_at >= {now} + :minute_in THEN 1
 FROM {history} FORCE INDEX (history_finished)
 WHERE status = 'completed' AND finished_at >= {now} + :hour_in GROUP BY queue";
 
+/// Finished jobs per queue, status and minute ago since `{now} + :since_in`
+/// (an offset, as in [`COUNT_RECENT_COMPLETIONS`]), read through the
+/// `(status, finished_at)` index.
+pub const COUNT_FINISHED_PER_MINUTE: &str = "
+SELECT queue, status, GREATEST({now} - finished_at, 0) DIV 60000000, COUNT(*)
+FROM {history} FORCE INDEX (history_finished)
+WHERE status IN ('completed', 'discarded', 'cancelled', 'dead') AND finished_at >= {now} + :since_in
+GROUP BY 1, 2, 3";
+
+/// The jobs holding unique key `:unique_key` in `:queue`: the live one,
+/// then up to `:history` finished ones, most recent first. Differs from
+/// SQLite in finding the key through its hash, which the indexes hold.
+pub const FIND_UNIQUE: &str = "
+(SELECT id FROM {jobs}
+ WHERE queue = :queue AND unique_hash = UNHEX(SHA2(:unique_key, 256)) AND unique_key = :unique_key)
+UNION ALL
+(SELECT id FROM {history}
+ WHERE queue = :queue AND unique_hash = UNHEX(SHA2(:unique_key, 256)) AND unique_key = :unique_key
+ ORDER BY finished_at DESC LIMIT :history)";
+
 // ---- copy ------------------------------------------------------------------
 
 /// Inserts a live job copied from another database, keeping its id, unless
@@ -612,9 +632,11 @@ pub struct Sql {
     pub history_status: String,
     pub set_paused: String,
     pub paused_queues: String,
+    pub find_unique: String,
     pub update_waiting: String,
     pub depth: String,
     pub count_recent_completions: String,
+    pub count_finished_per_minute: String,
     pub import_live: String,
     pub import_history: String,
     pub raise_next_id: String,
@@ -659,9 +681,11 @@ impl Sql {
             history_status: r(HISTORY_STATUS),
             set_paused: r(SET_PAUSED),
             paused_queues: r(PAUSED_QUEUES),
+            find_unique: r(FIND_UNIQUE),
             update_waiting: r(UPDATE_WAITING),
             depth: r(&depth()),
             count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
+            count_finished_per_minute: r(COUNT_FINISHED_PER_MINUTE),
             import_live: r(IMPORT_LIVE),
             import_history: r(IMPORT_HISTORY),
             raise_next_id: r(RAISE_NEXT_ID),

@@ -9,7 +9,8 @@ use postgres::{GenericClient, Row};
 use super::connection::Tx;
 use super::jobs::{self, canonical_json, to_u32};
 use super::queries::{self, Queries};
-use crate::backend::{RecentCompletions, UpdateParams};
+use crate::backend::{FinishedInMinute, RecentCompletions, UpdateParams};
+use crate::clock;
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
@@ -106,16 +107,16 @@ fn record(r: &Row) -> Result<JobRecord> {
         payload: canonical_json(r.try_get(5)?),
         attempts: to_u32(r.try_get(6)?),
         max_attempts: to_u32(r.try_get(7)?),
-        available_at: r.try_get(8)?,
+        available_at: clock::at(r.try_get(8)?),
         errors: serde_json::from_str::<Vec<AttemptError>>(&errors).unwrap_or_default(),
         worker: r.try_get(10)?,
-        lease_until: r.try_get(11)?,
-        started_at: r.try_get(12)?,
+        lease_until: clock::at_opt(r.try_get(11)?),
+        started_at: clock::at_opt(r.try_get(12)?),
         cancel_requested: r.try_get(13)?,
         result: r.try_get::<_, Option<String>>(14)?.map(canonical_json),
-        finished_at: r.try_get(15)?,
-        created_at: r.try_get(16)?,
-        updated_at: r.try_get(17)?,
+        finished_at: clock::at_opt(r.try_get(15)?),
+        created_at: clock::at(r.try_get(16)?),
+        updated_at: clock::at(r.try_get(17)?),
         state: JobState::parse(&state)
             .ok_or_else(|| Error::Database(format!("unknown job state {state:?}").into()))?,
     })
@@ -241,7 +242,7 @@ pub(crate) fn cancel<C: GenericClient>(
         Some(None) => {
             let error = AttemptError {
                 attempt: 0,
-                at: now,
+                at: clock::at(now),
                 message: "cancelled by request".into(),
             };
             jobs::finish_one(tx, q, id, FinalStatus::Cancelled, Some(&error), now)?;
@@ -271,7 +272,7 @@ pub(crate) fn discard<C: GenericClient>(
         Some(None) => {
             let error = AttemptError {
                 attempt: 0,
-                at: now,
+                at: clock::at(now),
                 message: reason.to_owned(),
             };
             // The row is locked and not leased: it moves.
@@ -334,6 +335,11 @@ pub(crate) fn import<C: GenericClient>(
         let errors = serde_json::to_string(&r.errors)?;
         let attempts = i32::try_from(r.attempts).unwrap_or(i32::MAX);
         let max_attempts = i32::try_from(r.max_attempts).unwrap_or(i32::MAX);
+        let (available_at, started_at) = (
+            clock::micros(r.available_at),
+            r.started_at.map(clock::micros),
+        );
+        let (created_at, updated_at) = (clock::micros(r.created_at), clock::micros(r.updated_at));
         let common: [&(dyn ToSql + Sync); 14] = [
             &r.id,
             &r.queue,
@@ -343,16 +349,16 @@ pub(crate) fn import<C: GenericClient>(
             &r.payload,
             &attempts,
             &max_attempts,
-            &r.available_at,
-            &r.started_at,
+            &available_at,
+            &started_at,
             &errors,
             &r.cancel_requested,
-            &r.created_at,
-            &r.updated_at,
+            &created_at,
+            &updated_at,
         ];
         written += match r.state {
             JobState::Finished(status) => {
-                let finished_at = r.finished_at.unwrap_or(r.updated_at);
+                let finished_at = clock::micros(r.finished_at.unwrap_or(r.updated_at));
                 let status = status.as_str();
                 let mut values = common.to_vec();
                 values.extend_from_slice(&[&r.result, &status, &r.worker, &finished_at]);
@@ -393,6 +399,26 @@ pub(crate) fn recent_completions<C: GenericClient>(
         })
     })
     .collect()
+}
+
+pub(crate) fn finished_per_minute<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    since: i64,
+    now: i64,
+) -> Result<Vec<FinishedInMinute>> {
+    let back = since.saturating_sub(now);
+    tx.query(&q.count_finished_per_minute, &[&q.now_override(now), &back])?
+        .iter()
+        .map(|r| {
+            Ok(FinishedInMinute {
+                queue: r.try_get(0)?,
+                status: r.try_get(1)?,
+                minutes_ago: r.try_get(2)?,
+                count: r.try_get(3)?,
+            })
+        })
+        .collect()
 }
 
 /// Changes priority, due time or queue of a job that is not running. A
@@ -467,6 +493,19 @@ pub(crate) fn set_paused<C: GenericClient>(
 }
 
 /// The paused queues.
+pub(crate) fn find_unique<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    queue: &str,
+    key: &str,
+    history: i64,
+) -> Result<Vec<i64>> {
+    tx.query(&q.find_unique, &[&queue, &key, &history])?
+        .iter()
+        .map(|r| Ok(r.try_get(0)?))
+        .collect()
+}
+
 pub(crate) fn paused_queues<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,

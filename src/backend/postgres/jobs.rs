@@ -15,6 +15,7 @@ use postgres::{GenericClient, Row};
 use super::connection::Tx;
 use super::queries::Queries;
 use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::clock;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job, Lease};
@@ -258,9 +259,9 @@ fn leased_job(r: &Row) -> Result<Job> {
         payload: canonical_json(r.try_get(6)?),
         attempt: to_u32(r.try_get(7)?),
         max_attempts: to_u32(r.try_get(8)?),
-        available_at: r.try_get(9)?,
-        lease_until: r.try_get(10)?,
-        created_at: r.try_get(11)?,
+        available_at: clock::at(r.try_get(9)?),
+        lease_until: clock::at(r.try_get(10)?),
+        created_at: clock::at(r.try_get(11)?),
     })
 }
 

@@ -26,10 +26,10 @@ use self::connection::{Pool, Tx};
 use self::queries::{Queries, Tables};
 use self::target::Target;
 use crate::backend::{
-    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, RecentCompletions, SettleParams,
-    UpdateParams,
+    EnqueueParams, ExpiredLease, FinishedInMinute, HeartbeatParams, LeaseParams, RecentCompletions,
+    SettleParams, UpdateParams,
 };
-use crate::clock::Clock;
+use crate::clock::{Clock, ClockMicros};
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
 use crate::job::Enqueued;
@@ -221,6 +221,14 @@ impl Db {
         })
     }
 
+    /// Finished jobs per minute since the engine's `since`: an offset from
+    /// this clock's now, applied to the server's (as `recent_completions`).
+    pub(crate) fn finished_per_minute(&self, since: i64) -> Result<Vec<FinishedInMinute>> {
+        let now = self.clock.now_micros();
+        self.pool
+            .autocommit(|tx| inspect::finished_per_minute(tx, &self.q, since, now))
+    }
+
     pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {
         self.pool.write(|tx| inspect::retry(tx, &self.q, id, now))
     }
@@ -254,6 +262,11 @@ impl Db {
     /// Inserts jobs copied from another database, keeping their ids.
     pub(crate) fn import(&self, records: &[JobRecord]) -> Result<usize> {
         self.pool.write(|tx| inspect::import(tx, &self.q, records))
+    }
+
+    pub(crate) fn find_unique(&self, queue: &str, key: &str, history: i64) -> Result<Vec<i64>> {
+        self.pool
+            .autocommit(|tx| inspect::find_unique(tx, &self.q, queue, key, history))
     }
 
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {

@@ -432,6 +432,22 @@ pub const COUNT_RECENT_COMPLETIONS: &str = "
 SELECT queue, count(*), count(*) FILTER (WHERE finished_at >= {now} + $3::int8) FROM {history}
 WHERE status = 'completed' AND finished_at >= {now} + $2::int8 GROUP BY queue";
 
+/// Finished jobs per queue, status and minute ago since `{now} + $2` (an
+/// offset, as in [`COUNT_RECENT_COMPLETIONS`]). The `status IN` list lets
+/// the `(status, finished_at)` index serve it.
+pub const COUNT_FINISHED_PER_MINUTE: &str = "
+SELECT queue, status, GREATEST({now} - finished_at, 0) / 60000000, count(*) FROM {history}
+WHERE status IN ('completed', 'discarded', 'cancelled', 'dead') AND finished_at >= {now} + $2::int8
+GROUP BY 1, 2, 3";
+
+/// The jobs holding unique key `$2` in queue `$1`: the live one, then up
+/// to `$3` finished ones, most recent first; both through the unique indexes.
+pub const FIND_UNIQUE: &str = "
+(SELECT id FROM {jobs} WHERE queue = $1 AND unique_key = $2)
+UNION ALL
+(SELECT id FROM {history} WHERE queue = $1 AND unique_key = $2
+ ORDER BY finished_at DESC LIMIT $3)";
+
 // ---- copy ------------------------------------------------------------------
 
 /// Inserts a live job copied from another database, keeping its id, unless
@@ -578,11 +594,13 @@ pub(crate) struct Queries {
     pub history_status: String,
     pub set_paused: String,
     pub paused_queues: String,
+    pub find_unique: String,
     pub update_waiting: String,
     /// [`COUNT_WAITING_DUE`], [`COUNT_WAITING_LATER`], [`COUNT_RUNNING`] and
     /// [`COUNT_DEAD`] as one statement.
     pub depth: String,
     pub count_recent_completions: String,
+    pub count_finished_per_minute: String,
     pub import_live: String,
     pub import_history: String,
     pub raise_next_id: String,
@@ -620,6 +638,7 @@ impl Queries {
             history_status: r(HISTORY_STATUS),
             set_paused: r(SET_PAUSED),
             paused_queues: r(PAUSED_QUEUES),
+            find_unique: r(FIND_UNIQUE),
             update_waiting: r(UPDATE_WAITING),
             depth: r(&[
                 COUNT_WAITING_DUE,
@@ -630,6 +649,7 @@ impl Queries {
             .map(|part| format!("({part})"))
             .join("\nUNION ALL\n")),
             count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
+            count_finished_per_minute: r(COUNT_FINISHED_PER_MINUTE),
             import_live: r(IMPORT_LIVE),
             import_history: r(IMPORT_HISTORY),
             raise_next_id: r(RAISE_NEXT_ID),

@@ -4,7 +4,8 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{jobs, queries};
-use crate::backend::{RecentCompletions, UpdateParams};
+use crate::backend::{FinishedInMinute, RecentCompletions, UpdateParams};
+use crate::clock;
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
@@ -86,16 +87,16 @@ fn record(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         payload: r.get(5)?,
         attempts: r.get(6)?,
         max_attempts: r.get(7)?,
-        available_at: r.get(8)?,
+        available_at: clock::at(r.get(8)?),
         errors: serde_json::from_str::<Vec<AttemptError>>(&errors).unwrap_or_default(),
         worker: r.get(10)?,
-        lease_until: r.get(11)?,
-        started_at: r.get(12)?,
+        lease_until: clock::at_opt(r.get(11)?),
+        started_at: clock::at_opt(r.get(12)?),
         cancel_requested: r.get(13)?,
         result: r.get(14)?,
-        finished_at: r.get(15)?,
-        created_at: r.get(16)?,
-        updated_at: r.get(17)?,
+        finished_at: clock::at_opt(r.get(15)?),
+        created_at: clock::at(r.get(16)?),
+        updated_at: clock::at(r.get(17)?),
         state: JobState::parse(&state).ok_or_else(|| {
             rusqlite::Error::FromSqlConversionFailure(
                 18,
@@ -262,7 +263,7 @@ pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<CancelOutco
         Some(None) => {
             let error = AttemptError {
                 attempt: 0,
-                at: now,
+                at: clock::at(now),
                 message: "cancelled by request".into(),
             };
             jobs::finish(
@@ -294,7 +295,7 @@ pub(crate) fn discard(conn: &Connection, id: i64, reason: &str, now: i64) -> Res
         Some(None) => {
             let error = AttemptError {
                 attempt: 0,
-                at: now,
+                at: clock::at(now),
                 message: reason.to_owned(),
             };
             jobs::finish(
@@ -362,17 +363,17 @@ pub(crate) fn import(conn: &Connection, records: &[JobRecord]) -> Result<usize> 
             r.payload,
             r.attempts,
             r.max_attempts,
-            r.available_at,
-            r.started_at,
+            clock::micros(r.available_at),
+            r.started_at.map(clock::micros),
             errors,
             r.cancel_requested,
-            r.created_at,
-            r.updated_at,
+            clock::micros(r.created_at),
+            clock::micros(r.updated_at),
         ];
         written += match r.state {
             JobState::Finished(status) => {
                 let mut values = common.to_vec();
-                let finished_at = r.finished_at.unwrap_or(r.updated_at);
+                let finished_at = clock::micros(r.finished_at.unwrap_or(r.updated_at));
                 let status = status.as_str();
                 values.extend(params![r.result, status, r.worker, finished_at]);
                 conn.prepare_cached(queries::IMPORT_HISTORY)?
@@ -399,6 +400,23 @@ pub(crate) fn recent_completions(
             queue: r.get(0)?,
             hour: r.get::<_, i64>(1)?.max(0) as u64,
             minute: r.get::<_, Option<i64>>(2)?.unwrap_or(0).max(0) as u64,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(crate) fn finished_per_minute(
+    conn: &Connection,
+    since: i64,
+    now: i64,
+) -> Result<Vec<FinishedInMinute>> {
+    let mut stmt = conn.prepare_cached(queries::COUNT_FINISHED_PER_MINUTE)?;
+    let rows = stmt.query_map(params![since, now], |r| {
+        Ok(FinishedInMinute {
+            queue: r.get(0)?,
+            status: r.get(1)?,
+            minutes_ago: r.get(2)?,
+            count: r.get(3)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -453,6 +471,17 @@ pub(crate) fn set_paused(conn: &Connection, queue: &str, paused: bool, now: i64)
 }
 
 /// The paused queues.
+pub(crate) fn find_unique(
+    conn: &Connection,
+    queue: &str,
+    key: &str,
+    history: i64,
+) -> Result<Vec<i64>> {
+    let mut stmt = conn.prepare_cached(queries::FIND_UNIQUE)?;
+    let ids = stmt.query_map(params![queue, key, history], |r| r.get(0))?;
+    Ok(ids.collect::<rusqlite::Result<_>>()?)
+}
+
 pub(crate) fn paused_queues(conn: &Connection) -> Result<Vec<String>> {
     jobs::paused_queues(conn)
 }

@@ -6,6 +6,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::queries;
 use crate::backend::{EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, SettleParams};
+use crate::clock;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job, Lease};
@@ -163,9 +164,9 @@ fn leased_job(r: &Row<'_>) -> rusqlite::Result<Job> {
         payload: r.get(6)?,
         attempt: r.get(7)?,
         max_attempts: r.get(8)?,
-        available_at: r.get(9)?,
-        lease_until: r.get(10)?,
-        created_at: r.get(11)?,
+        available_at: clock::at(r.get(9)?),
+        lease_until: clock::at(r.get(10)?),
+        created_at: clock::at(r.get(11)?),
     })
 }
 

@@ -308,6 +308,23 @@ pub const COUNT_RECENT_COMPLETIONS: &str = "
 SELECT queue, count(*), sum(finished_at >= ?2) FROM backlog_history
 WHERE status = 'completed' AND finished_at >= ?1 GROUP BY queue";
 
+/// Finished jobs per queue, status and minute ago since `?1`, at now `?2`.
+/// The `status IN` list lets the `(status, finished_at)` index serve it.
+pub const COUNT_FINISHED_PER_MINUTE: &str = "
+SELECT queue, status, max(?2 - finished_at, 0) / 60000000, count(*) FROM backlog_history
+WHERE status IN ('completed', 'discarded', 'cancelled', 'dead') AND finished_at >= ?1
+GROUP BY 1, 2, 3";
+
+/// The jobs holding unique key `?2` in queue `?1`: the live one, then up
+/// to `?3` finished ones, most recent first; both through the unique indexes.
+pub const FIND_UNIQUE: &str = "
+SELECT id FROM backlog_jobs WHERE queue = ?1 AND unique_key = ?2
+UNION ALL
+SELECT id FROM (
+    SELECT id FROM backlog_history WHERE queue = ?1 AND unique_key = ?2
+    ORDER BY finished_at DESC LIMIT ?3
+)";
+
 /// How many of backlog's tables a file has, and how many tables in all: a
 /// read-only look before a tool opens a file it must not convert.
 pub const PROBE_TABLES: &str = "

@@ -5,6 +5,8 @@
 //! can do too. It never creates a database it was only asked to read, and
 //! never migrates one unless told to (`backlog migrate`).
 
+#[cfg(feature = "dashboard")]
+mod dashboard;
 mod fail;
 mod output;
 mod schedules;
@@ -150,6 +152,23 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         remove: Option<String>,
     },
+    /// Serve the web dashboard: queues, jobs, the dead letter, and actions on them.
+    #[cfg(feature = "dashboard")]
+    Dashboard {
+        /// The address to listen on. Any other than loopback needs --token.
+        #[arg(long, default_value = "127.0.0.1")]
+        addr: std::net::IpAddr,
+        /// The port (0: any free port, printed at start).
+        #[arg(long, default_value_t = 7733)]
+        port: u16,
+        /// A secret every request must carry (open /?token=SECRET once in a
+        /// browser, or send Authorization: Bearer SECRET).
+        #[arg(long, env = "BACKLOG_DASHBOARD_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Show the queue without action buttons; actions are refused.
+        #[arg(long)]
+        read_only: bool,
+    },
     /// Copy every live job and the history of one database into another
     /// (created and migrated if needed), keeping ids.
     Copy {
@@ -261,7 +280,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             if out.json {
                 out.value(&output::record_json(&record))
             } else {
-                out.text(&output::record_text(&record, queue.now_micros()))
+                out.text(&output::record_text(&record, queue.now()))
             }
         }
         Command::Retry(select) => act(&out, &queue, select, Action::Retry),
@@ -376,6 +395,22 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         Command::Watch { interval, count } => {
             watch::run(&queue, duration_arg(interval)?, *count, out.json)
         }
+        #[cfg(feature = "dashboard")]
+        Command::Dashboard {
+            addr,
+            port,
+            token,
+            read_only,
+        } => dashboard::run(
+            queue,
+            dashboard::Config {
+                addr: *addr,
+                port: *port,
+                token: token.clone().filter(|t| !t.is_empty()),
+                read_only: *read_only,
+                database: target(cli)?.display(),
+            },
+        ),
         Command::Copy { .. } | Command::Migrate => Ok(()),
     }
 }
@@ -515,7 +550,7 @@ fn jobs(out: &Out, queue: &Queue, args: &JobsArgs) -> Result<(), Failure> {
     if jobs.is_empty() {
         return out.text("no jobs match\n");
     }
-    let mut text = output::jobs_table(&jobs, queue.now_micros());
+    let mut text = output::jobs_table(&jobs, queue.now());
     if let Some(after) = next_after {
         text.push_str(&format!("more: --after {after}\n"));
     }

@@ -2,7 +2,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use backlog::clock::micros_to_system_time;
 use backlog::{JobRecord, QueueStats};
 use serde_json::{json, Value};
 
@@ -63,27 +62,26 @@ impl Table {
     }
 }
 
-/// Unix µs as RFC 3339 in UTC, to the second (people).
-pub fn time(micros: i64) -> String {
-    humantime::format_rfc3339_seconds(micros_to_system_time(micros)).to_string()
+/// A point in time as RFC 3339 in UTC, to the second (people).
+pub fn time(at: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(at).to_string()
 }
 
-/// Unix µs as RFC 3339 in UTC, to the microsecond (scripts).
-pub fn time_json(micros: Option<i64>) -> Value {
-    match micros {
-        Some(m) => json!(humantime::format_rfc3339_micros(micros_to_system_time(m)).to_string()),
+/// A point in time as RFC 3339 in UTC, to the microsecond (scripts).
+pub fn time_json(at: Option<SystemTime>) -> Value {
+    match at {
+        Some(at) => json!(humantime::format_rfc3339_micros(at).to_string()),
         None => Value::Null,
     }
 }
 
-/// How far `micros` is from `now`, as "in 5m" or "3h ago".
-pub fn relative(micros: i64, now: i64) -> String {
-    let (delta, future) = if micros >= now {
-        (micros - now, true)
-    } else {
-        (now - micros, false)
+/// How far `at` is from `now`, as "in 5m" or "3h ago".
+pub fn relative(at: SystemTime, now: SystemTime) -> String {
+    let (delta, future) = match at.duration_since(now) {
+        Ok(ahead) => (ahead, true),
+        Err(behind) => (behind.duration(), false),
     };
-    let secs = delta / 1_000_000;
+    let secs = delta.as_secs();
     let text = if secs < 1 {
         return "now".into();
     } else if secs < 120 {
@@ -189,7 +187,7 @@ pub fn record_json(r: &JobRecord) -> Value {
 }
 
 /// One line of `backlog jobs`.
-pub fn jobs_table(jobs: &[JobRecord], now: i64) -> String {
+pub fn jobs_table(jobs: &[JobRecord], now: SystemTime) -> String {
     let mut table = Table::new(&[
         ("ID", true),
         ("STATE", false),
@@ -226,7 +224,7 @@ pub fn jobs_table(jobs: &[JobRecord], now: i64) -> String {
 }
 
 /// `backlog show`: every field, payload pretty-printed, every error.
-pub fn record_text(r: &JobRecord, now: i64) -> String {
+pub fn record_text(r: &JobRecord, now: SystemTime) -> String {
     let mut out = String::new();
     let mut field = |name: &str, value: String| {
         out.push_str(&format!("{name:<14}{value}\n"));
@@ -287,8 +285,8 @@ pub fn record_text(r: &JobRecord, now: i64) -> String {
     out
 }
 
-fn stamp(micros: i64, now: i64) -> String {
-    format!("{} ({})", time(micros), relative(micros, now))
+fn stamp(at: SystemTime, now: SystemTime) -> String {
+    format!("{} ({})", time(at), relative(at, now))
 }
 
 fn pretty(text: &str) -> String {

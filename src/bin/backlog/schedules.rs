@@ -2,8 +2,6 @@
 //! and next tick (`Queue::schedules`), and `--remove NAME`
 //! (`Queue::remove_schedule`).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use backlog::{Queue, ScheduleInfo};
 use serde_json::{json, Value};
 
@@ -31,7 +29,7 @@ pub fn run(out: &Out, queue: &Queue, remove: Option<&str>) -> Result<(), Failure
     if schedules.is_empty() {
         return out.text("no schedules\n");
     }
-    let now = queue.now_micros();
+    let now = queue.now();
     let mut table = Table::new(&[
         ("NAME", false),
         ("EXPRESSION", false),
@@ -41,17 +39,10 @@ pub fn run(out: &Out, queue: &Queue, remove: Option<&str>) -> Result<(), Failure
     for s in &schedules {
         let last = s.last_tick.map_or_else(
             || "-".to_owned(),
-            |t| {
-                format!(
-                    "{} ({})",
-                    output::time(micros(t)),
-                    output::relative(micros(t), now)
-                )
-            },
+            |t| format!("{} ({})", output::time(t), output::relative(t, now)),
         );
-        let next = micros(s.next_tick);
         // A next tick in the past: no scheduler has run it since.
-        let overdue = if next < now {
+        let overdue = if s.next_tick < now {
             ", no scheduler running?"
         } else {
             ""
@@ -62,8 +53,8 @@ pub fn run(out: &Out, queue: &Queue, remove: Option<&str>) -> Result<(), Failure
             last,
             format!(
                 "{} ({}{overdue})",
-                output::time(next),
-                output::relative(next, now)
+                output::time(s.next_tick),
+                output::relative(s.next_tick, now)
             ),
         ]);
     }
@@ -74,14 +65,8 @@ fn to_json(s: &ScheduleInfo) -> Value {
     json!({
         "name": s.name,
         "expression": s.expression,
-        "last_tick": output::time_json(s.last_tick.map(micros)),
-        "next_tick": output::time_json(Some(micros(s.next_tick))),
-        "updated_at": output::time_json(Some(micros(s.updated_at))),
+        "last_tick": output::time_json(s.last_tick),
+        "next_tick": output::time_json(Some(s.next_tick)),
+        "updated_at": output::time_json(Some(s.updated_at)),
     })
-}
-
-/// Unix µs of a time (0 before the epoch): what `output` formats.
-fn micros(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }

@@ -1,0 +1,464 @@
+//! `backlog dashboard`: the queue in a browser. A synchronous HTTP server
+//! (tiny_http) serves one page shell, its script and style (embedded in the
+//! binary: no CDN, no external font) and the JSON API the page calls.
+//!
+//! Safety, in the order a request meets it (see [`Server::handle`]):
+//! - the listener binds 127.0.0.1 unless told otherwise, and any other
+//!   address needs `--token`: every request but `/healthz` then carries it
+//!   (`Authorization: Bearer`, or the cookie `/?token=` sets);
+//! - on a loopback bind the `Host` header must name loopback, so a web page
+//!   cannot reach the dashboard through a rebound DNS name;
+//! - every action is a POST carrying the per-process CSRF token (the page
+//!   reads it from its shell) as `X-CSRF-Token`, with a JSON body;
+//! - `--read-only` refuses every action server-side (the page hides them);
+//! - every response carries Content-Security-Policy (scripts and styles from
+//!   the dashboard only, no framing), X-Frame-Options and
+//!   X-Content-Type-Options; the page writes job data as text, never HTML.
+
+mod api;
+
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use backlog::Queue;
+use serde_json::{json, Value};
+use tiny_http::{Header, Method, Request, Response};
+
+use crate::fail::{Code, Failure};
+
+const INDEX_HTML: &str = include_str!("assets/index.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const APP_CSS: &str = include_str!("assets/app.css");
+
+/// Requests served at once; more get 503 (each runs on its own thread, so a
+/// client that stalls mid-body holds one thread, not the server).
+const MAX_IN_FLIGHT: usize = 64;
+/// The largest request body read (an action's JSON is a few bytes).
+const MAX_BODY: usize = 64 * 1024;
+
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/// How `backlog dashboard` was asked to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub token: Option<String>,
+    pub read_only: bool,
+    /// The database as messages name it (a URL without its password).
+    pub database: String,
+}
+
+/// Serves until the process is stopped. Prints the URL first (with port 0,
+/// the port the system chose), for people and for tests.
+pub fn run(queue: Queue, config: Config) -> Result<(), Failure> {
+    if !config.addr.is_loopback() && config.token.as_deref().unwrap_or_default().is_empty() {
+        return Err(Failure::new(
+            Code::Usage,
+            format!(
+                "binding {} exposes the queue beyond this machine: pass --token SECRET \
+                 (or BACKLOG_DASHBOARD_TOKEN), or bind 127.0.0.1",
+                config.addr
+            ),
+        ));
+    }
+    let bind = SocketAddr::new(config.addr, config.port);
+    let http = tiny_http::Server::http(bind)
+        .map_err(|e| Failure::new(Code::Other, format!("cannot listen on {bind}: {e}")))?;
+    let local = http
+        .server_addr()
+        .to_ip()
+        .ok_or_else(|| Failure::new(Code::Other, "the listener has no IP address"))?;
+    let server = Arc::new(Server {
+        queue,
+        csrf: random_token(),
+        config,
+        in_flight: AtomicUsize::new(0),
+    });
+    let shown = match &server.config.token {
+        Some(_) => format!("http://{local}/?token=…"),
+        None => format!("http://{local}/"),
+    };
+    println!(
+        "dashboard for {} on {shown}{}",
+        server.config.database,
+        if server.config.read_only {
+            " (read-only)"
+        } else {
+            ""
+        }
+    );
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    loop {
+        let request = http.recv()?;
+        if server.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_IN_FLIGHT {
+            server.in_flight.fetch_sub(1, Ordering::SeqCst);
+            let _ = request.respond(server.finish(error(503, "too many requests at once")));
+            continue;
+        }
+        // The slot is given back however the thread ends (or fails to start).
+        let slot = Slot(server.clone());
+        let _ = std::thread::Builder::new()
+            .name("backlog-dashboard".into())
+            .spawn(move || slot.0.serve(request));
+    }
+}
+
+/// One of the [`MAX_IN_FLIGHT`] request slots, released on drop.
+struct Slot(Arc<Server>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+struct Server {
+    queue: Queue,
+    config: Config,
+    /// Every POST must carry it; only a page this server sent knows it.
+    csrf: String,
+    in_flight: AtomicUsize,
+}
+
+/// A response under construction: status, body, content type, extra headers.
+pub struct Reply {
+    status: u16,
+    body: Vec<u8>,
+    content_type: &'static str,
+    headers: Vec<(&'static str, String)>,
+}
+
+impl Reply {
+    fn new(status: u16, content_type: &'static str, body: impl Into<Vec<u8>>) -> Reply {
+        Reply {
+            status,
+            body: body.into(),
+            content_type,
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn json(status: u16, value: &Value) -> Reply {
+        Reply::new(status, "application/json", value.to_string())
+    }
+
+    fn header(mut self, name: &'static str, value: impl Into<String>) -> Reply {
+        self.headers.push((name, value.into()));
+        self
+    }
+}
+
+/// A JSON error: `{"error": message}`.
+pub fn error(status: u16, message: impl Into<String>) -> Reply {
+    Reply::json(status, &json!({ "error": message.into() }))
+}
+
+/// The HTTP status of a failed library call.
+pub fn failure(f: Failure) -> Reply {
+    let status = match f.code {
+        Code::NotFound | Code::UnknownQueue => 404,
+        Code::InvalidInput | Code::Usage => 400,
+        Code::InvalidState => 409,
+        Code::Unreachable => 503,
+        _ => 500,
+    };
+    error(status, f.message)
+}
+
+/// What a handler sees of a request.
+pub struct Incoming<'a> {
+    pub method: &'a Method,
+    pub path: &'a str,
+    pub query: &'a str,
+    pub body: &'a [u8],
+}
+
+impl Server {
+    fn serve(&self, mut request: Request) {
+        let reply = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.handle(&mut request)
+        })) {
+            Ok(reply) => reply,
+            Err(_) => error(500, "internal error (see the dashboard's log)"),
+        };
+        let _ = request.respond(self.finish(reply));
+    }
+
+    fn handle(&self, request: &mut Request) -> Reply {
+        let url = request.url().to_owned();
+        let (path, query) = url.split_once('?').unwrap_or((url.as_str(), ""));
+        let method = request.method().clone();
+        if path == "/healthz" {
+            return api::healthz(&self.queue, &method);
+        }
+        if let Some(refused) = self.check_host(request) {
+            return refused;
+        }
+        if let Some(token) = &self.config.token {
+            // `/?token=` once: a cookie keeps the browser signed in.
+            if let Some(given) = query_param(query, "token") {
+                if !same(&given, token) {
+                    return error(401, "wrong token");
+                }
+                return Reply::new(303, "text/plain", "signed in")
+                    .header("Location", path.to_owned())
+                    .header(
+                        "Set-Cookie",
+                        format!("backlog_token={token}; Path=/; HttpOnly; SameSite=Strict"),
+                    );
+            }
+            if !self.authorized(request, token) {
+                return error(
+                    401,
+                    "this dashboard needs its token: open /?token=SECRET once, \
+                     or send Authorization: Bearer SECRET",
+                );
+            }
+        }
+        let mut body = Vec::new();
+        if method == Method::Post {
+            if let Some(refused) = self.check_post(request) {
+                return refused;
+            }
+            match request.body_length() {
+                Some(n) if n > MAX_BODY => return error(413, "the request body is too large"),
+                _ => {}
+            }
+            if let Err(e) = request
+                .as_reader()
+                .take(MAX_BODY as u64 + 1)
+                .read_to_end(&mut body)
+            {
+                return error(400, format!("could not read the request body: {e}"));
+            }
+            if body.len() > MAX_BODY {
+                return error(413, "the request body is too large");
+            }
+        }
+        let incoming = Incoming {
+            method: &method,
+            path,
+            query,
+            body: &body,
+        };
+        self.route(&incoming)
+    }
+
+    fn route(&self, r: &Incoming<'_>) -> Reply {
+        let segments: Vec<&str> = r.path.trim_start_matches('/').split('/').collect();
+        let get = *r.method == Method::Get || *r.method == Method::Head;
+        let post = *r.method == Method::Post;
+        let only = |allowed: &'static str, ok: bool, reply: &dyn Fn() -> Reply| -> Reply {
+            if ok {
+                reply()
+            } else {
+                error(
+                    405,
+                    format!("{} is not allowed here; use {allowed}", r.method),
+                )
+                .header("Allow", allowed)
+            }
+        };
+        match segments.as_slice() {
+            [""] | ["jobs"] | ["dead"] => only("GET", get, &|| self.shell()),
+            ["jobs", id] => only("GET", get, &|| match id.parse::<i64>() {
+                Ok(_) => self.shell(),
+                Err(_) => error(404, format!("{id:?} is not a job id")),
+            }),
+            ["assets", "app.js"] => only("GET", get, &|| {
+                Reply::new(200, "text/javascript; charset=utf-8", APP_JS)
+            }),
+            ["assets", "app.css"] => only("GET", get, &|| {
+                Reply::new(200, "text/css; charset=utf-8", APP_CSS)
+            }),
+            ["metrics"] => only("GET", get, &|| match self.queue.metrics() {
+                Ok(text) => Reply::new(200, "text/plain; version=0.0.4; charset=utf-8", text),
+                Err(e) => failure(e.into()),
+            }),
+            ["api", "overview"] => only("GET", get, &|| api::overview(&self.queue, &self.config)),
+            ["api", "jobs"] => only("GET", get, &|| api::jobs(&self.queue, r.query)),
+            ["api", "jobs", id] => only("GET", get, &|| api::job(&self.queue, id)),
+            ["api", "jobs", id, action] => only("POST", post, &|| {
+                self.action(|| api::job_action(&self.queue, id, action, r.body))
+            }),
+            ["api", "queues", name, action] => only("POST", post, &|| {
+                self.action(|| api::queue_action(&self.queue, name, action))
+            }),
+            ["api", "bulk"] => only("POST", post, &|| {
+                self.action(|| api::bulk(&self.queue, r.body))
+            }),
+            _ => error(404, format!("no page at {}", r.path)),
+        }
+    }
+
+    /// Runs an action unless the dashboard is read-only.
+    fn action(&self, act: impl FnOnce() -> Reply) -> Reply {
+        if self.config.read_only {
+            return error(403, "this dashboard is read-only: actions are refused");
+        }
+        act()
+    }
+
+    fn shell(&self) -> Reply {
+        let html = INDEX_HTML
+            .replace("{{csrf}}", &self.csrf)
+            .replace(
+                "{{read_only}}",
+                if self.config.read_only { "1" } else { "0" },
+            )
+            .replace("{{database}}", &escape_html(&self.config.database));
+        Reply::new(200, "text/html; charset=utf-8", html)
+    }
+
+    /// Refuses a Host header that is not loopback when bound to loopback: a
+    /// DNS name rebound to 127.0.0.1 must not reach the page and its token.
+    fn check_host(&self, request: &Request) -> Option<Reply> {
+        if !self.config.addr.is_loopback() {
+            return None;
+        }
+        let host = header(request, "Host").unwrap_or_default();
+        let name = match host.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default(),
+            None => host.split(':').next().unwrap_or_default(),
+        };
+        match name {
+            "127.0.0.1" | "localhost" | "::1" => None,
+            _ => Some(error(
+                403,
+                format!("Host {host:?} is not this machine: open the dashboard at 127.0.0.1"),
+            )),
+        }
+    }
+
+    /// Every POST carries the CSRF token and a JSON body.
+    fn check_post(&self, request: &Request) -> Option<Reply> {
+        match header(request, "X-CSRF-Token") {
+            Some(token) if same(&token, &self.csrf) => {}
+            Some(_) => return Some(error(403, "wrong CSRF token: reload the page")),
+            None => {
+                return Some(error(
+                    403,
+                    "missing CSRF token: actions are POSTs carrying X-CSRF-Token",
+                ))
+            }
+        }
+        let json = header(request, "Content-Type")
+            .is_some_and(|t| t.trim().starts_with("application/json"));
+        if !json {
+            return Some(error(
+                415,
+                "actions take a JSON body (Content-Type: application/json)",
+            ));
+        }
+        None
+    }
+
+    fn authorized(&self, request: &Request, token: &str) -> bool {
+        if let Some(auth) = header(request, "Authorization") {
+            if let Some(given) = auth.strip_prefix("Bearer ") {
+                return same(given.trim(), token);
+            }
+        }
+        header(request, "Cookie").is_some_and(|cookies| {
+            cookies.split(';').any(|c| {
+                c.trim()
+                    .strip_prefix("backlog_token=")
+                    .is_some_and(|v| same(v, token))
+            })
+        })
+    }
+
+    /// The headers every response carries.
+    fn finish(&self, reply: Reply) -> Response<std::io::Cursor<Vec<u8>>> {
+        let mut response = Response::from_data(reply.body).with_status_code(reply.status);
+        let mut add = |name: &str, value: &str| {
+            if let Ok(h) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+                response.add_header(h);
+            }
+        };
+        add("Content-Type", reply.content_type);
+        add("Content-Security-Policy", CSP);
+        add("X-Frame-Options", "DENY");
+        add("X-Content-Type-Options", "nosniff");
+        add("Referrer-Policy", "no-referrer");
+        add("Cache-Control", "no-store");
+        for (name, value) in &reply.headers {
+            add(name, value);
+        }
+        response
+    }
+}
+
+fn header(request: &Request, name: &str) -> Option<String> {
+    request
+        .headers()
+        .iter()
+        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str().to_owned())
+}
+
+/// Compares secrets in time independent of where they differ.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+fn random_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// One `name=value` of a query string, percent-decoded; `None` when absent.
+pub fn query_param(query: &str, name: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (decode(k) == name).then(|| decode(v))
+    })
+}
+
+fn decode(text: &str) -> String {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = match bytes.get(i..i + 3) {
+            Some([b'%', hi, lo]) => hex(*hi).zip(hex(*lo)).map(|(h, l)| (h * 16 + l) as u8),
+            _ => None,
+        };
+        match (escaped, bytes[i]) {
+            (Some(b), _) => {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+            (None, b'+') => out.push(b' '),
+            (None, b) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Text made safe inside HTML.
+fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -1,0 +1,369 @@
+//! The dashboard in a real browser: Debian's chromium, headless, driven over
+//! WebDriver (chromedriver) with a few JSON requests, no client crate.
+//!
+//! Ignored by default because it needs chromium and chromedriver
+//! (`apt-get install -y chromium chromium-driver`); `.ci/run` installs them
+//! and runs it, and there it fails, never skips, when they are missing.
+//! With `BACKLOG_DASHBOARD_SCREENSHOTS=docs` it writes the README's
+//! screenshots there.
+
+#![cfg(feature = "dashboard")]
+
+mod dashboard_common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dashboard_common::{seed, Backend, Dashboard, Database, TestResult, SCRIPT_PAYLOAD};
+use serde_json::{json, Value};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+#[test]
+#[ignore = "needs chromium and chromedriver; .ci/run installs them and runs it"]
+fn operator_retries_a_dead_job_and_pauses_a_queue_in_chromium() -> TestResult {
+    for binary in [CHROMIUM, CHROMEDRIVER] {
+        if !std::path::Path::new(binary).exists() {
+            return Err(format!(
+                "{binary} is missing: apt-get install -y chromium chromium-driver"
+            )
+            .into());
+        }
+    }
+    let db = Database::new(Backend::Sqlite)?.ok_or("no SQLite database")?;
+    let seeded = seed(&db, true)?;
+    let queue = db.open()?;
+    let dashboard = Dashboard::start(&db.target, &[])?;
+    let browser = Browser::start()?;
+    let shots = std::env::var_os("BACKLOG_DASHBOARD_SCREENSHOTS").map(PathBuf::from);
+
+    // The overview: every seeded queue with its counts and paused flag.
+    browser.open(&format!("{}/", dashboard.url()))?;
+    let emails = browser.wait_text("tr[data-queue=\"emails\"]", |t| t.contains("emails"))?;
+    let cells: Vec<&str> = emails.split_whitespace().collect();
+    assert_eq!(
+        &cells[..6],
+        ["emails", "12", "2", "0", "0", "3"],
+        "{emails}"
+    );
+    let reports = browser.wait_text("tr[data-queue=\"reports\"]", |t| t.contains("paused"))?;
+    assert!(reports.starts_with("reports 4 0 0 0 0"), "{reports}");
+    let billing = browser.text("tr[data-queue=\"billing\"]")?;
+    assert!(billing.starts_with("billing 0 0 5 2 1"), "{billing}");
+    browser.text("tr[data-queue=\"webhooks\"]")?;
+    if let Some(dir) = &shots {
+        browser.screenshot(&dir.join("dashboard-overview.png"))?;
+    }
+
+    // The dead letter, then a dead job: its payload shows the <script> as text.
+    browser.click("nav a[data-nav=\"dead\"]")?;
+    browser.wait_text("h1", |t| t.starts_with("Dead letter"))?;
+    browser.wait_text(&format!("tr[data-id=\"{}\"]", seeded.dead_billing), |t| {
+        t.contains("payment gateway timeout")
+    })?;
+    if let Some(dir) = &shots {
+        browser.screenshot(&dir.join("dashboard-dead-letter.png"))?;
+    }
+    browser.click(&format!("tr[data-id=\"{}\"] a", seeded.dead_billing))?;
+    browser.wait_text("h1", |t| t == format!("Job #{}", seeded.dead_billing))?;
+    browser.wait_text("table.errors", |t| t.contains("attempt 3"))?;
+    if let Some(dir) = &shots {
+        browser.screenshot(&dir.join("dashboard-job.png"))?;
+    }
+    browser.open(&format!("{}/jobs/{}", dashboard.url(), seeded.dead_script))?;
+    let payload = browser.wait_text("#payload", |t| t.contains("mallory"))?;
+    assert!(payload.contains(SCRIPT_PAYLOAD), "{payload}");
+    assert_eq!(
+        browser.script("return window.pwned === undefined")?,
+        json!(true)
+    );
+    assert_eq!(
+        browser.script("return document.querySelectorAll('main script').length")?,
+        json!(0)
+    );
+
+    // Retry it: confirmed in the dialog, reported, and the job is available.
+    browser.wait_text(".job-head .badge", |t| t == "dead")?;
+    browser.click_button("Retry")?;
+    browser.wait_text("#confirm-ok", |t| t == "Retry")?;
+    browser.click("#confirm-ok")?;
+    browser.wait_text("#flash", |t| t.contains("retried"))?;
+    browser.wait_text(".job-head .badge", |t| t == "available")?;
+    assert_eq!(
+        queue.get(seeded.dead_script)?.state,
+        backlog::JobState::Available
+    );
+
+    // Find a job by its unique key from the search box.
+    browser.type_into("#search input", "invoice:INV-2041\u{E007}")?;
+    browser.wait_text("h1", |t| t.starts_with("Jobs with unique key"))?;
+    browser.wait_text(&format!("tr[data-id=\"{}\"]", seeded.dead_billing), |t| {
+        t.contains("charge_invoice")
+    })?;
+    browser.open(&format!(
+        "{}/jobs?state=available&queue=emails",
+        dashboard.url()
+    ))?;
+    browser.wait_text("table.jobs", |t| t.contains("send_digest"))?;
+
+    // Pause a queue from the overview and see the flag.
+    browser.click("nav a[data-nav=\"overview\"]")?;
+    browser.wait_text("tr[data-queue=\"webhooks\"]", |t| t.contains("active"))?;
+    browser.click("tr[data-queue=\"webhooks\"] button")?;
+    browser.wait_text("#confirm-ok", |t| t == "Pause")?;
+    browser.click("#confirm-ok")?;
+    browser.wait_text("#flash", |t| t.contains("webhooks paused"))?;
+    browser.wait_text("tr[data-queue=\"webhooks\"]", |t| t.contains("paused"))?;
+    assert!(queue.paused_queues()?.contains(&"webhooks".to_owned()));
+
+    // Changes made elsewhere show up without a reload (the page polls).
+    queue.resume("webhooks")?;
+    browser.wait_text("tr[data-queue=\"webhooks\"]", |t| t.contains("active"))?;
+    Ok(())
+}
+
+/// A headless chromium session through chromedriver; both end on drop.
+struct Browser {
+    driver: Child,
+    port: u16,
+    session: String,
+}
+
+impl Browser {
+    fn start() -> TestResult<Browser> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let mut driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        // chromedriver prints a line once it listens.
+        let stdout = driver.stdout.take().ok_or("no stdout")?;
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        while reader.read_line(&mut line)? > 0 && !line.contains("started successfully") {
+            line.clear();
+        }
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
+                sink.clear();
+            }
+        });
+        let mut browser = Browser {
+            driver,
+            port,
+            session: String::new(),
+        };
+        let created = browser.call(
+            "POST",
+            "/session",
+            json!({"capabilities": {"alwaysMatch": {
+                "browserName": "chrome",
+                "goog:chromeOptions": {
+                    "binary": CHROMIUM,
+                    "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                             "--disable-dev-shm-usage", "--window-size=1360,1000",
+                             "--force-device-scale-factor=1", "--hide-scrollbars"],
+                },
+            }}}),
+        )?;
+        browser.session = created["sessionId"]
+            .as_str()
+            .ok_or_else(|| format!("no session: {created}"))?
+            .to_owned();
+        Ok(browser)
+    }
+
+    fn call(&self, method: &str, path: &str, body: Value) -> TestResult<Value> {
+        let body = if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        };
+        let raw = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.port,
+            body.len()
+        );
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+        stream.write_all(raw.as_bytes())?;
+        // chromedriver keeps the connection open: read the head, then
+        // exactly Content-Length bytes.
+        let mut reader = BufReader::new(stream);
+        let mut head = String::new();
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 || line == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse()?;
+                }
+            }
+            head.push_str(&line);
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body)?;
+        let json = String::from_utf8_lossy(&body);
+        let value: Value = serde_json::from_str(&json)?;
+        if !head.contains(" 200 ") {
+            return Err(format!("{method} {path}: {value}").into());
+        }
+        Ok(value["value"].clone())
+    }
+
+    fn session_path(&self, rest: &str) -> String {
+        format!("/session/{}{rest}", self.session)
+    }
+
+    fn open(&self, url: &str) -> TestResult {
+        self.call("POST", &self.session_path("/url"), json!({"url": url}))?;
+        Ok(())
+    }
+
+    fn find(&self, css: &str) -> TestResult<String> {
+        let found = self.call(
+            "POST",
+            &self.session_path("/element"),
+            json!({"using": "css selector", "value": css}),
+        )?;
+        Ok(found[ELEMENT]
+            .as_str()
+            .ok_or_else(|| format!("no element for {css}: {found}"))?
+            .to_owned())
+    }
+
+    fn text(&self, css: &str) -> TestResult<String> {
+        let element = self.find(css)?;
+        let text = self.call(
+            "GET",
+            &self.session_path(&format!("/element/{element}/text")),
+            Value::Null,
+        )?;
+        Ok(text.as_str().unwrap_or_default().to_owned())
+    }
+
+    /// Waits (10 s at most) for `css` to exist with text satisfying `ok`.
+    fn wait_text(&self, css: &str, ok: impl Fn(&str) -> bool) -> TestResult<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            // Elements are replaced by each refresh: a vanished one is retried.
+            let last = match self.text(css) {
+                Ok(text) if ok(&text) => return Ok(text),
+                Ok(text) => text,
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() > deadline {
+                return Err(format!("{css}: never as expected; last {last:?}").into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn click(&self, css: &str) -> TestResult {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let clicked = self.find(css).and_then(|element| {
+                self.call(
+                    "POST",
+                    &self.session_path(&format!("/element/{element}/click")),
+                    json!({}),
+                )
+            });
+            match clicked {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Types `text` into the element (`\u{E007}` is Enter).
+    fn type_into(&self, css: &str, text: &str) -> TestResult {
+        let element = self.find(css)?;
+        self.call(
+            "POST",
+            &self.session_path(&format!("/element/{element}/value")),
+            json!({"text": text}),
+        )?;
+        Ok(())
+    }
+
+    /// Clicks the button labelled `label` in the page's main part.
+    fn click_button(&self, label: &str) -> TestResult {
+        let clicked = self.script(&format!(
+            "const b = [...document.querySelectorAll('main button')].find(b => b.textContent === {});
+             if (b) b.click(); return !!b;",
+            json!(label)
+        ))?;
+        if clicked != json!(true) {
+            return Err(format!("no {label:?} button").into());
+        }
+        Ok(())
+    }
+
+    fn script(&self, body: &str) -> TestResult<Value> {
+        self.call(
+            "POST",
+            &self.session_path("/execute/sync"),
+            json!({"script": body, "args": []}),
+        )
+    }
+
+    fn screenshot(&self, path: &std::path::Path) -> TestResult {
+        let data = self.call("GET", &self.session_path("/screenshot"), Value::Null)?;
+        let png = base64_decode(data.as_str().ok_or("no screenshot")?)?;
+        std::fs::write(path, png)?;
+        Ok(())
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let _ = self.call("DELETE", &self.session_path(""), Value::Null);
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn base64_decode(text: &str) -> TestResult<Vec<u8>> {
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text
+        .bytes()
+        .filter(|c| *c != b'=' && !c.is_ascii_whitespace())
+    {
+        acc = acc << 6 | value(c).ok_or("not base64")?;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Ok(out)
+}
