@@ -717,6 +717,9 @@ impl Queue {
             ..claim
         };
         let claimed = self.inner.backend.claim_tick(&claim)?;
+        if matches!(claimed, Claimed::Enqueued(_)) {
+            failpoint!("claim-tick-after-commit");
+        }
         if let (Claimed::Enqueued(e), Some(p)) = (claimed, &prepared) {
             if !e.existed && self.inner.bus.has_listeners() {
                 self.inner.bus.ring();
