@@ -125,7 +125,9 @@ impl Scheduler {
 
     /// A scheduler with its own thread (`backlog-periodic`), which sleeps
     /// until the next tick of its schedules (or at most 5 s, to notice other
-    /// processes' changes) and claims what is due.
+    /// processes' changes) and claims what is due. It sleeps in real time:
+    /// on a [`ManualClock`](crate::ManualClock) a moved clock is noticed
+    /// within those 5 s, so tests call [`Scheduler::run_due`] instead.
     ///
     /// [`Error::Worker`] if the thread cannot be spawned.
     pub fn start(queue: Queue) -> Result<Scheduler> {
