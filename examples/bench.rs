@@ -21,6 +21,8 @@ mod db;
 mod modes;
 #[path = "bench/on_time.rs"]
 mod on_time;
+#[path = "bench/periodic.rs"]
+mod periodic;
 #[path = "bench/raw.rs"]
 mod raw;
 #[path = "bench/report.rs"]
@@ -99,6 +101,12 @@ enum Mode {
     LeaseUnrunnable(on_time::UnrunnableArgs),
     /// The four on-time modes: lateness, wait, lease-unrunnable, idle-cpu.
     OnTime,
+    /// The cost of a periodic scheduler in every process: CPU and wake-ups
+    /// of idle and ticking schedulers, enqueue throughput with and without.
+    Periodic(periodic::PeriodicArgs),
+    /// (internal) A scheduler process of the periodic mode.
+    #[command(hide = true)]
+    PeriodicChild(periodic::PeriodicChildArgs),
     /// (internal) The lateness mode's scheduler in another process.
     #[command(hide = true)]
     Schedule(on_time::ScheduleArgs),
@@ -234,6 +242,7 @@ struct Plan {
     burn_down: Option<BurnDownArgs>,
     latency: Option<LatencyArgs>,
     on_time: on_time::Plan,
+    periodic: Option<periodic::PeriodicArgs>,
 }
 
 impl Plan {
@@ -264,6 +273,12 @@ impl Plan {
             }),
             memory: None,
             on_time: on_time::Plan::smoke(),
+            periodic: Some(periodic::PeriodicArgs {
+                processes: 2,
+                schedules: 3,
+                secs: 1.0,
+                jobs: 200,
+            }),
         }
     }
 
@@ -297,6 +312,12 @@ impl Plan {
                 threads: 8,
             }),
             on_time: on_time::Plan::all(),
+            periodic: Some(periodic::PeriodicArgs {
+                processes: 4,
+                schedules: 10,
+                secs: 10.0,
+                jobs: 2_000,
+            }),
         }
     }
 }
@@ -364,6 +385,14 @@ fn run(cli: Cli) -> BoxResult<bool> {
             ..Default::default()
         }),
         Mode::OnTime => on_time_plan(on_time::Plan::all()),
+        Mode::Periodic(a) => Plan {
+            periodic: Some(a),
+            ..Plan::default()
+        },
+        Mode::PeriodicChild(a) => {
+            periodic::child(&a, cli.durability.list()[0])?;
+            return Ok(true);
+        }
         Mode::Schedule(a) => {
             on_time::schedule(&a, cli.durability.list()[0])?;
             return Ok(true);
@@ -479,6 +508,14 @@ fn run(cli: Cli) -> BoxResult<bool> {
     }
 
     on_time::run(&mut report, &dir, &durabilities, runs, &plan.on_time)?;
+
+    if let Some(a) = &plan.periodic {
+        for run in 0..runs {
+            for &d in &rotate(&durabilities, run) {
+                periodic::periodic(&mut report, &dir, d, a)?;
+            }
+        }
+    }
 
     report.finish();
     if let Some(out) = &cli.out {

@@ -43,11 +43,11 @@ pub enum Error {
         /// The cap in bytes.
         limit: usize,
     },
-    /// A queue name, job kind, unique key, group key or worker id is empty,
-    /// too long or contains control characters.
+    /// A queue name, job kind, unique key, group key, worker id or schedule
+    /// name is empty, too long or contains control characters.
     InvalidName {
-        /// Which name: `"queue"`, `"kind"`, `"unique key"`, `"group key"` or
-        /// `"worker id"`.
+        /// Which name: `"queue"`, `"kind"`, `"unique key"`, `"group key"`,
+        /// `"worker id"` or `"schedule"`.
         what: &'static str,
         /// Why it was rejected.
         reason: String,
@@ -57,6 +57,20 @@ pub enum Error {
     /// Some other argument is out of range, such as `max_attempts = 0` or a
     /// lease of zero jobs.
     InvalidArgument(String),
+    /// A periodic schedule cannot run: its cron expression does not parse or
+    /// never matches, its time zone is unknown, or its interval is under a
+    /// millisecond or over a year. Returned by the constructor
+    /// ([`Schedule::cron`](crate::Schedule::cron),
+    /// [`Schedule::every`](crate::Schedule::every)), before anything is
+    /// written.
+    InvalidPeriodic {
+        /// The schedule's name.
+        schedule: String,
+        /// The expression as given (`"0 3 * * *"`, `"every 5s"`).
+        expression: String,
+        /// Why it was rejected.
+        reason: String,
+    },
     /// No live or finished job has this id.
     NotFound {
         /// The id that was looked up.
@@ -145,6 +159,7 @@ impl Error {
                 | Error::InvalidName { .. }
                 | Error::InvalidSchedule(_)
                 | Error::InvalidArgument(_)
+                | Error::InvalidPeriodic { .. }
         )
     }
 
@@ -171,6 +186,11 @@ impl fmt::Display for Error {
             Error::InvalidName { what, reason } => write!(f, "invalid {what}: {reason}"),
             Error::InvalidSchedule(why) => write!(f, "invalid schedule: {why}"),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+            Error::InvalidPeriodic {
+                schedule,
+                expression,
+                reason,
+            } => write!(f, "invalid schedule {schedule:?} ({expression}): {reason}"),
             Error::NotFound { job_id } => write!(f, "job {job_id} not found"),
             Error::InvalidState { job_id, reason } => write!(f, "job {job_id}: {reason}"),
             Error::NotInTransaction => f.write_str("connection is not inside a transaction"),

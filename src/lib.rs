@@ -107,6 +107,12 @@
 //! (`tracing::subscriber::set_default`) included. See
 //! `examples/tracing.rs`.
 //!
+//! ## Periodic jobs
+//!
+//! A [`Schedule`] enqueues a job at each tick of a cron expression or a
+//! fixed interval, exactly once across every process that runs it: on a
+//! worker ([`WorkerBuilder::periodic`]) or a [`Scheduler`]. See [`periodic`].
+//!
 //! ## Testing your code
 //!
 //! [`testing`] asserts what your code enqueued (inside an open transaction
@@ -133,6 +139,7 @@ pub mod metrics;
 pub mod mysql;
 mod options;
 mod outcome;
+pub mod periodic;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod queue;
@@ -157,6 +164,7 @@ pub use job::{
 pub use lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport, DEFAULT_LEASE_TTL};
 pub use options::{Durability, QueueOptions, DEFAULT_TABLE_PREFIX};
 pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
+pub use periodic::{Schedule, ScheduleInfo, Scheduler, SchedulerStats};
 pub use queue::{Queue, FIND_UNIQUE_HISTORY, WAIT_MAX_POLL};
 pub use retry::RetryPolicy;
 pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_PROGRESS_BYTES, MAX_UNIQUE_KEY_BYTES};

@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::backend::sqlite::Connections;
 use crate::backend::{
-    Backend, EnqueueParams, GroupParams, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
-    UpdateParams,
+    Backend, ClaimTickParams, Claimed, EnqueueParams, GroupParams, HeartbeatParams, LeaseParams,
+    ProgressWrite, SettleParams, UpdateParams,
 };
 use crate::clock::{self, add_micros, duration_micros, system_time_to_micros, ClockMicros};
 use crate::error::{Error, Result};
@@ -732,6 +732,46 @@ impl Queue {
     /// Sends events (the worker's `Started` and `LeaseLost`).
     pub(crate) fn emit(&self, events: impl IntoIterator<Item = Event>) {
         self.inner.bus.emit(events);
+    }
+
+    // ---- periodic ----------------------------------------------------------
+
+    /// Validates and encodes `job` as an enqueue at `now` would, writing
+    /// nothing: a periodic schedule's job is checked when it is registered.
+    pub(crate) fn check_job(&self, job: &NewJob, now: i64) -> Result<()> {
+        self.prepare(job.clone(), now).map(|_| ())
+    }
+
+    /// Claims a periodic tick (`claim.job` is filled from `job`), and tells
+    /// this process's workers and subscribers of an enqueued job as
+    /// [`Queue::enqueue`] does.
+    pub(crate) fn claim_tick(
+        &self,
+        claim: ClaimTickParams<'_>,
+        job: Option<NewJob>,
+    ) -> Result<Claimed> {
+        let prepared = job.map(|j| self.prepare(j, claim.now)).transpose()?;
+        let claim = ClaimTickParams {
+            job: prepared
+                .as_ref()
+                .and_then(|p| params(std::slice::from_ref(p), claim.now).pop()),
+            ..claim
+        };
+        let claimed = self.inner.backend.claim_tick(&claim)?;
+        if matches!(claimed, Claimed::Enqueued(_)) {
+            failpoint!("claim-tick-after-commit");
+        }
+        if let (Claimed::Enqueued(e), Some(p)) = (claimed, &prepared) {
+            if !e.existed && self.inner.bus.has_listeners() {
+                self.inner.bus.ring();
+                self.inner.bus.emit([Event::Enqueued {
+                    job_id: e.id,
+                    queue: p.job.queue.clone(),
+                    kind: p.job.kind.clone(),
+                }]);
+            }
+        }
+        Ok(claimed)
     }
 
     // ---- inspect -----------------------------------------------------------

@@ -846,11 +846,58 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          ALTER TABLE backlog_jobs DROP COLUMN progress;
          ALTER TABLE backlog_history DROP COLUMN progress;
          DROP TABLE backlog_groups; DROP TABLE backlog_group_members;
+         DROP TABLE backlog_schedules;
          DELETE FROM backlog_schema_history WHERE version > 1;",
     )?;
     drop(conn);
     backlog(&db, &["stats"])?.fails_with(10, "its schema lacks V2__due")?;
     backlog(&db, &["migrate"])?.ok()?;
     backlog(&db, &["stats"])?.ok()?;
+    Ok(())
+}
+
+#[test]
+fn schedules_lists_last_and_next_ticks_and_removes_one() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("app.db");
+    backlog(&db, &["schedules"])?.fails_with(exit::UNREACHABLE, "no database at")?;
+    let queue = backlog::Queue::open(&db)?;
+    let scheduler = backlog::Scheduler::new(queue.clone());
+    let job = || backlog::NewJob::new("report", json!({}));
+    scheduler.add(backlog::Schedule::cron("nightly", "0 3 * * *", job())?)?;
+    scheduler.add(backlog::Schedule::every(
+        "fast",
+        Duration::from_millis(1),
+        job(),
+    )?)?;
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(scheduler.run_due()?, 1, "fast ticked");
+
+    let run = backlog(&db, &["schedules"])?.ok()?;
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", run.stdout);
+    assert!(lines[0].starts_with("NAME"), "{}", lines[0]);
+    assert!(
+        lines[1].starts_with("fast") && lines[1].contains("every 1ms"),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].starts_with("nightly") && lines[2].contains("0 3 * * * (UTC)  -"),
+        "{}",
+        lines[2]
+    );
+    assert!(lines[2].contains("T03:00:00Z (in "), "{}", lines[2]);
+
+    let listed = backlog(&db, &["--json", "schedules"])?.ok()?.json()?;
+    assert_eq!(listed[1]["name"], "nightly");
+    assert_eq!(listed[1]["last_tick"], Value::Null);
+    assert!(listed[0]["last_tick"].is_string(), "{listed}");
+
+    backlog(&db, &["schedules", "--remove", "nightly"])?.ok()?;
+    backlog(&db, &["schedules", "--remove", "nightly"])?
+        .fails_with(exit::NOT_FOUND, "no schedule named \"nightly\"")?;
+    let listed = backlog(&db, &["--json", "schedules"])?.ok()?.json()?;
+    assert_eq!(listed.as_array().map(Vec::len), Some(1));
     Ok(())
 }

@@ -673,6 +673,7 @@ mod server {
             "app1_history",
             "app1_queues",
             "app1_schema_history",
+            "app1_schedules",
             "app2_jobs",
         ] {
             assert!(tables.iter().any(|t| t == table), "{table} in {tables:?}");
@@ -704,7 +705,7 @@ mod server {
         let applied: Vec<(i64, i64)> = conn.query(
             "SELECT version, count(*) FROM backlog_schema_history GROUP BY version ORDER BY version",
         )?;
-        assert_eq!(applied, vec![(1, 1), (2, 1), (3, 1), (4, 1)]);
+        assert_eq!(applied, vec![(1, 1), (2, 1), (3, 1), (4, 1), (6, 1)]);
         Ok(())
     }
 

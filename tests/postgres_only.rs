@@ -464,9 +464,9 @@ fn queues_with_other_prefixes_or_schemas_neither_see_nor_wake_each_other() -> Te
             &[&server.schema],
         )?
         .try_get(0)?;
-    // jobs, history, queues, groups, group members and refinery's history,
-    // per prefix.
-    assert_eq!(tables, 12);
+    // jobs, history, queues, groups, group members, schedules and
+    // refinery's history, per prefix.
+    assert_eq!(tables, 14);
     Ok(())
 }
 
@@ -757,8 +757,9 @@ fn nodes_migrating_a_new_schema_at_once_all_succeed() -> TestResult {
             &[],
         )?
         .try_get(0)?;
-    // Each migration once: V1__initial, V2__due, V3__progress, V4__groups.
-    assert_eq!(applied, 4);
+    // Each migration once: V1__initial, V2__due, V3__progress, V4__groups,
+    // V6__schedules.
+    assert_eq!(applied, 5);
     Ok(())
 }
 

@@ -166,7 +166,7 @@ pub fn run(
 /// wake-ups) of every thread of this process, by thread name with trailing
 /// digits dropped, from `/proc/self/task/*/schedstat` (nanoseconds, exact,
 /// where `/proc/self/stat` counts in 10 ms ticks).
-fn threads_cpu() -> BTreeMap<String, (u64, u64)> {
+pub fn threads_cpu() -> BTreeMap<String, (u64, u64)> {
     let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return out;
@@ -192,7 +192,7 @@ fn threads_cpu() -> BTreeMap<String, (u64, u64)> {
 }
 
 /// User + system CPU time of this process, µs (`getrusage(RUSAGE_SELF)`).
-fn rusage_micros() -> f64 {
+pub fn rusage_micros() -> f64 {
     // SAFETY: getrusage writes into the zeroed struct it is given.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {

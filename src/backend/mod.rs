@@ -133,6 +133,58 @@ pub(crate) struct RecentCompletions {
     pub minute: u64,
 }
 
+/// A periodic schedule as stored (`backlog_schedules`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ScheduleRow {
+    pub name: String,
+    pub expression: String,
+    /// The next tick not yet claimed (unix µs of the schedule's calendar).
+    pub next_tick: i64,
+    /// The last tick enqueued.
+    pub last_tick: Option<i64>,
+    pub updated_at: i64,
+}
+
+/// Registers a schedule: inserts its row, or when the stored expression
+/// differs, replaces it and its next tick (the last registration wins). A
+/// row with the same expression is left as it is, its next tick included:
+/// a tick missed while no scheduler ran is still seen as missed.
+#[derive(Debug)]
+pub(crate) struct RegisterScheduleParams<'a> {
+    pub name: &'a str,
+    pub expression: &'a str,
+    pub next_tick: i64,
+    pub now: i64,
+}
+
+/// Claims the due tick of a schedule: moves `next_tick` on from `seen`, only
+/// if the row still holds `seen` and `expression` (the compare-and-set that
+/// makes a tick once across schedulers), and in the same transaction
+/// enqueues `job` and records `tick` as the last tick; without a job the
+/// missed tick is skipped.
+#[derive(Debug)]
+pub(crate) struct ClaimTickParams<'a> {
+    pub name: &'a str,
+    pub expression: &'a str,
+    pub seen: i64,
+    pub next_tick: i64,
+    pub tick: i64,
+    pub job: Option<EnqueueParams<'a>>,
+    pub now: i64,
+}
+
+/// What a claim did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claimed {
+    /// Another scheduler claimed it first, or the schedule was removed or
+    /// registered again with another expression: nothing was written.
+    Lost,
+    /// The tick was skipped (missed during downtime).
+    Skipped,
+    /// The tick's job was enqueued (or, `existed`, its unique key was held).
+    Enqueued(Enqueued),
+}
+
 /// Jobs of one queue that finished with one status in one minute: a row of
 /// [`Backend::finished_per_minute`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -481,6 +533,34 @@ impl Backend {
     pub(crate) fn prune(&self, status: FinalStatus, cutoff: i64, limit: usize) -> Result<usize> {
         dispatch!(self, db => db.write(|tx| sqlite::inspect::prune(tx, status, cutoff, limit)),
             server => db.prune(status, cutoff, limit))
+    }
+
+    /// Registers a periodic schedule (see [`RegisterScheduleParams`]).
+    pub(crate) fn register_schedule(&self, p: &RegisterScheduleParams<'_>) -> Result<()> {
+        dispatch!(self, db => db.write(|tx| sqlite::schedules::register(tx, p)),
+            server => db.register_schedule(p))
+    }
+
+    /// Claims a schedule's due tick and enqueues its job, in one transaction.
+    pub(crate) fn claim_tick(&self, p: &ClaimTickParams<'_>) -> Result<Claimed> {
+        dispatch!(self, db => db.write(|tx| {
+                let claimed = sqlite::schedules::claim_tick(tx, p)?;
+                failpoint!("claim-tick-before-commit");
+                Ok(claimed)
+            }),
+            server => db.claim_tick(p))
+    }
+
+    /// Every schedule, by name.
+    pub(crate) fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+        dispatch!(self, db => db.read(sqlite::schedules::list),
+            server => db.schedules())
+    }
+
+    /// Deletes a schedule's row; whether there was one.
+    pub(crate) fn remove_schedule(&self, name: &str) -> Result<bool> {
+        dispatch!(self, db => db.write(|tx| sqlite::schedules::remove(tx, name)),
+            server => db.remove_schedule(name))
     }
 
     /// How many transactions were retried after a transient failure (SQLite

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::inspect::Retention;
 use crate::job::{JobArgs, DEFAULT_QUEUE};
 use crate::lease::DEFAULT_LEASE_TTL;
+use crate::periodic::{Schedule, Scheduler};
 use crate::queue::Queue;
 use crate::retry::RetryPolicy;
 use crate::validate;
@@ -96,6 +97,7 @@ pub struct WorkerBuilder {
     watch_interval: Duration,
     rescue_interval: Duration,
     retention: Retention,
+    schedules: Vec<Schedule>,
 }
 
 impl WorkerBuilder {
@@ -120,6 +122,7 @@ impl WorkerBuilder {
             watch_interval: Duration::from_millis(10),
             rescue_interval: Duration::from_secs(5),
             retention: Retention::default(),
+            schedules: Vec::new(),
         }
     }
 
@@ -379,6 +382,20 @@ impl WorkerBuilder {
         self
     }
 
+    /// Runs `schedule` while the worker runs: a [`Scheduler`] thread
+    /// (`backlog-periodic`) starts with the worker, claims each due tick and
+    /// enqueues its job, and stops first at shutdown. Each tick is enqueued
+    /// once however many workers and processes run the same schedule. The
+    /// tick's job is an ordinary job: any worker with its kind and queue
+    /// runs it. See [`crate::periodic`].
+    ///
+    /// At [`WorkerBuilder::start`], the schedule's job is checked (a bad name
+    /// or payload is an error) and the schedule registered in the database.
+    pub fn periodic(mut self, schedule: Schedule) -> Self {
+        self.schedules.push(schedule);
+        self
+    }
+
     /// How long finished jobs are kept; maintenance prunes older ones in
     /// small batches. Defaults to [`Retention::default`].
     pub fn retention(mut self, retention: Retention) -> Self {
@@ -394,7 +411,18 @@ impl WorkerBuilder {
     /// worker id; a database error if the change watcher cannot be opened.
     pub fn start(self) -> Result<Worker> {
         let config = self.validate()?;
-        Worker::start(self.queue, self.handlers, config)
+        let scheduler = if self.schedules.is_empty() {
+            None
+        } else {
+            let scheduler = Scheduler::start(self.queue.clone())?;
+            for schedule in self.schedules {
+                scheduler.add(schedule)?;
+            }
+            Some(scheduler)
+        };
+        let mut worker = Worker::start(self.queue, self.handlers, config)?;
+        worker.scheduler = scheduler;
+        Ok(worker)
     }
 
     /// What [`crate::testing::drain`] runs jobs with: the queue, the

@@ -207,6 +207,8 @@ pub struct Worker {
     id: String,
     grace: Duration,
     running: Option<Running>,
+    /// The schedules given to `WorkerBuilder::periodic`, stopped first.
+    scheduler: Option<crate::periodic::Scheduler>,
 }
 
 /// The threads and the channels that stop them.
@@ -320,6 +322,7 @@ impl Worker {
         let mut worker = Worker {
             id: shared.config.worker_id.clone(),
             grace: shared.config.shutdown_grace,
+            scheduler: None,
             running: Some(Running {
                 shared: shared.clone(),
                 stop_fetch: Some(stop_fetch),
@@ -405,6 +408,11 @@ impl Worker {
     }
 
     fn stop(&mut self, grace: Duration) -> Result<ShutdownReport> {
+        if let Some(mut scheduler) = self.scheduler.take() {
+            // Within the shutdown bound: a scheduler thread stuck in a
+            // database call is left to end on its own.
+            scheduler.stop_by(Instant::now() + Duration::from_millis(250));
+        }
         let Some(mut running) = self.running.take() else {
             return Ok(ShutdownReport::default());
         };

@@ -21,6 +21,7 @@ mod inspect;
 mod lease;
 mod on_time;
 mod operate;
+mod periodic;
 mod progress;
 mod settle;
 mod transactional;

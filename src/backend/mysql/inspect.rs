@@ -559,7 +559,13 @@ mod tests {
         let Some(t) = Tables::connect()? else {
             return Ok(());
         };
-        let all = ["V1__initial", "V2__due", "V3__progress", "V4__groups"];
+        let all = [
+            "V1__initial",
+            "V2__due",
+            "V3__progress",
+            "V4__groups",
+            "V6__schedules",
+        ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate()?;
         assert!(t.db.pending_migrations()?.is_empty());

@@ -25,6 +25,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V4__groups",
         include_str!("../../../migrations/mysql/V4__groups.sql"),
     ),
+    (
+        "V6__schedules",
+        include_str!("../../../migrations/mysql/V6__schedules.sql"),
+    ),
 ];
 
 /// Applies pending migrations.
@@ -91,6 +95,7 @@ fn render(template: &str, prefix: &str) -> String {
         .replace("{queues}", &format!("{prefix}queues"))
         .replace("{groups}", &format!("{prefix}groups"))
         .replace("{group_members}", &format!("{prefix}group_members"))
+        .replace("{schedules}", &format!("{prefix}schedules"))
 }
 
 /// The server lock's name for one queue's tables. Names are at most 64

@@ -20,6 +20,7 @@ pub(crate) mod jobs;
 pub(crate) mod migrate;
 pub(crate) mod poller;
 pub(crate) mod queries;
+pub(crate) mod schedules;
 pub(crate) mod version;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -688,6 +688,8 @@ pub struct Tables {
     pub queues: String,
     pub groups: String,
     pub group_members: String,
+    /// Periodic schedules (`schedules.rs`).
+    pub schedules: String,
     /// Refinery's record of the applied migrations (`migrate.rs`).
     pub schema_history: String,
 }
@@ -703,6 +705,7 @@ impl Tables {
             queues: format!("{db}.`{prefix}queues`"),
             groups: format!("{db}.`{prefix}groups`"),
             group_members: format!("{db}.`{prefix}group_members`"),
+            schedules: format!("{db}.`{prefix}schedules`"),
             schema_history: format!("{db}.`{prefix}schema_history`"),
         }
     }
@@ -716,6 +719,7 @@ impl Tables {
             .replace("{queues}", &self.queues)
             .replace("{groups}", &self.groups)
             .replace("{group_members}", &self.group_members)
+            .replace("{schedules}", &self.schedules)
     }
 }
 

@@ -31,6 +31,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V4__groups",
         include_str!("../../../migrations/postgres/V4__groups.sql"),
     ),
+    (
+        "V6__schedules",
+        include_str!("../../../migrations/postgres/V6__schedules.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

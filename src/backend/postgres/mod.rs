@@ -15,6 +15,7 @@ pub(crate) mod jobs;
 pub(crate) mod listen;
 pub(crate) mod migrate;
 pub(crate) mod queries;
+pub(crate) mod schedules;
 pub(crate) mod target;
 
 use std::fmt;

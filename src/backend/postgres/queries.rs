@@ -674,6 +674,7 @@ impl Tables {
             .replace("{queues}", &format!("{schema}{prefix}queues"))
             .replace("{groups}", &format!("{schema}{prefix}groups"))
             .replace("{group_members}", &format!("{schema}{prefix}group_members"))
+            .replace("{schedules}", &format!("{schema}{prefix}schedules"))
             .replace("{channel}", &self.channel())
             .replace("{now}", NOW)
             .replace("{token}", TOKEN)

@@ -15,6 +15,7 @@ pub(crate) mod inspect;
 pub(crate) mod jobs;
 pub(crate) mod migrate;
 pub(crate) mod queries;
+pub(crate) mod schedules;
 pub(crate) mod wal;
 
 pub(crate) use connection::Connections;

@@ -9,6 +9,7 @@
 mod dashboard;
 mod fail;
 mod output;
+mod schedules;
 mod target;
 mod watch;
 
@@ -143,6 +144,13 @@ enum Command {
         /// Stop after this many refreshes (for scripts).
         #[arg(long, hide = true)]
         count: Option<u64>,
+    },
+    /// Periodic schedules: expression, last and next tick.
+    Schedules {
+        /// Remove this schedule: every scheduler stops ticking it until it
+        /// is registered again.
+        #[arg(long, value_name = "NAME")]
+        remove: Option<String>,
     },
     /// Serve the web dashboard: queues, jobs, the dead letter, and actions on them.
     #[cfg(feature = "dashboard")]
@@ -383,6 +391,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             )
         }
         Command::Metrics => out.text(&queue.metrics()?),
+        Command::Schedules { remove } => schedules::run(&out, &queue, remove.as_deref()),
         Command::Watch { interval, count } => {
             watch::run(&queue, duration_arg(interval)?, *count, out.json)
         }
