@@ -11,7 +11,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use backlog::{FinalStatus, JobState};
+use backlog::{FinalStatus, JobState, NewJob, Worker};
 use dashboard_common::{seed, Backend, Dashboard, Database, Seeded, TestResult, SCRIPT_PAYLOAD};
 use serde_json::json;
 
@@ -290,6 +290,25 @@ fn a_job_reads_in_full_and_unknown_ids_are_404(s: &Setup) -> TestResult {
     );
     d.get("/api/jobs/999999")?.fails(404, "999999")?;
     d.get("/api/jobs/abc")?.fails(404, "not a job id")?;
+
+    // The progress a handler reported is on the job's page, kept after it
+    // finished.
+    let queue = s.db.open()?;
+    let worker = Worker::builder(queue.clone())
+        .queues(["imports"])
+        .handle_raw("import", |_: serde_json::Value, ctx| {
+            ctx.set_progress(&json!({"done": 3, "of": 4}))?;
+            Ok(())
+        })
+        .start()?;
+    let id = queue
+        .enqueue(NewJob::new("import", json!({})).queue("imports"))?
+        .id;
+    let finished = queue.wait(id, Duration::from_secs(20))?;
+    worker.shutdown(Duration::from_secs(5))?;
+    assert_eq!(finished.state, JobState::COMPLETED);
+    let read = d.get(&format!("/api/jobs/{id}"))?.expect(200)?;
+    assert_eq!(read["progress"], json!({"done": 3, "of": 4}));
     Ok(())
 }
 

@@ -102,11 +102,14 @@ fn flow_control(_queue: &Queue) -> Value {
     Value::Null
 }
 
-/// FLOW CONTROL (wired by the lead): a running job's progress, as JSON the
-/// job page's "Progress" section renders (`renderProgress` in app.js).
-/// `null` hides the section.
-fn progress(_queue: &Queue, _record: &JobRecord) -> Value {
-    Value::Null
+/// The progress the job's handler last reported (kept in history when it
+/// finished), as the job page's "Progress" section renders it
+/// (`renderProgress` in app.js). `null` hides the section.
+fn progress(record: &JobRecord) -> Value {
+    match record.progress.as_deref() {
+        Some(text) => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into())),
+        None => Value::Null,
+    }
 }
 
 /// When the available job with the lowest id in `name` became due: the
@@ -249,7 +252,7 @@ pub fn job(queue: &Queue, id: &str) -> Reply {
             200,
             &json!({
                 "job": output::record_json(&record),
-                "progress": progress(queue, &record),
+                "progress": progress(&record),
                 "now": output::time_json(Some(queue.now())),
             }),
         ),

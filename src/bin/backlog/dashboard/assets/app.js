@@ -562,9 +562,33 @@ function editForm(j) {
 
 // FLOW CONTROL: a running job's progress, shown when /api/jobs/ID returns a
 // non-null `progress` (wired by the lead once the flow-control issue lands).
+// The share done, when the handler reported one in a shape people use:
+// {done, of} or {done, total}, {percent}, or a bare number 0..1.
+function progressShare(p) {
+  const n = (v) => typeof v === "number" && isFinite(v);
+  if (n(p) && p >= 0 && p <= 1) return p;
+  if (p && typeof p === "object") {
+    const of = n(p.of) ? p.of : p.total;
+    if (n(p.done) && n(of) && of > 0) return Math.min(1, Math.max(0, p.done / of));
+    if (n(p.percent)) return Math.min(1, Math.max(0, p.percent / 100));
+  }
+  return null;
+}
+
 function renderProgress(progress) {
-  if (!progress) return null;
-  return h("section", {class: "panel", id: "progress"}, h("h2", {}, "Progress"),
+  if (progress === null || progress === undefined) return null;
+  const share = progressShare(progress);
+  let bar = null;
+  if (share !== null) {
+    bar = svg("svg", {viewBox: "0 0 100 4", preserveAspectRatio: "none", class: "progress-bar",
+      role: "img", "aria-label": `${Math.round(share * 100)}% done`});
+    bar.append(svg("rect", {x: 0, y: 0, width: 100, height: 4, class: "progress-track"}));
+    bar.append(svg("rect", {x: 0, y: 0, width: share * 100, height: 4, class: "progress-done"}));
+  }
+  return h("section", {class: "panel", id: "progress"},
+    h("div", {class: "panel-head"}, h("h2", {}, "Progress"),
+      share === null ? null : h("span", {class: "muted"}, `${Math.round(share * 100)}%`)),
+    bar,
     h("pre", {class: "code"}, JSON.stringify(progress, null, 2)));
 }
 
