@@ -17,6 +17,8 @@
 mod chart;
 #[path = "bench/db.rs"]
 mod db;
+#[path = "bench/fairness.rs"]
+mod fairness;
 #[path = "bench/modes.rs"]
 mod modes;
 #[path = "bench/on_time.rs"]
@@ -99,6 +101,12 @@ enum Mode {
     LeaseUnrunnable(on_time::UnrunnableArgs),
     /// The four on-time modes: lateness, wait, lease-unrunnable, idle-cpu.
     OnTime,
+    /// Processes on one file: one writes flat out, others time single
+    /// enqueues; their wait, and what the flat-out process loses.
+    Fairness(fairness::FairnessArgs),
+    /// (internal) One process of the fairness mode.
+    #[command(hide = true)]
+    FairChild(fairness::FairChildArgs),
     /// (internal) The lateness mode's scheduler in another process.
     #[command(hide = true)]
     Schedule(on_time::ScheduleArgs),
@@ -233,6 +241,7 @@ struct Plan {
     depth: Option<DepthArgs>,
     burn_down: Option<BurnDownArgs>,
     latency: Option<LatencyArgs>,
+    fairness: Option<fairness::FairnessArgs>,
     on_time: on_time::Plan,
 }
 
@@ -263,6 +272,12 @@ impl Plan {
                 threads: 4,
             }),
             memory: None,
+            fairness: Some(fairness::FairnessArgs {
+                samplers: 1,
+                secs: 0.5,
+                every_ms: 20,
+                flat: vec![fairness::Flat::Enqueue],
+            }),
             on_time: on_time::Plan::smoke(),
         }
     }
@@ -295,6 +310,12 @@ impl Plan {
             memory: Some(MemoryArgs {
                 jobs: 1_000_000,
                 threads: 8,
+            }),
+            fairness: Some(fairness::FairnessArgs {
+                samplers: 2,
+                secs: 5.0,
+                every_ms: 20,
+                flat: vec![fairness::Flat::Enqueue, fairness::Flat::Drain],
             }),
             on_time: on_time::Plan::all(),
         }
@@ -364,6 +385,14 @@ fn run(cli: Cli) -> BoxResult<bool> {
             ..Default::default()
         }),
         Mode::OnTime => on_time_plan(on_time::Plan::all()),
+        Mode::Fairness(a) => Plan {
+            fairness: Some(a),
+            ..Plan::default()
+        },
+        Mode::FairChild(a) => {
+            fairness::child(&a, cli.durability.list()[0])?;
+            return Ok(true);
+        }
         Mode::Schedule(a) => {
             on_time::schedule(&a, cli.durability.list()[0])?;
             return Ok(true);
@@ -474,6 +503,14 @@ fn run(cli: Cli) -> BoxResult<bool> {
         for run in 0..runs {
             for &d in &rotate(&durabilities, run) {
                 worker::latency(&mut report, &dir, d, &l)?;
+            }
+        }
+    }
+
+    if let Some(a) = &plan.fairness {
+        for run in 0..runs {
+            for &d in &rotate(&durabilities, run) {
+                fairness::run(&mut report, &dir, d, a)?;
             }
         }
     }
