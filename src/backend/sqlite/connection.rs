@@ -13,6 +13,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 use super::checkpointer::Checkpointer;
+use super::turnstile::{Turn, Turnstile};
 use super::wal;
 use crate::error::{Error, Result};
 use crate::options::{Durability, QueueOptions};
@@ -122,6 +123,8 @@ fn expect<T: PartialEq + ToString>(name: &'static str, expected: T, actual: T) -
 pub(crate) struct Connections {
     path: PathBuf,
     writer: Arc<Mutex<Connection>>,
+    /// Turns at the file's write lock, shared fairly with other processes.
+    turnstile: Arc<Turnstile>,
     readers: r2d2::Pool<SqliteConnectionManager>,
     write_deadline: Duration,
     busy_timeout: Duration,
@@ -171,6 +174,7 @@ impl Connections {
             pragmas.apply(&checkpoints)
         })?;
         let writer = Arc::new(Mutex::new(writer));
+        let turnstile = Arc::new(Turnstile::open(path)?);
         let checkpoint_stats = Arc::new(wal::CheckpointStats::default());
         let checkpointer =
             Checkpointer::start(checkpoints, writer.clone(), checkpoint_stats.clone())?;
@@ -195,6 +199,7 @@ impl Connections {
         Ok(Connections {
             path: path.to_path_buf(),
             writer,
+            turnstile,
             readers,
             write_deadline: options.write_deadline,
             busy_timeout: options.busy_timeout,
@@ -243,9 +248,15 @@ impl Connections {
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the write connection and
     /// commits. The whole transaction is retried on BUSY/LOCKED with jittered
     /// backoff until the write deadline; `f` must therefore be repeatable.
+    ///
+    /// Waits for this process's turn at the file first (see
+    /// [`super::turnstile`]); the wait counts against the same deadline.
     pub(crate) fn write<T>(&self, mut f: impl FnMut(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let start = Instant::now();
         let mut conn = self.writer()?;
-        let value = retry_busy(self.write_deadline, &self.busy_retries, || {
+        let _turn = self.turn(start + self.write_deadline)?;
+        let left = self.write_deadline.saturating_sub(start.elapsed());
+        let value = retry_busy(left, &self.busy_retries, || {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let value = f(&tx)?;
             tx.commit()?;
@@ -265,6 +276,7 @@ impl Connections {
         mut f: impl FnMut(&Transaction<'_>) -> Result<T>,
     ) -> Result<T> {
         let mut conn = self.writer()?;
+        let _turn = self.turn(until)?;
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Error::Busy);
@@ -295,10 +307,13 @@ impl Connections {
     where
         E: From<Error>,
     {
+        let start = Instant::now();
         let conn = self.writer()?;
+        let _turn = self.turn(start + self.write_deadline)?;
+        let left = self.write_deadline.saturating_sub(start.elapsed());
         // Only BEGIN is retried, before `f` runs. A shared borrow lets the
         // retry loop hand the transaction out.
-        let tx = retry_busy(self.write_deadline, &self.busy_retries, || {
+        let tx = retry_busy(left, &self.busy_retries, || {
             Ok(Transaction::new_unchecked(
                 &conn,
                 TransactionBehavior::Immediate,
@@ -308,6 +323,19 @@ impl Connections {
         tx.commit().map_err(Error::from)?;
         self.committed(&conn);
         Ok(value)
+    }
+
+    /// This queue's turn at the file's write lock, waited for until `until`
+    /// ([`Error::Busy`] past it). The caller holds the write gate.
+    fn turn(&self, until: Instant) -> Result<Turn<'_>> {
+        let start = Instant::now();
+        self.turnstile.enter(until).inspect_err(|_| {
+            tracing::warn!(
+                waited = ?start.elapsed(),
+                "other processes kept the write lock past the write deadline: \
+                 giving up with Error::Busy"
+            )
+        })
     }
 
     /// After a commit on the write connection: now and then, empties a WAL

@@ -14,6 +14,7 @@ pub(crate) mod inspect;
 pub(crate) mod jobs;
 pub(crate) mod migrate;
 pub(crate) mod queries;
+pub(crate) mod turnstile;
 pub(crate) mod wal;
 
 pub(crate) use connection::Connections;
