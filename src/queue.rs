@@ -959,6 +959,28 @@ impl Queue {
         }
     }
 
+    /// SQLite: the longest the engine's maintenance held this queue's write
+    /// gate at once (a rescue or prune transaction of a worker, a slice of
+    /// WAL truncation, a checkpoint catching up), for benchmarks and tests.
+    /// `None` on a server.
+    #[doc(hidden)]
+    pub fn longest_maintenance_hold(&self) -> Option<Duration> {
+        match &self.inner.backend {
+            Backend::Sqlite(db) => Some(db.longest_maintenance_hold()),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// Counts the last write of this thread (a worker's rescue or prune) as
+    /// a maintenance hold of the write gate; nothing on a server.
+    pub(crate) fn note_maintenance_write(&self) {
+        #[allow(irrefutable_let_patterns)]
+        if let Backend::Sqlite(db) = &self.inner.backend {
+            db.note_maintenance_hold(crate::backend::sqlite::connection::last_write_hold());
+        }
+    }
+
     /// The size of the SQLite write-ahead log in bytes (0 when there is
     /// none); `None` on a server backend.
     pub fn wal_size(&self) -> Option<u64> {

@@ -43,7 +43,11 @@ impl Maintenance {
     fn pass(&self) {
         let queue = &self.shared.queue;
         for _ in 0..RESCUE_BATCHES_PER_PASS {
-            match queue.rescue(RESCUE_BATCH) {
+            let rescued = queue.rescue(RESCUE_BATCH);
+            if rescued.is_ok() {
+                queue.note_maintenance_write();
+            }
+            match rescued {
                 Ok(r) if r.rescued + r.dead + r.cancelled == RESCUE_BATCH => continue,
                 Ok(_) => break,
                 Err(error) => {
@@ -52,8 +56,9 @@ impl Maintenance {
                 }
             }
         }
-        if let Err(error) = queue.prune_history(&self.shared.config.retention, PRUNE_BATCH) {
-            warn_failed("pruning history", &error);
+        match queue.prune_history(&self.shared.config.retention, PRUNE_BATCH) {
+            Ok(_) => queue.note_maintenance_write(),
+            Err(error) => warn_failed("pruning history", &error),
         }
         if self.shared.inflight.is_empty() {
             if let Err(error) = queue.checkpoint() {

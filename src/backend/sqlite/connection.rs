@@ -4,7 +4,7 @@
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -28,8 +28,9 @@ const CHECKPOINT_NUDGE_EVERY: u64 = 32;
 /// Commits between two looks at the WAL's size (a `stat`).
 const WAL_CHECK_EVERY: u64 = 64;
 
-/// How long a commit that found the WAL over its limit keeps trying to empty
-/// it (holding this process's write gate) before leaving it to a later one.
+/// How long commits that found the WAL over its limit keep trying to empty it,
+/// one short try each (see [`wal::truncate_once`]), before leaving it to a
+/// later one.
 const WAL_TRUNCATE_PATIENCE: Duration = Duration::from_secs(1);
 
 /// After a try to empty the WAL failed, how long until the next.
@@ -122,7 +123,7 @@ fn expect<T: PartialEq + ToString>(name: &'static str, expected: T, actual: T) -
 /// SQLite's busy handler against each other) and a pool of readers.
 pub(crate) struct Connections {
     path: PathBuf,
-    writer: Arc<Mutex<Connection>>,
+    writer: Arc<Gate>,
     /// Turns at the file's write lock, shared fairly with other processes.
     turnstile: Arc<Turnstile>,
     readers: r2d2::Pool<SqliteConnectionManager>,
@@ -130,7 +131,11 @@ pub(crate) struct Connections {
     busy_timeout: Duration,
     busy_retries: AtomicU64,
     commits: AtomicU64,
-    wal_truncate_not_before: Mutex<Option<Instant>>,
+    truncation: Mutex<Truncation>,
+    /// The longest the engine's maintenance (a slice of WAL truncation, a
+    /// checkpoint holding the gate, a rescue or prune transaction) held the
+    /// write gate at once, in µs.
+    pub(crate) longest_maintenance_hold_us: Arc<AtomicU64>,
     checkpointer: Checkpointer,
     /// How the checkpoints of this queue's connections ended.
     pub(crate) checkpoint_stats: Arc<wal::CheckpointStats>,
@@ -173,11 +178,16 @@ impl Connections {
         retry_busy(options.write_deadline, &AtomicU64::new(0), || {
             pragmas.apply(&checkpoints)
         })?;
-        let writer = Arc::new(Mutex::new(writer));
+        let writer = Arc::new(Gate::new(writer));
         let turnstile = Arc::new(Turnstile::open(path)?);
         let checkpoint_stats = Arc::new(wal::CheckpointStats::default());
-        let checkpointer =
-            Checkpointer::start(checkpoints, writer.clone(), checkpoint_stats.clone())?;
+        let longest_maintenance_hold_us = Arc::new(AtomicU64::new(0));
+        let checkpointer = Checkpointer::start(
+            checkpoints,
+            writer.clone(),
+            checkpoint_stats.clone(),
+            longest_maintenance_hold_us.clone(),
+        )?;
 
         let manager = SqliteConnectionManager::file(path)
             .with_flags(flags)
@@ -205,7 +215,8 @@ impl Connections {
             busy_timeout: options.busy_timeout,
             busy_retries: AtomicU64::new(0),
             commits: AtomicU64::new(0),
-            wal_truncate_not_before: Mutex::new(None),
+            truncation: Mutex::new(Truncation::default()),
+            longest_maintenance_hold_us,
             checkpointer,
             checkpoint_stats,
             wal_limit: JOURNAL_SIZE_LIMIT as u64,
@@ -234,15 +245,20 @@ impl Connections {
     /// A thread that already holds this gate (a handler inside
     /// `ctx.transaction`, a closure of `QueueExt::transaction`) gets
     /// [`Error::InsideTransaction`] at once instead of waiting for itself
-    /// forever.
+    /// forever. Waits for other threads of this process up to the write
+    /// deadline ([`Error::Busy`] past it).
     pub(crate) fn writer(&self) -> Result<WriteGate<'_>> {
-        let id = Arc::as_ptr(&self.writer) as usize;
-        if GATES_HELD.with(|held| held.borrow().contains(&id)) {
-            return Err(Error::InsideTransaction);
-        }
-        let conn = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        GATES_HELD.with(|held| held.borrow_mut().push(id));
-        Ok(WriteGate { conn, id })
+        self.writer.enter(Instant::now() + self.write_deadline)
+    }
+
+    /// The longest maintenance hold of the write gate so far.
+    pub(crate) fn longest_maintenance_hold(&self) -> Duration {
+        Duration::from_micros(self.longest_maintenance_hold_us.load(Ordering::Relaxed))
+    }
+
+    /// Counts a maintenance hold of the write gate.
+    pub(crate) fn note_maintenance_hold(&self, held: Duration) {
+        note_hold(&self.longest_maintenance_hold_us, held);
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the write connection and
@@ -253,13 +269,15 @@ impl Connections {
     /// [`super::turnstile`]); the wait counts against the same deadline.
     pub(crate) fn write<T>(&self, mut f: impl FnMut(&Transaction<'_>) -> Result<T>) -> Result<T> {
         let start = Instant::now();
-        let mut conn = self.writer()?;
+        let mut conn = self.writer.enter(start + self.write_deadline)?;
         let _turn = self.turn(start + self.write_deadline)?;
         let left = self.write_deadline.saturating_sub(start.elapsed());
         let value = retry_busy(left, &self.busy_retries, || {
+            let began = Instant::now();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let value = f(&tx)?;
             tx.commit()?;
+            LAST_HOLD.set(began.elapsed());
             Ok(value)
         })?;
         self.committed(&conn);
@@ -275,7 +293,7 @@ impl Connections {
         until: Instant,
         mut f: impl FnMut(&Transaction<'_>) -> Result<T>,
     ) -> Result<T> {
-        let mut conn = self.writer()?;
+        let mut conn = self.writer.enter(until)?;
         let _turn = self.turn(until)?;
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -308,7 +326,7 @@ impl Connections {
         E: From<Error>,
     {
         let start = Instant::now();
-        let conn = self.writer()?;
+        let conn = self.writer.enter(start + self.write_deadline)?;
         let _turn = self.turn(start + self.write_deadline)?;
         let left = self.write_deadline.saturating_sub(start.elapsed());
         // Only BEGIN is retried, before `f` runs. A shared borrow lets the
@@ -338,35 +356,68 @@ impl Connections {
         })
     }
 
-    /// After a commit on the write connection: now and then, empties a WAL
-    /// that readers kept from being restarted. Best effort: after a try that
-    /// a reader outlasted, the next waits [`WAL_TRUNCATE_BACKOFF`], so a
-    /// long-lived reader (a backup) stalls writes rarely.
+    /// After a commit on the write connection (still holding the gate and
+    /// the turn): now and then, empties a WAL that readers kept from being
+    /// restarted. One short try per commit ([`wal::truncate_once`]), so
+    /// other writers get their turns between tries; after tries that readers
+    /// outlasted for [`WAL_TRUNCATE_PATIENCE`], the next round waits
+    /// [`WAL_TRUNCATE_BACKOFF`], so a long-lived reader (a backup) stalls
+    /// writes rarely.
     fn committed(&self, conn: &Connection) {
         let n = self.commits.fetch_add(1, Ordering::Relaxed);
         if n.is_multiple_of(CHECKPOINT_NUDGE_EVERY) {
             self.checkpointer.nudge();
         }
-        if !n.is_multiple_of(WAL_CHECK_EVERY) {
-            return;
-        }
-        let mut not_before = self
-            .wal_truncate_not_before
+        let mut truncation = self
+            .truncation
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if not_before.is_some_and(|t| Instant::now() < t) {
-            return;
+        let now = Instant::now();
+        if truncation.since.is_none() {
+            if !n.is_multiple_of(WAL_CHECK_EVERY)
+                || truncation.not_before.is_some_and(|t| now < t)
+            {
+                return;
+            }
+            let Some(bytes) = wal::over_limit(&wal_path(&self.path), self.wal_limit) else {
+                return;
+            };
+            // Something kept the checkpointer from restarting the log:
+            // readers holding snapshots back to back, most often.
+            tracing::warn!(
+                wal = %wal_path(&self.path).display(),
+                bytes,
+                limit = self.wal_limit,
+                "the WAL is over its bound; checkpointing it whole and truncating it"
+            );
+            truncation.since = Some(now);
         }
-        let done = wal::truncate_if_over(
-            conn,
-            &wal_path(&self.path),
-            self.wal_limit,
-            WAL_TRUNCATE_PATIENCE,
-        );
-        *not_before = match done {
-            Ok(None) | Ok(Some(wal::Checkpoint { busy: false, .. })) => None,
-            _ => Some(Instant::now() + WAL_TRUNCATE_BACKOFF),
-        };
+        let done = wal::truncate_once(conn);
+        self.note_maintenance_hold(now.elapsed());
+        let gave_up = truncation
+            .since
+            .is_some_and(|since| since.elapsed() >= WAL_TRUNCATE_PATIENCE);
+        match &done {
+            Ok(c) if !c.busy => {
+                tracing::debug!("the WAL was checkpointed and truncated");
+                *truncation = Truncation::default();
+            }
+            Ok(c) if gave_up => {
+                tracing::warn!(
+                    log_frames = c.log_frames,
+                    checkpointed_frames = c.checkpointed_frames,
+                    patience = ?WAL_TRUNCATE_PATIENCE,
+                    "the WAL could not be truncated: a reader kept an old snapshot; \
+                     trying again later"
+                );
+                *truncation = Truncation::backing_off();
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "checkpointing the WAL over its bound failed");
+                *truncation = Truncation::backing_off();
+            }
+        }
     }
 
     /// Runs `f` on a pooled read connection.
@@ -374,6 +425,95 @@ impl Connections {
         let conn = self.readers.get()?;
         f(&conn)
     }
+}
+
+/// Where the WAL's truncation stands (see [`Connections::committed`]).
+#[derive(Debug, Default)]
+struct Truncation {
+    /// Tries go on, one per commit, since then.
+    since: Option<Instant>,
+    /// No new round before then.
+    not_before: Option<Instant>,
+}
+
+impl Truncation {
+    fn backing_off() -> Truncation {
+        Truncation {
+            since: None,
+            not_before: Some(Instant::now() + WAL_TRUNCATE_BACKOFF),
+        }
+    }
+}
+
+/// Keeps the longest of the holds noted in `longest` (µs).
+pub(crate) fn note_hold(longest: &AtomicU64, held: Duration) {
+    let us = u64::try_from(held.as_micros()).unwrap_or(u64::MAX);
+    longest.fetch_max(us, Ordering::Relaxed);
+}
+
+/// The write connection and its gate: threads of this process queue here,
+/// each with a deadline, instead of against each other in SQLite's busy
+/// handler.
+pub(crate) struct Gate {
+    conn: Mutex<Connection>,
+    /// Whether a thread holds the gate. The connection's own mutex is only
+    /// ever taken by that thread.
+    taken: Mutex<bool>,
+    freed: Condvar,
+}
+
+impl Gate {
+    fn new(conn: Connection) -> Gate {
+        Gate {
+            conn: Mutex::new(conn),
+            taken: Mutex::new(false),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Takes the gate, waiting for other threads until `until`
+    /// ([`Error::Busy`] past it). A thread that already holds it gets
+    /// [`Error::InsideTransaction`] at once. A panic while it was held leaves
+    /// no open transaction (rusqlite rolls back on drop), so a poisoned
+    /// connection is safe to take over.
+    pub(crate) fn enter(&self, until: Instant) -> Result<WriteGate<'_>> {
+        let id = self as *const Gate as usize;
+        if GATES_HELD.with(|held| held.borrow().contains(&id)) {
+            return Err(Error::InsideTransaction);
+        }
+        let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        while *taken {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Busy);
+            }
+            taken = self
+                .freed
+                .wait_timeout(taken, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *taken = true;
+        drop(taken);
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        GATES_HELD.with(|held| held.borrow_mut().push(id));
+        Ok(WriteGate {
+            conn,
+            gate: self,
+            id,
+        })
+    }
+}
+
+thread_local! {
+    /// How long this thread's last [`Connections::write`] held the write
+    /// lock, from `BEGIN IMMEDIATE` to its commit.
+    static LAST_HOLD: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
+/// How long this thread's last engine write held the write lock.
+pub(crate) fn last_write_hold() -> Duration {
+    LAST_HOLD.get()
 }
 
 thread_local! {
@@ -385,6 +525,7 @@ thread_local! {
 /// The write connection, taken by one thread (see [`Connections::writer`]).
 pub(crate) struct WriteGate<'a> {
     conn: MutexGuard<'a, Connection>,
+    gate: &'a Gate,
     id: usize,
 }
 
@@ -404,6 +545,10 @@ impl std::ops::DerefMut for WriteGate<'_> {
 
 impl Drop for WriteGate<'_> {
     fn drop(&mut self) {
+        // The connection's guard is dropped right after this: a thread let
+        // in now waits those few instructions for it.
+        *self.gate.taken.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        self.gate.freed.notify_one();
         GATES_HELD.with(|held| {
             let mut held = held.borrow_mut();
             if let Some(at) = held.iter().rposition(|g| *g == self.id) {
@@ -603,8 +748,13 @@ mod tests {
         // would be cached as uninteresting and skipped here too.
         tracing::subscriber::set_global_default(subscriber)
             .map_err(|e| Error::Database(Box::new(e)))?;
-        for _ in 0..WAL_CHECK_EVERY {
+        // Commits, each with a slice of tries, until the tries have outlasted
+        // their patience.
+        let start = Instant::now();
+        let mut commits = 0;
+        while commits < WAL_CHECK_EVERY || start.elapsed() < WAL_TRUNCATE_PATIENCE * 2 {
             db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
+            commits += 1;
         }
         reader.execute_batch("COMMIT")?;
 
