@@ -511,6 +511,7 @@ fn run(cli: Cli) -> BoxResult<bool> {
         for run in 0..runs {
             for &d in &rotate(&durabilities, run) {
                 fairness::run(&mut report, &dir, d, a)?;
+                fairness::rescue(&mut report, &dir, d)?;
             }
         }
     }

@@ -28,7 +28,13 @@ use crate::validate;
 /// `mysql` features).
 ///
 /// Cheap to clone; clones share connections. All methods are blocking and
-/// safe to call from many threads. What only one database can do (its
+/// safe to call from many threads. Every method that writes waits at most
+/// the queue's [`write_deadline`](crate::QueueOptions::write_deadline)
+/// (default 30 s) for locks held by other threads or processes, then
+/// returns [`Error::Busy`]; called inside an open transaction of this queue
+/// (`ctx.transaction`, [`QueueExt::transaction`](crate::sqlite::QueueExt::transaction))
+/// it returns [`Error::InsideTransaction`] at once instead of waiting for
+/// itself. Reads wait at most that long for a pooled connection. What only one database can do (its
 /// transaction type for `enqueue_in` and `complete_in`) lives in that
 /// database's module: [`crate::sqlite`], `backlog::postgres`,
 /// `backlog::mysql`.

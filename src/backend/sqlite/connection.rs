@@ -263,25 +263,11 @@ impl Connections {
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the write connection and
     /// commits. The whole transaction is retried on BUSY/LOCKED with jittered
-    /// backoff until the write deadline; `f` must therefore be repeatable.
-    ///
-    /// Waits for this process's turn at the file first (see
-    /// [`super::turnstile`]); the wait counts against the same deadline.
-    pub(crate) fn write<T>(&self, mut f: impl FnMut(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let start = Instant::now();
-        let mut conn = self.writer.enter(start + self.write_deadline)?;
-        let _turn = self.turn(start + self.write_deadline)?;
-        let left = self.write_deadline.saturating_sub(start.elapsed());
-        let value = retry_busy(left, &self.busy_retries, || {
-            let began = Instant::now();
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let value = f(&tx)?;
-            tx.commit()?;
-            LAST_HOLD.set(began.elapsed());
-            Ok(value)
-        })?;
-        self.committed(&conn);
-        Ok(value)
+    /// backoff; `f` must therefore be repeatable. Everything (the gate, the
+    /// turn at the file, the retries) is given up with [`Error::Busy`] at the
+    /// write deadline (see [`Connections::write_until`]).
+    pub(crate) fn write<T>(&self, f: impl FnMut(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        self.write_until(Instant::now() + self.write_deadline, f)
     }
 
     /// [`Connections::write`], finished or given up by `until`: each try's
@@ -304,9 +290,11 @@ impl Connections {
         let result = retry_busy(left, &self.busy_retries, || {
             let left = until.saturating_duration_since(Instant::now());
             conn.busy_timeout(patience.min(left).max(Duration::from_millis(1)))?;
+            let began = Instant::now();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let value = f(&tx)?;
             tx.commit()?;
+            LAST_HOLD.set(began.elapsed());
             Ok(value)
         });
         conn.busy_timeout(self.busy_timeout)?;
@@ -325,18 +313,23 @@ impl Connections {
     where
         E: From<Error>,
     {
-        let start = Instant::now();
-        let conn = self.writer.enter(start + self.write_deadline)?;
-        let _turn = self.turn(start + self.write_deadline)?;
-        let left = self.write_deadline.saturating_sub(start.elapsed());
-        // Only BEGIN is retried, before `f` runs. A shared borrow lets the
-        // retry loop hand the transaction out.
-        let tx = retry_busy(left, &self.busy_retries, || {
+        let until = Instant::now() + self.write_deadline;
+        let conn = self.writer.enter(until)?;
+        let _turn = self.turn(until)?;
+        let left = until.saturating_duration_since(Instant::now());
+        // Only BEGIN is retried, before `f` runs, each try's busy timeout cut
+        // to what is left of the deadline. A shared borrow lets the retry
+        // loop hand the transaction out.
+        let begun = retry_busy(left, &self.busy_retries, || {
+            let left = until.saturating_duration_since(Instant::now());
+            conn.busy_timeout(self.busy_timeout.min(left).max(Duration::from_millis(1)))?;
             Ok(Transaction::new_unchecked(
                 &conn,
                 TransactionBehavior::Immediate,
             )?)
-        })?;
+        });
+        conn.busy_timeout(self.busy_timeout).map_err(Error::from)?;
+        let tx = begun?;
         let value = f(&tx)?;
         tx.commit().map_err(Error::from)?;
         self.committed(&conn);
