@@ -179,7 +179,16 @@ impl Connections {
             pragmas.apply(&checkpoints)
         })?;
         let writer = Arc::new(Gate::new(writer));
-        let turnstile = Arc::new(Turnstile::open(path)?);
+        let turnstile = Arc::new(Turnstile::open(path).unwrap_or_else(|error| {
+            // Writes stay correct and bounded without it, only not in turn.
+            tracing::warn!(
+                %error,
+                file = %super::turnstile::path_of(path).display(),
+                "the turnstile file cannot be opened: this queue's writes will not \
+                 take turns with other processes"
+            );
+            Turnstile::none()
+        }));
         let checkpoint_stats = Arc::new(wal::CheckpointStats::default());
         let longest_maintenance_hold_us = Arc::new(AtomicU64::new(0));
         let checkpointer = Checkpointer::start(

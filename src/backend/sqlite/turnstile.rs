@@ -19,10 +19,13 @@
 //! Taking a turn is: lock the door, lock the turn, unlock the door. A process
 //! that lets go of the turn and wants it back must pass the door again, which
 //! the waiter holds until it has the turn: a writer in a loop therefore
-//! yields to the one that was waiting, and then queues at the door behind the
-//! others. Linux wakes the waiters of a record lock in the order they
-//! blocked, and a waiter that loses the race blocks again at the back, so the
-//! door is roughly first come, first served.
+//! yields to the one that was waiting, whether or not the kernel schedules
+//! that waiter first, and then queues at the door behind the others.
+//!
+//! Measured on Linux 6 (2 cores): five processes blocked one after another
+//! on a record lock got it in the order they blocked in 19 of 20 trials (the
+//! twentieth swapped two neighbours); a waiter that loses the race blocks
+//! again. So the door is roughly first come, first served.
 //!
 //! Every wait is bounded: blocking `fcntl` has no timeout, so blocking waits
 //! run on a helper thread (`backlog-turnstile`) and the caller waits for it
@@ -86,7 +89,8 @@ mod linux {
     /// locks conflict with every other queue's, in this process too) and the
     /// helper thread that makes blocking waits.
     pub(crate) struct Turnstile {
-        inner: Arc<Inner>,
+        /// `None`: no turnstile (its file could not be opened).
+        inner: Option<Arc<Inner>>,
     }
 
     struct Inner {
@@ -113,16 +117,18 @@ mod linux {
     }
 
     impl Turnstile {
-        /// Opens (creating, mode 0600) the turnstile file of the database at
-        /// `db`, and starts its helper thread.
+        /// Opens the turnstile file of the database at `db`, creating it with
+        /// the database's mode (as SQLite creates `-wal` and `-shm`: a file
+        /// shared with a group is shared whole), and starts its helper
+        /// thread.
         pub(crate) fn open(db: &Path) -> Result<Turnstile> {
-            let mut options = std::fs::OpenOptions::new();
-            options.read(true).write(true).create(true);
-            {
-                use std::os::unix::fs::OpenOptionsExt;
-                options.mode(0o600);
-            }
-            let file = options
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            let mode = std::fs::metadata(db).map_or(0o600, |m| m.permissions().mode() & 0o777);
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .mode(mode)
                 .open(path_of(db))
                 .map_err(|e| Error::Database(Box::new(e)))?;
             let inner = Arc::new(Inner {
@@ -135,14 +141,21 @@ mod linux {
                 .name("backlog-turnstile".into())
                 .spawn(move || helper.help())
                 .map_err(|e| Error::Database(Box::new(e)))?;
-            Ok(Turnstile { inner })
+            Ok(Turnstile { inner: Some(inner) })
+        }
+
+        /// No turnstile: writers meet in SQLite's busy handler.
+        pub(crate) fn none() -> Turnstile {
+            Turnstile { inner: None }
         }
 
         /// Waits for this queue's turn until `until`; [`Error::Busy`] past it.
         /// The caller holds the queue's write gate, so there is one caller at
         /// a time.
         pub(crate) fn enter(&self, until: Instant) -> Result<Turn<'_>> {
-            let inner = &*self.inner;
+            let Some(inner) = self.inner.as_deref() else {
+                return Ok(Turn { turnstile: None });
+            };
             let mut state = inner.lock_state();
             if !state.helping {
                 // No one waits in the kernel for us: try without blocking.
@@ -183,7 +196,9 @@ mod linux {
         }
 
         pub(super) fn release(&self) {
-            self.inner.unlock(TURN);
+            if let Some(inner) = &self.inner {
+                inner.unlock(TURN);
+            }
         }
     }
 
@@ -191,9 +206,10 @@ mod linux {
         fn drop(&mut self) {
             // Not joined: the helper may be blocked on another process's
             // turn. It ends once it has it, and lets go at once.
-            let mut state = self.inner.lock_state();
-            state.closed = true;
-            self.inner.changed.notify_all();
+            if let Some(inner) = &self.inner {
+                inner.lock_state().closed = true;
+                inner.changed.notify_all();
+            }
         }
     }
 
@@ -285,6 +301,10 @@ mod fallback {
     impl Turnstile {
         pub(crate) fn open(_db: &Path) -> Result<Turnstile> {
             Ok(Turnstile)
+        }
+
+        pub(crate) fn none() -> Turnstile {
+            Turnstile
         }
 
         pub(crate) fn enter(&self, _until: Instant) -> Result<Turn<'_>> {
