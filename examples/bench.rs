@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release --example bench -- all --out benches/results   # BENCHMARKS.md's figures
 //! cargo run --release --example bench -- enqueue --runs 5           # one mode
+//! cargo run --release --example bench -- fairness                   # processes sharing a file
 //! cargo run --example bench                                          # smoke: correctness only
 //! cargo run --release --example bench --features postgres,mysql -- server --url URL
 //! ```
@@ -277,6 +278,7 @@ impl Plan {
                 secs: 0.5,
                 every_ms: 20,
                 flat: vec![fairness::Flat::Enqueue],
+                rescue_expired: 2_000,
             }),
             on_time: on_time::Plan::smoke(),
         }
@@ -316,6 +318,7 @@ impl Plan {
                 secs: 5.0,
                 every_ms: 20,
                 flat: vec![fairness::Flat::Enqueue, fairness::Flat::Drain],
+                rescue_expired: 20_000,
             }),
             on_time: on_time::Plan::all(),
         }
@@ -511,7 +514,7 @@ fn run(cli: Cli) -> BoxResult<bool> {
         for run in 0..runs {
             for &d in &rotate(&durabilities, run) {
                 fairness::run(&mut report, &dir, d, a)?;
-                fairness::rescue(&mut report, &dir, d)?;
+                fairness::rescue(&mut report, &dir, d, a.rescue_expired)?;
             }
         }
     }

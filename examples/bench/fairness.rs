@@ -52,6 +52,9 @@ pub struct FairnessArgs {
     /// What the flat-out process does, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Flat::Enqueue, Flat::Drain])]
     pub flat: Vec<Flat>,
+    /// Expired leases a worker's maintenance rescues, for the longest hold.
+    #[arg(long, default_value_t = 20_000)]
+    pub rescue_expired: usize,
 }
 
 /// (internal) One process of the fairness mode.
@@ -277,16 +280,13 @@ pub fn child(a: &FairChildArgs, d: Durability) -> BoxResult<()> {
     Ok(())
 }
 
-/// Expired leases prefilled for the rescue figure.
-const RESCUE_EXPIRED: usize = 20_000;
-
 /// The rescue's slices: a worker's maintenance rescues a backlog of
 /// expired leases (a crashed worker's), one transaction per batch; the
 /// longest of them, as the queue records it.
-pub fn rescue(report: &mut Report, dir: &Path, d: Durability) -> BoxResult<()> {
+pub fn rescue(report: &mut Report, dir: &Path, d: Durability, expired: usize) -> BoxResult<()> {
     let dn = durability_name(d);
     let path = fresh_db(dir, "fairness-rescue")?;
-    crate::db::prefill(&path, RESCUE_EXPIRED)?;
+    crate::db::prefill(&path, expired)?;
     let conn = rusqlite::Connection::open(&path)?;
     conn.execute(
         "UPDATE backlog_jobs SET lease_token = id, lease_until = 1, locked_by = 'gone',
@@ -299,29 +299,35 @@ pub fn rescue(report: &mut Report, dir: &Path, d: Durability) -> BoxResult<()> {
         .rescue_interval(Duration::from_millis(20))
         .handle_raw("unrelated", |_args, _ctx| Ok(()))
         .start()?;
-    let expired = || -> rusqlite::Result<i64> {
+    let leased = || -> rusqlite::Result<i64> {
         conn.query_row(
             "SELECT count(*) FROM backlog_jobs WHERE lease_token IS NOT NULL",
             [],
             |r| r.get(0),
         )
     };
-    while expired()? > 0 && began.elapsed() < Duration::from_secs(120) {
+    while leased()? > 0 && began.elapsed() < Duration::from_secs(120) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let took = began.elapsed();
     worker.shutdown(Duration::from_secs(5))?;
-    let left = expired()?;
+    let left = leased()?;
     report.gate(
         "fairness-rescue",
         dn,
         "every expired lease rescued",
         crate::db::Gate {
             ok: left == 0,
-            detail: format!("{RESCUE_EXPIRED} expired, {left} left after {took:?}"),
+            detail: format!("{expired} expired, {left} left after {took:?}"),
         },
     );
-    report.value("fairness-rescue", dn, "rescued", "jobs/s", RESCUE_EXPIRED as f64 / took.as_secs_f64());
+    report.value(
+        "fairness-rescue",
+        dn,
+        "rescued",
+        "jobs/s",
+        expired as f64 / took.as_secs_f64(),
+    );
     report.target(
         "fairness-rescue",
         dn,

@@ -76,7 +76,7 @@ impl Checkpointer {
                     }
                     // Catch up without the gate first, so that what is left
                     // to copy holding it (keeping this process's writers
-                    // out) is small: the hold stays short.
+                    // out) is small and the hold short.
                     for _ in 0..CATCH_UP_TRIES {
                         if done.log_frames - done.checkpointed_frames <= CATCH_UP_LEFT {
                             break;

@@ -454,21 +454,43 @@ pub(crate) fn note_hold(longest: &AtomicU64, held: Duration) {
 }
 
 /// The write connection and its gate: threads of this process queue here,
-/// each with a deadline, instead of against each other in SQLite's busy
-/// handler.
+/// each with a deadline, in the order they came, instead of against each
+/// other in SQLite's busy handler. First come, first served: a thread that
+/// writes in a loop cannot keep the checkpointer (or a handler's
+/// `ctx.transaction`) waiting while it takes the gate again and again.
 pub(crate) struct Gate {
     conn: Mutex<Connection>,
-    /// Whether a thread holds the gate. The connection's own mutex is only
-    /// ever taken by that thread.
-    taken: Mutex<bool>,
+    /// Who holds the gate and who is next. The connection's own mutex is
+    /// only ever taken by the holder.
+    line: Mutex<Line>,
     freed: Condvar,
+}
+
+/// A ticket line: each thread takes the next ticket and enters when its
+/// ticket is served.
+#[derive(Default)]
+struct Line {
+    next: u64,
+    serving: u64,
+    /// Tickets whose threads gave up waiting: skipped when served.
+    abandoned: std::collections::BTreeSet<u64>,
+}
+
+impl Line {
+    /// Serves the next ticket still wanted.
+    fn advance(&mut self) {
+        self.serving += 1;
+        while self.abandoned.remove(&self.serving) {
+            self.serving += 1;
+        }
+    }
 }
 
 impl Gate {
     fn new(conn: Connection) -> Gate {
         Gate {
             conn: Mutex::new(conn),
-            taken: Mutex::new(false),
+            line: Mutex::new(Line::default()),
             freed: Condvar::new(),
         }
     }
@@ -483,20 +505,22 @@ impl Gate {
         if GATES_HELD.with(|held| held.borrow().contains(&id)) {
             return Err(Error::InsideTransaction);
         }
-        let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
-        while *taken {
+        let mut line = self.line.lock().unwrap_or_else(|p| p.into_inner());
+        let ticket = line.next;
+        line.next += 1;
+        while line.serving != ticket {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                line.abandoned.insert(ticket);
                 return Err(Error::Busy);
             }
-            taken = self
+            line = self
                 .freed
-                .wait_timeout(taken, left)
+                .wait_timeout(line, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        *taken = true;
-        drop(taken);
+        drop(line);
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         GATES_HELD.with(|held| held.borrow_mut().push(id));
         Ok(WriteGate {
@@ -504,6 +528,14 @@ impl Gate {
             gate: self,
             id,
         })
+    }
+
+    fn leave(&self) {
+        self.line
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .advance();
+        self.freed.notify_all();
     }
 }
 
@@ -549,8 +581,7 @@ impl Drop for WriteGate<'_> {
     fn drop(&mut self) {
         // The connection's guard is dropped right after this: a thread let
         // in now waits those few instructions for it.
-        *self.gate.taken.lock().unwrap_or_else(|p| p.into_inner()) = false;
-        self.gate.freed.notify_one();
+        self.gate.leave();
         GATES_HELD.with(|held| {
             let mut held = held.borrow_mut();
             if let Some(at) = held.iter().rposition(|g| *g == self.id) {
