@@ -4,8 +4,10 @@
 //! with `ctx.transaction`), while another process holds 200 ms read
 //! transactions in a loop and every worker prunes history with a short
 //! retention. Odd-numbered processes open the queue with a 50 ms
-//! `busy_timeout`, so SQLite hands them BUSY often and the library's own
-//! retry loop (not only SQLite's busy handler) is under test.
+//! `busy_timeout`, so SQLite hands them BUSY when an application transaction
+//! holds the lock and the library's own retry loop (not only SQLite's busy
+//! handler) is under test; between backlog's processes the turnstile
+//! (src/backend/sqlite/turnstile.rs) queues writers instead.
 //!
 //! Pass: no enqueue and no handler transaction returns an error (BUSY and
 //! LOCKED are retried inside the library), every acknowledged enqueue is
@@ -368,9 +370,13 @@ fn a_busy_storm_of_eight_processes_surfaces_no_busy_and_loses_nothing() -> TestR
     );
     assert!(reads > 0, "the reader held no read transaction");
     assert!(pruned > 0, "the pruner pruned nothing");
+    // Backlog's processes queue at the turnstile and rarely see BUSY from
+    // each other now; the application's own transactions (which do not take
+    // turns) still meet them in SQLite's busy handler. Either says the
+    // storm was one. (tests/write_lock_hog.rs asserts the retry loop runs.)
     assert!(
-        busy_retries > 0,
-        "the library's BUSY retries were never exercised"
+        busy_retries > 0 || percentile(&latencies_in_tx, 1.0) > 50.0,
+        "no contention: no BUSY retried and no caller transaction waited"
     );
     assert!(wal_max < WAL_BOUND, "the WAL grew to {wal_max} bytes");
     assert_eq!(integrity, "ok");

@@ -22,7 +22,10 @@ use worker_common::*;
 const DEADLINE: Duration = Duration::from_secs(10);
 
 /// Reads the child's stdout until a line equal to `line`.
-fn wait_for_line(child: &mut Child, line: &str) -> TestResult<BufReader<std::process::ChildStdout>> {
+fn wait_for_line(
+    child: &mut Child,
+    line: &str,
+) -> TestResult<BufReader<std::process::ChildStdout>> {
     let stdout = child.stdout.take().ok_or("no child stdout")?;
     let mut reader = BufReader::new(stdout);
     let mut text = String::new();
@@ -74,7 +77,10 @@ fn a_process_killed_holding_its_turn_keeps_nobody_waiting() -> TestResult {
         })
     };
     std::thread::sleep(Duration::from_millis(500));
-    assert!(!waiting.is_finished(), "the enqueue did not wait for the holder");
+    assert!(
+        !waiting.is_finished(),
+        "the enqueue did not wait for the holder"
+    );
     let killed = Instant::now();
     holder.kill()?;
     holder.wait()?;

@@ -100,7 +100,10 @@ type Hog = fn(std::path::PathBuf, std::sync::mpsc::Sender<()>) -> TestResult;
 
 /// An application's own connection (it does not take turns): `BEGIN
 /// IMMEDIATE`, held.
-fn plain_connection_hog(path: std::path::PathBuf, locked: std::sync::mpsc::Sender<()>) -> TestResult {
+fn plain_connection_hog(
+    path: std::path::PathBuf,
+    locked: std::sync::mpsc::Sender<()>,
+) -> TestResult {
     let mut conn = rusqlite::Connection::open(path)?;
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let _ = locked.send(());
@@ -111,7 +114,10 @@ fn plain_connection_hog(path: std::path::PathBuf, locked: std::sync::mpsc::Sende
 
 /// Another queue on the file (its own turnstile, as another process has)
 /// holding its turn and the lock in `Queue::transaction`.
-fn queue_transaction_hog(path: std::path::PathBuf, locked: std::sync::mpsc::Sender<()>) -> TestResult {
+fn queue_transaction_hog(
+    path: std::path::PathBuf,
+    locked: std::sync::mpsc::Sender<()>,
+) -> TestResult {
     use backlog::sqlite::QueueExt;
     let queue = backlog::Queue::open(path)?;
     queue.transaction(|tx| -> Result<(), backlog::Error> {

@@ -174,7 +174,10 @@ fn phase(
     let spawn = |role: &str| {
         Command::new(std::env::current_exe()?)
             .arg("fair-child")
-            .args(["--durability", durability_name(d).to_ascii_lowercase().as_str()])
+            .args([
+                "--durability",
+                durability_name(d).to_ascii_lowercase().as_str(),
+            ])
             .arg("--db")
             .arg(&path)
             .args(["--role", role])
@@ -194,7 +197,10 @@ fn phase(
             return Err(format!("a fairness child failed: {}", out.status).into());
         }
         let text = String::from_utf8(out.stdout)?;
-        let last = text.lines().last().ok_or("a fairness child printed nothing")?;
+        let last = text
+            .lines()
+            .last()
+            .ok_or("a fairness child printed nothing")?;
         Ok(serde_json::from_str(last)?)
     };
     let flat_out = parse(flat_child)?;

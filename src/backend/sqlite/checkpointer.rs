@@ -12,10 +12,12 @@
 //!
 //! Each nudge runs a passive checkpoint, which copies what it can while this
 //! process's writers go on. Once the log holds the threshold's worth of
-//! frames, more passive checkpoints run until little is left to copy (a few
-//! at most), and then one holding the write gate: it copies only what was
-//! appended meanwhile, so the hold is short, and a log copied back whole is
-//! restarted by the next writer. A passive checkpoint alone never catches up with a
+//! frames, a second passive checkpoint runs holding the write gate: it copies
+//! only what was appended meanwhile, and a log copied back whole is restarted
+//! by the next writer. (More passive checkpoints first, to leave less for the
+//! gated one, kept other processes' truncating checkpoints from ever finding
+//! the checkpoint lock free in the 8-process storm: the WAL grew to 351 MiB.)
+//! The gate is first come, first served, so the wait for it is one commit. A passive checkpoint alone never catches up with a
 //! steady stream of commits, and the log would grow without bound. Passive
 //! checkpoints never wait on other connections, so other processes on the
 //! file are safe.
@@ -34,12 +36,6 @@ use crate::error::{Error, Result};
 
 /// SQLite's own auto-checkpoint threshold: 1000 frames in the log.
 const CHECKPOINT_FRAMES: i64 = 1000;
-
-/// Frames left to copy back at which the checkpoint holding the gate runs.
-const CATCH_UP_LEFT: i64 = 128;
-
-/// Checkpoints without the gate, at most, before the one holding it.
-const CATCH_UP_TRIES: usize = 8;
 
 /// How long the thread waits for the write gate before leaving the catch-up
 /// to the next nudge.
@@ -68,23 +64,11 @@ impl Checkpointer {
                 // Best effort: a checkpoint that fails, or that another
                 // connection kept from finishing, is tried again at the next nudge.
                 for () in nudges.iter() {
-                    let Ok(mut done) = stats.record(wal::checkpoint(&conn)) else {
+                    let Ok(done) = stats.record(wal::checkpoint(&conn)) else {
                         continue;
                     };
                     if done.log_frames < CHECKPOINT_FRAMES {
                         continue;
-                    }
-                    // Catch up without the gate first, so that what is left
-                    // to copy holding it (keeping this process's writers
-                    // out) is small and the hold short.
-                    for _ in 0..CATCH_UP_TRIES {
-                        if done.log_frames - done.checkpointed_frames <= CATCH_UP_LEFT {
-                            break;
-                        }
-                        match stats.record(wal::checkpoint(&conn)) {
-                            Ok(again) => done = again,
-                            Err(_) => break,
-                        }
                     }
                     let Ok(_gate) = gate.enter(Instant::now() + GATE_PATIENCE) else {
                         continue;

@@ -28,8 +28,8 @@ const CHECKPOINT_NUDGE_EVERY: u64 = 32;
 /// Commits between two looks at the WAL's size (a `stat`).
 const WAL_CHECK_EVERY: u64 = 64;
 
-/// How long commits that found the WAL over its limit keep trying to empty it,
-/// one short try each (see [`wal::truncate_once`]), before leaving it to a
+/// How long a commit that found the WAL over its limit keeps trying to empty
+/// it (holding this process's write gate and turn) before leaving it to a
 /// later one.
 const WAL_TRUNCATE_PATIENCE: Duration = Duration::from_secs(1);
 
@@ -131,7 +131,7 @@ pub(crate) struct Connections {
     busy_timeout: Duration,
     busy_retries: AtomicU64,
     commits: AtomicU64,
-    truncation: Mutex<Truncation>,
+    wal_truncate_not_before: Mutex<Option<Instant>>,
     /// The longest the engine's maintenance (a slice of WAL truncation, a
     /// checkpoint holding the gate, a rescue or prune transaction) held the
     /// write gate at once, in µs.
@@ -224,7 +224,7 @@ impl Connections {
             busy_timeout: options.busy_timeout,
             busy_retries: AtomicU64::new(0),
             commits: AtomicU64::new(0),
-            truncation: Mutex::new(Truncation::default()),
+            wal_truncate_not_before: Mutex::new(None),
             longest_maintenance_hold_us,
             checkpointer,
             checkpoint_stats,
@@ -360,51 +360,51 @@ impl Connections {
 
     /// After a commit on the write connection (still holding the gate and
     /// the turn): now and then, empties a WAL that readers kept from being
-    /// restarted. One short try per commit ([`wal::truncate_once`]), so
-    /// other writers get their turns between tries; after tries that readers
-    /// outlasted for [`WAL_TRUNCATE_PATIENCE`], the next round waits
-    /// [`WAL_TRUNCATE_BACKOFF`], so a long-lived reader (a backup) stalls
-    /// writes rarely.
+    /// restarted, trying for up to [`WAL_TRUNCATE_PATIENCE`]
+    /// ([`wal::truncate`]). After tries that a reader outlasted, the next
+    /// round waits [`WAL_TRUNCATE_BACKOFF`], so a long-lived reader (a backup)
+    /// stalls writes rarely.
+    ///
+    /// Not sliced across commits: with other processes writing between two
+    /// slices, a reader's fresh snapshot was old again by the next slice, and
+    /// in the 8-process storm (a reader pinning 200 ms snapshots back to
+    /// back) the WAL grew to 731 MiB. So a round holds the write lock for up
+    /// to a second, only when the log is over its bound.
     fn committed(&self, conn: &Connection) {
         let n = self.commits.fetch_add(1, Ordering::Relaxed);
         if n.is_multiple_of(CHECKPOINT_NUDGE_EVERY) {
             self.checkpointer.nudge();
         }
-        let mut truncation = self
-            .truncation
+        if !n.is_multiple_of(WAL_CHECK_EVERY) {
+            return;
+        }
+        let mut not_before = self
+            .wal_truncate_not_before
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
-        if truncation.since.is_none() {
-            if !n.is_multiple_of(WAL_CHECK_EVERY)
-                || truncation.not_before.is_some_and(|t| now < t)
-            {
-                return;
-            }
-            let Some(bytes) = wal::over_limit(&wal_path(&self.path), self.wal_limit) else {
-                return;
-            };
-            // Something kept the checkpointer from restarting the log:
-            // readers holding snapshots back to back, most often.
-            tracing::warn!(
-                wal = %wal_path(&self.path).display(),
-                bytes,
-                limit = self.wal_limit,
-                "the WAL is over its bound; checkpointing it whole and truncating it"
-            );
-            truncation.since = Some(now);
+        if not_before.is_some_and(|t| now < t) {
+            return;
         }
-        let done = wal::truncate_once(conn);
+        let Some(bytes) = wal::over_limit(&wal_path(&self.path), self.wal_limit) else {
+            return;
+        };
+        // Something kept the checkpointer from restarting the log: readers
+        // holding snapshots back to back, most often.
+        tracing::warn!(
+            wal = %wal_path(&self.path).display(),
+            bytes,
+            limit = self.wal_limit,
+            "the WAL is over its bound; checkpointing it whole and truncating it"
+        );
+        let done = wal::truncate(conn, WAL_TRUNCATE_PATIENCE);
         self.note_maintenance_hold(now.elapsed());
-        let gave_up = truncation
-            .since
-            .is_some_and(|since| since.elapsed() >= WAL_TRUNCATE_PATIENCE);
-        match &done {
+        *not_before = match &done {
             Ok(c) if !c.busy => {
                 tracing::debug!("the WAL was checkpointed and truncated");
-                *truncation = Truncation::default();
+                None
             }
-            Ok(c) if gave_up => {
+            Ok(c) => {
                 tracing::warn!(
                     log_frames = c.log_frames,
                     checkpointed_frames = c.checkpointed_frames,
@@ -412,38 +412,19 @@ impl Connections {
                     "the WAL could not be truncated: a reader kept an old snapshot; \
                      trying again later"
                 );
-                *truncation = Truncation::backing_off();
+                Some(Instant::now() + WAL_TRUNCATE_BACKOFF)
             }
-            Ok(_) => {}
             Err(error) => {
                 tracing::warn!(%error, "checkpointing the WAL over its bound failed");
-                *truncation = Truncation::backing_off();
+                Some(Instant::now() + WAL_TRUNCATE_BACKOFF)
             }
-        }
+        };
     }
 
     /// Runs `f` on a pooled read connection.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let conn = self.readers.get()?;
         f(&conn)
-    }
-}
-
-/// Where the WAL's truncation stands (see [`Connections::committed`]).
-#[derive(Debug, Default)]
-struct Truncation {
-    /// Tries go on, one per commit, since then.
-    since: Option<Instant>,
-    /// No new round before then.
-    not_before: Option<Instant>,
-}
-
-impl Truncation {
-    fn backing_off() -> Truncation {
-        Truncation {
-            since: None,
-            not_before: Some(Instant::now() + WAL_TRUNCATE_BACKOFF),
-        }
     }
 }
 
@@ -781,13 +762,8 @@ mod tests {
         // would be cached as uninteresting and skipped here too.
         tracing::subscriber::set_global_default(subscriber)
             .map_err(|e| Error::Database(Box::new(e)))?;
-        // Commits, each with a slice of tries, until the tries have outlasted
-        // their patience.
-        let start = Instant::now();
-        let mut commits = 0;
-        while commits < WAL_CHECK_EVERY || start.elapsed() < WAL_TRUNCATE_PATIENCE * 2 {
+        for _ in 0..WAL_CHECK_EVERY {
             db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
-            commits += 1;
         }
         reader.execute_batch("COMMIT")?;
 

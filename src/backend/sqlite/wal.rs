@@ -10,8 +10,7 @@
 //! that hold snapshots back to back (another process reporting in a loop)
 //! keep that from ever happening, and the log grows without bound. So the
 //! write gate looks at the log's size now and then, and past the limit runs
-//! checkpoints that wait for readers to move on ([`truncate_once`]), one
-//! short try per commit.
+//! checkpoints that wait for readers to move on ([`truncate`]).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -22,11 +21,7 @@ use super::queries;
 use crate::error::Result;
 
 /// How long one try of a truncating checkpoint waits on other connections.
-const TRUNCATE_TRY: Duration = Duration::from_millis(10);
-
-/// How long one slice of tries may go on: with the last try, a slice holds
-/// the write lock for at most about this plus [`TRUNCATE_TRY`] (50 ms).
-const TRUNCATE_SLICE: Duration = Duration::from_millis(40);
+const TRUNCATE_TRY: Duration = Duration::from_millis(20);
 
 /// What one checkpoint did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,12 +74,10 @@ pub(crate) fn over_limit(wal: &Path, limit: u64) -> Option<u64> {
     }
 }
 
-/// One slice of tries to checkpoint the log whole and truncate it, each
-/// waiting at most [`TRUNCATE_TRY`] for other connections' readers to leave
-/// old snapshots (new writers wait meanwhile), for up to [`TRUNCATE_SLICE`]:
-/// short enough that the write lock is never held long at once. The caller
-/// tries again later while the result is `busy`.
-pub(crate) fn truncate_once(conn: &Connection) -> Result<Checkpoint> {
+/// Checkpoints the log whole and truncates it, in tries each waiting at most
+/// [`TRUNCATE_TRY`] for other connections' readers to leave old snapshots
+/// (new writers wait meanwhile), for up to `patience`.
+pub(crate) fn truncate(conn: &Connection, patience: Duration) -> Result<Checkpoint> {
     // Short tries, not one long wait: a checkpoint keeps waiting for the
     // reader of a snapshot mark it first saw as old, even after that reader
     // moved the mark to the latest frame; a fresh try sees the move.
@@ -93,7 +86,7 @@ pub(crate) fn truncate_once(conn: &Connection) -> Result<Checkpoint> {
     let start = Instant::now();
     let done = loop {
         match run(conn, queries::WAL_CHECKPOINT_TRUNCATE) {
-            Ok(c) if c.busy && start.elapsed() < TRUNCATE_SLICE => continue,
+            Ok(c) if c.busy && start.elapsed() < patience => continue,
             done => break done,
         }
     };
