@@ -376,7 +376,7 @@ impl Backend {
                 // no one, and keeps this process's writers waiting for none.
                 let done = db
                     .checkpoint_stats
-                    .record(db.read(|conn| sqlite::wal::checkpoint(conn)))?;
+                    .record(db.read(sqlite::wal::checkpoint))?;
                 Ok(!done.busy && done.checkpointed_frames >= done.log_frames)
             }
             #[allow(unreachable_patterns)]

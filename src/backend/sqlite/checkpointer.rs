@@ -14,13 +14,16 @@
 //! process's writers go on. Once the log holds the threshold's worth of
 //! frames, a second passive checkpoint runs holding the write gate: it copies
 //! only what was appended meanwhile, and a log copied back whole is restarted
-//! by the next writer. (More passive checkpoints first, to leave less for the
-//! gated one, kept other processes' truncating checkpoints from ever finding
-//! the checkpoint lock free in the 8-process storm: the WAL grew to 351 MiB.)
-//! The gate is first come, first served, so the wait for it is one commit. A passive checkpoint alone never catches up with a
+//! by the next writer. A passive checkpoint alone never catches up with a
 //! steady stream of commits, and the log would grow without bound. Passive
 //! checkpoints never wait on other connections, so other processes on the
 //! file are safe.
+//!
+//! The gate is first come, first served, so the wait for it is one commit
+//! and little is appended meanwhile. (Running more passive checkpoints
+//! first, to leave less for the gated one, was tried: in the 8-process storm
+//! the checkpoint lock was then never free for another process's truncating
+//! checkpoint, and the WAL grew to 351 MiB.)
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;

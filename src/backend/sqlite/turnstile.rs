@@ -223,7 +223,7 @@ mod linux {
         fn help(&self) {
             let mut state = self.lock_state();
             loop {
-                while !state.closed && !(state.wanted && state.helping) {
+                while !(state.closed || (state.wanted && state.helping)) {
                     state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
                 }
                 if state.closed {
