@@ -124,7 +124,9 @@ impl QueueOptions {
     /// BUSY/LOCKED from connections that do not take turns (an
     /// application's own); a single try's `busy_timeout` is cut to what is
     /// left. On a server it bounds the retries of deadlocks and
-    /// serialization failures.
+    /// serialization failures, and each statement's wait for a lock another
+    /// session holds (PostgreSQL `lock_timeout`, MySQL
+    /// `innodb_lock_wait_timeout`, whole seconds from 1 to 50).
     pub fn write_deadline(mut self, deadline: Duration) -> Self {
         self.write_deadline = deadline;
         self
