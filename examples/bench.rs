@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release --example bench -- all --out benches/results   # BENCHMARKS.md's figures
 //! cargo run --release --example bench -- enqueue --runs 5           # one mode
+//! cargo run --release --example bench -- fairness                   # processes sharing a file
 //! cargo run --example bench                                          # smoke: correctness only
 //! cargo run --release --example bench --features postgres,mysql -- server --url URL
 //! ```
@@ -17,6 +18,8 @@
 mod chart;
 #[path = "bench/db.rs"]
 mod db;
+#[path = "bench/fairness.rs"]
+mod fairness;
 #[path = "bench/modes.rs"]
 mod modes;
 #[path = "bench/on_time.rs"]
@@ -107,6 +110,12 @@ enum Mode {
     /// (internal) A scheduler process of the periodic mode.
     #[command(hide = true)]
     PeriodicChild(periodic::PeriodicChildArgs),
+    /// Processes on one file: one writes flat out, others time single
+    /// enqueues; their wait, and what the flat-out process loses.
+    Fairness(fairness::FairnessArgs),
+    /// (internal) One process of the fairness mode.
+    #[command(hide = true)]
+    FairChild(fairness::FairChildArgs),
     /// (internal) The lateness mode's scheduler in another process.
     #[command(hide = true)]
     Schedule(on_time::ScheduleArgs),
@@ -241,6 +250,7 @@ struct Plan {
     depth: Option<DepthArgs>,
     burn_down: Option<BurnDownArgs>,
     latency: Option<LatencyArgs>,
+    fairness: Option<fairness::FairnessArgs>,
     on_time: on_time::Plan,
     periodic: Option<periodic::PeriodicArgs>,
 }
@@ -272,6 +282,13 @@ impl Plan {
                 threads: 4,
             }),
             memory: None,
+            fairness: Some(fairness::FairnessArgs {
+                samplers: 1,
+                secs: 0.5,
+                every_ms: 20,
+                flat: vec![fairness::Flat::Enqueue],
+                rescue_expired: 2_000,
+            }),
             on_time: on_time::Plan::smoke(),
             periodic: Some(periodic::PeriodicArgs {
                 processes: 2,
@@ -310,6 +327,13 @@ impl Plan {
             memory: Some(MemoryArgs {
                 jobs: 1_000_000,
                 threads: 8,
+            }),
+            fairness: Some(fairness::FairnessArgs {
+                samplers: 2,
+                secs: 5.0,
+                every_ms: 20,
+                flat: vec![fairness::Flat::Enqueue, fairness::Flat::Drain],
+                rescue_expired: 20_000,
             }),
             on_time: on_time::Plan::all(),
             periodic: Some(periodic::PeriodicArgs {
@@ -385,6 +409,14 @@ fn run(cli: Cli) -> BoxResult<bool> {
             ..Default::default()
         }),
         Mode::OnTime => on_time_plan(on_time::Plan::all()),
+        Mode::Fairness(a) => Plan {
+            fairness: Some(a),
+            ..Plan::default()
+        },
+        Mode::FairChild(a) => {
+            fairness::child(&a, cli.durability.list()[0])?;
+            return Ok(true);
+        }
         Mode::Periodic(a) => Plan {
             periodic: Some(a),
             ..Plan::default()
@@ -503,6 +535,15 @@ fn run(cli: Cli) -> BoxResult<bool> {
         for run in 0..runs {
             for &d in &rotate(&durabilities, run) {
                 worker::latency(&mut report, &dir, d, &l)?;
+            }
+        }
+    }
+
+    if let Some(a) = &plan.fairness {
+        for run in 0..runs {
+            for &d in &rotate(&durabilities, run) {
+                fairness::run(&mut report, &dir, d, a)?;
+                fairness::rescue(&mut report, &dir, d, a.rescue_expired)?;
             }
         }
     }

@@ -115,8 +115,18 @@ impl QueueOptions {
         self
     }
 
-    /// How long a write keeps retrying BUSY/LOCKED (with jittered backoff)
+    /// The bound on every call that writes: how long it may wait in all
     /// before returning [`Error::Busy`](crate::Error::Busy). Defaults to 30 seconds.
+    ///
+    /// On SQLite the wait covers the other threads of this process (the
+    /// write gate), the other processes on the file (their turns at the
+    /// write lock, served roughly in the order they asked), and retries of
+    /// BUSY/LOCKED from connections that do not take turns (an
+    /// application's own); a single try's `busy_timeout` is cut to what is
+    /// left. On a server it bounds the retries of deadlocks and
+    /// serialization failures, and each statement's wait for a lock another
+    /// session holds (PostgreSQL `lock_timeout`, MySQL
+    /// `innodb_lock_wait_timeout`, whole seconds from 1 to 50).
     pub fn write_deadline(mut self, deadline: Duration) -> Self {
         self.write_deadline = deadline;
         self

@@ -33,7 +33,13 @@ pub const FIND_UNIQUE_HISTORY: usize = 20;
 /// `mysql` features).
 ///
 /// Cheap to clone; clones share connections. All methods are blocking and
-/// safe to call from many threads. What only one database can do (its
+/// safe to call from many threads. Every method that writes waits at most
+/// the queue's [`write_deadline`](crate::QueueOptions::write_deadline)
+/// (default 30 s) for locks held by other threads or processes, then
+/// returns [`Error::Busy`]; called inside an open transaction of this queue
+/// (`ctx.transaction`, [`QueueExt::transaction`](crate::sqlite::QueueExt::transaction))
+/// it returns [`Error::InsideTransaction`] at once instead of waiting for
+/// itself. Reads wait at most that long for a pooled connection. What only one database can do (its
 /// transaction type for `enqueue_in` and `complete_in`) lives in that
 /// database's module: [`crate::sqlite`], `backlog::postgres`,
 /// `backlog::mysql`.
@@ -1200,6 +1206,28 @@ impl Queue {
             }
             #[allow(unreachable_patterns)]
             _ => None,
+        }
+    }
+
+    /// SQLite: the longest the engine's maintenance held this queue's write
+    /// gate at once (a rescue or prune transaction of a worker, a slice of
+    /// WAL truncation, a checkpoint catching up), for benchmarks and tests.
+    /// `None` on a server.
+    #[doc(hidden)]
+    pub fn longest_maintenance_hold(&self) -> Option<Duration> {
+        match &self.inner.backend {
+            Backend::Sqlite(db) => Some(db.longest_maintenance_hold()),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// Counts the last write of this thread (a worker's rescue or prune) as
+    /// a maintenance hold of the write gate; nothing on a server.
+    pub(crate) fn note_maintenance_write(&self) {
+        #[allow(irrefutable_let_patterns)]
+        if let Backend::Sqlite(db) = &self.inner.backend {
+            db.note_maintenance_hold(crate::backend::sqlite::connection::last_write_hold());
         }
     }
 

@@ -4,8 +4,10 @@
 //! with `ctx.transaction`), while another process holds 200 ms read
 //! transactions in a loop and every worker prunes history with a short
 //! retention. Odd-numbered processes open the queue with a 50 ms
-//! `busy_timeout`, so SQLite hands them BUSY often and the library's own
-//! retry loop (not only SQLite's busy handler) is under test.
+//! `busy_timeout`, so SQLite hands them BUSY when an application transaction
+//! holds the lock and the library's own retry loop (not only SQLite's busy
+//! handler) is under test; between backlog's processes the turnstile
+//! (src/backend/sqlite/turnstile.rs) queues writers instead.
 //!
 //! Pass: no enqueue and no handler transaction returns an error (BUSY and
 //! LOCKED are retried inside the library), every acknowledged enqueue is
@@ -332,7 +334,7 @@ fn a_busy_storm_of_eight_processes_surfaces_no_busy_and_loses_nothing() -> TestR
     println!(
         "busy storm: procs={PROCESSES} secs={} acked={} in_tx={acked_in_tx} enq_per_s={:.0} \
          done_per_s={:.0} enq_p50_ms={:.1} enq_p99_ms={:.1} enq_max_ms={:.1} in_tx_p50_ms={:.1} \
-         in_tx_p99_ms={:.1} errors={enqueue_errors} \
+         in_tx_p99_ms={:.1} in_tx_max_ms={:.1} errors={enqueue_errors} \
          handler_errors={handler_errors} busy_retries={busy_retries} backlog_pauses={paused} \
          reads={reads} pruned={pruned} lost={lost} dup={dup} wal_max_mib={:.1} integrity={integrity} total_secs={:.1}",
         secs(),
@@ -344,6 +346,7 @@ fn a_busy_storm_of_eight_processes_surfaces_no_busy_and_loses_nothing() -> TestR
         percentile(&latencies, 1.0),
         percentile(&latencies_in_tx, 0.50),
         percentile(&latencies_in_tx, 0.99),
+        percentile(&latencies_in_tx, 1.0),
         wal_max as f64 / (1024.0 * 1024.0),
         elapsed.as_secs_f64()
     );
@@ -367,9 +370,13 @@ fn a_busy_storm_of_eight_processes_surfaces_no_busy_and_loses_nothing() -> TestR
     );
     assert!(reads > 0, "the reader held no read transaction");
     assert!(pruned > 0, "the pruner pruned nothing");
+    // Backlog's processes queue at the turnstile and rarely see BUSY from
+    // each other now; the application's own transactions (which do not take
+    // turns) still meet them in SQLite's busy handler. Either says the
+    // storm was one. (tests/write_lock_hog.rs asserts the retry loop runs.)
     assert!(
-        busy_retries > 0,
-        "the library's BUSY retries were never exercised"
+        busy_retries > 0 || percentile(&latencies_in_tx, 1.0) > 50.0,
+        "no contention: no BUSY retried and no caller transaction waited"
     );
     assert!(wal_max < WAL_BOUND, "the WAL grew to {wal_max} bytes");
     assert_eq!(integrity, "ok");

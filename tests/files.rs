@@ -22,7 +22,7 @@ fn created_database_and_its_wal_and_shm_are_private() -> backlog::Result<()> {
     let path = dir.path().join("private.db");
     let queue = Queue::open(&path)?;
     queue.enqueue(NewJob::new("k", json!(1)))?;
-    for suffix in ["", "-wal", "-shm"] {
+    for suffix in ["", "-wal", "-shm", "-turnstile"] {
         let file = dir.path().join(format!("private.db{suffix}"));
         assert_eq!(
             mode(&file),
@@ -43,6 +43,8 @@ fn an_existing_database_keeps_its_mode() -> backlog::Result<()> {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
     Queue::open(&path)?.enqueue(NewJob::new("k", json!(1)))?;
     assert_eq!(mode(&path), 0o640);
+    // The file processes take turns with is shared like the database.
+    assert_eq!(mode(&dir.path().join("shared.db-turnstile")), 0o640);
     Ok(())
 }
 

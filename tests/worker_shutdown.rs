@@ -94,12 +94,58 @@ fn shutdown_lets_short_jobs_finish_and_releases_long_ones_to_the_next_worker() -
     Ok(())
 }
 
+/// How another process holds the file's write lock for 10 s: `Ok` once it
+/// holds it, then it lets go.
+type Hog = fn(std::path::PathBuf, std::sync::mpsc::Sender<()>) -> TestResult;
+
+/// An application's own connection (it does not take turns): `BEGIN
+/// IMMEDIATE`, held.
+fn plain_connection_hog(
+    path: std::path::PathBuf,
+    locked: std::sync::mpsc::Sender<()>,
+) -> TestResult {
+    let mut conn = rusqlite::Connection::open(path)?;
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let _ = locked.send(());
+    std::thread::sleep(Duration::from_secs(10));
+    tx.rollback()?;
+    Ok(())
+}
+
+/// Another queue on the file (its own turnstile, as another process has)
+/// holding its turn and the lock in `Queue::transaction`.
+fn queue_transaction_hog(
+    path: std::path::PathBuf,
+    locked: std::sync::mpsc::Sender<()>,
+) -> TestResult {
+    use backlog::sqlite::QueueExt;
+    let queue = backlog::Queue::open(path)?;
+    queue.transaction(|tx| -> Result<(), backlog::Error> {
+        tx.execute_batch("CREATE TABLE hog (x INTEGER)")?;
+        let _ = locked.send(());
+        std::thread::sleep(Duration::from_secs(10));
+        Ok(())
+    })?;
+    Ok(())
+}
+
 /// `shutdown(grace)` is bounded: with another process holding the file's
 /// write lock for 10 s, it returns within grace + SHUTDOWN_MARGIN, and says
 /// that the running job's release could not be committed (its lease expires
 /// and the rescuer frees it instead).
 #[test]
 fn shutdown_returns_within_its_bound_while_another_process_holds_the_write_lock() -> TestResult {
+    shutdown_under(plain_connection_hog)
+}
+
+/// The same, with the lock held by another queue in its turn: the worker's
+/// threads wait at the turnstile, not in SQLite's busy handler.
+#[test]
+fn shutdown_returns_within_its_bound_while_another_queue_holds_its_turn() -> TestResult {
+    shutdown_under(queue_transaction_hog)
+}
+
+fn shutdown_under(hog: Hog) -> TestResult {
     use backlog::{Event, SHUTDOWN_MARGIN};
     use std::sync::mpsc;
     use std::time::Instant;
@@ -125,13 +171,7 @@ fn shutdown_returns_within_its_bound_while_another_process_holds_the_write_lock(
     // write lock and keeps it for 10 seconds.
     let (locked, is_locked) = mpsc::channel();
     let path = db.path.clone();
-    let hog = std::thread::spawn(move || -> rusqlite::Result<()> {
-        let mut conn = rusqlite::Connection::open(path)?;
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let _ = locked.send(());
-        std::thread::sleep(Duration::from_secs(10));
-        tx.rollback()
-    });
+    let hog = std::thread::spawn(move || hog(path, locked).map_err(|e| e.to_string()));
     is_locked.recv_timeout(Duration::from_secs(10))?;
 
     let grace = Duration::from_millis(500);

@@ -520,9 +520,11 @@ impl Backend {
     pub(crate) fn checkpoint(&self) -> Result<bool> {
         match self {
             Backend::Sqlite(db) => {
+                // On a pooled connection: a passive checkpoint waits on
+                // no one, and keeps this process's writers waiting for none.
                 let done = db
                     .checkpoint_stats
-                    .record(sqlite::wal::checkpoint(&*db.writer()?))?;
+                    .record(db.read(sqlite::wal::checkpoint))?;
                 Ok(!done.busy && done.checkpointed_frames >= done.log_frames)
             }
             #[allow(unreachable_patterns)]

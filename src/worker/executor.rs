@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{select, Receiver, Sender};
 
 use crate::events::Event;
 use crate::inspect::JobState;
@@ -28,6 +28,8 @@ use crate::worker::Shared;
 pub(crate) struct Executor {
     pub shared: Arc<Shared>,
     pub jobs: Receiver<Leased>,
+    /// Disconnects when shutdown begins.
+    pub stop: Receiver<()>,
     pub outcomes: Sender<Settle>,
     pub slot_freed: Sender<()>,
     pub deadline_set: Sender<()>,
@@ -37,7 +39,20 @@ pub(crate) struct Executor {
 
 impl Executor {
     pub(crate) fn run(self) {
-        for (job, cancel) in self.jobs.iter() {
+        loop {
+            // Once shutdown began, a thread leaves when the channel is empty,
+            // even while the fetcher, held up by another process's write
+            // lock, still has its sender.
+            let (job, cancel) = select! {
+                recv(self.jobs) -> job => match job {
+                    Ok(job) => job,
+                    Err(_) => return,
+                },
+                recv(self.stop) -> _ => match self.jobs.try_recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                },
+            };
             self.shared.busy.fetch_add(1, Ordering::SeqCst);
             if self.shared.stopping.load(Ordering::SeqCst) {
                 self.settle(job, Outcome::Release);

@@ -13,10 +13,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{select, Receiver, SendError, Sender};
 
 use crate::backend::ChangeWatcher;
 use crate::lease::{Job, LeaseRequest};
+use crate::outcome::Outcome;
 use crate::worker::context::CancelFlag;
 use crate::worker::Shared;
 
@@ -136,12 +137,33 @@ impl Fetcher {
         };
         let n = jobs.len();
         self.shared.give_back(claimed - n);
+        // A lease that another process's lock held up past the start of a
+        // shutdown comes back when no handler thread may be left to release
+        // its jobs: release them here.
+        let mut refused = Vec::new();
         for job in jobs {
             let job = Arc::new(job);
+            if !refused.is_empty() || self.shared.stopping.load(Ordering::SeqCst) {
+                refused.push(job);
+                continue;
+            }
             let cancel = self.shared.inflight.insert(job.clone());
             // Never blocks: the channel holds as many jobs as there are slots.
-            if self.jobs.send((job, cancel)).is_err() {
-                break;
+            if let Err(SendError((job, _))) = self.jobs.send((job, cancel)) {
+                self.shared.inflight.remove([job.id]);
+                refused.push(job);
+            }
+        }
+        if !refused.is_empty() {
+            self.shared.give_back(refused.len());
+            let items = refused.iter().map(|j| (j.as_ref(), Outcome::Release));
+            // On failure their leases expire and the rescuer frees them.
+            if let Err(error) = self.shared.queue.settle_many(items) {
+                tracing::warn!(
+                    %error,
+                    jobs = refused.len(),
+                    "releasing jobs leased during shutdown failed; their leases will expire"
+                );
             }
         }
         Some((n, claimed))

@@ -116,16 +116,17 @@ use maintenance::Maintenance;
 
 /// After the grace period, how long shutdown waits for flagged handlers to
 /// return before leaving them running on detached threads.
-const CANCELLED_HANDLER_WAIT: Duration = Duration::from_secs(1);
+const CANCELLED_HANDLER_WAIT: Duration = Duration::from_millis(250);
 
-/// How long [`Worker::shutdown`] may take beyond its grace period: a second
-/// for cancelled handlers to return, half a second to commit what they and
-/// the grace period left.
-pub const SHUTDOWN_MARGIN: Duration = Duration::from_millis(1500);
+/// How long [`Worker::shutdown`] may take beyond its grace period (400 ms):
+/// flagged handlers get a quarter of a second to return while the completer
+/// commits what the grace period left, and the completer gives up 100 ms
+/// before the end.
+pub const SHUTDOWN_MARGIN: Duration = Duration::from_millis(400);
 
 /// The part of the shutdown margin the completer keeps for returning after
 /// it gave up on what another process's lock kept it from committing.
-const COMPLETER_WRAP_UP: Duration = Duration::from_millis(250);
+const COMPLETER_WRAP_UP: Duration = Duration::from_millis(100);
 
 /// What [`Worker::shutdown`] could not do within its bound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -255,12 +256,12 @@ impl Worker {
     /// released (available at once, no attempt used) for the next worker; the
     /// completer flushes every outcome; the threads are joined.
     ///
-    /// A handler cannot be interrupted: one still running a second after the
-    /// grace period (it ignores [`JobContext::is_cancelled`]) is left on its
+    /// A handler cannot be interrupted: one still running a quarter of a
+    /// second after the grace period (it ignores [`JobContext::is_cancelled`]) is left on its
     /// detached thread. Its job was released, so nothing it returns or
     /// commits with `ctx.transaction(..)` is applied (`LeaseLost`).
     ///
-    /// **Bound**: it returns within `grace` plus [`SHUTDOWN_MARGIN`] (1.5 s),
+    /// **Bound**: it returns within `grace` plus [`SHUTDOWN_MARGIN`] (400 ms),
     /// even while another process holds the SQLite file's write lock. What
     /// could not be settled by then (a release or an outcome that could not
     /// commit) is left to lease expiry and the rescuer, and counted in
@@ -376,6 +377,7 @@ impl Worker {
                 let executor = Executor {
                     shared: shared.clone(),
                     jobs: jobs_rx.clone(),
+                    stop: stop_fetch_rx.clone(),
                     outcomes: outcomes.clone(),
                     slot_freed: slot_freed.clone(),
                     deadline_set: deadline_set.clone(),

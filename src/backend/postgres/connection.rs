@@ -30,6 +30,10 @@ pub(crate) struct PgConnection {
 /// Opens the pool's connections.
 pub(crate) struct Manager {
     target: Target,
+    /// `lock_timeout` of each connection: a statement waiting for a row or
+    /// table lock another session holds gives up (55P03, `Error::Busy`) at
+    /// the queue's write deadline instead of waiting for ever.
+    lock_timeout: Duration,
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -37,8 +41,13 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> std::result::Result<PgConnection, postgres::Error> {
+        let mut client = self.target.config.connect(self.target.tls.clone())?;
+        client.batch_execute(&format!(
+            "SET lock_timeout = {}",
+            self.lock_timeout.as_millis().max(1)
+        ))?;
         Ok(PgConnection {
-            client: self.target.config.connect(self.target.tls.clone())?,
+            client,
             statements: Statements::new(),
             broken: false,
         })
@@ -144,6 +153,7 @@ impl Pool {
             .test_on_check_out(false)
             .build_unchecked(Manager {
                 target: target.clone(),
+                lock_timeout: options.write_deadline,
             });
         Ok(Pool {
             target,

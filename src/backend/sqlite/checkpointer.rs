@@ -18,18 +18,31 @@
 //! steady stream of commits, and the log would grow without bound. Passive
 //! checkpoints never wait on other connections, so other processes on the
 //! file are safe.
+//!
+//! The gate is first come, first served, so the wait for it is one commit
+//! and little is appended meanwhile. (Running more passive checkpoints
+//! first, to leave less for the gated one, was tried: in the 8-process storm
+//! the checkpoint lock was then never free for another process's truncating
+//! checkpoint, and the WAL grew to 351 MiB.)
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Sender};
 use rusqlite::Connection;
 
+use super::connection::{note_hold, Gate};
 use super::wal;
 use crate::error::{Error, Result};
 
 /// SQLite's own auto-checkpoint threshold: 1000 frames in the log.
 const CHECKPOINT_FRAMES: i64 = 1000;
+
+/// How long the thread waits for the write gate before leaving the catch-up
+/// to the next nudge.
+const GATE_PATIENCE: Duration = Duration::from_millis(100);
 
 /// The checkpoint thread of one queue. Dropping it stops the thread.
 pub(crate) struct Checkpointer {
@@ -39,11 +52,13 @@ pub(crate) struct Checkpointer {
 
 impl Checkpointer {
     /// Starts the thread on `conn`, a connection with the queue's pragmas;
-    /// `gate` is the queue's write connection.
+    /// `gate` is the queue's write gate; the longest hold of it is noted in
+    /// `longest_hold` (µs).
     pub(crate) fn start(
         conn: Connection,
-        gate: Arc<Mutex<Connection>>,
+        gate: Arc<Gate>,
         stats: Arc<wal::CheckpointStats>,
+        longest_hold: Arc<AtomicU64>,
     ) -> Result<Self> {
         let (nudge, nudges) = bounded::<()>(1);
         let thread = thread::Builder::new()
@@ -52,13 +67,18 @@ impl Checkpointer {
                 // Best effort: a checkpoint that fails, or that another
                 // connection kept from finishing, is tried again at the next nudge.
                 for () in nudges.iter() {
-                    match stats.record(wal::checkpoint(&conn)) {
-                        Ok(done) if done.log_frames >= CHECKPOINT_FRAMES => {
-                            let _gate = gate.lock().unwrap_or_else(|p| p.into_inner());
-                            let _ = stats.record(wal::checkpoint(&conn));
-                        }
-                        _ => {}
+                    let Ok(done) = stats.record(wal::checkpoint(&conn)) else {
+                        continue;
+                    };
+                    if done.log_frames < CHECKPOINT_FRAMES {
+                        continue;
                     }
+                    let Ok(_gate) = gate.enter(Instant::now() + GATE_PATIENCE) else {
+                        continue;
+                    };
+                    let began = Instant::now();
+                    let _ = stats.record(wal::checkpoint(&conn));
+                    note_hold(&longest_hold, began.elapsed());
                 }
             })
             .map_err(|e| Error::Database(Box::new(e)))?;

@@ -4,7 +4,7 @@
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 use super::checkpointer::Checkpointer;
+use super::turnstile::{Turn, Turnstile};
 use super::wal;
 use crate::error::{Error, Result};
 use crate::options::{Durability, QueueOptions};
@@ -28,7 +29,8 @@ const CHECKPOINT_NUDGE_EVERY: u64 = 32;
 const WAL_CHECK_EVERY: u64 = 64;
 
 /// How long a commit that found the WAL over its limit keeps trying to empty
-/// it (holding this process's write gate) before leaving it to a later one.
+/// it (holding this process's write gate and turn) before leaving it to a
+/// later one.
 const WAL_TRUNCATE_PATIENCE: Duration = Duration::from_secs(1);
 
 /// After a try to empty the WAL failed, how long until the next.
@@ -121,13 +123,19 @@ fn expect<T: PartialEq + ToString>(name: &'static str, expected: T, actual: T) -
 /// SQLite's busy handler against each other) and a pool of readers.
 pub(crate) struct Connections {
     path: PathBuf,
-    writer: Arc<Mutex<Connection>>,
+    writer: Arc<Gate>,
+    /// Turns at the file's write lock, shared fairly with other processes.
+    turnstile: Arc<Turnstile>,
     readers: r2d2::Pool<SqliteConnectionManager>,
     write_deadline: Duration,
     busy_timeout: Duration,
     busy_retries: AtomicU64,
     commits: AtomicU64,
     wal_truncate_not_before: Mutex<Option<Instant>>,
+    /// The longest the engine's maintenance (a slice of WAL truncation, a
+    /// checkpoint holding the gate, a rescue or prune transaction) held the
+    /// write gate at once, in µs.
+    pub(crate) longest_maintenance_hold_us: Arc<AtomicU64>,
     checkpointer: Checkpointer,
     /// How the checkpoints of this queue's connections ended.
     pub(crate) checkpoint_stats: Arc<wal::CheckpointStats>,
@@ -170,10 +178,25 @@ impl Connections {
         retry_busy(options.write_deadline, &AtomicU64::new(0), || {
             pragmas.apply(&checkpoints)
         })?;
-        let writer = Arc::new(Mutex::new(writer));
+        let writer = Arc::new(Gate::new(writer));
+        let turnstile = Arc::new(Turnstile::open(path).unwrap_or_else(|error| {
+            // Writes stay correct and bounded without it, only not in turn.
+            tracing::warn!(
+                %error,
+                file = %super::turnstile::path_of(path).display(),
+                "the turnstile file cannot be opened: this queue's writes will not \
+                 take turns with other processes"
+            );
+            Turnstile::none()
+        }));
         let checkpoint_stats = Arc::new(wal::CheckpointStats::default());
-        let checkpointer =
-            Checkpointer::start(checkpoints, writer.clone(), checkpoint_stats.clone())?;
+        let longest_maintenance_hold_us = Arc::new(AtomicU64::new(0));
+        let checkpointer = Checkpointer::start(
+            checkpoints,
+            writer.clone(),
+            checkpoint_stats.clone(),
+            longest_maintenance_hold_us.clone(),
+        )?;
 
         let manager = SqliteConnectionManager::file(path)
             .with_flags(flags)
@@ -195,12 +218,14 @@ impl Connections {
         Ok(Connections {
             path: path.to_path_buf(),
             writer,
+            turnstile,
             readers,
             write_deadline: options.write_deadline,
             busy_timeout: options.busy_timeout,
             busy_retries: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             wal_truncate_not_before: Mutex::new(None),
+            longest_maintenance_hold_us,
             checkpointer,
             checkpoint_stats,
             wal_limit: JOURNAL_SIZE_LIMIT as u64,
@@ -229,30 +254,29 @@ impl Connections {
     /// A thread that already holds this gate (a handler inside
     /// `ctx.transaction`, a closure of `QueueExt::transaction`) gets
     /// [`Error::InsideTransaction`] at once instead of waiting for itself
-    /// forever.
+    /// forever. Waits for other threads of this process up to the write
+    /// deadline ([`Error::Busy`] past it).
     pub(crate) fn writer(&self) -> Result<WriteGate<'_>> {
-        let id = Arc::as_ptr(&self.writer) as usize;
-        if GATES_HELD.with(|held| held.borrow().contains(&id)) {
-            return Err(Error::InsideTransaction);
-        }
-        let conn = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        GATES_HELD.with(|held| held.borrow_mut().push(id));
-        Ok(WriteGate { conn, id })
+        self.writer.enter(Instant::now() + self.write_deadline)
+    }
+
+    /// The longest maintenance hold of the write gate so far.
+    pub(crate) fn longest_maintenance_hold(&self) -> Duration {
+        Duration::from_micros(self.longest_maintenance_hold_us.load(Ordering::Relaxed))
+    }
+
+    /// Counts a maintenance hold of the write gate.
+    pub(crate) fn note_maintenance_hold(&self, held: Duration) {
+        note_hold(&self.longest_maintenance_hold_us, held);
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the write connection and
     /// commits. The whole transaction is retried on BUSY/LOCKED with jittered
-    /// backoff until the write deadline; `f` must therefore be repeatable.
-    pub(crate) fn write<T>(&self, mut f: impl FnMut(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = self.writer()?;
-        let value = retry_busy(self.write_deadline, &self.busy_retries, || {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let value = f(&tx)?;
-            tx.commit()?;
-            Ok(value)
-        })?;
-        self.committed(&conn);
-        Ok(value)
+    /// backoff; `f` must therefore be repeatable. Everything (the gate, the
+    /// turn at the file, the retries) is given up with [`Error::Busy`] at the
+    /// write deadline (see [`Connections::write_until`]).
+    pub(crate) fn write<T>(&self, f: impl FnMut(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        self.write_until(Instant::now() + self.write_deadline, f)
     }
 
     /// [`Connections::write`], finished or given up by `until`: each try's
@@ -264,7 +288,8 @@ impl Connections {
         until: Instant,
         mut f: impl FnMut(&Transaction<'_>) -> Result<T>,
     ) -> Result<T> {
-        let mut conn = self.writer()?;
+        let mut conn = self.writer.enter(until)?;
+        let _turn = self.turn(until)?;
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Error::Busy);
@@ -274,9 +299,11 @@ impl Connections {
         let result = retry_busy(left, &self.busy_retries, || {
             let left = until.saturating_duration_since(Instant::now());
             conn.busy_timeout(patience.min(left).max(Duration::from_millis(1)))?;
+            let began = Instant::now();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let value = f(&tx)?;
             tx.commit()?;
+            LAST_HOLD.set(began.elapsed());
             Ok(value)
         });
         conn.busy_timeout(self.busy_timeout)?;
@@ -295,25 +322,54 @@ impl Connections {
     where
         E: From<Error>,
     {
-        let conn = self.writer()?;
-        // Only BEGIN is retried, before `f` runs. A shared borrow lets the
-        // retry loop hand the transaction out.
-        let tx = retry_busy(self.write_deadline, &self.busy_retries, || {
+        let until = Instant::now() + self.write_deadline;
+        let conn = self.writer.enter(until)?;
+        let _turn = self.turn(until)?;
+        let left = until.saturating_duration_since(Instant::now());
+        // Only BEGIN is retried, before `f` runs, each try's busy timeout cut
+        // to what is left of the deadline. A shared borrow lets the retry
+        // loop hand the transaction out.
+        let begun = retry_busy(left, &self.busy_retries, || {
+            let left = until.saturating_duration_since(Instant::now());
+            conn.busy_timeout(self.busy_timeout.min(left).max(Duration::from_millis(1)))?;
             Ok(Transaction::new_unchecked(
                 &conn,
                 TransactionBehavior::Immediate,
             )?)
-        })?;
+        });
+        conn.busy_timeout(self.busy_timeout).map_err(Error::from)?;
+        let tx = begun?;
         let value = f(&tx)?;
         tx.commit().map_err(Error::from)?;
         self.committed(&conn);
         Ok(value)
     }
 
-    /// After a commit on the write connection: now and then, empties a WAL
-    /// that readers kept from being restarted. Best effort: after a try that
-    /// a reader outlasted, the next waits [`WAL_TRUNCATE_BACKOFF`], so a
-    /// long-lived reader (a backup) stalls writes rarely.
+    /// This queue's turn at the file's write lock, waited for until `until`
+    /// ([`Error::Busy`] past it). The caller holds the write gate.
+    fn turn(&self, until: Instant) -> Result<Turn<'_>> {
+        let start = Instant::now();
+        self.turnstile.enter(until).inspect_err(|_| {
+            tracing::warn!(
+                waited = ?start.elapsed(),
+                "other processes kept the write lock past the write deadline: \
+                 giving up with Error::Busy"
+            )
+        })
+    }
+
+    /// After a commit on the write connection (still holding the gate and
+    /// the turn): now and then, empties a WAL that readers kept from being
+    /// restarted, trying for up to [`WAL_TRUNCATE_PATIENCE`]
+    /// ([`wal::truncate`]). After tries that a reader outlasted, the next
+    /// round waits [`WAL_TRUNCATE_BACKOFF`], so a long-lived reader (a backup)
+    /// stalls writes rarely.
+    ///
+    /// Not sliced across commits: with other processes writing between two
+    /// slices, a reader's fresh snapshot was old again by the next slice, and
+    /// in the 8-process storm (a reader pinning 200 ms snapshots back to
+    /// back) the WAL grew to 731 MiB. So a round holds the write lock for up
+    /// to a second, only when the log is over its bound.
     fn committed(&self, conn: &Connection) {
         let n = self.commits.fetch_add(1, Ordering::Relaxed);
         if n.is_multiple_of(CHECKPOINT_NUDGE_EVERY) {
@@ -326,18 +382,42 @@ impl Connections {
             .wal_truncate_not_before
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if not_before.is_some_and(|t| Instant::now() < t) {
+        let now = Instant::now();
+        if not_before.is_some_and(|t| now < t) {
             return;
         }
-        let done = wal::truncate_if_over(
-            conn,
-            &wal_path(&self.path),
-            self.wal_limit,
-            WAL_TRUNCATE_PATIENCE,
+        let Some(bytes) = wal::over_limit(&wal_path(&self.path), self.wal_limit) else {
+            return;
+        };
+        // Something kept the checkpointer from restarting the log: readers
+        // holding snapshots back to back, most often.
+        tracing::warn!(
+            wal = %wal_path(&self.path).display(),
+            bytes,
+            limit = self.wal_limit,
+            "the WAL is over its bound; checkpointing it whole and truncating it"
         );
-        *not_before = match done {
-            Ok(None) | Ok(Some(wal::Checkpoint { busy: false, .. })) => None,
-            _ => Some(Instant::now() + WAL_TRUNCATE_BACKOFF),
+        let done = wal::truncate(conn, WAL_TRUNCATE_PATIENCE);
+        self.note_maintenance_hold(now.elapsed());
+        *not_before = match &done {
+            Ok(c) if !c.busy => {
+                tracing::debug!("the WAL was checkpointed and truncated");
+                None
+            }
+            Ok(c) => {
+                tracing::warn!(
+                    log_frames = c.log_frames,
+                    checkpointed_frames = c.checkpointed_frames,
+                    patience = ?WAL_TRUNCATE_PATIENCE,
+                    "the WAL could not be truncated: a reader kept an old snapshot; \
+                     trying again later"
+                );
+                Some(Instant::now() + WAL_TRUNCATE_BACKOFF)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "checkpointing the WAL over its bound failed");
+                Some(Instant::now() + WAL_TRUNCATE_BACKOFF)
+            }
         };
     }
 
@@ -346,6 +426,109 @@ impl Connections {
         let conn = self.readers.get()?;
         f(&conn)
     }
+}
+
+/// Keeps the longest of the holds noted in `longest` (µs).
+pub(crate) fn note_hold(longest: &AtomicU64, held: Duration) {
+    let us = u64::try_from(held.as_micros()).unwrap_or(u64::MAX);
+    longest.fetch_max(us, Ordering::Relaxed);
+}
+
+/// The write connection and its gate: threads of this process queue here,
+/// each with a deadline, in the order they came, instead of against each
+/// other in SQLite's busy handler. First come, first served: a thread that
+/// writes in a loop cannot keep the checkpointer (or a handler's
+/// `ctx.transaction`) waiting while it takes the gate again and again.
+pub(crate) struct Gate {
+    conn: Mutex<Connection>,
+    /// Who holds the gate and who is next. The connection's own mutex is
+    /// only ever taken by the holder.
+    line: Mutex<Line>,
+    freed: Condvar,
+}
+
+/// A ticket line: each thread takes the next ticket and enters when its
+/// ticket is served.
+#[derive(Default)]
+struct Line {
+    next: u64,
+    serving: u64,
+    /// Tickets whose threads gave up waiting: skipped when served.
+    abandoned: std::collections::BTreeSet<u64>,
+}
+
+impl Line {
+    /// Serves the next ticket still wanted.
+    fn advance(&mut self) {
+        self.serving += 1;
+        while self.abandoned.remove(&self.serving) {
+            self.serving += 1;
+        }
+    }
+}
+
+impl Gate {
+    fn new(conn: Connection) -> Gate {
+        Gate {
+            conn: Mutex::new(conn),
+            line: Mutex::new(Line::default()),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Takes the gate, waiting for other threads until `until`
+    /// ([`Error::Busy`] past it). A thread that already holds it gets
+    /// [`Error::InsideTransaction`] at once. A panic while it was held leaves
+    /// no open transaction (rusqlite rolls back on drop), so a poisoned
+    /// connection is safe to take over.
+    pub(crate) fn enter(&self, until: Instant) -> Result<WriteGate<'_>> {
+        let id = self as *const Gate as usize;
+        if GATES_HELD.with(|held| held.borrow().contains(&id)) {
+            return Err(Error::InsideTransaction);
+        }
+        let mut line = self.line.lock().unwrap_or_else(|p| p.into_inner());
+        let ticket = line.next;
+        line.next += 1;
+        while line.serving != ticket {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                line.abandoned.insert(ticket);
+                return Err(Error::Busy);
+            }
+            line = self
+                .freed
+                .wait_timeout(line, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        drop(line);
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        GATES_HELD.with(|held| held.borrow_mut().push(id));
+        Ok(WriteGate {
+            conn,
+            gate: self,
+            id,
+        })
+    }
+
+    fn leave(&self) {
+        self.line
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .advance();
+        self.freed.notify_all();
+    }
+}
+
+thread_local! {
+    /// How long this thread's last [`Connections::write`] held the write
+    /// lock, from `BEGIN IMMEDIATE` to its commit.
+    static LAST_HOLD: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
+/// How long this thread's last engine write held the write lock.
+pub(crate) fn last_write_hold() -> Duration {
+    LAST_HOLD.get()
 }
 
 thread_local! {
@@ -357,6 +540,7 @@ thread_local! {
 /// The write connection, taken by one thread (see [`Connections::writer`]).
 pub(crate) struct WriteGate<'a> {
     conn: MutexGuard<'a, Connection>,
+    gate: &'a Gate,
     id: usize,
 }
 
@@ -376,6 +560,9 @@ impl std::ops::DerefMut for WriteGate<'_> {
 
 impl Drop for WriteGate<'_> {
     fn drop(&mut self) {
+        // The connection's guard is dropped right after this: a thread let
+        // in now waits those few instructions for it.
+        self.gate.leave();
         GATES_HELD.with(|held| {
             let mut held = held.borrow_mut();
             if let Some(at) = held.iter().rposition(|g| *g == self.id) {

@@ -16,6 +16,7 @@ pub(crate) mod jobs;
 pub(crate) mod migrate;
 pub(crate) mod queries;
 pub(crate) mod schedules;
+pub(crate) mod turnstile;
 pub(crate) mod wal;
 
 pub(crate) use connection::Connections;

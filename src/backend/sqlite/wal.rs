@@ -10,7 +10,7 @@
 //! that hold snapshots back to back (another process reporting in a loop)
 //! keep that from ever happening, and the log grows without bound. So the
 //! write gate looks at the log's size now and then, and past the limit runs
-//! a checkpoint that waits for readers to move on ([`truncate_if_over`]).
+//! checkpoints that wait for readers to move on ([`truncate`]).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -66,52 +66,32 @@ pub(crate) fn checkpoint(conn: &Connection) -> Result<Checkpoint> {
     run(conn, queries::WAL_CHECKPOINT)
 }
 
-/// When the log at `wal` is larger than `limit` bytes, checkpoints it whole
-/// and truncates it, trying for up to `patience` while other connections'
-/// readers leave old snapshots (new writers wait during each try). `None`
-/// when the log was within the limit.
-pub(crate) fn truncate_if_over(
-    conn: &Connection,
-    wal: &Path,
-    limit: u64,
-    patience: Duration,
-) -> Result<Option<Checkpoint>> {
-    let size = match std::fs::metadata(wal) {
-        Ok(meta) if meta.len() > limit => meta.len(),
-        _ => return Ok(None),
-    };
-    // Something kept the checkpointer from restarting the log: readers
-    // holding snapshots back to back, most often.
-    tracing::warn!(
-        wal = %wal.display(),
-        bytes = size,
-        limit,
-        "the WAL is over its bound; checkpointing it whole and truncating it"
-    );
+/// The size of the log at `wal` when it is larger than `limit` bytes.
+pub(crate) fn over_limit(wal: &Path, limit: u64) -> Option<u64> {
+    match std::fs::metadata(wal) {
+        Ok(meta) if meta.len() > limit => Some(meta.len()),
+        _ => None,
+    }
+}
+
+/// Checkpoints the log whole and truncates it, in tries each waiting at most
+/// [`TRUNCATE_TRY`] for other connections' readers to leave old snapshots
+/// (new writers wait meanwhile), for up to `patience`.
+pub(crate) fn truncate(conn: &Connection, patience: Duration) -> Result<Checkpoint> {
     // Short tries, not one long wait: a checkpoint keeps waiting for the
     // reader of a snapshot mark it first saw as old, even after that reader
     // moved the mark to the latest frame; a fresh try sees the move.
     let busy_ms: u32 = conn.pragma_query_value(None, "busy_timeout", |r| r.get(0))?;
     conn.busy_timeout(TRUNCATE_TRY)?;
-    let deadline = Instant::now() + patience;
+    let start = Instant::now();
     let done = loop {
         match run(conn, queries::WAL_CHECKPOINT_TRUNCATE) {
-            Ok(c) if c.busy && Instant::now() < deadline => continue,
+            Ok(c) if c.busy && start.elapsed() < patience => continue,
             done => break done,
         }
     };
     conn.busy_timeout(Duration::from_millis(busy_ms.into()))?;
-    match &done {
-        Ok(c) if c.busy => tracing::warn!(
-            log_frames = c.log_frames,
-            checkpointed_frames = c.checkpointed_frames,
-            ?patience,
-            "the WAL could not be truncated: a reader kept an old snapshot; trying again later"
-        ),
-        Ok(_) => tracing::debug!("the WAL was checkpointed and truncated"),
-        Err(error) => tracing::warn!(%error, "checkpointing the WAL over its bound failed"),
-    }
-    done.map(Some)
+    done
 }
 
 fn run(conn: &Connection, sql: &str) -> Result<Checkpoint> {
