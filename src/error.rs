@@ -47,6 +47,10 @@ pub enum Error {
     /// Some other argument is out of range, such as `max_attempts = 0` or a
     /// lease of zero jobs.
     InvalidArgument(String),
+    /// A queue limit is zero, out of range, or not a rate
+    /// ([`Queue::set_limits`](crate::Queue::set_limits), parsing a
+    /// [`Rate`](crate::Rate)). Nothing was written.
+    InvalidLimit(String),
     /// No live or finished job has this id.
     NotFound {
         /// The id that was looked up.
@@ -134,6 +138,7 @@ impl Error {
                 | Error::InvalidName { .. }
                 | Error::InvalidSchedule(_)
                 | Error::InvalidArgument(_)
+                | Error::InvalidLimit(_)
         )
     }
 
@@ -157,6 +162,7 @@ impl fmt::Display for Error {
             Error::InvalidName { what, reason } => write!(f, "invalid {what}: {reason}"),
             Error::InvalidSchedule(why) => write!(f, "invalid schedule: {why}"),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+            Error::InvalidLimit(why) => write!(f, "invalid limit: {why}"),
             Error::NotFound { job_id } => write!(f, "job {job_id} not found"),
             Error::InvalidState { job_id, reason } => write!(f, "job {job_id}: {reason}"),
             Error::NotInTransaction => f.write_str("connection is not inside a transaction"),

@@ -126,6 +126,7 @@ mod events;
 pub mod inspect;
 mod job;
 mod lease;
+pub mod limits;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 #[cfg(feature = "mysql")]
@@ -152,6 +153,7 @@ pub use inspect::{
 pub use job::{
     Enqueued, IntoNewJob, JobArgs, NewJob, UniqueScope, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,
 };
+pub use limits::{QueueLimits, Rate};
 pub use lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport, DEFAULT_LEASE_TTL};
 pub use options::{Durability, QueueOptions, DEFAULT_TABLE_PREFIX};
 pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};

@@ -18,6 +18,7 @@ use crate::inspect::{
     Retention, StateCount,
 };
 use crate::job::{Enqueued, IntoNewJob, NewJob, Payload, Schedule, UniqueScope};
+use crate::limits::QueueLimits;
 use crate::lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport};
 use crate::options::QueueOptions;
 use crate::outcome::{decide, AttemptError, FinalStatus, Outcome, Transition};
@@ -827,6 +828,36 @@ impl Queue {
         self.inner
             .backend
             .set_paused(queue, false, self.now_micros())
+    }
+
+    /// Sets a queue's limits, replacing the ones it had; `QueueLimits::default()`
+    /// clears them. Every lease from then on honours them, in every process
+    /// and node (see [`limits`](crate::limits) for how, and for the rate
+    /// window). [`Error::InvalidLimit`] for a zero or out-of-range value, or
+    /// `InvalidName` for the queue; nothing is written then.
+    pub fn set_limits(&self, queue: &str, limits: QueueLimits) -> Result<()> {
+        validate::name("queue", queue)?;
+        limits.validate()?;
+        self.inner
+            .backend
+            .set_limits(queue, &limits, self.now_micros())
+    }
+
+    /// A queue's limits; `QueueLimits::default()` (none) for a queue never
+    /// limited.
+    pub fn limits(&self, queue: &str) -> Result<QueueLimits> {
+        validate::name("queue", queue)?;
+        Ok(self
+            .all_limits()?
+            .into_iter()
+            .find(|(name, _)| name == queue)
+            .map(|(_, limits)| limits)
+            .unwrap_or_default())
+    }
+
+    /// Every queue that has a limit, with its limits, by name.
+    pub fn all_limits(&self) -> Result<Vec<(String, QueueLimits)>> {
+        self.inner.backend.limits()
     }
 
     /// The names of the paused queues.

@@ -327,6 +327,22 @@ impl Backend {
             server => db.import(records))
     }
 
+    /// Sets or clears (all `None`) a queue's limits; validated by the engine.
+    pub(crate) fn set_limits(
+        &self,
+        queue: &str,
+        limits: &crate::limits::QueueLimits,
+        now: i64,
+    ) -> Result<()> {
+        dispatch!(self, db => db.write(|tx| sqlite::limits::set_limits(tx, queue, limits, now)),
+            server => db.set_limits(queue, limits, now))
+    }
+
+    /// Every queue with a limit, by name.
+    pub(crate) fn limits(&self) -> Result<Vec<(String, crate::limits::QueueLimits)>> {
+        dispatch!(self, db => db.read(sqlite::limits::limits), server => db.limits())
+    }
+
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
         dispatch!(self, db => db.read(sqlite::inspect::paused_queues),
             server => db.paused_queues())

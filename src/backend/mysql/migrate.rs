@@ -17,6 +17,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V2__due",
         include_str!("../../../migrations/mysql/V2__due.sql"),
     ),
+    (
+        "V5__limits",
+        include_str!("../../../migrations/mysql/V5__limits.sql"),
+    ),
 ];
 
 /// Applies pending migrations.

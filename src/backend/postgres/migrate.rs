@@ -23,6 +23,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V2__due",
         include_str!("../../../migrations/postgres/V2__due.sql"),
     ),
+    (
+        "V5__limits",
+        include_str!("../../../migrations/postgres/V5__limits.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

@@ -12,6 +12,7 @@ pub(crate) mod connection;
 pub(crate) mod data_version;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
+pub(crate) mod limits;
 pub(crate) mod migrate;
 pub(crate) mod queries;
 pub(crate) mod wal;
