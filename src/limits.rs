@@ -51,6 +51,13 @@ pub const MAX_CONCURRENCY_LIMIT: u32 = 1_000_000;
 /// The highest number of starts a rate limit accepts per period.
 pub const MAX_RATE_LIMIT: u32 = 1_000_000_000;
 
+/// How soon a limit set by another process or node applies to this one's
+/// leases: SQLite reads limits in every lease; PostgreSQL and MySQL take
+/// at most this long to notice a queue newly limited elsewhere, and skip it
+/// meanwhile (never exceeding the limit). Raised, lowered and cleared limits
+/// of a queue known to be limited apply at the next lease everywhere.
+pub const LIMITS_SEEN_WITHIN: Duration = Duration::from_secs(1);
+
 /// The longest rate period accepted: one week.
 pub const MAX_RATE_PERIOD: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -323,7 +330,13 @@ pub(crate) fn lease_within(
 ) -> Result<(Vec<Job>, Vec<WindowUpdate>)> {
     let mut jobs = Vec::new();
     let mut windows = Vec::new();
+    let mut seen: Vec<&String> = Vec::with_capacity(queues.len());
     for q in queues {
+        // A queue named twice is claimed once: its room is read once.
+        if seen.contains(&q) {
+            continue;
+        }
+        seen.push(q);
         let Some(state) = limited.iter().find(|s| &s.queue == q) else {
             continue;
         };
@@ -373,7 +386,7 @@ pub(crate) struct LimitedQueues {
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 impl LimitedQueues {
     /// How long a look at the limited queues is trusted.
-    pub(crate) const TTL: Duration = Duration::from_secs(1);
+    pub(crate) const TTL: Duration = LIMITS_SEEN_WITHIN;
 
     /// True when one of `queues` had a limit at the last look; `read` lists
     /// the limited queues when that look is older than [`Self::TTL`].

@@ -16,6 +16,7 @@ mod enqueue;
 mod heartbeat_rescue;
 mod inspect;
 mod lease;
+mod limits;
 mod on_time;
 mod operate;
 mod settle;

@@ -82,7 +82,11 @@ pub(crate) fn set_limits<C: GenericClient>(
     now: i64,
 ) -> Result<()> {
     let (concurrency, rate, period) = limits.to_stored();
-    let (concurrency, rate) = (concurrency.map(to_i32), rate.map(to_i32));
+    let (concurrency, rate, period) = (
+        concurrency.map(to_i32),
+        rate.map(to_i32),
+        period.map(to_i32),
+    );
     tx.execute(
         &q.limits.set_limits,
         &[&q.now_override(now), &queue, &concurrency, &rate, &period],
@@ -90,7 +94,7 @@ pub(crate) fn set_limits<C: GenericClient>(
     Ok(())
 }
 
-/// Validated limits fit an `INTEGER` column.
+/// Validated limits (and a week in ms) fit an `INTEGER` column.
 fn to_i32(n: i64) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
