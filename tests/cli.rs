@@ -820,6 +820,9 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          DROP INDEX backlog_jobs_scheduled; ALTER TABLE backlog_jobs DROP COLUMN due;
          CREATE INDEX backlog_jobs_lease ON backlog_jobs (queue, priority DESC, available_at, id)
              WHERE lease_token IS NULL;
+         DROP INDEX backlog_jobs_running;
+         ALTER TABLE backlog_queues DROP COLUMN rate_window_start;
+         ALTER TABLE backlog_queues DROP COLUMN rate_window_count;
          DELETE FROM backlog_schema_history WHERE version > 1;",
     )?;
     drop(conn);

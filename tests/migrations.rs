@@ -64,7 +64,11 @@ fn table_exists(path: &Path, table: &str) -> TestResult<bool> {
 }
 
 fn backlog_rows() -> Vec<(i64, String)> {
-    vec![(1, "initial".to_owned()), (2, "due".to_owned())]
+    vec![
+        (1, "initial".to_owned()),
+        (2, "due".to_owned()),
+        (5, "limits".to_owned()),
+    ]
 }
 
 fn app_rows(upto: usize) -> Vec<(i64, String)> {

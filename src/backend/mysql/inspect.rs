@@ -478,7 +478,7 @@ mod tests {
         let Some(t) = Tables::connect()? else {
             return Ok(());
         };
-        let all = ["V1__initial", "V2__due"];
+        let all = ["V1__initial", "V2__due", "V5__limits"];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate()?;
         assert!(t.db.pending_migrations()?.is_empty());
