@@ -316,8 +316,9 @@ impl LimitState {
     }
 }
 
-/// What a lease over limited queues claims: each limited queue in the
-/// order asked, up to its room, then the unlimited ones with what is left of
+/// What a lease over limited queues claims: each limited or capped queue
+/// in the order asked, up to its room (the tighter of its limits' room and
+/// the caller's cap in `caps`), then the others with what is left of
 /// `limit`. `claim(queues, n)` claims up to `n` jobs of `queues` (in claim
 /// order within them). Returns the jobs in claim order and the rate windows
 /// to store.
@@ -325,6 +326,7 @@ pub(crate) fn lease_within(
     queues: &[String],
     limit: usize,
     limited: &[LimitState],
+    caps: &[(String, usize)],
     now: i64,
     mut claim: impl FnMut(&[String], usize) -> Result<Vec<Job>>,
 ) -> Result<(Vec<Job>, Vec<WindowUpdate>)> {
@@ -337,26 +339,32 @@ pub(crate) fn lease_within(
             continue;
         }
         seen.push(q);
-        let Some(state) = limited.iter().find(|s| &s.queue == q) else {
+        let state = limited.iter().find(|s| &s.queue == q);
+        let cap = caps.iter().find(|(c, _)| c == q).map(|(_, n)| *n);
+        if state.is_none() && cap.is_none() {
             continue;
-        };
-        let room = state.room(now).min(limit - jobs.len());
+        }
+        let room = state
+            .map_or(usize::MAX, |s| s.room(now))
+            .min(cap.unwrap_or(usize::MAX))
+            .min(limit - jobs.len());
         if room == 0 {
             continue;
         }
         let got = claim(std::slice::from_ref(q), room)?;
-        if let (Some(rate), false) = (state.limits.rate, got.is_empty()) {
+        if let (Some(Some(rate)), false) = (state.map(|s| s.limits.rate), got.is_empty()) {
             windows.push(WindowUpdate {
                 queue: q.clone(),
                 start: window_of(now, rate.period_ms()),
-                count: state.started(now) + i64::try_from(got.len()).unwrap_or(i64::MAX),
+                count: state.map_or(0, |s| s.started(now))
+                    + i64::try_from(got.len()).unwrap_or(i64::MAX),
             });
         }
         jobs.extend(got);
     }
     let rest: Vec<String> = queues
         .iter()
-        .filter(|q| !limited.iter().any(|s| &s.queue == *q))
+        .filter(|q| !limited.iter().any(|s| &s.queue == *q) && !caps.iter().any(|(c, _)| c == *q))
         .cloned()
         .collect();
     if !rest.is_empty() && jobs.len() < limit {

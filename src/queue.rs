@@ -202,6 +202,7 @@ impl Queue {
             worker_id: &request.worker_id,
             now,
             lease_until: add_micros(now, request.ttl)?,
+            caps: &request.queue_caps,
         })
     }
 
@@ -327,6 +328,7 @@ impl Queue {
             worker_id: &request.worker_id,
             now,
             lease_until: add_micros(now, request.ttl)?,
+            caps: &request.queue_caps,
         })?;
         if !jobs.is_empty() {
             failpoint!("lease-after-commit");
@@ -368,6 +370,9 @@ impl Queue {
             for kind in kinds {
                 validate::name("kind", kind)?;
             }
+        }
+        for (queue, _) in &request.queue_caps {
+            validate::name("queue", queue)?;
         }
         let mut queues = request.queues.clone();
         queues.sort_unstable();
@@ -455,6 +460,7 @@ impl Queue {
                 worker_id: &r.worker_id,
                 now,
                 lease_until: *until,
+                caps: &r.queue_caps,
             });
         // (job, released, params): a release and a snooze make the same
         // transition but are different events.

@@ -53,6 +53,9 @@ pub(crate) struct LeaseParams<'a> {
     pub worker_id: &'a str,
     pub now: i64,
     pub lease_until: i64,
+    /// At most this many jobs of these queues (the caller's own cap, on top
+    /// of the queues' limits).
+    pub caps: &'a [(String, usize)],
 }
 
 /// One decided state change of a leased job, fenced on its lease.

@@ -3,6 +3,8 @@
 //! manual clock), fills from other queues, and admits more at once when a
 //! limit is raised.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backlog::{Error, JobState, LeaseRequest, NewJob, QueueLimits, Rate};
@@ -255,8 +257,106 @@ fn a_limit_set_by_another_handle_is_never_exceeded(b: &Backend) -> TestResult {
     Ok(())
 }
 
+/// Jobs of each queue running at once, now and at most.
+#[derive(Default)]
+struct Overlap(Mutex<HashMap<String, (usize, usize)>>);
+
+impl Overlap {
+    fn enter(&self, queue: &str) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let e = m.entry(queue.to_owned()).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(e.0);
+    }
+
+    fn leave(&self, queue: &str) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = m.get_mut(queue) {
+            e.0 -= 1;
+        }
+    }
+
+    fn max(&self, queue: &str) -> usize {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(queue).map_or(0, |e| e.1)
+    }
+}
+
+fn a_worker_runs_no_more_of_a_queue_than_its_cap_or_the_global_limit(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let q = &h.queue;
+    for queue in ["capped", "limited", "free"] {
+        enqueue(q, queue, 8)?;
+    }
+    q.set_limits("limited", concurrency(2))?;
+    let overlap = Arc::new(Overlap::default());
+    let events = q.subscribe();
+    let seen = overlap.clone();
+    let worker = backlog::Worker::builder(q.clone())
+        .queues(["capped", "limited", "free"])
+        .concurrency(6)
+        .queue_concurrency("capped", 1)
+        .handle_raw("k", move |_, ctx| {
+            seen.enter(ctx.queue());
+            std::thread::sleep(Duration::from_millis(20));
+            seen.leave(ctx.queue());
+            Ok(())
+        })
+        .start()?;
+    let mut completed = 0;
+    while completed < 24 {
+        if let backlog::Event::Completed { .. } = events.recv_timeout(Duration::from_secs(30))? {
+            completed += 1;
+        }
+    }
+    worker.shutdown(Duration::from_secs(5))?;
+    assert_eq!(overlap.max("capped"), 1);
+    assert!(overlap.max("limited") <= 2, "{}", overlap.max("limited"));
+    // The capped and limited queues left the other slots to `free`.
+    assert!(overlap.max("free") >= 2, "{}", overlap.max("free"));
+    Ok(())
+}
+
+fn a_worker_refuses_a_bad_queue_cap(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    for (queue, n) in [("smtp", 0), ("elsewhere", 2)] {
+        let started = backlog::Worker::builder(h.queue.clone())
+            .queues(["smtp"])
+            .queue_concurrency(queue, n)
+            .handle_raw("k", |_, _| Ok(()))
+            .start();
+        assert!(
+            matches!(started, Err(Error::InvalidLimit(_))),
+            "{queue} {n}: {:?}",
+            started.err()
+        );
+    }
+    Ok(())
+}
+
+fn a_lease_request_caps_a_queue_on_top_of_its_limits(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let q = &h.queue;
+    enqueue(q, "a", 5)?;
+    enqueue(q, "b", 5)?;
+    q.set_limits("b", concurrency(3))?;
+    let req = LeaseRequest::new("w", 10)
+        .queues(["a", "b"])
+        .queue_limit("a", 2)
+        .queue_limit("b", 5);
+    let jobs = q.lease(&req)?;
+    let count = |queue: &str| jobs.iter().filter(|j| j.queue == queue).count();
+    assert_eq!((count("a"), count("b")), (2, 3));
+    let none = q.lease(&LeaseRequest::new("w", 10).queues(["a"]).queue_limit("a", 0))?;
+    assert!(none.is_empty());
+    Ok(())
+}
+
 conformance!(
     limits_are_set_read_and_cleared,
+    a_worker_runs_no_more_of_a_queue_than_its_cap_or_the_global_limit,
+    a_worker_refuses_a_bad_queue_cap,
+    a_lease_request_caps_a_queue_on_top_of_its_limits,
     zero_negative_and_absurd_limits_are_refused_and_nothing_is_written,
     a_lease_never_runs_more_than_the_concurrency_limit,
     a_lease_never_starts_more_than_the_rate_limit_per_window,

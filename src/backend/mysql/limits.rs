@@ -122,30 +122,38 @@ pub(crate) fn lease(
         });
         server_now = Some(take::<i64>(&mut r, 6)?);
     }
-    let Some(server_now) = server_now else {
+    if limited.is_empty() && p.caps.is_empty() {
         // Limits set since this lease began are skipped by `skip_limited`.
         return jobs::lease(sql, q, p, now, true);
-    };
+    }
     let count = sql.tables.render(COUNT_QUEUE_RUNNING);
     for state in &mut limited {
         let running: Option<i64> = q.exec_first(&count, params! { "queue" => &state.queue })?;
         state.running = running.unwrap_or(0);
     }
     // Every claim of this lease at the now the limits were read at, so a
-    // job's start time falls in the window that counted it.
-    let pinned = Now::new(server_now, true);
-    let lease_until = server_now.saturating_add(now.offset(p.lease_until));
+    // job's start time falls in the window that counted it. (A cap alone
+    // needs no clock.)
+    let (at, pinned, lease_until) = match server_now {
+        Some(t) => (
+            t,
+            Now::new(t, true),
+            t.saturating_add(now.offset(p.lease_until)),
+        ),
+        None => (p.now, now, p.lease_until),
+    };
     let (jobs, windows) = crate::limits::lease_within(
         p.queues,
         p.limit,
         &limited,
-        server_now,
+        p.caps,
+        at,
         |queues, limit| {
             let one_limited = queues.len() == 1 && limited.iter().any(|s| s.queue == queues[0]);
             let part = LeaseParams {
                 queues,
                 limit,
-                now: server_now,
+                now: at,
                 lease_until,
                 ..*p
             };

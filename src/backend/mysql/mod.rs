@@ -149,6 +149,9 @@ impl Db {
     /// Whether `p` names a queue that had a limit at the last look. A queue
     /// limited since is skipped by the plain lease.
     fn may_be_limited(&self, p: &LeaseParams<'_>) -> Result<bool> {
+        if !p.caps.is_empty() {
+            return Ok(true);
+        }
         self.limited.any_of(p.queues, || {
             Ok(self
                 .limits()?

@@ -123,7 +123,7 @@ pub(crate) fn lease<C: GenericClient>(
     p: &LeaseParams<'_>,
 ) -> Result<Vec<Job>> {
     let rows = tx.query(&q.limits.lock_limited, &[&q.now_override(p.now), &p.queues])?;
-    let mut now = p.now;
+    let mut now = p.now; // a cap alone needs no clock
     let mut limited = Vec::with_capacity(rows.len());
     for r in &rows {
         now = r.try_get(6)?;
@@ -135,7 +135,7 @@ pub(crate) fn lease<C: GenericClient>(
             running: 0,
         });
     }
-    if limited.is_empty() {
+    if limited.is_empty() && p.caps.is_empty() {
         // Limits set since this lease began are skipped by `skip_limited`.
         return jobs::lease(tx, q, p, true);
     }
@@ -146,7 +146,7 @@ pub(crate) fn lease<C: GenericClient>(
         };
     }
     let (jobs, windows) =
-        crate::limits::lease_within(p.queues, p.limit, &limited, now, |queues, limit| {
+        crate::limits::lease_within(p.queues, p.limit, &limited, p.caps, now, |queues, limit| {
             let one_limited = queues.len() == 1 && limited.iter().any(|s| s.queue == queues[0]);
             let part = LeaseParams {
                 queues,

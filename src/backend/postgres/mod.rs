@@ -136,6 +136,9 @@ impl Db {
     /// lease takes the limited path (a transaction that locks the queue's
     /// row). A queue limited since is skipped by the plain lease.
     fn may_be_limited(&self, p: &LeaseParams<'_>) -> Result<bool> {
+        if !p.caps.is_empty() {
+            return Ok(true);
+        }
         self.limited.any_of(p.queues, || {
             Ok(self
                 .limits()?

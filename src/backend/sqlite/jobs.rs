@@ -79,14 +79,18 @@ pub(crate) fn lease(conn: &Connection, p: &LeaseParams<'_>) -> Result<Vec<Job>> 
         .filter(|q| !paused.contains(q))
         .cloned()
         .collect();
-    if limited.is_empty() {
+    if limited.is_empty() && p.caps.is_empty() {
         return claim(conn, p, &queues, p.limit);
     }
     limits::count_running(conn, &mut limited)?;
-    let (jobs, windows) =
-        crate::limits::lease_within(&queues, p.limit, &limited, p.now, |queues, limit| {
-            claim(conn, p, queues, limit)
-        })?;
+    let (jobs, windows) = crate::limits::lease_within(
+        &queues,
+        p.limit,
+        &limited,
+        p.caps,
+        p.now,
+        |queues, limit| claim(conn, p, queues, limit),
+    )?;
     limits::store_windows(conn, &windows)?;
     Ok(jobs)
 }
