@@ -403,6 +403,8 @@ pub struct QueueStats {
     pub completed_last_minute: u64,
     /// Whether leases skip the queue.
     pub paused: bool,
+    /// The queue's limits ([`Queue::set_limits`](crate::Queue::set_limits)).
+    pub limits: crate::limits::QueueLimits,
 }
 
 /// What a bulk operation ([`Queue::retry_matching`](crate::Queue::retry_matching),

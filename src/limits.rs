@@ -120,7 +120,7 @@ impl QueueLimits {
             if n == 0 {
                 return Err(Error::InvalidLimit(
                     "a concurrency limit of 0 would run nothing: pause the queue instead, \
-                     or set None for no limit"
+                     or remove the limit"
                         .into(),
                 ));
             }

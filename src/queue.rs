@@ -928,9 +928,9 @@ impl Queue {
     }
 
     /// Every queue at a glance, by name: its live jobs by state, its dead
-    /// jobs, completions in the last hour and minute, and whether it is
-    /// paused. A queue is listed when it has live or dead jobs, completed
-    /// one in the last hour, or is paused.
+    /// jobs, completions in the last hour and minute, whether it is paused,
+    /// and its limits. A queue is listed when it has live or dead jobs,
+    /// completed one in the last hour, is paused or has a limit.
     ///
     /// Counts the live jobs (a scan of the live table) and reads the dead
     /// and recently completed ranges of history, never the rest of it.
@@ -973,6 +973,9 @@ impl Queue {
         let paused = self.paused_queues()?;
         for queue in &paused {
             entry(&mut by_queue, queue).paused = true;
+        }
+        for (queue, limits) in self.all_limits()? {
+            entry(&mut by_queue, &queue).limits = limits;
         }
         Ok(by_queue.into_values().collect())
     }
