@@ -63,6 +63,14 @@ fn limits_are_set_read_and_cleared(b: &Backend) -> TestResult {
     assert_eq!(q.limits("smtp")?, QueueLimits::default());
     assert_eq!(q.all_limits()?, vec![("other".to_owned(), concurrency(7))]);
 
+    // The scrape shows them as gauges.
+    #[cfg(feature = "metrics")]
+    {
+        let text = q.metrics()?;
+        assert!(text.contains(r#"backlog_queue_concurrency_limit{queue="other"} 7"#));
+        assert!(!text.contains(r#"backlog_queue_concurrency_limit{queue="smtp"}"#));
+    }
+
     // Limits and pausing are separate controls of the same queue.
     q.set_limits("smtp", concurrency(2))?;
     q.pause("smtp")?;
