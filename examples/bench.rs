@@ -17,6 +17,8 @@
 mod chart;
 #[path = "bench/db.rs"]
 mod db;
+#[path = "bench/limits.rs"]
+mod limits;
 #[path = "bench/modes.rs"]
 mod modes;
 #[path = "bench/on_time.rs"]
@@ -84,6 +86,9 @@ enum Mode {
     LeaseDepth(DepthArgs),
     /// Drain prefilled no-op jobs with a Worker, against the raw batch-100 drain.
     BurnDown(BurnDownArgs),
+    /// Burn-down with a global concurrency limit (and a rate limit) that
+    /// does not bind, against no limit, in the same run.
+    Limits(LimitsArgs),
     /// A Worker with 8 handler threads draining 1M jobs: RSS sampled every 100 ms.
     Memory(MemoryArgs),
     /// Open-loop producer, same process and another process: enqueue→start delay.
@@ -134,6 +139,15 @@ struct BurnDownArgs {
     /// lease no more than free handler threads).
     #[arg(long, value_delimiter = ',', default_values_t = [0usize, 128])]
     prefetch: Vec<usize>,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct LimitsArgs {
+    #[arg(long, default_value_t = 50_000)]
+    jobs: usize,
+    /// Handler threads (and the concurrency limit).
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -232,6 +246,7 @@ struct Plan {
     enqueue: Option<EnqueueArgs>,
     depth: Option<DepthArgs>,
     burn_down: Option<BurnDownArgs>,
+    limits: Option<LimitsArgs>,
     latency: Option<LatencyArgs>,
     on_time: on_time::Plan,
 }
@@ -256,6 +271,10 @@ impl Plan {
                 jobs: 2_000,
                 threads: 4,
                 prefetch: vec![0, 128],
+            }),
+            limits: Some(LimitsArgs {
+                jobs: 2_000,
+                threads: 4,
             }),
             latency: Some(LatencyArgs {
                 rate: 200.0,
@@ -286,6 +305,10 @@ impl Plan {
                 jobs: 100_000,
                 threads: 4,
                 prefetch: vec![0, 128],
+            }),
+            limits: Some(LimitsArgs {
+                jobs: 50_000,
+                threads: 4,
             }),
             latency: Some(LatencyArgs {
                 rate: 500.0,
@@ -337,6 +360,10 @@ fn run(cli: Cli) -> BoxResult<bool> {
         },
         Mode::BurnDown(a) => Plan {
             burn_down: Some(a),
+            ..Plan::default()
+        },
+        Mode::Limits(a) => Plan {
+            limits: Some(a),
             ..Plan::default()
         },
         Mode::Memory(a) => Plan {
@@ -462,6 +489,17 @@ fn run(cli: Cli) -> BoxResult<bool> {
                 for &d in &rotate(&durabilities, run) {
                     worker::burn_down(&mut report, &dir, d, &b, run)?;
                 }
+            }
+        }
+    }
+    if let Some(a) = &plan.limits {
+        let l = limits::Limits {
+            jobs: a.jobs,
+            threads: a.threads,
+        };
+        for run in 0..runs {
+            for &d in &rotate(&durabilities, run) {
+                limits::limits(&mut report, &dir, d, &l, run)?;
             }
         }
     }
