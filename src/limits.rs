@@ -36,7 +36,10 @@
 //! window. Exact per window, and O(1) per lease (two columns of the queue's
 //! row), but a burst of up to `2 × limit` can start across a window's
 //! boundary, within less than one period. "Started" counts every claim of a
-//! job, retries included.
+//! job, retries included. A worker whose lease came back short wakes when
+//! the next window of its rate-limited queues opens (but not more often
+//! than every 10 ms), so the starts a window allows are not left to its
+//! idle poll.
 
 use std::fmt;
 use std::str::FromStr;
@@ -265,6 +268,28 @@ impl FromStr for Rate {
     }
 }
 
+/// A worker whose lease came back short sleeps no longer than until the
+/// next rate window of its rate-limited queues opens, and at least this
+/// long: a queue limited per millisecond does not make an idle worker spin.
+pub(crate) const MIN_WINDOW_WAKE_US: i64 = 10_000;
+
+/// How long after `now` (unix µs) the next rate window of any of these
+/// limits opens, in µs; `None` without a rate limit.
+pub(crate) fn next_window_in<'a>(
+    limits: impl IntoIterator<Item = &'a QueueLimits>,
+    now: i64,
+) -> Option<i64> {
+    limits
+        .into_iter()
+        .filter_map(|l| l.rate)
+        .map(|r| {
+            let start = window_of(now, r.period_ms());
+            let end = start.saturating_add(r.period_ms().saturating_mul(1000));
+            (end - now).max(MIN_WINDOW_WAKE_US)
+        })
+        .min()
+}
+
 /// A limited queue as a lease finds it, in the lease's transaction.
 #[derive(Debug, Clone)]
 pub(crate) struct LimitState {
@@ -446,6 +471,22 @@ mod tests {
         // The count of a past window does not count.
         assert_eq!(state(both, 0, Some((4_000_000, 10))).room(5_500_000), 3);
         assert_eq!(state(both, 7, None).room(0), 0);
+    }
+
+    #[test]
+    fn the_next_window_opens_at_the_next_multiple_of_the_period() {
+        let per_second = QueueLimits {
+            concurrency: None,
+            rate: Some(Rate::per_second(5)),
+        };
+        let per_ms = QueueLimits {
+            concurrency: None,
+            rate: Some(Rate::new(5, Duration::from_millis(1))),
+        };
+        assert_eq!(next_window_in([&per_second], 7_250_000), Some(750_000));
+        assert_eq!(next_window_in([&per_second], 7_000_000), Some(1_000_000));
+        assert_eq!(next_window_in([&per_ms], 7_000_100), Some(MIN_WINDOW_WAKE_US));
+        assert_eq!(next_window_in([&QueueLimits::default()], 0), None);
     }
 
     #[test]

@@ -636,11 +636,24 @@ impl Queue {
     }
 
     /// How long until the next job of `queues` that is not due yet comes due
-    /// (delayed, retrying or snoozed, written by any process); `None` when
-    /// none is waiting. The fetcher sleeps until then.
+    /// (delayed, retrying or snoozed, written by any process), or the next
+    /// rate window of a rate-limited one of them opens, whichever is first;
+    /// `None` when neither. The fetcher sleeps until then.
     pub(crate) fn next_due_in(&self, queues: &[String]) -> Result<Option<Duration>> {
-        let due = self.inner.backend.next_due(queues, self.now_micros())?;
-        Ok(due.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
+        let now = self.now_micros();
+        let due = self.inner.backend.next_due(queues, now)?;
+        let window = crate::limits::next_window_in(
+            self.all_limits()?
+                .iter()
+                .filter(|(q, _)| queues.contains(q))
+                .map(|(_, limits)| limits),
+            now,
+        );
+        let first = match (due, window) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Ok(first.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
     }
 
     /// A coalescing wake-up that fires when this process enqueues a job.

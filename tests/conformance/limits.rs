@@ -360,8 +360,38 @@ fn a_lease_request_caps_a_queue_on_top_of_its_limits(b: &Backend) -> TestResult 
     Ok(())
 }
 
+fn a_worker_starts_rate_limited_jobs_as_each_window_opens(b: &Backend) -> TestResult {
+    let h = b.harness_on_real_time(backlog::QueueOptions::new())?;
+    let q = &h.queue;
+    enqueue(q, "api", 20)?;
+    q.set_limits("api", rate(5, Duration::from_millis(500)))?;
+    let events = q.subscribe();
+    let start = std::time::Instant::now();
+    // An idle poll of a minute: only the window's wake-up can start the
+    // next five in time.
+    let worker = backlog::Worker::builder(q.clone())
+        .queues(["api"])
+        .concurrency(4)
+        .poll_interval(Duration::from_secs(60))
+        .handle_raw("k", |_, _| Ok(()))
+        .start()?;
+    let mut completed = 0;
+    while completed < 20 {
+        if let backlog::Event::Completed { .. } = events.recv_timeout(Duration::from_secs(20))? {
+            completed += 1;
+        }
+    }
+    let took = start.elapsed();
+    worker.shutdown(Duration::from_secs(5))?;
+    // Four windows at least (five a window), and not one idle poll.
+    assert!(took >= Duration::from_millis(1000), "{took:?}");
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    Ok(())
+}
+
 conformance!(
     limits_are_set_read_and_cleared,
+    a_worker_starts_rate_limited_jobs_as_each_window_opens,
     a_worker_runs_no_more_of_a_queue_than_its_cap_or_the_global_limit,
     a_worker_refuses_a_bad_queue_cap,
     a_lease_request_caps_a_queue_on_top_of_its_limits,
