@@ -153,8 +153,8 @@ pub use inspect::{
 pub use job::{
     Enqueued, IntoNewJob, JobArgs, NewJob, UniqueScope, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,
 };
-pub use limits::{QueueLimits, Rate};
 pub use lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport, DEFAULT_LEASE_TTL};
+pub use limits::{QueueLimits, Rate};
 pub use options::{Durability, QueueOptions, DEFAULT_TABLE_PREFIX};
 pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
 pub use queue::{Queue, WAIT_MAX_POLL};

@@ -192,7 +192,7 @@ impl Rate {
                 self.period
             )));
         }
-        if self.period.subsec_nanos() % 1_000_000 != 0 {
+        if !self.period.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(Error::InvalidLimit(format!(
                 "a rate period of {:?} is not a whole number of milliseconds",
                 self.period
@@ -220,10 +220,15 @@ impl Rate {
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.period.as_millis();
-        let (n, unit) = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1000, "s")]
-            .into_iter()
-            .find(|(unit, _)| ms % unit == 0)
-            .map_or((ms, "ms"), |(u, name)| (ms / u, name));
+        let (n, unit) = [
+            (86_400_000, "d"),
+            (3_600_000, "h"),
+            (60_000, "min"),
+            (1000, "s"),
+        ]
+        .into_iter()
+        .find(|(unit, _)| ms.is_multiple_of(*unit))
+        .map_or((ms, "ms"), |(u, name)| (ms / u, name));
         if n == 1 {
             write!(f, "{}/{unit}", self.limit)
         } else {
@@ -246,7 +251,10 @@ impl FromStr for Rate {
         let (limit, period) = text.trim().split_once('/').ok_or_else(bad)?;
         let limit: u32 = limit.trim().parse().map_err(|_| bad())?;
         let period = period.trim();
-        let digits = period.len() - period.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let digits = period.len()
+            - period
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .len();
         let (count, unit) = period.split_at(digits);
         let count: u64 = if count.is_empty() {
             1
@@ -485,7 +493,10 @@ mod tests {
         };
         assert_eq!(next_window_in([&per_second], 7_250_000), Some(750_000));
         assert_eq!(next_window_in([&per_second], 7_000_000), Some(1_000_000));
-        assert_eq!(next_window_in([&per_ms], 7_000_100), Some(MIN_WINDOW_WAKE_US));
+        assert_eq!(
+            next_window_in([&per_ms], 7_000_100),
+            Some(MIN_WINDOW_WAKE_US)
+        );
         assert_eq!(next_window_in([&QueueLimits::default()], 0), None);
     }
 
@@ -503,7 +514,16 @@ mod tests {
             assert_eq!(rate, Rate::new(limit, Duration::from_millis(ms)));
             assert_eq!(rate.to_string(), shown);
         }
-        for bad in ["", "10", "0/s", "-1/s", "10/0s", "10/fortnight", "10/8d", "x/s"] {
+        for bad in [
+            "",
+            "10",
+            "0/s",
+            "-1/s",
+            "10/0s",
+            "10/fortnight",
+            "10/8d",
+            "x/s",
+        ] {
             assert!(
                 matches!(bad.parse::<Rate>(), Err(Error::InvalidLimit(_))),
                 "{bad:?}"

@@ -18,8 +18,8 @@ use crate::inspect::{
     Retention, StateCount,
 };
 use crate::job::{Enqueued, IntoNewJob, NewJob, Payload, Schedule, UniqueScope};
-use crate::limits::QueueLimits;
 use crate::lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport};
+use crate::limits::QueueLimits;
 use crate::options::QueueOptions;
 use crate::outcome::{decide, AttemptError, FinalStatus, Outcome, Transition};
 use crate::validate;

@@ -53,7 +53,9 @@ fn limits_child() -> TestResult {
         .poll_interval(Duration::from_millis(50))
         .handle_raw("timed", |payload: Value, _| {
             let start = unix_micros();
-            thread::sleep(Duration::from_millis(payload["sleep_ms"].as_u64().unwrap_or(0)));
+            thread::sleep(Duration::from_millis(
+                payload["sleep_ms"].as_u64().unwrap_or(0),
+            ));
             Ok(json!({ "start": start, "end": unix_micros() }))
         })
         .start()?;
@@ -124,7 +126,9 @@ fn wait_for(h: &Harness, n: usize, limit: Duration) -> TestResult<Vec<JobRecord>
             return Ok(records);
         }
         if start.elapsed() > limit {
-            return Err(format!("only {} of {n} jobs completed in {limit:?}", records.len()).into());
+            return Err(
+                format!("only {} of {n} jobs completed in {limit:?}", records.len()).into(),
+            );
         }
         thread::sleep(Duration::from_millis(100));
     }
@@ -171,7 +175,10 @@ fn processes_never_run_more_than_the_concurrency_limit(b: &Backend) -> TestResul
     let records = wait_for(&h, JOBS, Duration::from_secs(60))?;
     drop(children);
 
-    let intervals = records.iter().map(interval).collect::<TestResult<Vec<_>>>()?;
+    let intervals = records
+        .iter()
+        .map(interval)
+        .collect::<TestResult<Vec<_>>>()?;
     let overlap = max_overlap(&intervals);
     let workers: std::collections::HashSet<_> =
         records.iter().filter_map(|r| r.worker.clone()).collect();
@@ -182,7 +189,10 @@ fn processes_never_run_more_than_the_concurrency_limit(b: &Backend) -> TestResul
     );
     assert!(overlap <= LIMIT as usize, "{overlap} jobs ran at once");
     // The limit was what held them back, not a lack of contention.
-    assert!(overlap >= 2, "only {overlap} at once: the test proves little");
+    assert!(
+        overlap >= 2,
+        "only {overlap} at once: the test proves little"
+    );
     assert!(workers.len() >= 2, "one process did all the work");
     Ok(())
 }
@@ -219,7 +229,10 @@ fn processes_never_start_more_than_the_rate_limit_per_window(b: &Backend) -> Tes
          busiest_window={busiest}",
         per_window.len()
     );
-    assert!(busiest <= LIMIT, "{busiest} starts in one window: {per_window:?}");
+    assert!(
+        busiest <= LIMIT,
+        "{busiest} starts in one window: {per_window:?}"
+    );
     // 40 jobs at 8 a window need at least 5 windows; contention filled one.
     assert!(per_window.len() >= JOBS / LIMIT as usize);
     assert_eq!(busiest, LIMIT, "no window was full: the test proves little");

@@ -66,7 +66,12 @@ pub fn limits(
         rates[i] = l.jobs as f64 / drained.took.as_secs_f64();
         let label = format!("{name}, {} threads", l.threads);
         report.value("limits", dn, &label, "jobs/s", rates[i]);
-        report.gate("limits", dn, &format!("{name}: handlers"), drained.handler_gate);
+        report.gate(
+            "limits",
+            dn,
+            &format!("{name}: handlers"),
+            drained.handler_gate,
+        );
         report.gate(
             "limits",
             dn,

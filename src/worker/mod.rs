@@ -136,6 +136,9 @@ pub struct ShutdownReport {
     pub unsettled: usize,
 }
 
+/// Per queue, how many more of its jobs a lease may claim.
+pub(crate) type QueueCaps = Vec<(String, usize)>;
+
 /// What the worker's threads share.
 pub(crate) struct Shared {
     pub queue: Queue,
@@ -185,9 +188,7 @@ impl Shared {
     /// With per-queue caps ([`WorkerBuilder::queue_concurrency`]): the lease
     /// gate, to hold until the leased jobs are in [`Shared::inflight`], and
     /// what each cap leaves free now. `None` without caps.
-    pub(crate) fn queue_caps(
-        &self,
-    ) -> Option<(std::sync::MutexGuard<'_, ()>, Vec<(String, usize)>)> {
+    pub(crate) fn queue_caps(&self) -> Option<(std::sync::MutexGuard<'_, ()>, QueueCaps)> {
         if self.config.queue_concurrency.is_empty() {
             return None;
         }

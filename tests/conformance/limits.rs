@@ -50,7 +50,10 @@ fn limits_are_set_read_and_cleared(b: &Backend) -> TestResult {
     assert_eq!(q.limits("smtp")?, both);
     assert_eq!(
         q.all_limits()?,
-        vec![("other".to_owned(), concurrency(7)), ("smtp".to_owned(), both)]
+        vec![
+            ("other".to_owned(), concurrency(7)),
+            ("smtp".to_owned(), both)
+        ]
     );
     // Another handle (another process or node) reads the same.
     assert_eq!(h.second_handle()?.limits("smtp")?, both);

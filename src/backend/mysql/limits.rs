@@ -142,13 +142,8 @@ pub(crate) fn lease(
         ),
         None => (p.now, now, p.lease_until),
     };
-    let (jobs, windows) = crate::limits::lease_within(
-        p.queues,
-        p.limit,
-        &limited,
-        p.caps,
-        at,
-        |queues, limit| {
+    let (jobs, windows) =
+        crate::limits::lease_within(p.queues, p.limit, &limited, p.caps, at, |queues, limit| {
             let one_limited = queues.len() == 1 && limited.iter().any(|s| s.queue == queues[0]);
             let part = LeaseParams {
                 queues,
@@ -160,8 +155,7 @@ pub(crate) fn lease(
             // This transaction holds a limited queue's row: its claim may
             // take it; the others' claims skip any queue limited meanwhile.
             jobs::lease(sql, q, &part, pinned, !one_limited)
-        },
-    )?;
+        })?;
     let set_window = sql.tables.render(SET_RATE_WINDOW);
     for w in &windows {
         q.exec_drop(

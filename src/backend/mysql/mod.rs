@@ -153,11 +153,7 @@ impl Db {
             return Ok(true);
         }
         self.limited.any_of(p.queues, || {
-            Ok(self
-                .limits()?
-                .into_iter()
-                .map(|(name, _)| name)
-                .collect())
+            Ok(self.limits()?.into_iter().map(|(name, _)| name).collect())
         })
     }
 

@@ -140,11 +140,7 @@ impl Db {
             return Ok(true);
         }
         self.limited.any_of(p.queues, || {
-            Ok(self
-                .limits()?
-                .into_iter()
-                .map(|(name, _)| name)
-                .collect())
+            Ok(self.limits()?.into_iter().map(|(name, _)| name).collect())
         })
     }
 
@@ -191,13 +187,13 @@ impl Db {
             (false, Some(p)) => {
                 let limited = self.may_be_limited(p)?;
                 self.pool.write(|tx| {
-                let results = jobs::settle_all(tx, &self.q, items, false)?;
-                let jobs = if limited {
-                    limits::lease(tx, &self.q, p)?
-                } else {
-                    jobs::lease(tx, &self.q, p, true)?
-                };
-                Ok((results, jobs))
+                    let results = jobs::settle_all(tx, &self.q, items, false)?;
+                    let jobs = if limited {
+                        limits::lease(tx, &self.q, p)?
+                    } else {
+                        jobs::lease(tx, &self.q, p, true)?
+                    };
+                    Ok((results, jobs))
                 })
             }
         }

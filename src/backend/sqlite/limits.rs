@@ -16,8 +16,13 @@ pub(crate) fn set_limits(
     now: i64,
 ) -> Result<()> {
     let (concurrency, rate, period) = limits.to_stored();
-    conn.prepare_cached(queries::SET_LIMITS)?
-        .execute(params![queue, concurrency, rate, period, now])?;
+    conn.prepare_cached(queries::SET_LIMITS)?.execute(params![
+        queue,
+        concurrency,
+        rate,
+        period,
+        now
+    ])?;
     Ok(())
 }
 
@@ -38,7 +43,15 @@ pub(crate) fn limits(conn: &Connection) -> Result<Vec<(String, QueueLimits)>> {
 /// ones (not paused) with their running jobs and rate window.
 pub(crate) fn controls(conn: &Connection) -> Result<(Vec<String>, Vec<LimitState>)> {
     let mut stmt = conn.prepare_cached(queries::QUEUE_CONTROLS)?;
-    type Row = (String, bool, Option<i64>, Option<i64>, Option<i64>, Option<i64>, i64);
+    type Row = (
+        String,
+        bool,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        i64,
+    );
     let rows = stmt
         .query_map([], |r| {
             Ok((
