@@ -326,7 +326,8 @@ SELECT queue, sum(available_at <= ?1),
        sum(CASE WHEN available_at <= ?1 THEN 0 WHEN attempts > 0 THEN 1 ELSE 0 END), count(*)
 FROM backlog_jobs WHERE lease_token IS NULL AND NOT due GROUP BY queue";
 
-/// Leased jobs per queue, through `backlog_jobs_expiry`.
+/// Leased jobs per queue, through `backlog_jobs_running` (covering, in
+/// queue order; V5).
 pub const COUNT_RUNNING: &str = "
 SELECT queue, 'running', count(*) FROM backlog_jobs WHERE lease_token IS NOT NULL GROUP BY queue";
 
