@@ -28,6 +28,11 @@
 //! for, so a limited queue never holds the others back. A changed limit
 //! applies to the next lease.
 //!
+//! A running job counts until it is settled or rescued: the claims of a
+//! worker that died (or whose lease answer was lost) hold their places in
+//! the concurrency limit until the rescuer frees them, within `lease_ttl +
+//! rescue_interval`.
+//!
 //! ## The rate window
 //!
 //! A fixed-window counter: time is cut into windows of the rate's period

@@ -134,6 +134,18 @@ fn wait_for(h: &Harness, n: usize, limit: Duration) -> TestResult<Vec<JobRecord>
     }
 }
 
+/// Jobs leased more than once: none should be (no lease expires here).
+fn claimed_twice(records: &[JobRecord]) -> usize {
+    records.iter().filter(|r| r.attempts != 1).count()
+}
+
+fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The handler's (start, end) of a finished job.
 fn interval(record: &JobRecord) -> TestResult<(i64, i64)> {
     let result: Value = serde_json::from_str(record.result.as_deref().ok_or("no result")?)?;
@@ -160,7 +172,8 @@ fn max_overlap(intervals: &[(i64, i64)]) -> usize {
 fn processes_never_run_more_than_the_concurrency_limit(b: &Backend) -> TestResult {
     let h = b.harness()?;
     const LIMIT: u32 = 3;
-    const JOBS: usize = 60;
+    let jobs = knob("BACKLOG_LIMITS_JOBS", 60);
+    let sleep_ms = knob("BACKLOG_LIMITS_SLEEP_MS", 25);
     h.queue.set_limits(
         QUEUE,
         QueueLimits {
@@ -169,10 +182,11 @@ fn processes_never_run_more_than_the_concurrency_limit(b: &Backend) -> TestResul
         },
     )?;
     h.queue.enqueue_many(
-        (0..JOBS).map(|i| NewJob::new("timed", json!({ "i": i, "sleep_ms": 25 })).queue(QUEUE)),
+        (0..jobs)
+            .map(|i| NewJob::new("timed", json!({ "i": i, "sleep_ms": sleep_ms })).queue(QUEUE)),
     )?;
     let children = spawn_workers(&h, 3)?; // 6 places for a limit of 3
-    let records = wait_for(&h, JOBS, Duration::from_secs(60))?;
+    let records = wait_for(&h, jobs, Duration::from_secs(120))?;
     drop(children);
 
     let intervals = records
@@ -183,10 +197,12 @@ fn processes_never_run_more_than_the_concurrency_limit(b: &Backend) -> TestResul
     let workers: std::collections::HashSet<_> =
         records.iter().filter_map(|r| r.worker.clone()).collect();
     println!(
-        "limits processes ({b:?}): concurrency limit={LIMIT} jobs={JOBS} max_overlap={overlap} \
-         workers={}",
-        workers.len()
+        "limits processes ({b:?}): concurrency limit={LIMIT} jobs={jobs} max_overlap={overlap} \
+         workers={} claimed_twice={}",
+        workers.len(),
+        claimed_twice(&records)
     );
+    assert_eq!(claimed_twice(&records), 0, "a job was claimed twice");
     assert!(overlap <= LIMIT as usize, "{overlap} jobs ran at once");
     // The limit was what held them back, not a lack of contention.
     assert!(
@@ -226,9 +242,11 @@ fn processes_never_start_more_than_the_rate_limit_per_window(b: &Backend) -> Tes
     let busiest = per_window.values().copied().max().unwrap_or(0);
     println!(
         "limits processes ({b:?}): rate limit={LIMIT}/{PERIOD_MS}ms jobs={JOBS} windows={} \
-         busiest_window={busiest}",
-        per_window.len()
+         busiest_window={busiest} claimed_twice={}",
+        per_window.len(),
+        claimed_twice(&records)
     );
+    assert_eq!(claimed_twice(&records), 0, "a job was claimed twice");
     assert!(
         busiest <= LIMIT,
         "{busiest} starts in one window: {per_window:?}"
