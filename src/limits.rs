@@ -330,6 +330,19 @@ fn window_of(now: i64, period_ms: i64) -> i64 {
 }
 
 impl LimitState {
+    /// The time a lease at `now` counts and stamps this queue's starts at.
+    /// `now` is read before the lease waited for the write lock (or the
+    /// queue's row), so a lease that waited may find the window already
+    /// moved on by a later lease: then it starts its jobs at the stored
+    /// window's start, never back in a window already closed (which it would
+    /// reopen, admitting a second `limit` there).
+    pub(crate) fn lease_time(&self, now: i64) -> i64 {
+        match (self.limits.rate, self.window_start) {
+            (Some(rate), Some(start)) if start > window_of(now, rate.period_ms()) => start,
+            _ => now,
+        }
+    }
+
     /// Jobs started in the current window at `now`.
     fn started(&self, now: i64) -> i64 {
         match (self.limits.rate, self.window_start) {
@@ -357,16 +370,17 @@ impl LimitState {
 /// What a lease over limited queues claims: each limited or capped queue
 /// in the order asked, up to its room (the tighter of its limits' room and
 /// the caller's cap in `caps`), then the others with what is left of
-/// `limit`. `claim(queues, n)` claims up to `n` jobs of `queues` (in claim
-/// order within them). Returns the jobs in claim order and the rate windows
-/// to store.
+/// `limit`. `claim(queues, n, at)` claims up to `n` jobs of `queues` (in
+/// claim order within them) with `at` as the lease's now (see
+/// [`LimitState::lease_time`]). Returns the jobs in claim order and the rate
+/// windows to store.
 pub(crate) fn lease_within(
     queues: &[String],
     limit: usize,
     limited: &[LimitState],
     caps: &[(String, usize)],
     now: i64,
-    mut claim: impl FnMut(&[String], usize) -> Result<Vec<Job>>,
+    mut claim: impl FnMut(&[String], usize, i64) -> Result<Vec<Job>>,
 ) -> Result<(Vec<Job>, Vec<WindowUpdate>)> {
     let mut jobs = Vec::new();
     let mut windows = Vec::new();
@@ -382,19 +396,20 @@ pub(crate) fn lease_within(
         if state.is_none() && cap.is_none() {
             continue;
         }
+        let at = state.map_or(now, |s| s.lease_time(now));
         let room = state
-            .map_or(usize::MAX, |s| s.room(now))
+            .map_or(usize::MAX, |s| s.room(at))
             .min(cap.unwrap_or(usize::MAX))
             .min(limit - jobs.len());
         if room == 0 {
             continue;
         }
-        let got = claim(std::slice::from_ref(q), room)?;
+        let got = claim(std::slice::from_ref(q), room, at)?;
         if let (Some(Some(rate)), false) = (state.map(|s| s.limits.rate), got.is_empty()) {
             windows.push(WindowUpdate {
                 queue: q.clone(),
-                start: window_of(now, rate.period_ms()),
-                count: state.map_or(0, |s| s.started(now))
+                start: window_of(at, rate.period_ms()),
+                count: state.map_or(0, |s| s.started(at))
                     + i64::try_from(got.len()).unwrap_or(i64::MAX),
             });
         }
@@ -406,7 +421,7 @@ pub(crate) fn lease_within(
         .cloned()
         .collect();
     if !rest.is_empty() && jobs.len() < limit {
-        jobs.extend(claim(&rest, limit - jobs.len())?);
+        jobs.extend(claim(&rest, limit - jobs.len(), now)?);
     }
     jobs.sort_by(|a, b| {
         b.priority
@@ -484,6 +499,22 @@ mod tests {
         // The count of a past window does not count.
         assert_eq!(state(both, 0, Some((4_000_000, 10))).room(5_500_000), 3);
         assert_eq!(state(both, 7, None).room(0), 0);
+    }
+
+    #[test]
+    fn a_lease_that_read_its_clock_before_a_later_window_opened_starts_in_that_window() {
+        let limits = QueueLimits {
+            concurrency: None,
+            rate: Some(Rate::per_second(4)),
+        };
+        // A later lease opened the window of second 8 and started 4 there.
+        let s = state(limits, 0, Some((8_000_000, 4)));
+        // This one read 7.9 s before it got the lock: no room in second 8.
+        assert_eq!(s.lease_time(7_900_000), 8_000_000);
+        assert_eq!(s.room(s.lease_time(7_900_000)), 0);
+        // A current clock is used as it is.
+        assert_eq!(s.lease_time(8_500_000), 8_500_000);
+        assert_eq!(s.lease_time(9_100_000), 9_100_000);
     }
 
     #[test]

@@ -177,6 +177,26 @@ fn a_lease_never_starts_more_than_the_rate_limit_per_window(b: &Backend) -> Test
     Ok(())
 }
 
+fn a_lease_whose_clock_is_behind_a_newer_window_does_not_reopen_the_old_one(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness()?;
+    let q = &h.queue;
+    enqueue(q, "api", 20)?;
+    q.set_limits("api", rate(4, Duration::from_secs(1)))?;
+    // A lease in the window of second 1 fills it.
+    h.advance(Duration::from_millis(1200));
+    assert_eq!(lease(q, &["api"], 10)?.len(), 4);
+    // Another lease read its clock before that one (still in second 0) and
+    // only now gets its turn: it starts nothing in second 1, and second 0
+    // is not opened again.
+    h.clock.set_micros(h.now() - 400_000);
+    assert!(lease(q, &["api"], 10)?.is_empty());
+    let running = q.list(&backlog::JobFilter::new(JobState::Running).queue("api"))?;
+    assert_eq!(running.jobs.len(), 4);
+    Ok(())
+}
+
 fn both_limits_apply_together(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let q = &h.queue;
@@ -402,6 +422,7 @@ conformance!(
     a_lease_never_runs_more_than_the_concurrency_limit,
     a_lease_never_starts_more_than_the_rate_limit_per_window,
     both_limits_apply_together,
+    a_lease_whose_clock_is_behind_a_newer_window_does_not_reopen_the_old_one,
     a_limited_queue_does_not_hold_back_the_others,
     raising_a_limit_admits_more_at_once,
     a_limit_set_by_another_handle_is_never_exceeded,

@@ -134,28 +134,34 @@ pub(crate) fn lease(
     // Every claim of this lease at the now the limits were read at, so a
     // job's start time falls in the window that counted it. (A cap alone
     // needs no clock.)
-    let (at, pinned, lease_until) = match server_now {
-        Some(t) => (
-            t,
-            Now::new(t, true),
-            t.saturating_add(now.offset(p.lease_until)),
-        ),
-        None => (p.now, now, p.lease_until),
-    };
-    let (jobs, windows) =
-        crate::limits::lease_within(p.queues, p.limit, &limited, p.caps, at, |queues, limit| {
+    let at = server_now.unwrap_or(p.now);
+    let (jobs, windows) = crate::limits::lease_within(
+        p.queues,
+        p.limit,
+        &limited,
+        p.caps,
+        at,
+        |queues, limit, t| {
             let one_limited = queues.len() == 1 && limited.iter().any(|s| s.queue == queues[0]);
+            let (pinned, lease_until) = match server_now {
+                Some(_) => (
+                    Now::new(t, true),
+                    t.saturating_add(now.offset(p.lease_until)),
+                ),
+                None => (now, p.lease_until),
+            };
             let part = LeaseParams {
                 queues,
                 limit,
-                now: at,
+                now: t,
                 lease_until,
                 ..*p
             };
             // This transaction holds a limited queue's row: its claim may
             // take it; the others' claims skip any queue limited meanwhile.
             jobs::lease(sql, q, &part, pinned, !one_limited)
-        })?;
+        },
+    )?;
     let set_window = sql.tables.render(SET_RATE_WINDOW);
     for w in &windows {
         q.exec_drop(

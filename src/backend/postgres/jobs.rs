@@ -151,7 +151,22 @@ pub(crate) fn lease<C: GenericClient>(
     p: &LeaseParams<'_>,
     skip_limited: bool,
 ) -> Result<Vec<Job>> {
-    let args = LeaseArgs::new(q, p, skip_limited);
+    lease_at(tx, q, p, skip_limited, None)
+}
+
+/// [`lease`] with its now pinned to `at` (unix µs on the server's clock)
+/// instead of the transaction's.
+pub(crate) fn lease_at<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+    skip_limited: bool,
+    at: Option<i64>,
+) -> Result<Vec<Job>> {
+    let mut args = LeaseArgs::new(q, p, skip_limited);
+    if at.is_some() {
+        args.now = at;
+    }
     let Some(params) = args.params() else {
         return Ok(Vec::new());
     };

@@ -145,18 +145,27 @@ pub(crate) fn lease<C: GenericClient>(
             None => 0,
         };
     }
-    let (jobs, windows) =
-        crate::limits::lease_within(p.queues, p.limit, &limited, p.caps, now, |queues, limit| {
+    let (jobs, windows) = crate::limits::lease_within(
+        p.queues,
+        p.limit,
+        &limited,
+        p.caps,
+        now,
+        |queues, limit, at| {
             let one_limited = queues.len() == 1 && limited.iter().any(|s| s.queue == queues[0]);
             let part = LeaseParams {
                 queues,
                 limit,
                 ..*p
             };
+            // A claim moved past the transaction's now (`lease_time`) is
+            // stamped at that time.
+            let pin = (at != now).then_some(at);
             // This transaction holds a limited queue's row: its claim may
             // take it; the others' claims skip any queue limited meanwhile.
-            jobs::lease(tx, q, &part, !one_limited)
-        })?;
+            jobs::lease_at(tx, q, &part, !one_limited, pin)
+        },
+    )?;
     for w in &windows {
         tx.execute(&q.limits.set_rate_window, &[&w.queue, &w.start, &w.count])?;
     }

@@ -89,7 +89,14 @@ pub(crate) fn lease(conn: &Connection, p: &LeaseParams<'_>) -> Result<Vec<Job>> 
         &limited,
         p.caps,
         p.now,
-        |queues, limit| claim(conn, p, queues, limit),
+        |queues, limit, at| {
+            let pinned = LeaseParams {
+                now: at,
+                lease_until: p.lease_until.saturating_add(at - p.now),
+                ..*p
+            };
+            claim(conn, &pinned, queues, limit)
+        },
     )?;
     limits::store_windows(conn, &windows)?;
     Ok(jobs)
