@@ -20,6 +20,8 @@ mod chart;
 mod db;
 #[path = "bench/fairness.rs"]
 mod fairness;
+#[path = "bench/limits.rs"]
+mod limits;
 #[path = "bench/modes.rs"]
 mod modes;
 #[path = "bench/on_time.rs"]
@@ -89,6 +91,9 @@ enum Mode {
     LeaseDepth(DepthArgs),
     /// Drain prefilled no-op jobs with a Worker, against the raw batch-100 drain.
     BurnDown(BurnDownArgs),
+    /// Burn-down with a global concurrency limit (and a rate limit) that
+    /// does not bind, against no limit, in the same run.
+    Limits(LimitsArgs),
     /// A Worker with 8 handler threads draining 1M jobs: RSS sampled every 100 ms.
     Memory(MemoryArgs),
     /// Open-loop producer, same process and another process: enqueue→start delay.
@@ -151,6 +156,15 @@ struct BurnDownArgs {
     /// lease no more than free handler threads).
     #[arg(long, value_delimiter = ',', default_values_t = [0usize, 128])]
     prefetch: Vec<usize>,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct LimitsArgs {
+    #[arg(long, default_value_t = 50_000)]
+    jobs: usize,
+    /// Handler threads (and the concurrency limit).
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -249,6 +263,7 @@ struct Plan {
     enqueue: Option<EnqueueArgs>,
     depth: Option<DepthArgs>,
     burn_down: Option<BurnDownArgs>,
+    limits: Option<LimitsArgs>,
     latency: Option<LatencyArgs>,
     fairness: Option<fairness::FairnessArgs>,
     on_time: on_time::Plan,
@@ -275,6 +290,10 @@ impl Plan {
                 jobs: 2_000,
                 threads: 4,
                 prefetch: vec![0, 128],
+            }),
+            limits: Some(LimitsArgs {
+                jobs: 2_000,
+                threads: 4,
             }),
             latency: Some(LatencyArgs {
                 rate: 200.0,
@@ -318,6 +337,10 @@ impl Plan {
                 jobs: 100_000,
                 threads: 4,
                 prefetch: vec![0, 128],
+            }),
+            limits: Some(LimitsArgs {
+                jobs: 50_000,
+                threads: 4,
             }),
             latency: Some(LatencyArgs {
                 rate: 500.0,
@@ -382,6 +405,10 @@ fn run(cli: Cli) -> BoxResult<bool> {
         },
         Mode::BurnDown(a) => Plan {
             burn_down: Some(a),
+            ..Plan::default()
+        },
+        Mode::Limits(a) => Plan {
+            limits: Some(a),
             ..Plan::default()
         },
         Mode::Memory(a) => Plan {
@@ -523,6 +550,17 @@ fn run(cli: Cli) -> BoxResult<bool> {
                 for &d in &rotate(&durabilities, run) {
                     worker::burn_down(&mut report, &dir, d, &b, run)?;
                 }
+            }
+        }
+    }
+    if let Some(a) = &plan.limits {
+        let l = limits::Limits {
+            jobs: a.jobs,
+            threads: a.threads,
+        };
+        for run in 0..runs {
+            for &d in &rotate(&durabilities, run) {
+                limits::limits(&mut report, &dir, d, &l, run)?;
             }
         }
     }

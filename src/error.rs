@@ -71,6 +71,10 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
+    /// A queue limit is zero, out of range, or not a rate
+    /// ([`Queue::set_limits`](crate::Queue::set_limits), parsing a
+    /// [`Rate`](crate::Rate)). Nothing was written.
+    InvalidLimit(String),
     /// No live or finished job has this id.
     NotFound {
         /// The id that was looked up.
@@ -160,6 +164,7 @@ impl Error {
                 | Error::InvalidSchedule(_)
                 | Error::InvalidArgument(_)
                 | Error::InvalidPeriodic { .. }
+                | Error::InvalidLimit(_)
         )
     }
 
@@ -191,6 +196,7 @@ impl fmt::Display for Error {
                 expression,
                 reason,
             } => write!(f, "invalid schedule {schedule:?} ({expression}): {reason}"),
+            Error::InvalidLimit(why) => write!(f, "invalid limit: {why}"),
             Error::NotFound { job_id } => write!(f, "job {job_id} not found"),
             Error::InvalidState { job_id, reason } => write!(f, "job {job_id}: {reason}"),
             Error::NotInTransaction => f.write_str("connection is not inside a transaction"),

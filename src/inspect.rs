@@ -465,6 +465,8 @@ pub struct QueueStats {
     pub completed_last_minute: u64,
     /// Whether leases skip the queue.
     pub paused: bool,
+    /// The queue's limits ([`Queue::set_limits`](crate::Queue::set_limits)).
+    pub limits: crate::limits::QueueLimits,
 }
 
 /// How many jobs of one queue finished with one status in one minute: what

@@ -83,6 +83,8 @@ pub struct LeaseRequest {
     pub(crate) limit: usize,
     pub(crate) worker_id: String,
     pub(crate) ttl: Duration,
+    /// At most this many jobs of a queue in this lease.
+    pub(crate) queue_caps: Vec<(String, usize)>,
 }
 
 /// How long a lease lasts unless extended. 30 seconds.
@@ -98,6 +100,7 @@ impl LeaseRequest {
             limit,
             worker_id: worker_id.into(),
             ttl: DEFAULT_LEASE_TTL,
+            queue_caps: Vec::new(),
         }
     }
 
@@ -118,6 +121,19 @@ impl LeaseRequest {
         S: Into<String>,
     {
         self.kinds = Some(kinds.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// At most `n` jobs of `queue` in this lease (0: none of it); the rest
+    /// of the limit is filled from the other queues. A worker's
+    /// [`queue_concurrency`](crate::WorkerBuilder::queue_concurrency) sets
+    /// this to what its cap leaves free. Applies on top of the queue's own
+    /// limits ([`Queue::set_limits`](crate::Queue::set_limits)). Defaults to
+    /// no cap.
+    pub fn queue_limit(mut self, queue: impl Into<String>, n: usize) -> Self {
+        let queue = queue.into();
+        self.queue_caps.retain(|(q, _)| *q != queue);
+        self.queue_caps.push((queue, n));
         self
     }
 

@@ -133,6 +133,7 @@ pub mod group;
 pub mod inspect;
 mod job;
 mod lease;
+pub mod limits;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 #[cfg(feature = "mysql")]
@@ -162,6 +163,7 @@ pub use job::{
     Enqueued, IntoNewJob, JobArgs, NewJob, UniqueScope, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,
 };
 pub use lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport, DEFAULT_LEASE_TTL};
+pub use limits::{QueueLimits, Rate};
 pub use options::{Durability, QueueOptions, DEFAULT_TABLE_PREFIX};
 pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
 pub use periodic::{Schedule, ScheduleInfo, Scheduler, SchedulerStats};

@@ -6,7 +6,7 @@
 //!
 //! - **Gauges read from the database at each scrape**, the same on every
 //!   process: jobs per queue and live state, the dead-letter count, paused
-//!   queues, and on SQLite the size of the write-ahead log. [`Queue::metrics`]
+//!   queues, queue limits, and on SQLite the size of the write-ahead log. [`Queue::metrics`]
 //!   renders these alone (what `backlog metrics` prints).
 //! - **What this process did**, counted from [`Queue::subscribe`] events by a
 //!   [`Metrics`] recorder from its creation on: jobs enqueued (by queue and
@@ -37,7 +37,7 @@
 //! rest of history.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -165,7 +165,8 @@ impl Collector for Gauges {
         let read = self
             .queue
             .depth()
-            .and_then(|depth| Ok((depth, self.queue.paused_queues()?)));
+            .and_then(|depth| Ok((depth, self.queue.paused_queues()?)))
+            .and_then(|(depth, paused)| Ok((depth, paused, self.queue.all_limits()?)));
         let up = ConstGauge::new(i64::from(read.is_ok()));
         up.encode(encoder.encode_descriptor(
             "backlog_database_up",
@@ -173,7 +174,7 @@ impl Collector for Gauges {
             None,
             up.metric_type(),
         )?)?;
-        if let Ok((depth, paused)) = read {
+        if let Ok((depth, paused, limits)) = read {
             let jobs = Family::<Labels, Gauge>::default();
             let dead = Family::<Labels, Gauge>::default();
             for c in &depth {
@@ -208,6 +209,37 @@ impl Collector for Gauges {
                 "1 for each paused queue",
                 None,
                 paused_family.metric_type(),
+            )?)?;
+            let concurrency = Family::<Labels, Gauge>::default();
+            let rate = Family::<Labels, Gauge>::default();
+            let period = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+            for (queue, l) in limits {
+                let label = vec![("queue", queue)];
+                if let Some(n) = l.concurrency {
+                    concurrency.get_or_create(&label).set(i64::from(n));
+                }
+                if let Some(r) = l.rate {
+                    rate.get_or_create(&label).set(i64::from(r.limit));
+                    period.get_or_create(&label).set(r.period.as_secs_f64());
+                }
+            }
+            concurrency.encode(encoder.encode_descriptor(
+                "backlog_queue_concurrency_limit",
+                "Each limited queue's global concurrency limit: at most this many running",
+                None,
+                concurrency.metric_type(),
+            )?)?;
+            rate.encode(encoder.encode_descriptor(
+                "backlog_queue_rate_limit",
+                "Each rate-limited queue's limit: at most this many started per period",
+                None,
+                rate.metric_type(),
+            )?)?;
+            period.encode(encoder.encode_descriptor(
+                "backlog_queue_rate_period",
+                "Each rate-limited queue's period (a fixed window)",
+                Some(&Unit::Seconds),
+                period.metric_type(),
             )?)?;
         }
         if let Some(bytes) = self.queue.wal_size() {

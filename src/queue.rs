@@ -21,6 +21,7 @@ use crate::inspect::{
 };
 use crate::job::{Enqueued, IntoNewJob, NewJob, Payload, Schedule, UniqueScope};
 use crate::lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport};
+use crate::limits::QueueLimits;
 use crate::options::QueueOptions;
 use crate::outcome::{decide, AttemptError, FinalStatus, Outcome, Transition};
 use crate::validate;
@@ -225,6 +226,7 @@ impl Queue {
             worker_id: &request.worker_id,
             now,
             lease_until: add_micros(now, request.ttl)?,
+            caps: &request.queue_caps,
         })
     }
 
@@ -364,6 +366,7 @@ impl Queue {
             worker_id: &request.worker_id,
             now,
             lease_until: add_micros(now, request.ttl)?,
+            caps: &request.queue_caps,
         })?;
         if !jobs.is_empty() {
             failpoint!("lease-after-commit");
@@ -405,6 +408,9 @@ impl Queue {
             for kind in kinds {
                 validate::name("kind", kind)?;
             }
+        }
+        for (queue, _) in &request.queue_caps {
+            validate::name("queue", queue)?;
         }
         let mut queues = request.queues.clone();
         queues.sort_unstable();
@@ -492,6 +498,7 @@ impl Queue {
                 worker_id: &r.worker_id,
                 now,
                 lease_until: *until,
+                caps: &r.queue_caps,
             });
         // (job, released, params): a release and a snooze make the same
         // transition but are different events.
@@ -686,11 +693,24 @@ impl Queue {
     }
 
     /// How long until the next job of `queues` that is not due yet comes due
-    /// (delayed, retrying or snoozed, written by any process); `None` when
-    /// none is waiting. The fetcher sleeps until then.
+    /// (delayed, retrying or snoozed, written by any process), or the next
+    /// rate window of a rate-limited one of them opens, whichever is first;
+    /// `None` when neither. The fetcher sleeps until then.
     pub(crate) fn next_due_in(&self, queues: &[String]) -> Result<Option<Duration>> {
-        let due = self.inner.backend.next_due(queues, self.now_micros())?;
-        Ok(due.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
+        let now = self.now_micros();
+        let due = self.inner.backend.next_due(queues, now)?;
+        let window = crate::limits::next_window_in(
+            self.all_limits()?
+                .iter()
+                .filter(|(q, _)| queues.contains(q))
+                .map(|(_, limits)| limits),
+            now,
+        );
+        let first = match (due, window) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Ok(first.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
     }
 
     /// A coalescing wake-up that fires when this process enqueues a job.
@@ -930,6 +950,36 @@ impl Queue {
             .set_paused(queue, false, self.now_micros())
     }
 
+    /// Sets a queue's limits, replacing the ones it had; `QueueLimits::default()`
+    /// clears them. Every lease from then on honours them, in every process
+    /// and node (see [`limits`](crate::limits) for how, and for the rate
+    /// window). [`Error::InvalidLimit`] for a zero or out-of-range value, or
+    /// `InvalidName` for the queue; nothing is written then.
+    pub fn set_limits(&self, queue: &str, limits: QueueLimits) -> Result<()> {
+        validate::name("queue", queue)?;
+        limits.validate()?;
+        self.inner
+            .backend
+            .set_limits(queue, &limits, self.now_micros())
+    }
+
+    /// A queue's limits; `QueueLimits::default()` (none) for a queue never
+    /// limited.
+    pub fn limits(&self, queue: &str) -> Result<QueueLimits> {
+        validate::name("queue", queue)?;
+        Ok(self
+            .all_limits()?
+            .into_iter()
+            .find(|(name, _)| name == queue)
+            .map(|(_, limits)| limits)
+            .unwrap_or_default())
+    }
+
+    /// Every queue that has a limit, with its limits, by name.
+    pub fn all_limits(&self) -> Result<Vec<(String, QueueLimits)>> {
+        self.inner.backend.limits()
+    }
+
     /// The names of the paused queues.
     pub fn paused_queues(&self) -> Result<Vec<String>> {
         self.inner.backend.paused_queues()
@@ -1046,9 +1096,9 @@ impl Queue {
     }
 
     /// Every queue at a glance, by name: its live jobs by state, its dead
-    /// jobs, completions in the last hour and minute, and whether it is
-    /// paused. A queue is listed when it has live or dead jobs, completed
-    /// one in the last hour, or is paused.
+    /// jobs, completions in the last hour and minute, whether it is paused,
+    /// and its limits. A queue is listed when it has live or dead jobs,
+    /// completed one in the last hour, is paused or has a limit.
     ///
     /// Counts the live jobs (a scan of the live table) and reads the dead
     /// and recently completed ranges of history, never the rest of it.
@@ -1092,6 +1142,9 @@ impl Queue {
         let paused = self.paused_queues()?;
         for queue in &paused {
             entry(&mut by_queue, queue).paused = true;
+        }
+        for (queue, limits) in self.all_limits()? {
+            entry(&mut by_queue, &queue).limits = limits;
         }
         Ok(by_queue.into_values().collect())
     }

@@ -588,6 +588,7 @@ pub fn drain(worker: &WorkerBuilder) -> Result<Vec<Run>> {
         limit: 1,
         worker_id: config.worker_id.clone(),
         ttl: config.lease_ttl,
+        queue_caps: Vec::new(),
     };
     let mut runs = Vec::new();
     let mut runs_of: HashMap<i64, u32> = HashMap::new();

@@ -772,6 +772,54 @@ fn pause_and_resume_a_queue() -> TestResult {
 }
 
 #[test]
+fn limits_are_shown_set_kept_and_cleared() -> TestResult {
+    let fixture = Fixture::new()?;
+    let run = fixture.run(&["limits", "media"])?.ok()?;
+    assert_eq!(run.stdout, "queue media: no limits\n");
+    let run = fixture
+        .run(&["limits", "media", "--concurrency", "3", "--rate", "100/s"])?
+        .ok()?;
+    assert_eq!(
+        run.stdout,
+        "queue media: limits set: concurrency 3, rate 100/s\n"
+    );
+    let limits = fixture.queue()?.limits("media")?;
+    assert_eq!(limits.concurrency, Some(3));
+    assert_eq!(limits.rate, Some(backlog::Rate::per_second(100)));
+
+    // Changing one keeps the other.
+    let set = fixture
+        .run(&["--json", "limits", "media", "--rate", "5/2s"])?
+        .ok()?
+        .json()?;
+    assert_eq!(set["concurrency"], 3);
+    assert_eq!(set["rate"]["period_ms"], 2000);
+    let stats = fixture
+        .run(&["--json", "stats", "--queue", "media"])?
+        .ok()?
+        .json()?;
+    assert_eq!(stats[0]["limits"]["rate"]["text"], "5/2s");
+    let table = fixture.run(&["stats"])?.ok()?;
+    assert!(table.stdout.contains("LIMITS"), "{}", table.stdout);
+    assert!(table.stdout.contains("concurrency 3, rate 5/2s"));
+
+    for bad in [
+        &["limits", "media", "--concurrency", "0"][..],
+        &["limits", "media", "--concurrency", "-2"],
+        &["limits", "media", "--rate", "0/s"],
+        &["limits", "media", "--rate", "10/fortnight"],
+    ] {
+        fixture.run(bad)?.fails_with(exit::INVALID_INPUT, "")?;
+    }
+    assert_eq!(fixture.queue()?.limits("media")?.concurrency, Some(3));
+
+    let run = fixture.run(&["limits", "media", "--clear"])?.ok()?;
+    assert_eq!(run.stdout, "queue media: limits cleared\n");
+    assert!(fixture.queue()?.limits("media")?.is_unlimited());
+    Ok(())
+}
+
+#[test]
 fn purge_deletes_history_by_status_and_age() -> TestResult {
     let fixture = Fixture::new()?;
     let run = fixture.run(&["purge", "--older-than", "1h"])?.ok()?;
@@ -847,6 +895,9 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          ALTER TABLE backlog_history DROP COLUMN progress;
          DROP TABLE backlog_groups; DROP TABLE backlog_group_members;
          DROP TABLE backlog_schedules;
+         DROP INDEX backlog_jobs_running;
+         ALTER TABLE backlog_queues DROP COLUMN rate_window_start;
+         ALTER TABLE backlog_queues DROP COLUMN rate_window_count;
          DELETE FROM backlog_schema_history WHERE version > 1;",
     )?;
     drop(conn);

@@ -69,6 +69,7 @@ fn backlog_rows() -> Vec<(i64, String)> {
         (2, "due".to_owned()),
         (3, "progress".to_owned()),
         (4, "groups".to_owned()),
+        (5, "limits".to_owned()),
         (6, "schedules".to_owned()),
     ]
 }

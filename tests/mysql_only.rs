@@ -705,7 +705,10 @@ mod server {
         let applied: Vec<(i64, i64)> = conn.query(
             "SELECT version, count(*) FROM backlog_schema_history GROUP BY version ORDER BY version",
         )?;
-        assert_eq!(applied, vec![(1, 1), (2, 1), (3, 1), (4, 1), (6, 1)]);
+        assert_eq!(
+            applied,
+            vec![(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1)]
+        );
         Ok(())
     }
 

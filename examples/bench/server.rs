@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use backlog::{LeaseRequest, NewJob, Outcome, Queue, QueueOptions};
+use backlog::{LeaseRequest, NewJob, Outcome, Queue, QueueLimits, QueueOptions, Rate};
 use serde_json::json;
 
 use crate::db::{BoxResult, Gate};
@@ -32,6 +32,8 @@ pub enum Part {
     BurnDown,
     Latency,
     LeaseDepth,
+    /// Burn-down with a queue limit that does not bind, against none.
+    Limits,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -210,6 +212,11 @@ pub fn run(a: &ServerArgs, runs: Option<usize>, out: Option<&std::path::Path>) -
         }
         if wants(Part::LeaseDepth) {
             lease_depth(&mut report, server, label, &sizes, runs)?;
+        }
+        if wants(Part::Limits) {
+            for run in 0..runs {
+                limits(&mut report, server, label, &sizes, a.threads, run)?;
+            }
         }
         eprintln!(
             "{label}: done after {:.0} s",
@@ -463,6 +470,7 @@ fn burn_down(
                         processes,
                         threads,
                         prefetch,
+                        limits: QueueLimits::default(),
                     };
                     let rate = server_worker::burn_down(report, server, label, &b)?;
                     backlog.push((b, rate));
@@ -491,6 +499,66 @@ fn burn_down(
         } else {
             report.value("burn-down", label, &name, "ratio", rate / ceiling);
         }
+    }
+    Ok(())
+}
+
+// ---- limits --------------------------------------------------------------------
+
+/// The cost of a queue limit on burn-down, as the SQLite `limits` mode
+/// measures it: the default worker in the largest number of processes of
+/// this invocation drains the same prefill with no limit, with a global
+/// concurrency limit equal to all its threads (it never binds), and with
+/// that limit plus a rate limit far above the drain's rate; in rotating
+/// order. Each limited rate over the unlimited one of the same run.
+fn limits(
+    report: &mut Report,
+    server: &Server,
+    label: &str,
+    sizes: &Sizes,
+    threads: usize,
+    run: usize,
+) -> BoxResult<()> {
+    let processes = sizes.processes.iter().copied().max().unwrap_or(1);
+    let all = u32::try_from(processes * threads).unwrap_or(u32::MAX);
+    let variants = [
+        ("no limit", QueueLimits::default()),
+        (
+            "concurrency limit = threads",
+            QueueLimits {
+                concurrency: Some(all),
+                rate: None,
+            },
+        ),
+        (
+            "concurrency + rate limit (not binding)",
+            QueueLimits {
+                concurrency: Some(all),
+                rate: Some(Rate::new(10_000_000, Duration::from_secs(1))),
+            },
+        ),
+    ];
+    let mut rates = [0.0f64; 3];
+    for k in 0..variants.len() {
+        let i = (k + run) % variants.len();
+        let b = BurnDown {
+            jobs: sizes.default_worker_jobs,
+            processes,
+            threads,
+            prefetch: 0,
+            limits: variants[i].1,
+        };
+        rates[i] = server_worker::burn_down(report, server, label, &b)?;
+    }
+    for i in 1..variants.len() {
+        report.target(
+            "limits",
+            label,
+            &format!("{} / no limit, {processes} processes", variants[i].0),
+            "ratio",
+            rates[i] / rates[0],
+            Target::AtLeast(0.9),
+        );
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use backlog::{Event, JobError, NewJob, Worker};
+use backlog::{Event, JobError, NewJob, QueueLimits, Worker};
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::json;
 
@@ -154,6 +154,8 @@ pub struct BurnDown {
     pub processes: usize,
     pub threads: usize,
     pub prefetch: usize,
+    /// Set on the queue before the workers start.
+    pub limits: QueueLimits,
 }
 
 impl BurnDown {
@@ -168,6 +170,12 @@ impl BurnDown {
             name.push_str(&format!(", prefetch {}", self.prefetch));
         }
         name.push_str(&format!(", {}k jobs", self.jobs / 1000));
+        if let Some(n) = self.limits.concurrency {
+            name.push_str(&format!(", concurrency limit {n}"));
+        }
+        if let Some(rate) = self.limits.rate {
+            name.push_str(&format!(", rate limit {rate}"));
+        }
         name
     }
 }
@@ -185,6 +193,9 @@ pub fn burn_down(
     let mut raw = ns.raw()?;
     raw.prefill(b.jobs)?;
     raw.analyze()?;
+    if !b.limits.is_unlimited() {
+        open_queue(&ns.target()?)?.set_limits("default", b.limits)?;
+    }
     let args = [
         "--role",
         "worker",

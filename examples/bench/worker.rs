@@ -34,7 +34,7 @@ pub fn rss_mb() -> f64 {
 
 /// Prefills `path` in a child process, so that none of the prefill's memory
 /// shows in this process's RSS.
-fn prefill_in_child(path: &Path, jobs: usize) -> BoxResult<()> {
+pub fn prefill_in_child(path: &Path, jobs: usize) -> BoxResult<()> {
     let status = Command::new(std::env::current_exe()?)
         .arg("prefill")
         .arg("--db")
@@ -69,20 +69,20 @@ impl BurnDown {
 }
 
 /// What one worker drain measured.
-struct Drained {
-    took: Duration,
+pub struct Drained {
+    pub took: Duration,
     rss_start: f64,
     rss_peak: f64,
     rss_end: f64,
     /// RSS at a tenth and at nine tenths of the drain: growth between them.
     rss_growth: f64,
-    handler_gate: Gate,
+    pub handler_gate: Gate,
 }
 
 /// Drains `jobs` prefilled no-op jobs with a worker of `threads` handler
 /// threads; a job counts when its `Completed` event arrives, which is sent
 /// after the completion's transaction committed.
-fn drain_with_worker(
+pub fn drain_with_worker(
     queue: &Queue,
     jobs: usize,
     threads: usize,

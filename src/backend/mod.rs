@@ -73,6 +73,9 @@ pub(crate) struct LeaseParams<'a> {
     pub worker_id: &'a str,
     pub now: i64,
     pub lease_until: i64,
+    /// At most this many jobs of these queues (the caller's own cap, on top
+    /// of the queues' limits).
+    pub caps: &'a [(String, usize)],
 }
 
 /// One decided state change of a leased job, fenced on its lease.
@@ -473,6 +476,22 @@ impl Backend {
     pub(crate) fn find_unique(&self, queue: &str, key: &str, history: i64) -> Result<Vec<i64>> {
         dispatch!(self, db => db.read(|c| sqlite::inspect::find_unique(c, queue, key, history)),
             server => db.find_unique(queue, key, history))
+    }
+
+    /// Sets or clears (all `None`) a queue's limits; validated by the engine.
+    pub(crate) fn set_limits(
+        &self,
+        queue: &str,
+        limits: &crate::limits::QueueLimits,
+        now: i64,
+    ) -> Result<()> {
+        dispatch!(self, db => db.write(|tx| sqlite::limits::set_limits(tx, queue, limits, now)),
+            server => db.set_limits(queue, limits, now))
+    }
+
+    /// Every queue with a limit, by name.
+    pub(crate) fn limits(&self) -> Result<Vec<(String, crate::limits::QueueLimits)>> {
+        dispatch!(self, db => db.read(sqlite::limits::limits), server => db.limits())
     }
 
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {

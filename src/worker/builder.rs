@@ -52,6 +52,8 @@ pub(crate) struct Config {
     pub watch_interval: Duration,
     pub rescue_interval: Duration,
     pub retention: Retention,
+    /// Per queue: at most this many of its jobs held at once.
+    pub queue_concurrency: Vec<(String, usize)>,
 }
 
 impl Config {
@@ -98,6 +100,7 @@ pub struct WorkerBuilder {
     rescue_interval: Duration,
     retention: Retention,
     schedules: Vec<Schedule>,
+    queue_concurrency: Vec<(String, usize)>,
 }
 
 impl WorkerBuilder {
@@ -123,6 +126,7 @@ impl WorkerBuilder {
             rescue_interval: Duration::from_secs(5),
             retention: Retention::default(),
             schedules: Vec::new(),
+            queue_concurrency: Vec::new(),
         }
     }
 
@@ -403,12 +407,29 @@ impl WorkerBuilder {
         self
     }
 
+    /// At most `n` jobs of `queue` held by this worker at once (running, or
+    /// leased for a prefetch), whatever its [`concurrency`](Self::concurrency):
+    /// a worker serving several queues caps one, and its other slots go to
+    /// the other queues. Its fetcher asks each lease only for what fits.
+    /// Local to this worker; for a cap across every worker, process and node
+    /// see [`Queue::set_limits`](crate::Queue::set_limits). `queue` must be
+    /// one of the worker's [`queues`](Self::queues) and `n` at least 1
+    /// ([`Error::InvalidLimit`] at [`start`](Self::start) otherwise).
+    /// Defaults to no cap.
+    pub fn queue_concurrency(mut self, queue: impl Into<String>, n: usize) -> Self {
+        let queue = queue.into();
+        self.queue_concurrency.retain(|(q, _)| *q != queue);
+        self.queue_concurrency.push((queue, n));
+        self
+    }
+
     /// Validates the settings and starts the worker's threads.
     ///
     /// Errors: [`Error::InvalidArgument`] for a setting out of range, no
     /// handlers, a kind registered twice, or a per-kind setting for a kind
     /// without a handler; [`Error::InvalidName`] for a bad queue name, kind or
-    /// worker id; a database error if the change watcher cannot be opened.
+    /// worker id; [`Error::InvalidLimit`] for a bad
+    /// [`queue_concurrency`](Self::queue_concurrency); a database error if the change watcher cannot be opened.
     pub fn start(self) -> Result<Worker> {
         let config = self.validate()?;
         let scheduler = if self.schedules.is_empty() {
@@ -463,6 +484,20 @@ impl WorkerBuilder {
                 self.prefetch
             ));
         }
+        for (queue, n) in &self.queue_concurrency {
+            validate::name("queue", queue)?;
+            if !queues.contains(queue) {
+                return Err(Error::InvalidLimit(format!(
+                    "queue_concurrency names {queue:?}, which is not one of the worker's queues"
+                )));
+            }
+            if *n == 0 {
+                return Err(Error::InvalidLimit(format!(
+                    "queue_concurrency of {queue:?} is 0: leave the queue out of the worker's \
+                     queues instead"
+                )));
+            }
+        }
         positive("lease_ttl", self.lease_ttl)?;
         let heartbeat_interval = self.heartbeat_interval.unwrap_or(self.lease_ttl / 3);
         positive("heartbeat_interval", heartbeat_interval)?;
@@ -513,6 +548,7 @@ impl WorkerBuilder {
             watch_interval: self.watch_interval,
             rescue_interval: self.rescue_interval,
             retention: self.retention,
+            queue_concurrency: self.queue_concurrency.clone(),
         })
     }
 

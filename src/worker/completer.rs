@@ -109,6 +109,14 @@ impl Completer {
         };
         let mut request = self.refill.clone();
         request.limit = claimed;
+        // Held until the jobs are in `inflight`, which the caps count.
+        let gate = match (claimed > 0).then(|| shared.queue_caps()).flatten() {
+            Some((gate, caps)) => {
+                request.queue_caps = caps;
+                Some(gate)
+            }
+            None => None,
+        };
         let refill = (claimed > 0).then_some(&request);
         let mut leased = Vec::new();
         let mut wait = Duration::from_millis(50);
@@ -171,6 +179,7 @@ impl Completer {
         shared.settling.fetch_sub(batch.len(), Ordering::SeqCst);
         batch.clear();
         let handed = self.hand_over(leased);
+        drop(gate);
         shared.give_back(claimed - handed);
         if shared.free.load(Ordering::SeqCst) > 0 {
             // Slots this batch did not refill: the fetcher's now.

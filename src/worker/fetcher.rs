@@ -123,6 +123,11 @@ impl Fetcher {
             return Some((0, 0)); // the completer took them
         }
         self.request.limit = claimed;
+        // Held until the jobs are in `inflight`, which the caps count.
+        let _gate = self.shared.queue_caps().map(|(gate, caps)| {
+            self.request.queue_caps = caps;
+            gate
+        });
         let jobs = match self.shared.queue.lease(&self.request) {
             Ok(jobs) => jobs,
             Err(error) => {
@@ -191,7 +196,13 @@ impl Fetcher {
             select! {
                 recv(self.stop) -> _ => return false,
                 recv(self.doorbell) -> _ => return true,
-                recv(self.slot_freed) -> _ => {} // slots were free already
+                recv(self.slot_freed) -> _ => {
+                    // Slots were free already; but a job of a capped queue
+                    // finishing frees room in its cap.
+                    if !self.shared.config.queue_concurrency.is_empty() {
+                        return true;
+                    }
+                }
                 recv(watch) -> _ => {
                     // An error (say, a lock during WAL recovery) counts as a change.
                     if self.watcher.changed().unwrap_or(true) {

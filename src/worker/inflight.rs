@@ -58,6 +58,15 @@ impl InFlight {
         cancel
     }
 
+    /// Jobs of `queue` held and not yet finished by their handler (queued or
+    /// running): what a per-queue cap of the worker counts.
+    pub(crate) fn held_of(&self, queue: &str) -> usize {
+        self.lock()
+            .values()
+            .filter(|e| e.stage != Stage::Settling && e.job.queue == queue)
+            .count()
+    }
+
     /// Marks a job's handler as started, with its deadline. False when the
     /// job is no longer held here (released by shutdown).
     pub(crate) fn start(&self, job_id: i64, deadline: Option<Instant>) -> bool {

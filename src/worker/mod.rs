@@ -139,6 +139,9 @@ pub struct ShutdownReport {
     pub unsettled: usize,
 }
 
+/// Per queue, how many more of its jobs a lease may claim.
+pub(crate) type QueueCaps = Vec<(String, usize)>;
+
 /// What the worker's threads share.
 pub(crate) struct Shared {
     pub queue: Queue,
@@ -164,6 +167,9 @@ pub(crate) struct Shared {
     /// The completer's way to hand the jobs it leased to the handler
     /// threads; taken (dropped) when shutdown begins, so the threads end.
     pub handoff: std::sync::Mutex<Option<Sender<fetcher::Leased>>>,
+    /// Held from counting a capped queue's jobs to handing the leased ones
+    /// over, so the fetcher and the completer never both fill one cap.
+    pub lease_gate: std::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -180,6 +186,23 @@ impl Shared {
         if outcomes.send(Settle::Apply(job, outcome)).is_err() {
             self.settling.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+
+    /// With per-queue caps ([`WorkerBuilder::queue_concurrency`]): the lease
+    /// gate, to hold until the leased jobs are in [`Shared::inflight`], and
+    /// what each cap leaves free now. `None` without caps.
+    pub(crate) fn queue_caps(&self) -> Option<(std::sync::MutexGuard<'_, ()>, QueueCaps)> {
+        if self.config.queue_concurrency.is_empty() {
+            return None;
+        }
+        let gate = self.lease_gate.lock().unwrap_or_else(|p| p.into_inner());
+        let caps = self
+            .config
+            .queue_concurrency
+            .iter()
+            .map(|(q, n)| (q.clone(), n.saturating_sub(self.inflight.held_of(q))))
+            .collect();
+        Some((gate, caps))
     }
 
     /// Frees `n` claimed slots.
@@ -281,6 +304,7 @@ impl Worker {
             limit: config.slots(),
             worker_id: config.worker_id.clone(),
             ttl: config.lease_ttl,
+            queue_caps: Vec::new(),
         };
         let slots = config.slots();
         let shared = Arc::new(Shared {
@@ -293,6 +317,7 @@ impl Worker {
             busy: AtomicUsize::new(0),
             unsettled: AtomicUsize::new(0),
             handoff: std::sync::Mutex::new(None),
+            lease_gate: std::sync::Mutex::new(()),
             config,
         });
         Self::spawn(shared, request, watcher)

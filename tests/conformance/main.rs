@@ -19,6 +19,7 @@ mod groups;
 mod heartbeat_rescue;
 mod inspect;
 mod lease;
+mod limits;
 mod on_time;
 mod operate;
 mod periodic;

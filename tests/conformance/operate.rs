@@ -160,6 +160,7 @@ fn stats_report_each_queue_with_recent_completions_and_pauses(b: &Backend) -> Te
                 completed_last_hour: 2,
                 completed_last_minute: 0,
                 paused: false,
+                limits: Default::default(),
             },
             QueueStats {
                 queue: "b".into(),

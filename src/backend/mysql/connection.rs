@@ -114,6 +114,7 @@ impl Db {
             clock: options.clock.clone(),
             busy_retries: AtomicU64::new(0),
             rescheduled: Default::default(),
+            limited: Default::default(),
         })
     }
 

@@ -564,6 +564,7 @@ mod tests {
             "V2__due",
             "V3__progress",
             "V4__groups",
+            "V5__limits",
             "V6__schedules",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");

@@ -16,8 +16,9 @@ use crate::error::{Error, Result};
 use crate::lease::{HeartbeatReport, Job, Lease};
 use crate::outcome::{AttemptError, FinalStatus, Transition};
 
-/// The walk's parameters for `p`: `:q0..`, `:k0..`, `:limit`, `:now`.
-fn lease_params(p: &LeaseParams<'_>, now: Now) -> Params {
+/// The walk's parameters for `p`: `:q0..`, `:k0..`, `:limit`, `:now`,
+/// `:skip_limited`.
+fn lease_params(p: &LeaseParams<'_>, now: Now, skip_limited: bool) -> Params {
     let mut named: HashMap<Vec<u8>, Value> = HashMap::new();
     for (i, queue) in p.queues.iter().enumerate() {
         named.insert(format!("q{i}").into_bytes(), queue.as_str().into());
@@ -28,6 +29,7 @@ fn lease_params(p: &LeaseParams<'_>, now: Now) -> Params {
     let limit = u64::try_from(p.limit).unwrap_or(u64::MAX);
     named.insert(b"limit".to_vec(), limit.into());
     named.insert(b"now".to_vec(), now.param().into());
+    named.insert(b"skip_limited".to_vec(), skip_limited.into());
     Params::Named(named)
 }
 
@@ -66,9 +68,16 @@ pub(crate) fn lease(
     q: &mut impl Queryable,
     p: &LeaseParams<'_>,
     now: Now,
+    skip_limited: bool,
 ) -> Result<Vec<Job>> {
+    if p.queues.is_empty() || p.limit == 0 {
+        return Ok(Vec::new());
+    }
     let kinds = p.kinds.map_or(0, <[String]>::len);
-    let rows: Vec<Row> = q.exec(sql.lease(p.queues.len(), kinds), lease_params(p, now))?;
+    let rows: Vec<Row> = q.exec(
+        sql.lease(p.queues.len(), kinds),
+        lease_params(p, now, skip_limited),
+    )?;
     let candidates = rows
         .into_iter()
         .map(candidate)
@@ -136,7 +145,7 @@ pub(crate) fn explain_lease(
 ) -> Result<Vec<String>> {
     let kinds = p.kinds.map_or(0, <[String]>::len);
     let text = format!("EXPLAIN {}", sql.lease(p.queues.len(), kinds));
-    let rows: Vec<Row> = q.exec(text, lease_params(p, now))?;
+    let rows: Vec<Row> = q.exec(text, lease_params(p, now, true))?;
     Ok(rows
         .into_iter()
         .map(|r| {

@@ -26,6 +26,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../migrations/mysql/V4__groups.sql"),
     ),
     (
+        "V5__limits",
+        include_str!("../../../migrations/mysql/V5__limits.sql"),
+    ),
+    (
         "V6__schedules",
         include_str!("../../../migrations/mysql/V6__schedules.sql"),
     ),

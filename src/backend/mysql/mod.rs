@@ -17,6 +17,7 @@ pub(crate) mod enqueue;
 pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
+pub(crate) mod limits;
 pub(crate) mod migrate;
 pub(crate) mod poller;
 pub(crate) mod queries;
@@ -41,6 +42,7 @@ use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
 use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job, Lease};
+use crate::limits::{LimitedQueues, QueueLimits};
 use crate::outcome::{FinalStatus, Transition};
 use queries::Sql;
 use version::Server;
@@ -62,6 +64,8 @@ pub(crate) struct Db {
     /// time (a reschedule, a rescue, a retry, a resumed queue): its workers'
     /// pollers see them without asking the server.
     rescheduled: Arc<AtomicU64>,
+    /// Which queues had limits at the last look.
+    limited: LimitedQueues,
 }
 
 impl std::fmt::Debug for Db {
@@ -125,7 +129,44 @@ impl Db {
     }
 
     pub(crate) fn lease(&self, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
-        self.write(|tx| jobs::lease(&self.sql, tx, p, self.now(p.now)))
+        let limited = self.may_be_limited(p)?;
+        self.write(|tx| self.lease_in(tx, p, limited))
+    }
+
+    /// Leases in the caller's transaction: the limited path (which locks the
+    /// limited queues' rows) when `limited`.
+    fn lease_in(
+        &self,
+        tx: &mut mysql::Transaction<'_>,
+        p: &LeaseParams<'_>,
+        limited: bool,
+    ) -> Result<Vec<Job>> {
+        if limited {
+            limits::lease(&self.sql, tx, p, self.now(p.now))
+        } else {
+            jobs::lease(&self.sql, tx, p, self.now(p.now), true)
+        }
+    }
+
+    /// Whether `p` names a queue that had a limit at the last look. A queue
+    /// limited since is skipped by the plain lease.
+    fn may_be_limited(&self, p: &LeaseParams<'_>) -> Result<bool> {
+        if !p.caps.is_empty() {
+            return Ok(true);
+        }
+        self.limited.any_of(p.queues, || {
+            Ok(self.limits()?.into_iter().map(|(name, _)| name).collect())
+        })
+    }
+
+    pub(crate) fn set_limits(&self, queue: &str, limits: &QueueLimits, now: i64) -> Result<()> {
+        self.write(|tx| limits::set_limits(&self.sql, tx, queue, limits, self.now(now)))?;
+        self.limited.forget();
+        Ok(())
+    }
+
+    pub(crate) fn limits(&self) -> Result<Vec<(String, QueueLimits)>> {
+        self.read(|conn| limits::limits(&self.sql, conn))
     }
 
     pub(crate) fn aggregate(&self, now: i64, limit: usize) -> Result<Vec<Aggregated>> {
@@ -154,6 +195,10 @@ impl Db {
         items: &[&SettleParams],
         lease: Option<&LeaseParams<'_>>,
     ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
+        let limited = match lease {
+            Some(p) => self.may_be_limited(p)?,
+            None => false,
+        };
         let done = self.write(|tx| {
             let results = if items.is_empty() {
                 Vec::new()
@@ -161,7 +206,7 @@ impl Db {
                 self.settle_in(tx, items)?
             };
             let jobs = match lease {
-                Some(p) => jobs::lease(&self.sql, tx, p, self.now(p.now))?,
+                Some(p) => self.lease_in(tx, p, limited)?,
                 None => Vec::new(),
             };
             Ok((results, jobs))

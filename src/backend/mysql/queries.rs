@@ -95,6 +95,8 @@ ORDER BY finished_at DESC LIMIT 1";
 /// index. The index is forced: on a small table, or with a kind filter, the
 /// optimizer may prefer a scan and a sort, which would lock every available
 /// job of the queue before sorting them. The paused-queue sub-select takes no lock.
+/// With `:skip_limited`, limited queues are skipped too: a lease of one
+/// locks its row first, see `mysql/limits.rs`.
 pub fn lease_candidates(queue: usize, kinds: usize) -> String {
     let kinds = if kinds == 0 {
         String::new()
@@ -105,7 +107,9 @@ pub fn lease_candidates(queue: usize, kinds: usize) -> String {
     format!(
         "SELECT {LEASED_COLUMNS}, {{now}} AS now FROM {{jobs}} FORCE INDEX (jobs_lease)
          WHERE lease_queue = :q{queue} AND available_at <= {{now}} {kinds}
-           AND NOT EXISTS (SELECT 1 FROM {{queues}} WHERE name = :q{queue} AND paused)
+           AND NOT EXISTS (SELECT 1 FROM {{queues}} WHERE name = :q{queue}
+               AND (paused OR (:skip_limited
+                    AND (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL))))
          ORDER BY priority DESC, available_at, id LIMIT :limit
          FOR UPDATE SKIP LOCKED"
     )

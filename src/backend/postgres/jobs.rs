@@ -159,8 +159,24 @@ pub(crate) fn lease<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     p: &LeaseParams<'_>,
+    skip_limited: bool,
 ) -> Result<Vec<Job>> {
-    let args = LeaseArgs::new(q, p);
+    lease_at(tx, q, p, skip_limited, None)
+}
+
+/// [`lease`] with its now pinned to `at` (unix µs on the server's clock)
+/// instead of the transaction's.
+pub(crate) fn lease_at<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+    skip_limited: bool,
+    at: Option<i64>,
+) -> Result<Vec<Job>> {
+    let mut args = LeaseArgs::new(q, p, skip_limited);
+    if at.is_some() {
+        args.now = at;
+    }
     let Some(params) = args.params() else {
         return Ok(Vec::new());
     };
@@ -198,7 +214,7 @@ pub(crate) fn explain_lease<C: GenericClient>(
     q: &Queries,
     p: &LeaseParams<'_>,
 ) -> Result<Vec<String>> {
-    let args = LeaseArgs::new(q, p);
+    let args = LeaseArgs::new(q, p, true);
     let Some(params) = args.params() else {
         return Ok(Vec::new());
     };
@@ -211,7 +227,7 @@ pub(crate) fn explain_lease<C: GenericClient>(
 
 /// The statement of a lease and its parameters: `$1` now override, `$2`
 /// TTL, `$3` worker, `$4` the queue (or an array of several), `$5` kinds,
-/// `$6` limit.
+/// `$6` limit, `$7` whether to skip limited queues.
 struct LeaseArgs<'a> {
     sql: &'a str,
     now: Option<i64>,
@@ -221,10 +237,11 @@ struct LeaseArgs<'a> {
     queues: Vec<&'a str>,
     kinds: Option<Vec<&'a str>>,
     limit: i64,
+    skip_limited: bool,
 }
 
 impl<'a> LeaseArgs<'a> {
-    fn new(q: &'a Queries, p: &'a LeaseParams<'_>) -> Self {
+    fn new(q: &'a Queries, p: &'a LeaseParams<'_>, skip_limited: bool) -> Self {
         let one = p.queues.len() == 1;
         LeaseArgs {
             sql: if one { &q.lease } else { &q.lease_queues },
@@ -235,11 +252,12 @@ impl<'a> LeaseArgs<'a> {
             queues: p.queues.iter().map(String::as_str).collect(),
             kinds: p.kinds.map(|k| k.iter().map(String::as_str).collect()),
             limit: i64::try_from(p.limit).unwrap_or(i64::MAX),
+            skip_limited,
         }
     }
 
     /// `None` when no queue is asked for: nothing to claim.
-    fn params(&self) -> Option<[&(dyn ToSql + Sync); 6]> {
+    fn params(&self) -> Option<[&(dyn ToSql + Sync); 7]> {
         let queues: &(dyn ToSql + Sync) = match (self.queues.len(), &self.queue) {
             (0, _) | (_, None) => return None,
             (1, Some(one)) => one,
@@ -252,6 +270,7 @@ impl<'a> LeaseArgs<'a> {
             queues,
             &self.kinds,
             &self.limit,
+            &self.skip_limited,
         ])
     }
 }

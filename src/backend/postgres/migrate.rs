@@ -32,6 +32,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../migrations/postgres/V4__groups.sql"),
     ),
     (
+        "V5__limits",
+        include_str!("../../../migrations/postgres/V5__limits.sql"),
+    ),
+    (
         "V6__schedules",
         include_str!("../../../migrations/postgres/V6__schedules.sql"),
     ),

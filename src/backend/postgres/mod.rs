@@ -12,6 +12,7 @@ pub(crate) mod connection;
 pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
+pub(crate) mod limits;
 pub(crate) mod listen;
 pub(crate) mod migrate;
 pub(crate) mod queries;
@@ -35,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
 use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job};
+use crate::limits::{LimitedQueues, QueueLimits};
 use crate::options::QueueOptions;
 use crate::outcome::FinalStatus;
 
@@ -49,6 +51,7 @@ pub(crate) struct Inner {
     pool: Pool,
     q: Queries,
     clock: Arc<dyn Clock>,
+    limited: LimitedQueues,
 }
 
 impl std::ops::Deref for Db {
@@ -91,6 +94,7 @@ impl Db {
             pool: Pool::new(target, options)?,
             q,
             clock: options.clock.clone(),
+            limited: LimitedQueues::default(),
         })))
     }
 
@@ -124,7 +128,33 @@ impl Db {
         // One statement, committing alone. If its connection dies before the
         // answer comes back, it runs again on another: the jobs a lost
         // answer claimed stay leased until the rescuer frees them.
-        self.pool.autocommit(|tx| jobs::lease(tx, &self.q, p))
+        if self.may_be_limited(p)? {
+            return self.pool.write(|tx| limits::lease(tx, &self.q, p));
+        }
+        self.pool.autocommit(|tx| jobs::lease(tx, &self.q, p, true))
+    }
+
+    /// Whether `p` names a queue that had a limit at the last look: then its
+    /// lease takes the limited path (a transaction that locks the queue's
+    /// row). A queue limited since is skipped by the plain lease.
+    fn may_be_limited(&self, p: &LeaseParams<'_>) -> Result<bool> {
+        if !p.caps.is_empty() {
+            return Ok(true);
+        }
+        self.limited.any_of(p.queues, || {
+            Ok(self.limits()?.into_iter().map(|(name, _)| name).collect())
+        })
+    }
+
+    pub(crate) fn set_limits(&self, queue: &str, limits: &QueueLimits, now: i64) -> Result<()> {
+        self.pool
+            .write(|tx| limits::set_limits(tx, &self.q, queue, limits, now))?;
+        self.limited.forget();
+        Ok(())
+    }
+
+    pub(crate) fn limits(&self) -> Result<Vec<(String, QueueLimits)>> {
+        self.pool.autocommit(|tx| limits::limits(tx, &self.q))
     }
 
     pub(crate) fn aggregate(&self, now: i64, limit: usize) -> Result<Vec<Aggregated>> {
@@ -166,10 +196,18 @@ impl Db {
             (true, None) => Ok((Vec::new(), Vec::new())),
             (true, Some(p)) => Ok((Vec::new(), self.lease(p)?)),
             (false, None) => Ok((self.settle_many(items)?, Vec::new())),
-            (false, Some(p)) => self.pool.write(|tx| {
-                let results = jobs::settle_all(tx, &self.q, items, false)?;
-                Ok((results, jobs::lease(tx, &self.q, p)?))
-            }),
+            (false, Some(p)) => {
+                let limited = self.may_be_limited(p)?;
+                self.pool.write(|tx| {
+                    let results = jobs::settle_all(tx, &self.q, items, false)?;
+                    let jobs = if limited {
+                        limits::lease(tx, &self.q, p)?
+                    } else {
+                        jobs::lease(tx, &self.q, p, true)?
+                    };
+                    Ok((results, jobs))
+                })
+            }
         }
     }
 

@@ -81,7 +81,9 @@ pub const NOTIFY: &str = "SELECT pg_notify($1, '')";
 
 /// Claims up to `$6` jobs of one queue (`$4`) in one statement: `attempts + 1`,
 /// a fresh random token per row, the lease expiry (`$2`, µs from now) and the
-/// worker (`$3`). `$5` is the kinds to claim, or NULL for any.
+/// worker (`$3`). `$5` is the kinds to claim, or NULL for any. With `$7`,
+/// limited queues are skipped: a lease of one locks its row first, see
+/// `postgres/limits.rs`.
 ///
 /// Differs from SQLite in that the candidates are locked with `FOR UPDATE
 /// SKIP LOCKED` (SQLite has one writer; here many nodes claim at once, and
@@ -95,7 +97,8 @@ WITH picked AS MATERIALIZED (
     SELECT id FROM {jobs}
     WHERE queue = $4 AND lease_token IS NULL AND available_at <= {now}
       AND ($5::text[] IS NULL OR kind = ANY($5::text[]))
-      AND NOT EXISTS (SELECT 1 FROM {queues} WHERE name = $4 AND paused)
+      AND NOT EXISTS (SELECT 1 FROM {queues} WHERE name = $4 
+              AND (paused OR ($7::bool AND (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL))))
     ORDER BY priority DESC, available_at, id
     LIMIT $6
     FOR UPDATE SKIP LOCKED)
@@ -119,7 +122,8 @@ WITH picked AS MATERIALIZED (
         SELECT id, priority, available_at FROM {jobs}
         WHERE queue = q.name AND lease_token IS NULL AND available_at <= {now}
           AND ($5::text[] IS NULL OR kind = ANY($5::text[]))
-          AND NOT EXISTS (SELECT 1 FROM {queues} WHERE name = q.name AND paused)
+          AND NOT EXISTS (SELECT 1 FROM {queues} WHERE name = q.name 
+              AND (paused OR ($7::bool AND (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL))))
         ORDER BY priority DESC, available_at, id
         LIMIT $6
         FOR UPDATE SKIP LOCKED) AS c
@@ -747,6 +751,7 @@ pub(crate) struct Queries {
     pub set_paused: String,
     pub paused_queues: String,
     pub find_unique: String,
+    pub limits: super::limits::LimitQueries,
     pub update_waiting: String,
     /// [`COUNT_WAITING_DUE`], [`COUNT_WAITING_LATER`], [`COUNT_RUNNING`] and
     /// [`COUNT_DEAD`] as one statement.
@@ -804,6 +809,7 @@ impl Queries {
             set_paused: r(SET_PAUSED),
             paused_queues: r(PAUSED_QUEUES),
             find_unique: r(FIND_UNIQUE),
+            limits: super::limits::LimitQueries::render(&tables),
             update_waiting: r(UPDATE_WAITING),
             depth: r(&[
                 COUNT_WAITING_DUE,

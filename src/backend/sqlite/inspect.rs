@@ -588,7 +588,7 @@ mod tests {
         for (sql, args, index) in [
             (queries::COUNT_WAITING_DUE, &[0][..], "backlog_jobs_lease"),
             (queries::COUNT_WAITING_LATER, &[0], "backlog_jobs_scheduled"),
-            (queries::COUNT_RUNNING, &[], "backlog_jobs_expiry"),
+            (queries::COUNT_RUNNING, &[], "backlog_jobs_running"),
             (queries::COUNT_DEAD, &[], "backlog_history_finished"),
             (
                 queries::COUNT_RECENT_COMPLETIONS,

@@ -4,7 +4,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::queries;
+use super::{limits, queries};
 use crate::backend::{
     EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
 };
@@ -74,21 +74,59 @@ fn enqueue(
 const PROMOTE_BATCH: i64 = 1000;
 
 /// Claims up to `limit` jobs and returns them in claim order. First promotes
-/// jobs whose time came, and leaves paused queues out of the walks.
+/// jobs whose time came, leaves paused queues out of the walks, and claims
+/// no more of a limited queue's jobs than its limits allow (`crate::limits`).
 pub(crate) fn lease(conn: &Connection, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
     conn.prepare_cached(queries::PROMOTE_DUE)?
         .execute(params![p.now, PROMOTE_BATCH])?;
-    let paused = paused_queues(conn)?;
-    let queues: Vec<&String> = p.queues.iter().filter(|q| !paused.contains(q)).collect();
-    if queues.is_empty() {
+    let (paused, mut limited) = limits::controls(conn)?;
+    limited.retain(|s| p.queues.contains(&s.queue));
+    let queues: Vec<String> = p
+        .queues
+        .iter()
+        .filter(|q| !paused.contains(q))
+        .cloned()
+        .collect();
+    if limited.is_empty() && p.caps.is_empty() {
+        return claim(conn, p, &queues, p.limit);
+    }
+    limits::count_running(conn, &mut limited)?;
+    let (jobs, windows) = crate::limits::lease_within(
+        &queues,
+        p.limit,
+        &limited,
+        p.caps,
+        p.now,
+        |queues, limit, at| {
+            let pinned = LeaseParams {
+                now: at,
+                lease_until: p.lease_until.saturating_add(at - p.now),
+                ..*p
+            };
+            claim(conn, &pinned, queues, limit)
+        },
+    )?;
+    limits::store_windows(conn, &windows)?;
+    Ok(jobs)
+}
+
+/// Claims up to `limit` jobs of `queues` (none paused) for `p`, in claim
+/// order.
+fn claim(
+    conn: &Connection,
+    p: &LeaseParams<'_>,
+    queues: &[String],
+    limit: usize,
+) -> Result<Vec<Job>> {
+    if queues.is_empty() || limit == 0 {
         return Ok(Vec::new());
     }
     let kinds: &[String] = p.kinds.unwrap_or(&[]);
     let sql = queries::lease(queues.len(), kinds.len());
     let mut stmt = conn.prepare_cached(&sql)?;
-    let limit = i64::try_from(p.limit).unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut values: Vec<&dyn rusqlite::ToSql> = vec![&p.now, &p.lease_until, &p.worker_id, &limit];
-    values.extend(queues.iter().map(|q| *q as &dyn rusqlite::ToSql));
+    values.extend(queues.iter().map(|q| q as &dyn rusqlite::ToSql));
     values.extend(kinds.iter().map(|k| k as &dyn rusqlite::ToSql));
     let mut jobs = stmt
         .query_map(values.as_slice(), leased_job)?

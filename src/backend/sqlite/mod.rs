@@ -13,6 +13,7 @@ pub(crate) mod data_version;
 pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
+pub(crate) mod limits;
 pub(crate) mod migrate;
 pub(crate) mod queries;
 pub(crate) mod schedules;

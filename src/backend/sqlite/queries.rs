@@ -43,6 +43,24 @@ WHERE id IN (SELECT id FROM backlog_jobs
 /// The names of the paused queues: a lease leaves them out before it walks.
 pub const PAUSED_QUEUES: &str = "SELECT name FROM backlog_queues WHERE paused ORDER BY name";
 
+/// The queues a lease must treat apart: paused ones (skipped) and limited
+/// ones (claimed up to their room, see `crate::limits`). A handful of rows.
+pub const QUEUE_CONTROLS: &str = "
+SELECT name, paused, concurrency_limit, rate_limit, rate_period_ms, rate_window_start,
+       rate_window_count
+FROM backlog_queues
+WHERE paused OR concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL";
+
+/// The running jobs of queue `?1`, read from `backlog_jobs_running`.
+pub const COUNT_QUEUE_RUNNING: &str = "
+SELECT count(*) FROM backlog_jobs INDEXED BY backlog_jobs_running
+WHERE queue = ?1 AND lease_token IS NOT NULL";
+
+/// Stores queue `?1`'s rate window after a lease: its start `?2` (unix µs)
+/// and the jobs started in it `?3`.
+pub const SET_RATE_WINDOW: &str = "
+UPDATE backlog_queues SET rate_window_start = ?2, rate_window_count = ?3 WHERE name = ?1";
+
 /// The candidates of one walk: a queue (`?{queue}`), and a kind (`?{kind}`)
 /// when the lease names kinds, in claim order, stopping after `?4` rows.
 /// Parameters: `?1` now, `?4` limit.
@@ -281,6 +299,21 @@ pub const SET_PAUSED: &str = "
 INSERT INTO backlog_queues (name, paused, updated_at) VALUES (?1, ?2, ?3)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at";
 
+/// Sets queue `?1`'s limits: `?2` concurrency, `?3` rate limit, `?4` rate
+/// period (ms), NULL for none; `?5` now. The rate window is kept: a new
+/// period starts a new window by itself (its start no longer matches).
+pub const SET_LIMITS: &str = "
+INSERT INTO backlog_queues (name, concurrency_limit, rate_limit, rate_period_ms, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (name) DO UPDATE SET concurrency_limit = excluded.concurrency_limit,
+    rate_limit = excluded.rate_limit, rate_period_ms = excluded.rate_period_ms,
+    updated_at = excluded.updated_at";
+
+/// Every queue with a limit, by name.
+pub const LIMITS: &str = "
+SELECT name, concurrency_limit, rate_limit, rate_period_ms FROM backlog_queues
+WHERE concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL ORDER BY name";
+
 /// Changes an unleased live job; a NULL parameter keeps the column.
 /// Parameters: `?1` id, `?2` priority, `?3` available_at, `?4` queue, `?5`
 /// now. `due` follows the new time, so the job is in the lease indexes
@@ -312,7 +345,8 @@ SELECT queue, sum(available_at <= ?1),
        sum(CASE WHEN available_at <= ?1 THEN 0 WHEN attempts > 0 THEN 1 ELSE 0 END), count(*)
 FROM backlog_jobs WHERE lease_token IS NULL AND NOT due GROUP BY queue";
 
-/// Leased jobs per queue, through `backlog_jobs_expiry`.
+/// Leased jobs per queue, through `backlog_jobs_running` (covering, in
+/// queue order; V5).
 pub const COUNT_RUNNING: &str = "
 SELECT queue, 'running', count(*) FROM backlog_jobs WHERE lease_token IS NOT NULL GROUP BY queue";
 

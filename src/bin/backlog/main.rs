@@ -17,7 +17,10 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use backlog::{FinalStatus, JobFilter, JobRecord, JobState, JobUpdate, NewJob, Queue, Retention};
+use backlog::{
+    FinalStatus, JobFilter, JobRecord, JobState, JobUpdate, NewJob, Queue, QueueLimits, Rate,
+    Retention,
+};
 use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 
@@ -101,6 +104,21 @@ enum Command {
     },
     /// Lease from a paused queue again.
     Resume { queue: String },
+    /// Show or set a queue's limits, honoured by every worker anywhere: at
+    /// most N of its jobs running at once, at most N started per period.
+    Limits {
+        queue: String,
+        /// At most N running at once (or `none`).
+        #[arg(long, value_name = "N|none", allow_negative_numbers = true)]
+        concurrency: Option<String>,
+        /// At most N started per period, such as 100/s, 10/min, 5/2s (or
+        /// `none`). Periods are fixed windows aligned to the clock.
+        #[arg(long, value_name = "N/PERIOD|none")]
+        rate: Option<String>,
+        /// Remove both limits.
+        #[arg(long, conflicts_with_all = ["concurrency", "rate"])]
+        clear: bool,
+    },
     /// Delete finished jobs older than an age.
     Purge {
         /// Only these statuses (repeatable). Defaults to all four.
@@ -322,6 +340,19 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 json!({"queue": name, "paused": true}),
             )
         }
+        Command::Limits {
+            queue: name,
+            concurrency,
+            rate,
+            clear,
+        } => limits(
+            &out,
+            &queue,
+            name,
+            concurrency.as_deref(),
+            rate.as_deref(),
+            *clear,
+        ),
         Command::Resume { queue: name } => {
             let was_paused = queue.paused_queues()?.contains(name);
             if !was_paused {
@@ -467,6 +498,52 @@ fn stats(out: &Out, queue: &Queue, only: Option<&str>) -> Result<(), Failure> {
     } else {
         out.text(&output::stats_table(&stats))
     }
+}
+
+/// `backlog limits`: shows a queue's limits, or changes the ones given
+/// (keeping the other) and shows the result.
+fn limits(
+    out: &Out,
+    queue: &Queue,
+    name: &str,
+    concurrency: Option<&str>,
+    rate: Option<&str>,
+    clear: bool,
+) -> Result<(), Failure> {
+    let mut limits = queue.limits(name)?;
+    let changing = clear || concurrency.is_some() || rate.is_some();
+    if clear {
+        limits = QueueLimits::default();
+    }
+    if let Some(text) = concurrency {
+        limits.concurrency = match text {
+            "none" => None,
+            n => Some(n.parse().map_err(|_| {
+                Failure::new(
+                    Code::InvalidInput,
+                    format!("--concurrency {n:?}: give a whole number from 1, or none"),
+                )
+            })?),
+        };
+    }
+    if let Some(text) = rate {
+        limits.rate = match text {
+            "none" => None,
+            r => Some(r.parse::<Rate>()?),
+        };
+    }
+    if changing {
+        queue.set_limits(name, limits)?;
+    }
+    let shown = output::limits_text(&limits);
+    let text = if changing && limits.is_unlimited() {
+        format!("queue {name}: limits cleared")
+    } else if changing {
+        format!("queue {name}: limits set: {shown}")
+    } else {
+        format!("queue {name}: {shown}")
+    };
+    out.done(&text, output::limits_json(name, &limits))
 }
 
 fn unknown_queue(name: &str) -> Failure {

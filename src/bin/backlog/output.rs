@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use backlog::{JobRecord, QueueStats};
+use backlog::{JobRecord, QueueLimits, QueueStats};
 use serde_json::{json, Value};
 
 /// A table with a header row, columns padded to their widest cell; columns
@@ -100,9 +100,40 @@ pub fn relative(at: SystemTime, now: SystemTime) -> String {
     }
 }
 
-/// The stats table of `backlog stats` and `backlog watch`.
+/// A queue's limits in words: `concurrency 3, rate 100/s`, or `no limits`.
+pub fn limits_text(limits: &QueueLimits) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = limits.concurrency {
+        parts.push(format!("concurrency {n}"));
+    }
+    if let Some(rate) = limits.rate {
+        parts.push(format!("rate {rate}"));
+    }
+    if parts.is_empty() {
+        "no limits".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// A queue's limits as JSON: `null` for a limit not set.
+pub fn limits_json(queue: &str, limits: &QueueLimits) -> Value {
+    json!({
+        "queue": queue,
+        "concurrency": limits.concurrency,
+        "rate": limits.rate.map(|r| json!({
+            "limit": r.limit,
+            "period_ms": r.period.as_millis() as u64,
+            "text": r.to_string(),
+        })),
+    })
+}
+
+/// The stats table of `backlog stats` and `backlog watch`; a LIMITS column
+/// when a queue has limits.
 pub fn stats_table(stats: &[QueueStats]) -> String {
-    let mut table = Table::new(&[
+    let limited = stats.iter().any(|s| !s.limits.is_unlimited());
+    let mut columns = vec![
         ("QUEUE", false),
         ("AVAILABLE", true),
         ("SCHEDULED", true),
@@ -113,9 +144,13 @@ pub fn stats_table(stats: &[QueueStats]) -> String {
         ("DONE 1H", true),
         ("PER MIN", true),
         ("PAUSED", false),
-    ]);
+    ];
+    if limited {
+        columns.push(("LIMITS", false));
+    }
+    let mut table = Table::new(&columns);
     for s in stats {
-        table.row(vec![
+        let mut row = vec![
             s.queue.clone(),
             s.available.to_string(),
             s.scheduled.to_string(),
@@ -126,7 +161,15 @@ pub fn stats_table(stats: &[QueueStats]) -> String {
             s.completed_last_hour.to_string(),
             s.completed_last_minute.to_string(),
             if s.paused { "paused" } else { "-" }.to_owned(),
-        ]);
+        ];
+        if limited {
+            row.push(if s.limits.is_unlimited() {
+                "-".to_owned()
+            } else {
+                limits_text(&s.limits)
+            });
+        }
+        table.row(row);
     }
     if stats.is_empty() {
         return "no queues yet: nothing enqueued, nothing in history\n".into();
@@ -139,7 +182,7 @@ pub fn stats_json(stats: &[QueueStats]) -> Value {
         stats
             .iter()
             .map(|s| {
-                json!({
+                let mut value = json!({
                     "queue": s.queue,
                     "available": s.available,
                     "scheduled": s.scheduled,
@@ -150,7 +193,11 @@ pub fn stats_json(stats: &[QueueStats]) -> Value {
                     "completed_last_hour": s.completed_last_hour,
                     "completed_last_minute": s.completed_last_minute,
                     "paused": s.paused,
-                })
+                });
+                if !s.limits.is_unlimited() {
+                    value["limits"] = limits_json(&s.queue, &s.limits);
+                }
+                value
             })
             .collect(),
     )

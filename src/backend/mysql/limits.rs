@@ -1,0 +1,173 @@
+//! Queue limits on MySQL: stored in `{queues}`, checked by a lease in its
+//! own transaction. A lease of a limited queue first locks the queue's row
+//! (`FOR UPDATE`), so concurrent leases of that queue on any node take turns:
+//! each counts the running jobs and the rate window after the previous one
+//! committed (READ COMMITTED: every statement reads the latest commits), and
+//! none over-admits. Leases of unlimited queues take no lock and skip
+//! limited queues (the walk's `:skip_limited`).
+
+use mysql::prelude::Queryable;
+use mysql::{params, Params, Row, Value};
+
+use super::queries::Sql;
+use super::{jobs, take, Now};
+use crate::backend::LeaseParams;
+use crate::error::Result;
+use crate::lease::Job;
+use crate::limits::{LimitState, QueueLimits};
+
+/// Sets a queue's limits (NULL for none). As SQLite's `SET_LIMITS`; differs
+/// in that `ON DUPLICATE KEY` stands for `ON CONFLICT`.
+const SET_LIMITS: &str = "
+INSERT INTO {queues} (name, concurrency_limit, rate_limit, rate_period_ms, updated_at)
+VALUES (:name, :concurrency, :rate, :period, {now})
+ON DUPLICATE KEY UPDATE concurrency_limit = :concurrency, rate_limit = :rate,
+    rate_period_ms = :period, updated_at = {now}";
+
+/// Every queue with a limit, by name.
+const LIMITS: &str = "
+SELECT name, concurrency_limit, rate_limit, rate_period_ms FROM {queues}
+WHERE concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL ORDER BY name";
+
+/// The limited, unpaused queues among `:q0..`, locked in name order (two
+/// leases lock them in the same order, so they cannot deadlock), with their
+/// rate windows and the server's now, which the claims of this lease then
+/// use as theirs (MySQL's now changes from statement to statement).
+///
+/// MySQL only: SQLite's single writer needs no lock.
+fn lock_limited(queue_count: usize) -> String {
+    let names: Vec<String> = (0..queue_count).map(|i| format!(":q{i}")).collect();
+    format!(
+        "SELECT name, concurrency_limit, rate_limit, rate_period_ms, rate_window_start,
+                rate_window_count, {{now}}
+         FROM {{queues}}
+         WHERE name IN ({}) AND NOT paused
+           AND (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL)
+         ORDER BY name
+         FOR UPDATE",
+        names.join(", ")
+    )
+}
+
+/// The running jobs of queue `:queue`, read from `jobs_running`.
+const COUNT_QUEUE_RUNNING: &str = "
+SELECT count(*) FROM {jobs} FORCE INDEX (jobs_running)
+WHERE queue = :queue AND lease_token IS NOT NULL";
+
+/// Stores a queue's rate window: its start (unix µs) and count.
+const SET_RATE_WINDOW: &str = "
+UPDATE {queues} SET rate_window_start = :start, rate_window_count = :count WHERE name = :name";
+
+pub(crate) fn set_limits(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    queue: &str,
+    limits: &QueueLimits,
+    now: Now,
+) -> Result<()> {
+    let (concurrency, rate, period) = limits.to_stored();
+    q.exec_drop(
+        sql.tables.render(SET_LIMITS),
+        params! {
+            "name" => queue, "concurrency" => concurrency, "rate" => rate, "period" => period,
+            "now" => now.param(),
+        },
+    )?;
+    Ok(())
+}
+
+pub(crate) fn limits(sql: &Sql, q: &mut impl Queryable) -> Result<Vec<(String, QueueLimits)>> {
+    let rows: Vec<Row> = q.exec(sql.tables.render(LIMITS), ())?;
+    rows.into_iter()
+        .map(|mut r| {
+            let name: String = take(&mut r, 0)?;
+            let limits =
+                QueueLimits::from_stored(take(&mut r, 1)?, take(&mut r, 2)?, take(&mut r, 3)?)?;
+            Ok((name, limits))
+        })
+        .collect()
+}
+
+/// A lease where some of the queues may be limited, in the caller's
+/// transaction: locks the limited queues' rows, claims each up to its room
+/// and the others with what is left, and stores the rate windows.
+pub(crate) fn lease(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &LeaseParams<'_>,
+    now: Now,
+) -> Result<Vec<Job>> {
+    let mut named: Vec<(String, Value)> = p
+        .queues
+        .iter()
+        .enumerate()
+        .map(|(i, queue)| (format!("q{i}"), queue.as_str().into()))
+        .collect();
+    named.push(("now".into(), now.param().into()));
+    let rows: Vec<Row> = q.exec(
+        sql.tables.render(&lock_limited(p.queues.len())),
+        Params::from(named),
+    )?;
+    let mut server_now = None;
+    let mut limited = Vec::with_capacity(rows.len());
+    for mut r in rows {
+        let limits =
+            QueueLimits::from_stored(take(&mut r, 1)?, take(&mut r, 2)?, take(&mut r, 3)?)?;
+        limited.push(LimitState {
+            queue: take(&mut r, 0)?,
+            limits,
+            window_start: take(&mut r, 4)?,
+            window_count: take(&mut r, 5)?,
+            running: 0,
+        });
+        server_now = Some(take::<i64>(&mut r, 6)?);
+    }
+    if limited.is_empty() && p.caps.is_empty() {
+        // Limits set since this lease began are skipped by `skip_limited`.
+        return jobs::lease(sql, q, p, now, true);
+    }
+    let count = sql.tables.render(COUNT_QUEUE_RUNNING);
+    for state in &mut limited {
+        let running: Option<i64> = q.exec_first(&count, params! { "queue" => &state.queue })?;
+        state.running = running.unwrap_or(0);
+    }
+    // Every claim of this lease at the now the limits were read at, so a
+    // job's start time falls in the window that counted it. (A cap alone
+    // needs no clock.)
+    let at = server_now.unwrap_or(p.now);
+    let (jobs, windows) = crate::limits::lease_within(
+        p.queues,
+        p.limit,
+        &limited,
+        p.caps,
+        at,
+        |queues, limit, t| {
+            let one_limited = queues.len() == 1 && limited.iter().any(|s| s.queue == queues[0]);
+            let (pinned, lease_until) = match server_now {
+                Some(_) => (
+                    Now::new(t, true),
+                    t.saturating_add(now.offset(p.lease_until)),
+                ),
+                None => (now, p.lease_until),
+            };
+            let part = LeaseParams {
+                queues,
+                limit,
+                now: t,
+                lease_until,
+                ..*p
+            };
+            // This transaction holds a limited queue's row: its claim may
+            // take it; the others' claims skip any queue limited meanwhile.
+            jobs::lease(sql, q, &part, pinned, !one_limited)
+        },
+    )?;
+    let set_window = sql.tables.render(SET_RATE_WINDOW);
+    for w in &windows {
+        q.exec_drop(
+            &set_window,
+            params! { "name" => &w.queue, "start" => w.start, "count" => w.count },
+        )?;
+    }
+    Ok(jobs)
+}

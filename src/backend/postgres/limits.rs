@@ -1,0 +1,173 @@
+//! Queue limits on PostgreSQL: stored in `{queues}`, checked by a lease in
+//! its own transaction. A lease of a limited queue first locks the queue's
+//! row (`FOR UPDATE`), so concurrent leases of that queue on any node take
+//! turns: each counts the running jobs and the rate window after the
+//! previous one committed, and none over-admits. Leases of unlimited queues
+//! take no lock and skip limited queues (see `LEASE`'s `$7`).
+
+use postgres::GenericClient;
+
+use super::connection::Tx;
+use super::jobs;
+use super::queries::{Queries, Tables};
+use crate::backend::LeaseParams;
+use crate::error::Result;
+use crate::lease::Job;
+use crate::limits::{LimitState, QueueLimits};
+
+/// Sets queue `$2`'s limits: `$3` concurrency, `$4` rate, `$5` period (ms),
+/// NULL for none. `$1` is the now override. As SQLite's `SET_LIMITS`.
+const SET_LIMITS: &str = "
+INSERT INTO {queues} (name, concurrency_limit, rate_limit, rate_period_ms, updated_at)
+VALUES ($2, $3, $4, $5, {now})
+ON CONFLICT (name) DO UPDATE SET concurrency_limit = excluded.concurrency_limit,
+    rate_limit = excluded.rate_limit, rate_period_ms = excluded.rate_period_ms,
+    updated_at = excluded.updated_at";
+
+/// Every queue with a limit, by name.
+const LIMITS: &str = "
+SELECT name, concurrency_limit::int8, rate_limit::int8, rate_period_ms::int8 FROM {queues}
+WHERE concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL ORDER BY name";
+
+/// The limited, unpaused queues among `$2` (an array), locked in name order
+/// (two leases lock them in the same order, so they cannot deadlock), with
+/// their rate windows and the server's now (the transaction's start, which
+/// the lease statements of this transaction use too).
+///
+/// PostgreSQL only: SQLite's single writer needs no lock.
+const LOCK_LIMITED: &str = "
+SELECT name, concurrency_limit::int8, rate_limit::int8, rate_period_ms::int8,
+       rate_window_start, rate_window_count, {now}
+FROM {queues}
+WHERE name = ANY($2::text[]) AND NOT paused
+  AND (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL)
+ORDER BY name
+FOR UPDATE";
+
+/// The running jobs of queue `$1`, read from `{prefix}jobs_running`.
+const COUNT_QUEUE_RUNNING: &str = "
+SELECT count(*) FROM {jobs} WHERE queue = $1 AND lease_token IS NOT NULL";
+
+/// Stores queue `$1`'s rate window: start `$2` (unix µs), count `$3`.
+const SET_RATE_WINDOW: &str = "
+UPDATE {queues} SET rate_window_start = $2, rate_window_count = $3 WHERE name = $1";
+
+/// The statements above, rendered for the queue's tables.
+#[derive(Debug)]
+pub(crate) struct LimitQueries {
+    set_limits: String,
+    limits: String,
+    lock_limited: String,
+    count_queue_running: String,
+    set_rate_window: String,
+}
+
+impl LimitQueries {
+    pub(crate) fn render(tables: &Tables) -> LimitQueries {
+        LimitQueries {
+            set_limits: tables.render(SET_LIMITS),
+            limits: tables.render(LIMITS),
+            lock_limited: tables.render(LOCK_LIMITED),
+            count_queue_running: tables.render(COUNT_QUEUE_RUNNING),
+            set_rate_window: tables.render(SET_RATE_WINDOW),
+        }
+    }
+}
+
+pub(crate) fn set_limits<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    queue: &str,
+    limits: &QueueLimits,
+    now: i64,
+) -> Result<()> {
+    let (concurrency, rate, period) = limits.to_stored();
+    let (concurrency, rate, period) = (
+        concurrency.map(to_i32),
+        rate.map(to_i32),
+        period.map(to_i32),
+    );
+    tx.execute(
+        &q.limits.set_limits,
+        &[&q.now_override(now), &queue, &concurrency, &rate, &period],
+    )?;
+    Ok(())
+}
+
+/// Validated limits (and a week in ms) fit an `INTEGER` column.
+fn to_i32(n: i64) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+pub(crate) fn limits<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+) -> Result<Vec<(String, QueueLimits)>> {
+    tx.query(&q.limits.limits, &[])?
+        .iter()
+        .map(|r| {
+            Ok((
+                r.try_get(0)?,
+                QueueLimits::from_stored(r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)?,
+            ))
+        })
+        .collect()
+}
+
+/// A lease where some of the queues may be limited, in the caller's
+/// transaction: locks the limited queues' rows, claims each up to its room
+/// and the others with what is left, and stores the rate windows.
+pub(crate) fn lease<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+) -> Result<Vec<Job>> {
+    let rows = tx.query(&q.limits.lock_limited, &[&q.now_override(p.now), &p.queues])?;
+    let mut now = p.now; // a cap alone needs no clock
+    let mut limited = Vec::with_capacity(rows.len());
+    for r in &rows {
+        now = r.try_get(6)?;
+        limited.push(LimitState {
+            queue: r.try_get(0)?,
+            limits: QueueLimits::from_stored(r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)?,
+            window_start: r.try_get(4)?,
+            window_count: r.try_get(5)?,
+            running: 0,
+        });
+    }
+    if limited.is_empty() && p.caps.is_empty() {
+        // Limits set since this lease began are skipped by `skip_limited`.
+        return jobs::lease(tx, q, p, true);
+    }
+    for state in &mut limited {
+        state.running = match tx.query_opt(&q.limits.count_queue_running, &[&state.queue])? {
+            Some(row) => row.try_get(0)?,
+            None => 0,
+        };
+    }
+    let (jobs, windows) = crate::limits::lease_within(
+        p.queues,
+        p.limit,
+        &limited,
+        p.caps,
+        now,
+        |queues, limit, at| {
+            let one_limited = queues.len() == 1 && limited.iter().any(|s| s.queue == queues[0]);
+            let part = LeaseParams {
+                queues,
+                limit,
+                ..*p
+            };
+            // A claim moved past the transaction's now (`lease_time`) is
+            // stamped at that time.
+            let pin = (at != now).then_some(at);
+            // This transaction holds a limited queue's row: its claim may
+            // take it; the others' claims skip any queue limited meanwhile.
+            jobs::lease_at(tx, q, &part, !one_limited, pin)
+        },
+    )?;
+    for w in &windows {
+        tx.execute(&q.limits.set_rate_window, &[&w.queue, &w.start, &w.count])?;
+    }
+    Ok(jobs)
+}
