@@ -194,7 +194,21 @@ fn overview_reports_each_queue_with_counts_paused_flag_and_chart(s: &Setup) -> T
     assert_eq!((completed.len(), failed.len()), (60, 60));
     let sum = |v: &Vec<serde_json::Value>| v.iter().filter_map(|n| n.as_u64()).sum::<u64>();
     assert_eq!((sum(completed), sum(failed)), (1, 5));
-    assert_eq!(overview["flow_control"], json!(null));
+    // Schedules and limits: the two registered schedules (no tick claimed
+    // yet) and the limits set on emails.
+    let flow = &overview["flow_control"];
+    let names: Vec<&str> = flow["schedules"]
+        .as_array()
+        .ok_or("no schedules")?
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(names, ["nightly-report", "sweep-carts"], "{flow}");
+    assert_eq!(flow["schedules"][0]["last_tick"], json!(null));
+    assert!(flow["schedules"][0]["next_tick"].as_str().is_some());
+    assert_eq!(flow["limits"][0]["queue"], json!("emails"));
+    assert_eq!(flow["limits"][0]["concurrency"], json!(5));
+    assert_eq!(flow["limits"][0]["rate"]["limit"], json!(600));
     assert_eq!(overview["read_only"], json!(false));
     Ok(())
 }

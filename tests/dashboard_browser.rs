@@ -55,8 +55,15 @@ fn operator_retries_a_dead_job_and_pauses_a_queue_in_chromium() -> TestResult {
     let billing = browser.text("tr[data-queue=\"billing\"]")?;
     assert!(billing.starts_with("billing 0 0 5 2 1"), "{billing}");
     browser.text("tr[data-queue=\"webhooks\"]")?;
+    let flow = browser.wait_text("#flow-control", |t| t.contains("nightly-report"))?;
+    assert!(
+        flow.contains("sweep-carts") && flow.contains("at most 5 running") && flow.contains("600/"),
+        "{flow}"
+    );
     if let Some(dir) = &shots {
+        browser.resize(1360, 1400)?;
         browser.screenshot(&dir.join("dashboard-overview.png"))?;
+        browser.resize(1360, 1000)?;
     }
 
     // The dead letter, then a dead job: its payload shows the <script> as text.
@@ -320,6 +327,17 @@ impl Browser {
             &self.session_path("/execute/sync"),
             json!({"script": body, "args": []}),
         )
+    }
+
+    /// Sets the window's outer size (the overview's screenshot shows the
+    /// whole page).
+    fn resize(&self, width: u32, height: u32) -> TestResult {
+        self.call(
+            "POST",
+            &self.session_path("/window/rect"),
+            json!({"width": width, "height": height}),
+        )?;
+        Ok(())
     }
 
     fn screenshot(&self, path: &std::path::Path) -> TestResult {

@@ -9,7 +9,10 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use backlog::{LeaseRequest, ManualClock, NewJob, Queue, QueueOptions, RetryPolicy};
+use backlog::{
+    LeaseRequest, ManualClock, NewJob, Queue, QueueLimits, QueueOptions, Rate, RetryPolicy,
+    Schedule, Scheduler,
+};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
@@ -265,6 +268,26 @@ pub fn seed(db: &Database, history: bool) -> TestResult<Seeded> {
         )?;
     }
     queue.pause("reports")?;
+    // Flow control: two periodic schedules (registered, no tick claimed, so
+    // no job of theirs in the counts) and limits on emails.
+    let scheduler = Scheduler::new(queue.clone());
+    scheduler.add(Schedule::cron(
+        "nightly-report",
+        "30 2 * * *",
+        NewJob::new("build_report", json!({"report": "nightly"})).queue("reports"),
+    )?)?;
+    scheduler.add(Schedule::every(
+        "sweep-carts",
+        Duration::from_secs(300),
+        NewJob::new("sweep_carts", json!({})).queue("maintenance"),
+    )?)?;
+    queue.set_limits(
+        "emails",
+        QueueLimits {
+            concurrency: Some(5),
+            rate: Some(Rate::per_minute(600)),
+        },
+    )?;
     // webhooks: 1 delivered, 1 dead, 8 waiting.
     let mut completed = 0;
     for n in 0..2 {

@@ -61,7 +61,7 @@ pub fn run(out: &Out, queue: &Queue, remove: Option<&str>) -> Result<(), Failure
     out.text(&table.render())
 }
 
-fn to_json(s: &ScheduleInfo) -> Value {
+pub fn to_json(s: &ScheduleInfo) -> Value {
     json!({
         "name": s.name,
         "expression": s.expression,

@@ -10,7 +10,7 @@ use tiny_http::Method;
 
 use super::{error, failure, query_param, Config, Reply};
 use crate::fail::{Code, Failure};
-use crate::output;
+use crate::{output, schedules};
 
 /// Jobs per page unless `limit` says otherwise, and the most it may say.
 const PAGE: usize = 50;
@@ -34,6 +34,10 @@ pub fn overview(queue: &Queue, config: &Config) -> Reply {
     {
         Ok(read) => read,
         Err(e) => return failure(e.into()),
+    };
+    let flow = match flow_control(queue) {
+        Ok(flow) => flow,
+        Err(f) => return failure(f),
     };
     let now = queue.now();
     let mut queues = Vec::with_capacity(stats.len());
@@ -65,7 +69,7 @@ pub fn overview(queue: &Queue, config: &Config) -> Reply {
             "now": output::time_json(Some(now)),
             "queues": queues,
             "chart": chart(&finished),
-            "flow_control": flow_control(queue),
+            "flow_control": flow,
         }),
     )
 }
@@ -94,12 +98,23 @@ fn chart(finished: &[backlog::FinishedCount]) -> Value {
     json!({"minutes": minutes, "completed": completed, "failed": failures})
 }
 
-/// FLOW CONTROL (wired by the lead once the flow-control issue lands):
-/// periodic schedules (next tick, last tick) and each queue's limits, as
-/// JSON the overview's "Schedules and limits" section renders
-/// (`renderFlowControl` in app.js). `null` hides the section.
-fn flow_control(_queue: &Queue) -> Value {
-    Value::Null
+/// Periodic schedules (last and next tick) and the queues' limits, as the
+/// overview's "Schedules and limits" section renders them
+/// (`renderFlowControl` in app.js); `null`, hiding the section, when there
+/// are neither.
+fn flow_control(queue: &Queue) -> Result<Value, Failure> {
+    let schedules = queue.schedules()?;
+    let limits = queue.all_limits()?;
+    if schedules.is_empty() && limits.is_empty() {
+        return Ok(Value::Null);
+    }
+    Ok(json!({
+        "schedules": schedules.iter().map(schedules::to_json).collect::<Vec<_>>(),
+        "limits": limits
+            .iter()
+            .map(|(name, l)| output::limits_json(name, l))
+            .collect::<Vec<_>>(),
+    }))
 }
 
 /// The progress the job's handler last reported (kept in history when it

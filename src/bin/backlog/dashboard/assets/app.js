@@ -6,7 +6,7 @@
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const READ_ONLY = document.querySelector('meta[name="read-only"]').content === "1";
 const REFRESH_MS = 2000;
-const STATES = ["available", "scheduled", "retrying", "running",
+const STATES = ["available", "scheduled", "retrying", "running", "grouped",
   "completed", "discarded", "cancelled", "dead"];
 const main = document.getElementById("main");
 
@@ -319,9 +319,25 @@ function queuesTable(queues) {
 // queue's limits).
 function renderFlowControl(flow) {
   if (!flow) return null;
+  const schedules = flow.schedules.length === 0 ? h("p", {class: "muted"}, "No periodic schedules.")
+    : h("table", {class: "grid-table"},
+      h("thead", {}, h("tr", {}, h("th", {}, "Schedule"), h("th", {}, "Expression"),
+        h("th", {}, "Last tick"), h("th", {}, "Next tick"))),
+      h("tbody", {}, flow.schedules.map((s) => h("tr", {},
+        h("td", {class: "mono"}, s.name), h("td", {class: "mono"}, s.expression),
+        h("td", {class: "nowrap"}, stamp(s.last_tick)), h("td", {class: "nowrap"}, stamp(s.next_tick))))));
+  const limits = flow.limits.length === 0 ? h("p", {class: "muted"}, "No queue has limits.")
+    : h("table", {class: "grid-table"},
+      h("thead", {}, h("tr", {}, h("th", {}, "Queue"), h("th", {class: "num"}, "Concurrency"),
+        h("th", {class: "num"}, "Rate"))),
+      h("tbody", {}, flow.limits.map((l) => h("tr", {},
+        h("td", {}, link("/jobs?queue=" + encodeURIComponent(l.queue), l.queue)),
+        h("td", {class: "num"}, l.concurrency === null ? "—" : "at most " + num(l.concurrency) + " running"),
+        h("td", {class: "num"}, l.rate === null ? "—" : l.rate.text)))));
   return h("section", {class: "panel", id: "flow-control"},
     h("div", {class: "panel-head"}, h("h2", {}, "Schedules and limits")),
-    h("pre", {class: "code"}, JSON.stringify(flow, null, 2)));
+    h("h3", {}, "Periodic schedules"), schedules,
+    h("h3", {}, "Queue limits"), limits);
 }
 
 // ---- jobs list --------------------------------------------------------------
