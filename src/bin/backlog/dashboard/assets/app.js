@@ -185,8 +185,15 @@ async function refresh(fresh) {
   }
 }
 
-setInterval(() => { if (!document.hidden && !document.getElementById("confirm").open) refresh(); },
-  REFRESH_MS);
+// One refresh at a time: the next starts REFRESH_MS after the last ended,
+// or four times as long as it took, so a slow database (a scan of a big
+// live table for the overview's counts) is polled less, never piled up.
+async function poll() {
+  const began = Date.now();
+  if (!document.hidden && !document.getElementById("confirm").open) await refresh();
+  setTimeout(poll, Math.max(REFRESH_MS, 4 * (Date.now() - began)));
+}
+setTimeout(poll, REFRESH_MS);
 window.addEventListener("popstate", route);
 document.getElementById("search").addEventListener("submit", (e) => {
   e.preventDefault();
