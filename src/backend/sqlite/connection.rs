@@ -661,6 +661,21 @@ mod tests {
 
     use super::*;
 
+    /// A queue whose WAL bound is 64 KiB, with a row written and a reader
+    /// holding a snapshot of it: the log cannot be restarted while it lives.
+    fn wal_pinned_by_a_reader() -> Result<(tempfile::TempDir, Connections, Connection)> {
+        let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
+        let path = dir.path().join("q.db");
+        let mut db = Connections::open(&path, &QueueOptions::default())?;
+        db.wal_limit = 64 * 1024;
+        db.write(|tx| Ok(tx.execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")?))?;
+        db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
+        let reader = Connection::open(&path)?;
+        reader.execute_batch("BEGIN")?;
+        reader.query_row("SELECT count(*) FROM blobs", [], |r| r.get::<_, i64>(0))?;
+        Ok((dir, db, reader))
+    }
+
     /// A reader holding snapshots back to back starves passive checkpoints;
     /// the write gate must still keep the WAL near its limit.
     #[test]
@@ -702,15 +717,7 @@ mod tests {
     /// costs one wait, not one at every check.
     #[test]
     fn a_reader_outlasting_the_wal_truncation_stalls_writes_once() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
-        let path = dir.path().join("q.db");
-        let mut db = Connections::open(&path, &QueueOptions::default())?;
-        db.wal_limit = 64 * 1024;
-        db.write(|tx| Ok(tx.execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")?))?;
-        db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
-        let reader = Connection::open(&path)?;
-        reader.execute_batch("BEGIN")?;
-        reader.query_row("SELECT count(*) FROM blobs", [], |r| r.get::<_, i64>(0))?;
+        let (_dir, db, reader) = wal_pinned_by_a_reader()?;
 
         let start = Instant::now();
         for _ in 0..(5 * WAL_CHECK_EVERY) {
@@ -748,15 +755,7 @@ mod tests {
             .with_ansi(false)
             .finish();
 
-        let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
-        let path = dir.path().join("q.db");
-        let mut db = Connections::open(&path, &QueueOptions::default())?;
-        db.wal_limit = 64 * 1024;
-        db.write(|tx| Ok(tx.execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")?))?;
-        db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
-        let reader = Connection::open(&path)?;
-        reader.execute_batch("BEGIN")?;
-        reader.query_row("SELECT count(*) FROM blobs", [], |r| r.get::<_, i64>(0))?;
+        let (_dir, db, reader) = wal_pinned_by_a_reader()?;
         // The process's global subscriber, not one for this thread: a
         // callsite another test thread reached first without any subscriber
         // would be cached as uninteresting and skipped here too.
