@@ -101,7 +101,7 @@ impl Default for ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> SystemTime {
-        micros_to_system_time(self.micros.load(Ordering::SeqCst))
+        at(self.micros.load(Ordering::SeqCst))
     }
 
     fn is_manual(&self) -> bool {
@@ -129,19 +129,15 @@ pub(crate) fn add_micros(now: i64, d: Duration) -> Result<i64> {
         .ok_or_else(|| Error::InvalidSchedule(format!("now + {d:?} overflows")))
 }
 
-/// Unix microseconds back to a `SystemTime` (saturating at the epoch).
-pub(crate) fn micros_to_system_time(micros: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_micros(micros.max(0) as u64)
-}
-
-/// A stored time (unix µs) as the public API shows it.
+/// A stored time (unix µs) as the public API shows it (saturating at the
+/// epoch).
 pub(crate) fn at(micros: i64) -> SystemTime {
-    micros_to_system_time(micros)
+    UNIX_EPOCH + Duration::from_micros(micros.max(0) as u64)
 }
 
 /// [`at`] for an optional time.
 pub(crate) fn at_opt(micros: Option<i64>) -> Option<SystemTime> {
-    micros.map(micros_to_system_time)
+    micros.map(at)
 }
 
 /// A public time back to what the databases store: unix µs, 0 before the
@@ -165,7 +161,7 @@ pub(crate) mod serde_micros {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
-        i64::deserialize(d).map(super::micros_to_system_time)
+        i64::deserialize(d).map(super::at)
     }
 }
 

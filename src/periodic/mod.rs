@@ -72,7 +72,7 @@ mod scheduler;
 
 use std::time::{Duration, SystemTime};
 
-use crate::clock::{duration_micros, micros_to_system_time};
+use crate::clock::{self, duration_micros};
 use crate::error::{Error, Result};
 use crate::job::{IntoNewJob, NewJob, UniqueScope};
 use crate::queue::Queue;
@@ -379,9 +379,9 @@ impl Queue {
             .map(|row| ScheduleInfo {
                 name: row.name,
                 expression: row.expression,
-                last_tick: row.last_tick.map(micros_to_system_time),
-                next_tick: micros_to_system_time(row.next_tick),
-                updated_at: micros_to_system_time(row.updated_at),
+                last_tick: clock::at_opt(row.last_tick),
+                next_tick: clock::at(row.next_tick),
+                updated_at: clock::at(row.updated_at),
             })
             .collect())
     }
