@@ -12,7 +12,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
-use super::checkpointer::Checkpointer;
+use super::checkpointer::{Checkpointer, Parts};
 use super::turnstile::{Turn, Turnstile};
 use super::wal;
 use crate::error::{Error, Result};
@@ -24,17 +24,6 @@ const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 /// Commits between two nudges of the checkpointer (each a passive checkpoint
 /// on its thread).
 const CHECKPOINT_NUDGE_EVERY: u64 = 32;
-
-/// Commits between two looks at the WAL's size (a `stat`).
-const WAL_CHECK_EVERY: u64 = 64;
-
-/// How long a commit that found the WAL over its limit keeps trying to empty
-/// it (holding this process's write gate and turn) before leaving it to a
-/// later one.
-const WAL_TRUNCATE_PATIENCE: Duration = Duration::from_secs(1);
-
-/// After a try to empty the WAL failed, how long until the next.
-const WAL_TRUNCATE_BACKOFF: Duration = Duration::from_secs(30);
 
 /// How every connection of a queue opens the file (which must exist).
 pub(crate) const OPEN_FLAGS: OpenFlags = OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -130,18 +119,19 @@ pub(crate) struct Connections {
     write_deadline: Duration,
     busy_timeout: Duration,
     busy_retries: AtomicU64,
-    commits: AtomicU64,
-    wal_truncate_not_before: Mutex<Option<Instant>>,
-    /// The longest the engine's maintenance (a slice of WAL truncation, a
-    /// checkpoint holding the gate, a rescue or prune transaction) held the
-    /// write gate at once, in µs.
+    commits: Arc<AtomicU64>,
+    /// The longest the engine's maintenance (the checkpointer's restart of
+    /// the log, a rescue or prune transaction) held the write gate at once,
+    /// in µs.
     pub(crate) longest_maintenance_hold_us: Arc<AtomicU64>,
     checkpointer: Checkpointer,
     /// How the checkpoints of this queue's connections ended.
     pub(crate) checkpoint_stats: Arc<wal::CheckpointStats>,
-    /// Past this size the WAL is checkpointed and emptied (see
-    /// [`wal::truncate_if_over`]).
-    wal_limit: u64,
+    /// Past this size (bytes) the checkpointer empties the WAL's file
+    /// instead of only starting the log again. Shared with the checkpointer
+    /// so that tests can lower it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    wal_limit: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Connections {
@@ -191,12 +181,18 @@ impl Connections {
         }));
         let checkpoint_stats = Arc::new(wal::CheckpointStats::default());
         let longest_maintenance_hold_us = Arc::new(AtomicU64::new(0));
-        let checkpointer = Checkpointer::start(
-            checkpoints,
-            writer.clone(),
-            checkpoint_stats.clone(),
-            longest_maintenance_hold_us.clone(),
-        )?;
+        let wal_limit = Arc::new(AtomicU64::new(JOURNAL_SIZE_LIMIT as u64));
+        let commits = Arc::new(AtomicU64::new(0));
+        let checkpointer = Checkpointer::start(Parts {
+            conn: checkpoints,
+            wal: wal_path(path),
+            wal_limit: wal_limit.clone(),
+            gate: writer.clone(),
+            turnstile: turnstile.clone(),
+            stats: checkpoint_stats.clone(),
+            longest_hold: longest_maintenance_hold_us.clone(),
+            commits: commits.clone(),
+        })?;
 
         let manager = SqliteConnectionManager::file(path)
             .with_flags(flags)
@@ -223,12 +219,11 @@ impl Connections {
             write_deadline: options.write_deadline,
             busy_timeout: options.busy_timeout,
             busy_retries: AtomicU64::new(0),
-            commits: AtomicU64::new(0),
-            wal_truncate_not_before: Mutex::new(None),
+            commits,
             longest_maintenance_hold_us,
             checkpointer,
             checkpoint_stats,
-            wal_limit: JOURNAL_SIZE_LIMIT as u64,
+            wal_limit,
         })
     }
 
@@ -288,6 +283,7 @@ impl Connections {
         until: Instant,
         mut f: impl FnMut(&Transaction<'_>) -> Result<T>,
     ) -> Result<T> {
+        self.pace(until);
         let mut conn = self.writer.enter(until)?;
         let _turn = self.turn(until)?;
         let left = until.saturating_duration_since(Instant::now());
@@ -308,7 +304,7 @@ impl Connections {
         });
         conn.busy_timeout(self.busy_timeout)?;
         let value = result?;
-        self.committed(&conn);
+        self.committed();
         Ok(value)
     }
 
@@ -323,6 +319,7 @@ impl Connections {
         E: From<Error>,
     {
         let until = Instant::now() + self.write_deadline;
+        self.pace(until);
         let conn = self.writer.enter(until)?;
         let _turn = self.turn(until)?;
         let left = until.saturating_duration_since(Instant::now());
@@ -341,8 +338,18 @@ impl Connections {
         let tx = begun?;
         let value = f(&tx)?;
         tx.commit().map_err(Error::from)?;
-        self.committed(&conn);
+        self.committed();
         Ok(value)
+    }
+
+    /// Lets the checkpointer keep up with this process's writers
+    /// ([`Checkpointer::pace`]); never on a thread holding a write gate,
+    /// which the checkpointer may be waiting for.
+    fn pace(&self, until: Instant) {
+        if GATES_HELD.with(|held| held.borrow().is_empty()) {
+            self.checkpointer
+                .pace(self.commits.load(Ordering::Relaxed), until);
+        }
     }
 
     /// This queue's turn at the file's write lock, waited for until `until`
@@ -358,67 +365,14 @@ impl Connections {
         })
     }
 
-    /// After a commit on the write connection (still holding the gate and
-    /// the turn): now and then, empties a WAL that readers kept from being
-    /// restarted, trying for up to [`WAL_TRUNCATE_PATIENCE`]
-    /// ([`wal::truncate`]). After tries that a reader outlasted, the next
-    /// round waits [`WAL_TRUNCATE_BACKOFF`], so a long-lived reader (a backup)
-    /// stalls writes rarely.
-    ///
-    /// Not sliced across commits: with other processes writing between two
-    /// slices, a reader's fresh snapshot was old again by the next slice, and
-    /// in the 8-process storm (a reader pinning 200 ms snapshots back to
-    /// back) the WAL grew to 731 MiB. So a round holds the write lock for up
-    /// to a second, only when the log is over its bound.
-    fn committed(&self, conn: &Connection) {
+    /// After a commit on the write connection: now and then, nudges the
+    /// checkpointer, which copies the log back and starts it again on its own
+    /// thread ([`super::checkpointer`]).
+    fn committed(&self) {
         let n = self.commits.fetch_add(1, Ordering::Relaxed);
         if n.is_multiple_of(CHECKPOINT_NUDGE_EVERY) {
             self.checkpointer.nudge();
         }
-        if !n.is_multiple_of(WAL_CHECK_EVERY) {
-            return;
-        }
-        let mut not_before = self
-            .wal_truncate_not_before
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        if not_before.is_some_and(|t| now < t) {
-            return;
-        }
-        let Some(bytes) = wal::over_limit(&wal_path(&self.path), self.wal_limit) else {
-            return;
-        };
-        // Something kept the checkpointer from restarting the log: readers
-        // holding snapshots back to back, most often.
-        tracing::warn!(
-            wal = %wal_path(&self.path).display(),
-            bytes,
-            limit = self.wal_limit,
-            "the WAL is over its bound; checkpointing it whole and truncating it"
-        );
-        let done = wal::truncate(conn, WAL_TRUNCATE_PATIENCE);
-        self.note_maintenance_hold(now.elapsed());
-        *not_before = match &done {
-            Ok(c) if !c.busy => {
-                tracing::debug!("the WAL was checkpointed and truncated");
-                None
-            }
-            Ok(c) => {
-                tracing::warn!(
-                    log_frames = c.log_frames,
-                    checkpointed_frames = c.checkpointed_frames,
-                    patience = ?WAL_TRUNCATE_PATIENCE,
-                    "the WAL could not be truncated: a reader kept an old snapshot; \
-                     trying again later"
-                );
-                Some(Instant::now() + WAL_TRUNCATE_BACKOFF)
-            }
-            Err(error) => {
-                tracing::warn!(%error, "checkpointing the WAL over its bound failed");
-                Some(Instant::now() + WAL_TRUNCATE_BACKOFF)
-            }
-        };
     }
 
     /// Runs `f` on a pooled read connection.
@@ -660,14 +614,15 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::backend::sqlite::checkpointer::TRUNCATE_PATIENCE;
 
     /// A queue whose WAL bound is 64 KiB, with a row written and a reader
     /// holding a snapshot of it: the log cannot be restarted while it lives.
     fn wal_pinned_by_a_reader() -> Result<(tempfile::TempDir, Connections, Connection)> {
         let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
         let path = dir.path().join("q.db");
-        let mut db = Connections::open(&path, &QueueOptions::default())?;
-        db.wal_limit = 64 * 1024;
+        let db = Connections::open(&path, &QueueOptions::default())?;
+        db.wal_limit.store(64 * 1024, Ordering::Relaxed);
         db.write(|tx| Ok(tx.execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")?))?;
         db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
         let reader = Connection::open(&path)?;
@@ -682,8 +637,8 @@ mod tests {
     fn the_wal_stays_bounded_while_readers_pin_snapshots_back_to_back() -> Result<()> {
         let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
         let path = dir.path().join("q.db");
-        let mut db = Connections::open(&path, &QueueOptions::default())?;
-        db.wal_limit = 256 * 1024;
+        let db = Connections::open(&path, &QueueOptions::default())?;
+        db.wal_limit.store(256 * 1024, Ordering::Relaxed);
         db.write(|tx| Ok(tx.execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")?))?;
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -713,24 +668,43 @@ mod tests {
         Ok(())
     }
 
-    /// A reader that outlasts the truncating checkpoint's patience (a backup)
-    /// costs one wait, not one at every check.
+    /// A reader that outlasts every try to empty a log over its bound (a
+    /// backup) stalls the writers once, for the long try, and then costs
+    /// them only short holds; once it leaves, the log is emptied.
     #[test]
     fn a_reader_outlasting_the_wal_truncation_stalls_writes_once() -> Result<()> {
-        let (_dir, db, reader) = wal_pinned_by_a_reader()?;
-
+        let (dir, db, reader) = wal_pinned_by_a_reader()?;
+        let wal = wal_path(&dir.path().join("q.db"));
         let start = Instant::now();
-        for _ in 0..(5 * WAL_CHECK_EVERY) {
+        let mut stalls = 0;
+        // Past the bound (64 KiB) for 2.5 s: one long try, then short ones
+        // at pauses of 100, 200, 400 ... ms.
+        while start.elapsed() < Duration::from_millis(2500) {
+            let began = Instant::now();
             db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
+            if began.elapsed() > TRUNCATE_PATIENCE / 2 {
+                stalls += 1;
+            }
         }
-        let elapsed = start.elapsed();
-        reader.execute_batch("COMMIT")?;
-        // One try of WAL_TRUNCATE_PATIENCE; without the backoff, four or five.
+        let pinned = std::fs::metadata(&wal).map_or(0, |m| m.len());
         assert!(
-            elapsed < WAL_TRUNCATE_PATIENCE * 2 + Duration::from_millis(500),
-            "{elapsed:?}"
+            pinned > 64 * 1024,
+            "the reader pinned the log: {pinned} bytes"
         );
-        Ok(())
+        assert!(stalls <= 1, "{stalls} stalls");
+        assert!(db.checkpoint_stats.partial.load(Ordering::Relaxed) > 1);
+
+        reader.execute_batch("COMMIT")?;
+        let deadline = Instant::now() + TRUNCATE_PATIENCE * 10;
+        loop {
+            db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
+            let len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+            if len < pinned / 2 {
+                return Ok(());
+            }
+            assert!(Instant::now() < deadline, "the log stayed at {len} bytes");
+            thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// A log over its bound is a warning, and so is a truncation a reader
@@ -761,25 +735,22 @@ mod tests {
         // would be cached as uninteresting and skipped here too.
         tracing::subscriber::set_global_default(subscriber)
             .map_err(|e| Error::Database(Box::new(e)))?;
-        for _ in 0..WAL_CHECK_EVERY {
+        // Past the bound, while the checkpointer's tries fail.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let logged = loop {
             db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
-        }
+            let logged = String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned();
+            if logged.contains("the WAL is over its bound") || Instant::now() > deadline {
+                break logged;
+            }
+        };
         reader.execute_batch("COMMIT")?;
-
-        let logged = String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned();
         assert!(
-            logged.contains("WARN") && logged.contains("the WAL is over its bound"),
+            logged.contains("WARN")
+                && logged.contains("a reader kept an old snapshot through every try"),
             "{logged}"
         );
         assert!(logged.contains("limit=65536"), "{logged}");
-        // The reader kept it from being truncated: busy (its snapshot), or a
-        // checkpoint that failed outright (the queue's checkpointer thread
-        // checkpointing at the same moment, under load).
-        assert!(
-            logged.contains("the WAL could not be truncated: a reader kept an old snapshot")
-                || logged.contains("checkpointing the WAL over its bound failed"),
-            "{logged}"
-        );
         Ok(())
     }
 }
