@@ -91,11 +91,33 @@ pub enum Error {
     /// A `*_in` call was given a connection that is not inside a transaction
     /// (it is in autocommit mode).
     NotInTransaction,
-    /// A call that writes through the queue's own connection was made by a
-    /// thread that holds the queue's write transaction already (inside
-    /// `ctx.transaction(..)` or `QueueExt::transaction(..)` on SQLite):
-    /// waiting would wait for itself. Nothing was written. Use the `_in`
-    /// form with that transaction (`queue.enqueue_in(tx, ..)`).
+    /// A call made by a thread inside one of the queue's own transactions
+    /// (`ctx.transaction(..)`, or `QueueExt::transaction(..)` of
+    /// `backlog::sqlite`, `backlog::postgres` or `backlog::mysql`, on the
+    /// same queue or a clone of it) that would wait for that transaction.
+    /// Returned at once, with nothing written, on every backend by:
+    ///
+    /// - every call that writes through the queue's own connections
+    ///   (enqueue, lease, the settles, heartbeat, rescue, retry, cancel,
+    ///   delete, pause, `set_limits`, `prune_history`, `migrate`,
+    ///   `JobContext::heartbeat`, ...) and a second `transaction` inside the
+    ///   first. On SQLite it would wait for the write connection the
+    ///   transaction holds; on PostgreSQL and MySQL for a row lock it holds,
+    ///   until `lock_timeout` / `innodb_lock_wait_timeout` (the write
+    ///   deadline).
+    /// - on PostgreSQL and MySQL, a read that finds no pooled connection
+    ///   free and no room to open one: always with `pool_size(1)`, whose only
+    ///   connection holds the transaction. Otherwise reads work there, on
+    ///   another connection, waiting on no lock (they see what was committed,
+    ///   not the transaction's own changes). On SQLite reads always work (the
+    ///   read pool is apart from the write connection), but
+    ///   `sqlite::QueueExt::synchronous` reads the write connection: refused.
+    ///
+    /// Use the `_in` form with that transaction (`queue.enqueue_in(tx, ..)`,
+    /// `complete_in`): it joins it. Transactions of the application's own
+    /// (a `rusqlite`, `postgres` or `mysql` transaction it opened itself)
+    /// are not tracked: a queue's write inside one can wait for it up to the
+    /// write deadline, then [`Error::Busy`].
     InsideTransaction,
     /// A pragma read back a different value than was set (for example a
     /// filesystem that cannot hold a WAL).

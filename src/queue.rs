@@ -37,13 +37,24 @@ pub const FIND_UNIQUE_HISTORY: usize = 20;
 /// safe to call from many threads. Every method that writes waits at most
 /// the queue's [`write_deadline`](crate::QueueOptions::write_deadline)
 /// (default 30 s) for locks held by other threads or processes, then
-/// returns [`Error::Busy`]; called inside an open transaction of this queue
-/// (`ctx.transaction`, [`QueueExt::transaction`](crate::sqlite::QueueExt::transaction))
-/// it returns [`Error::InsideTransaction`] at once instead of waiting for
-/// itself. Reads wait at most that long for a pooled connection. What only one database can do (its
-/// transaction type for `enqueue_in` and `complete_in`) lives in that
-/// database's module: [`crate::sqlite`], `backlog::postgres`,
-/// `backlog::mysql`.
+/// returns [`Error::Busy`]. Reads wait at most that long for a pooled
+/// connection. What only one database can do (its transaction type for
+/// `enqueue_in` and `complete_in`) lives in that database's module:
+/// [`crate::sqlite`], `backlog::postgres`, `backlog::mysql`.
+///
+/// # Inside the queue's own transaction
+///
+/// A thread inside one of this queue's transactions (`ctx.transaction` in a
+/// handler, or `QueueExt::transaction` of [`crate::sqlite`],
+/// `backlog::postgres` or `backlog::mysql`) never waits for itself, on any
+/// backend: every method that writes (and a nested `transaction`) returns
+/// [`Error::InsideTransaction`] at once and writes nothing; the `_in` forms
+/// (`enqueue_in(tx, ..)`, `complete_in(tx, ..)`) join the transaction; reads
+/// work, and see what was committed rather than the transaction's own
+/// changes (on PostgreSQL and MySQL they need a second pooled connection,
+/// and answer `InsideTransaction` at once when none is free: always with
+/// `pool_size(1)`). Tested for every public method on every backend by the
+/// conformance scenarios in `tests/conformance/inside_transaction.rs`.
 #[derive(Debug, Clone)]
 pub struct Queue {
     inner: Arc<Inner>,

@@ -15,6 +15,7 @@ use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 use super::checkpointer::{Checkpointer, Parts};
 use super::turnstile::{Turn, Turnstile};
 use super::wal;
+use crate::backend::inside::{self, Inside};
 use crate::error::{Error, Result};
 use crate::options::{Durability, QueueOptions};
 
@@ -436,10 +437,7 @@ impl Gate {
     /// no open transaction (rusqlite rolls back on drop), so a poisoned
     /// connection is safe to take over.
     pub(crate) fn enter(&self, until: Instant) -> Result<WriteGate<'_>> {
-        let id = self as *const Gate as usize;
-        if GATES_HELD.with(|held| held.borrow().contains(&id)) {
-            return Err(Error::InsideTransaction);
-        }
+        let inside = Inside::enter(inside::id_of(self))?;
         let mut line = self.line.lock().unwrap_or_else(|p| p.into_inner());
         let ticket = line.next;
         line.next += 1;
@@ -457,11 +455,10 @@ impl Gate {
         }
         drop(line);
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        GATES_HELD.with(|held| held.borrow_mut().push(id));
         Ok(WriteGate {
             conn,
             gate: self,
-            id,
+            _inside: inside,
         })
     }
 
@@ -485,17 +482,13 @@ pub(crate) fn last_write_hold() -> Duration {
     LAST_HOLD.get()
 }
 
-thread_local! {
-    /// The write gates this thread holds (by address): a second take on the
-    /// same thread would wait for itself.
-    static GATES_HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 /// The write connection, taken by one thread (see [`Connections::writer`]).
 pub(crate) struct WriteGate<'a> {
     conn: MutexGuard<'a, Connection>,
     gate: &'a Gate,
-    id: usize,
+    /// Marks the thread as holding the gate: a second take on it would wait
+    /// for itself.
+    _inside: Inside,
 }
 
 impl std::ops::Deref for WriteGate<'_> {
@@ -517,12 +510,6 @@ impl Drop for WriteGate<'_> {
         // The connection's guard is dropped right after this: a thread let
         // in now waits those few instructions for it.
         self.gate.leave();
-        GATES_HELD.with(|held| {
-            let mut held = held.borrow_mut();
-            if let Some(at) = held.iter().rposition(|g| *g == self.id) {
-                held.remove(at);
-            }
-        });
     }
 }
 
