@@ -53,6 +53,11 @@ pub(crate) fn is_inside(id: usize) -> bool {
     HELD.with(|held| held.borrow().contains(&id))
 }
 
+/// Whether this thread is inside any queue's transaction.
+pub(crate) fn is_inside_any() -> bool {
+    HELD.with(|held| !held.borrow().is_empty())
+}
+
 /// [`Error::InsideTransaction`] when this thread is inside a transaction of
 /// database `id`: a write of the queue's own would wait for it (a lock it
 /// holds, a connection it holds) or be a second transaction beside it.

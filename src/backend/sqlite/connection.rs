@@ -347,7 +347,7 @@ impl Connections {
     /// ([`Checkpointer::pace`]); never on a thread holding a write gate,
     /// which the checkpointer may be waiting for.
     fn pace(&self, until: Instant) {
-        if GATES_HELD.with(|held| held.borrow().is_empty()) {
+        if !inside::is_inside_any() {
             self.checkpointer
                 .pace(self.commits.load(Ordering::Relaxed), until);
         }
