@@ -92,10 +92,21 @@ pub enum Error {
     /// (it is in autocommit mode).
     NotInTransaction,
     /// A call that writes through the queue's own connection was made by a
-    /// thread that holds the queue's write transaction already (inside
-    /// `ctx.transaction(..)` or `QueueExt::transaction(..)` on SQLite):
+    /// thread that holds a write transaction the call would wait for:
     /// waiting would wait for itself. Nothing was written. Use the `_in`
-    /// form with that transaction (`queue.enqueue_in(tx, ..)`).
+    /// form with that transaction (`queue.enqueue_in(tx, ..)`), or make the
+    /// call after it ends.
+    ///
+    /// The transaction is the queue's own (inside `ctx.transaction(..)` or
+    /// `QueueExt::transaction(..)` on SQLite), or, on SQLite (unix), one the
+    /// calling thread holds on the same database file through another
+    /// connection: the application's own `rusqlite` connection after
+    /// `BEGIN IMMEDIATE` or a write in a deferred transaction, or another
+    /// queue handle's transaction. That is seen for connections opened after
+    /// the process's first `Queue::open` (it installs the shim VFS that
+    /// notes who holds the write lock); an application connection opened
+    /// before it is waited for as any other, up to `write_deadline`
+    /// ([`Error::Busy`]).
     InsideTransaction,
     /// A pragma read back a different value than was set (for example a
     /// filesystem that cannot hold a WAL).
@@ -201,8 +212,9 @@ impl fmt::Display for Error {
             Error::InvalidState { job_id, reason } => write!(f, "job {job_id}: {reason}"),
             Error::NotInTransaction => f.write_str("connection is not inside a transaction"),
             Error::InsideTransaction => f.write_str(
-                "called inside the queue's own write transaction, which this call would wait \
-                 for: use the `_in` form with that transaction",
+                "called inside a write transaction this thread holds on the database (the \
+                 queue's own or another connection's), which this call would wait for: use \
+                 the `_in` form with that transaction",
             ),
             Error::Pragma {
                 name,

@@ -40,7 +40,13 @@ pub const FIND_UNIQUE_HISTORY: usize = 20;
 /// returns [`Error::Busy`]; called inside an open transaction of this queue
 /// (`ctx.transaction`, [`QueueExt::transaction`](crate::sqlite::QueueExt::transaction))
 /// it returns [`Error::InsideTransaction`] at once instead of waiting for
-/// itself. Reads wait at most that long for a pooled connection. What only one database can do (its
+/// itself. On SQLite (unix) the same holds on a thread that holds the
+/// file's write lock through a `rusqlite` connection of the application's
+/// (`BEGIN IMMEDIATE`, or a deferred transaction that has written) opened
+/// after the process's first [`Queue::open`]: use `enqueue_in(&tx, ..)`
+/// there. A connection opened before it is waited for like another
+/// process's, up to the write deadline. Reads wait at most that long for a
+/// pooled connection. What only one database can do (its
 /// transaction type for `enqueue_in` and `complete_in`) lives in that
 /// database's module: [`crate::sqlite`], `backlog::postgres`,
 /// `backlog::mysql`.
