@@ -91,22 +91,42 @@ pub enum Error {
     /// A `*_in` call was given a connection that is not inside a transaction
     /// (it is in autocommit mode).
     NotInTransaction,
-    /// A call that writes through the queue's own connection was made by a
-    /// thread that holds a write transaction the call would wait for:
-    /// waiting would wait for itself. Nothing was written. Use the `_in`
-    /// form with that transaction (`queue.enqueue_in(tx, ..)`), or make the
-    /// call after it ends.
+    /// A call made by a thread inside one of the queue's own transactions
+    /// (`ctx.transaction(..)`, or `QueueExt::transaction(..)` of
+    /// `backlog::sqlite`, `backlog::postgres` or `backlog::mysql`, on the
+    /// same queue or a clone of it) that would wait for that transaction.
+    /// Returned at once, with nothing written, on every backend by:
     ///
-    /// The transaction is the queue's own (inside `ctx.transaction(..)` or
-    /// `QueueExt::transaction(..)` on SQLite), or, on SQLite (unix), one the
-    /// calling thread holds on the same database file through another
-    /// connection: the application's own `rusqlite` connection after
-    /// `BEGIN IMMEDIATE` or a write in a deferred transaction, or another
-    /// queue handle's transaction. That is seen for connections opened after
-    /// the process's first `Queue::open` (it installs the shim VFS that
-    /// notes who holds the write lock); an application connection opened
-    /// before it is waited for as any other, up to `write_deadline`
-    /// ([`Error::Busy`]).
+    /// - every call that writes through the queue's own connections
+    ///   (enqueue, lease, the settles, heartbeat, rescue, retry, cancel,
+    ///   delete, pause, `set_limits`, `prune_history`, `migrate`,
+    ///   `JobContext::heartbeat`, ...) and a second `transaction` inside the
+    ///   first. On SQLite it would wait for the write connection the
+    ///   transaction holds; on PostgreSQL and MySQL for a row lock it holds,
+    ///   until `lock_timeout` / `innodb_lock_wait_timeout` (the write
+    ///   deadline).
+    /// - on PostgreSQL and MySQL, a read that finds no pooled connection
+    ///   free and no room to open one: always with `pool_size(1)`, whose only
+    ///   connection holds the transaction. Otherwise reads work there, on
+    ///   another connection, waiting on no lock (they see what was committed,
+    ///   not the transaction's own changes). On SQLite reads always work (the
+    ///   read pool is apart from the write connection), but
+    ///   `sqlite::QueueExt::synchronous` reads the write connection: refused.
+    ///
+    /// On SQLite (unix) the same holds for a write transaction the thread
+    /// holds on the queue's file through another connection: the
+    /// application's own `rusqlite` connection after `BEGIN IMMEDIATE` or a
+    /// write in a deferred transaction, or another queue handle's
+    /// transaction. That is seen for connections opened after the process's
+    /// first `Queue::open` (it installs the shim VFS that notes who holds the
+    /// write lock).
+    ///
+    /// Use the `_in` form with that transaction (`queue.enqueue_in(tx, ..)`,
+    /// `complete_in`): it joins it. Other transactions of the application's
+    /// own (a `postgres` or `mysql` transaction, or a `rusqlite` connection
+    /// opened before the first `Queue::open`) are not tracked: a queue's
+    /// write inside one can wait for it up to the write deadline, then
+    /// [`Error::Busy`].
     InsideTransaction,
     /// A pragma read back a different value than was set (for example a
     /// filesystem that cannot hold a WAL).

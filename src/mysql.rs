@@ -132,7 +132,12 @@ pub trait QueueExt {
     /// ```
     ///
     /// The session reads committed data (READ COMMITTED). The closure runs
-    /// once; only getting a working connection is retried.
+    /// once; only getting a working connection is retried. Inside the
+    /// closure the queue's other writes and a nested `transaction` return
+    /// [`Error::InsideTransaction`] at once (they could wait for the row
+    /// locks of this transaction); reads work on another pooled connection,
+    /// or answer `InsideTransaction` at once when none is free (see
+    /// [`Queue`]); the `_in` forms join it.
     fn transaction<T, E>(
         &self,
         f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<T, E>,
@@ -210,7 +215,10 @@ pub trait JobContextExt {
     /// whatever the handler returns afterwards. The job's row is locked while
     /// `f` runs, so its heartbeat waits for the commit: keep `f` well within
     /// the lease's TTL, and enqueue follow-up jobs with
-    /// [`QueueExt::enqueue_in`]`(tx, ..)`, not [`Queue::enqueue`].
+    /// [`QueueExt::enqueue_in`]`(tx, ..)`: [`Queue::enqueue`], every other
+    /// write of the queue and [`JobContext::heartbeat`] return
+    /// [`Error::InsideTransaction`] at once inside `f`; reads work (see
+    /// [`Queue`]).
     fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
     where
         T: Serialize,

@@ -134,7 +134,10 @@ impl QueueOptions {
 
     /// Connections in the pool, at least 1: read connections on SQLite (which
     /// writes through one connection per process), all connections on a
-    /// server. Defaults to 4.
+    /// server. Defaults to 4. On a server, a thread inside the queue's own
+    /// transaction holds one of them: its reads need another, and answer
+    /// [`Error::InsideTransaction`](crate::Error::InsideTransaction) at once
+    /// when none is free (always at 1).
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;
         self

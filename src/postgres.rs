@@ -152,7 +152,12 @@ pub trait QueueExt {
     /// ```
     ///
     /// The connection is held for the closure's run. Only checking it out
-    /// and `BEGIN` are retried, up to the queue's write deadline.
+    /// and `BEGIN` are retried, up to the queue's write deadline. Inside the
+    /// closure the queue's other writes and a nested `transaction` return
+    /// [`Error::InsideTransaction`] at once (they could wait for the row
+    /// locks of this transaction); reads work on another pooled connection,
+    /// or answer `InsideTransaction` at once when none is free (see
+    /// [`Queue`]); the `_in` forms join it.
     fn transaction<T, E>(
         &self,
         f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<T, E>,
@@ -236,7 +241,10 @@ pub trait JobContextExt {
     /// A job completed this way is not completed again by the worker,
     /// whatever the handler returns afterwards. Enqueue follow-up jobs with
     /// [`QueueExt::enqueue_in`]`(tx, ..)`, so they exist only if this
-    /// transaction commits.
+    /// transaction commits: [`Queue::enqueue`], every other write of the
+    /// queue and [`JobContext::heartbeat`] return
+    /// [`Error::InsideTransaction`] at once inside `f` (the job's row is
+    /// locked by this transaction); reads work (see [`Queue`]).
     fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
     where
         T: Serialize,

@@ -37,19 +37,36 @@ pub const FIND_UNIQUE_HISTORY: usize = 20;
 /// safe to call from many threads. Every method that writes waits at most
 /// the queue's [`write_deadline`](crate::QueueOptions::write_deadline)
 /// (default 30 s) for locks held by other threads or processes, then
-/// returns [`Error::Busy`]; called inside an open transaction of this queue
-/// (`ctx.transaction`, [`QueueExt::transaction`](crate::sqlite::QueueExt::transaction))
-/// it returns [`Error::InsideTransaction`] at once instead of waiting for
-/// itself. On SQLite (unix) the same holds on a thread that holds the
-/// file's write lock through a `rusqlite` connection of the application's
-/// (`BEGIN IMMEDIATE`, or a deferred transaction that has written) opened
-/// after the process's first [`Queue::open`]: use `enqueue_in(&tx, ..)`
-/// there. A connection opened before it is waited for like another
-/// process's, up to the write deadline. Reads wait at most that long for a
-/// pooled connection. What only one database can do (its
-/// transaction type for `enqueue_in` and `complete_in`) lives in that
-/// database's module: [`crate::sqlite`], `backlog::postgres`,
-/// `backlog::mysql`.
+/// returns [`Error::Busy`]. Reads wait at most that long for a pooled
+/// connection. What only one database can do (its transaction type for
+/// `enqueue_in` and `complete_in`) lives in that database's module:
+/// [`crate::sqlite`], `backlog::postgres`, `backlog::mysql`.
+///
+/// # Inside the queue's own transaction
+///
+/// A thread inside one of this queue's transactions (`ctx.transaction` in a
+/// handler, or `QueueExt::transaction` of [`crate::sqlite`],
+/// `backlog::postgres` or `backlog::mysql`) never waits for itself, on any
+/// backend: every method that writes (and a nested `transaction`) returns
+/// [`Error::InsideTransaction`] at once and writes nothing; the `_in` forms
+/// (`enqueue_in(tx, ..)`, `complete_in(tx, ..)`) join the transaction; reads
+/// work, and see what was committed rather than the transaction's own
+/// changes (on PostgreSQL and MySQL they need a second pooled connection,
+/// and answer `InsideTransaction` at once when none is free: always with
+/// `pool_size(1)`). Tested for every public method on every backend by the
+/// conformance scenarios in `tests/conformance/inside_transaction.rs`.
+///
+/// # Inside the application's own transaction (SQLite)
+///
+/// On SQLite (unix) a thread that holds the file's write lock through a
+/// `rusqlite` connection of the application's (after `BEGIN IMMEDIATE`, or
+/// a write in a deferred transaction) gets the same answer: every method that
+/// writes returns [`Error::InsideTransaction`] at once, writes nothing, and
+/// `enqueue_in(&tx, ..)` joins that transaction. This holds for connections
+/// opened after the process's first [`Queue::open`], which installs the shim
+/// VFS that notes who holds the lock; a connection opened before it is
+/// waited for like another process's, up to the write deadline
+/// (`tests/sqlite_foreign_transactions.rs`).
 #[derive(Debug, Clone)]
 pub struct Queue {
     inner: Arc<Inner>,

@@ -111,7 +111,10 @@ pub trait QueueExt {
     /// ```
     ///
     /// The write connection is held for the closure's run: keep it short. Only
-    /// taking the lock is retried, up to the queue's write deadline.
+    /// taking the lock is retried, up to the queue's write deadline. Inside
+    /// the closure the queue's other writes, a nested `transaction` and
+    /// [`QueueExt::synchronous`] return [`Error::InsideTransaction`] at once;
+    /// reads and the `_in` forms work (see [`Queue`]).
     fn transaction<T, E>(
         &self,
         f: impl FnOnce(&Transaction<'_>) -> std::result::Result<T, E>,
@@ -205,9 +208,10 @@ pub trait JobContextExt {
     /// the handler returns afterwards. The queue's write connection is held
     /// while `f` runs: keep it short, and enqueue follow-up jobs with
     /// [`QueueExt::enqueue_in`]`(tx, ..)`; [`Queue::enqueue`] and every other
-    /// call that writes through the queue's own connection return
-    /// [`Error::InsideTransaction`] at once there (they would wait for this
-    /// transaction).
+    /// call that writes through the queue's own connection (and
+    /// [`JobContext::heartbeat`]) return [`Error::InsideTransaction`] at once
+    /// there (they would wait for this transaction); reads work (see
+    /// [`Queue`]'s rule for calls inside its transactions).
     fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
     where
         T: Serialize,

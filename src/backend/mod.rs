@@ -18,6 +18,7 @@
 //! overrides the server's: then its `now` is bound as the server's now, so a
 //! test steps over a backoff on every backend alike.
 
+pub(crate) mod inside;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]

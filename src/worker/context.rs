@@ -290,14 +290,14 @@ impl JobContext {
     /// [`Error::LeaseLost`] when the lease is no longer held (nothing is
     /// written then); sets it too when a cancel was requested.
     ///
-    /// Inside `ctx.transaction(..)` on SQLite, whose transaction holds the
-    /// queue's write connection, it returns [`Error::InsideTransaction`] at
-    /// once.
+    /// Inside `ctx.transaction(..)` it returns [`Error::InsideTransaction`]
+    /// at once, on every backend: that transaction holds SQLite's write
+    /// connection, or on a server the job's row lock, which the heartbeat
+    /// would wait for. [`JobContext::set_progress`] works there.
     pub fn heartbeat(&self) -> Result<()> {
-        // The lease first: inside `ctx.transaction(..)` on SQLite this
-        // returns before the progress gate is taken (the worker's
-        // heartbeater may hold the gate, waiting for that transaction's
-        // write lock).
+        // The lease first: inside `ctx.transaction(..)` this returns before
+        // the progress gate is taken (the worker's heartbeater may hold the
+        // gate, waiting for that transaction's write lock or row lock).
         let report = self.queue.heartbeat(&[self.job.lease()], self.lease_ttl)?;
         if !report.lost.is_empty() {
             self.lease_lost();

@@ -307,6 +307,93 @@ impl Effects {
     }
 }
 
+/// One of the queue's own transactions as a scenario holds it, whatever the
+/// backend: the one `QueueExt::transaction` or `ctx.transaction` of the
+/// backend's module hands to its closure. The `_in` calls join it.
+pub enum QueueTx<'t, 'c> {
+    Sqlite(&'t backlog::sqlite::Transaction<'c>),
+    #[cfg(feature = "postgres")]
+    Postgres(&'t mut backlog::postgres::Transaction<'c>),
+    #[cfg(feature = "mysql")]
+    Mysql(&'t mut backlog::mysql::Transaction<'c>),
+}
+
+impl QueueTx<'_, '_> {
+    /// `enqueue_in` on this transaction.
+    pub fn enqueue_in(&mut self, queue: &Queue, job: NewJob) -> backlog::Result<Enqueued> {
+        match self {
+            QueueTx::Sqlite(tx) => backlog::sqlite::QueueExt::enqueue_in(queue, tx, job),
+            #[cfg(feature = "postgres")]
+            QueueTx::Postgres(tx) => backlog::postgres::QueueExt::enqueue_in(queue, tx, job),
+            #[cfg(feature = "mysql")]
+            QueueTx::Mysql(tx) => backlog::mysql::QueueExt::enqueue_in(queue, tx, job),
+        }
+    }
+
+    /// `complete_in` on this transaction, without a result.
+    pub fn complete_in(&mut self, queue: &Queue, job: &Job) -> backlog::Result<()> {
+        match self {
+            QueueTx::Sqlite(tx) => backlog::sqlite::QueueExt::complete_in(queue, tx, job, None),
+            #[cfg(feature = "postgres")]
+            QueueTx::Postgres(tx) => backlog::postgres::QueueExt::complete_in(queue, tx, job, None),
+            #[cfg(feature = "mysql")]
+            QueueTx::Mysql(tx) => backlog::mysql::QueueExt::complete_in(queue, tx, job, None),
+        }
+    }
+}
+
+impl Backend {
+    /// `queue.transaction(f)` with this backend's `QueueExt`: commits when
+    /// `f` returns `Ok`, rolls back otherwise.
+    pub fn in_queue_transaction<T>(
+        self,
+        queue: &Queue,
+        f: impl FnOnce(&mut QueueTx<'_, '_>) -> TestResult<T>,
+    ) -> TestResult<T> {
+        match self {
+            Backend::Sqlite => {
+                backlog::sqlite::QueueExt::transaction(queue, |tx| f(&mut QueueTx::Sqlite(tx)))
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => {
+                backlog::postgres::QueueExt::transaction(queue, |tx| f(&mut QueueTx::Postgres(tx)))
+            }
+            #[cfg(feature = "mysql")]
+            Backend::Mysql => {
+                backlog::mysql::QueueExt::transaction(queue, |tx| f(&mut QueueTx::Mysql(tx)))
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(format!("{self:?} is not built in").into()),
+        }
+    }
+
+    /// `ctx.transaction(f)` with this backend's `JobContextExt`, in a
+    /// handler: the job completes with the transaction. An error of `f`
+    /// rolls back and comes back as a retry with its message.
+    pub fn in_job_transaction(
+        self,
+        ctx: &JobContext,
+        f: impl FnOnce(&mut QueueTx<'_, '_>) -> TestResult,
+    ) -> Result<(), JobError> {
+        let error = |e: Box<dyn Error>| JobError::retry(e.to_string());
+        match self {
+            Backend::Sqlite => backlog::sqlite::JobContextExt::transaction(ctx, |tx| {
+                f(&mut QueueTx::Sqlite(tx)).map_err(error)
+            }),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => backlog::postgres::JobContextExt::transaction(ctx, |tx| {
+                f(&mut QueueTx::Postgres(tx)).map_err(error)
+            }),
+            #[cfg(feature = "mysql")]
+            Backend::Mysql => backlog::mysql::JobContextExt::transaction(ctx, |tx| {
+                f(&mut QueueTx::Mysql(tx)).map_err(error)
+            }),
+            #[allow(unreachable_patterns)]
+            _ => Err(JobError::retry("backend not built")),
+        }
+    }
+}
+
 const CHILD_BACKEND: &str = "BACKLOG_TEST_CHILD_BACKEND";
 const CHILD_TARGET: &str = "BACKLOG_TEST_CHILD_TARGET";
 const CHILD_SCHEMA: &str = "BACKLOG_TEST_CHILD_SCHEMA";

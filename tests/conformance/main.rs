@@ -17,6 +17,7 @@ mod find_unique;
 mod finished_per_minute;
 mod groups;
 mod heartbeat_rescue;
+mod inside_transaction;
 mod inspect;
 mod lease;
 mod limits;

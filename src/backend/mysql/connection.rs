@@ -11,6 +11,7 @@ use mysql::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, PooledConn, Tran
 use super::queries::{self, Sql, Tables};
 use super::version::Server;
 use super::Db;
+use crate::backend::inside::{self, Inside};
 use crate::error::{Error, Result};
 use crate::options::QueueOptions;
 use crate::validate::redact_url;
@@ -118,9 +119,33 @@ impl Db {
         })
     }
 
+    /// Names this database for [`inside`]: the `Db` lives in the queue's
+    /// shared state, at one address for the queue's life.
+    fn id(&self) -> usize {
+        inside::id_of(self)
+    }
+
+    /// [`Error::InsideTransaction`] on a thread inside this queue's
+    /// transaction ([`Db::transaction`]): a write would wait for the row
+    /// locks that transaction holds until `innodb_lock_wait_timeout`.
+    pub(crate) fn refuse_inside(&self) -> Result<()> {
+        inside::refuse(self.id())
+    }
+
     /// A pooled connection, waiting for a free one up to the write deadline
-    /// ([`Error::Busy`] then).
+    /// ([`Error::Busy`] then). A thread inside this queue's transaction
+    /// holds one connection already, and the others may be held by calls
+    /// waiting for that transaction's locks: it takes an idle connection or
+    /// opens one while the pool has room, and otherwise gets
+    /// [`Error::InsideTransaction`] at once instead of waiting (always with
+    /// `pool_size(1)`).
     pub(crate) fn conn(&self) -> Result<PooledConn> {
+        if inside::is_inside(self.id()) {
+            return self.pool.try_get_conn(Duration::ZERO).map_err(|e| match e {
+                mysql::Error::DriverError(mysql::DriverError::Timeout) => Error::InsideTransaction,
+                e => e.into(),
+            });
+        }
         Ok(self
             .pool
             .try_get_conn(self.write_deadline.max(Duration::from_secs(1)))?)
@@ -131,11 +156,13 @@ impl Db {
     /// deadline on a deadlock or lock wait timeout, and on a fresh connection
     /// when the one it got was broken before the commit was sent (nothing
     /// was committed then: the server rolls back a dead session's
-    /// transaction). `f` must therefore be repeatable.
+    /// transaction). `f` must therefore be repeatable. Refused inside this
+    /// queue's transaction ([`Db::refuse_inside`]).
     pub(crate) fn write<T>(
         &self,
         mut f: impl FnMut(&mut Transaction<'_>) -> Result<T>,
     ) -> Result<T> {
+        self.refuse_inside()?;
         self.with_retries(|| {
             let mut conn = self.conn()?;
             let result = (|| {
@@ -152,7 +179,9 @@ impl Db {
     }
 
     /// Runs `f` on a pooled connection, once more on a fresh one if the
-    /// first was broken (reads are idempotent).
+    /// first was broken (reads are idempotent). Consistent reads take no
+    /// row locks (the sessions read committed data), so reads run inside
+    /// this queue's transaction too, on another connection ([`Db::conn`]).
     pub(crate) fn read<T>(&self, mut f: impl FnMut(&mut PooledConn) -> Result<T>) -> Result<T> {
         self.with_retries(|| {
             let mut conn = self.conn()?;
@@ -167,6 +196,10 @@ impl Db {
     /// Runs a caller's closure in a transaction on a pooled connection;
     /// commits on `Ok`, rolls back on `Err`. Only getting a working
     /// connection (a ping) is retried: the closure runs once.
+    ///
+    /// While `f` runs the thread is inside this queue's transaction: the
+    /// queue's writes (and a second transaction) answer
+    /// [`Error::InsideTransaction`] at once there.
     pub(crate) fn transaction<T, E>(
         &self,
         f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<T, E>,
@@ -174,6 +207,7 @@ impl Db {
     where
         E: From<Error>,
     {
+        self.refuse_inside()?;
         let mut conn = self.with_retries(|| {
             let mut conn = self.conn()?;
             if let Err(e) = conn.as_mut().ping() {
@@ -186,6 +220,7 @@ impl Db {
         // Whatever session state the caller's statements leave must not
         // reach the next user of the connection.
         conn.reset_connection(true);
+        let _inside = Inside::enter(self.id())?;
         let mut tx = conn
             .start_transaction(TxOpts::default())
             .map_err(Error::from)?;

@@ -116,6 +116,7 @@ impl Db {
     }
 
     pub(crate) fn migrate(&self) -> Result<()> {
+        self.refuse_inside()?;
         migrate::migrate(self)
     }
 

@@ -12,6 +12,7 @@ use postgres::types::ToSql;
 use postgres::{Client, GenericClient, Row, Statement};
 
 use super::target::Target;
+use crate::backend::inside::{self, Inside};
 use crate::error::{Error, Result};
 use crate::options::QueueOptions;
 
@@ -167,15 +168,32 @@ impl Pool {
         self.busy_retries.load(Ordering::Relaxed)
     }
 
+    /// Names this pool's database for [`inside`]: the pool lives boxed in
+    /// the queue's `Db`, at one address for the queue's life.
+    fn id(&self) -> usize {
+        inside::id_of(self)
+    }
+
+    /// [`Error::InsideTransaction`] on a thread inside this queue's
+    /// transaction ([`Pool::transaction`]).
+    pub(crate) fn refuse_inside(&self) -> Result<()> {
+        inside::refuse(self.id())
+    }
+
     /// Runs `f` in a transaction on a pooled connection and commits. Retried
     /// whole, with jittered backoff until the write deadline, on a deadlock
     /// or serialization failure, and on a connection found dead before the
     /// commit (the server rolled that transaction back). A connection lost
     /// during the commit is not retried: whether it committed is unknown.
+    ///
+    /// [`Error::InsideTransaction`] at once on a thread inside this queue's
+    /// transaction ([`Pool::transaction`]): the write could wait for a row
+    /// lock that transaction holds until `lock_timeout`.
     pub(crate) fn write<T>(
         &self,
         mut f: impl FnMut(&mut Tx<'_, postgres::Transaction<'_>>) -> Result<T>,
     ) -> Result<T> {
+        inside::refuse(self.id())?;
         self.retrying(|| {
             let mut conn = self.pool.get()?;
             let result = (|| {
@@ -198,16 +216,66 @@ impl Pool {
     }
 
     /// Runs `f` on a pooled connection outside a transaction: one statement
-    /// commits by itself (a lease, a heartbeat), or reads. Retried as
+    /// that writes and commits by itself (a lease, a heartbeat). Retried as
     /// [`Pool::write`]; a connection lost while the statement ran is
     /// retried too, so `f` must be one statement whose repetition is
-    /// harmless (a read, a lease the server rolled back with the session).
+    /// harmless (a lease the server rolled back with the session). Refused
+    /// inside this queue's transaction, as [`Pool::write`].
     pub(crate) fn autocommit<T>(
         &self,
-        mut f: impl FnMut(&mut Tx<'_, Client>) -> Result<T>,
+        f: impl FnMut(&mut Tx<'_, Client>) -> Result<T>,
+    ) -> Result<T> {
+        inside::refuse(self.id())?;
+        self.statement(f)
+    }
+
+    /// Runs `f`, which only reads, on a pooled connection outside a
+    /// transaction. Retried as [`Pool::autocommit`]. Plain reads wait on no
+    /// row lock (MVCC), so they run inside this queue's transaction too,
+    /// on another connection (see [`Pool::checkout`]).
+    pub(crate) fn read<T>(&self, f: impl FnMut(&mut Tx<'_, Client>) -> Result<T>) -> Result<T> {
+        self.statement(f)
+    }
+
+    /// Runs `f`, which only reads, in one `REPEATABLE READ READ ONLY`
+    /// transaction on a pooled connection: its statements see one snapshot
+    /// (under `READ COMMITTED` each would take its own), and such a
+    /// transaction never waits on a lock nor fails to serialize. Retried and
+    /// allowed inside this queue's transaction, as [`Pool::read`].
+    pub(crate) fn read_snapshot<T>(
+        &self,
+        mut f: impl FnMut(&mut Tx<'_, postgres::Transaction<'_>>) -> Result<T>,
     ) -> Result<T> {
         self.retrying(|| {
-            let mut conn = self.pool.get()?;
+            let mut conn = self.checkout()?;
+            let result = (|| {
+                let PgConnection {
+                    client, statements, ..
+                } = &mut *conn;
+                let mut tx = client
+                    .build_transaction()
+                    .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start()?;
+                let value = f(&mut Tx {
+                    client: &mut tx,
+                    statements: Some(statements),
+                })?;
+                tx.commit()?;
+                Ok(value)
+            })();
+            if result.as_ref().is_err_and(is_connection_lost) {
+                conn.broken = true;
+            }
+            result
+        })
+    }
+
+    /// One statement outside a transaction, for [`Pool::autocommit`] and
+    /// [`Pool::read`].
+    fn statement<T>(&self, mut f: impl FnMut(&mut Tx<'_, Client>) -> Result<T>) -> Result<T> {
+        self.retrying(|| {
+            let mut conn = self.checkout()?;
             let PgConnection {
                 client,
                 statements,
@@ -228,6 +296,11 @@ impl Pool {
     /// application's closure), with the connection's statement cache for
     /// backlog's own statements in it. Only checking out a live connection is
     /// retried; `f` runs once. Commits on `Ok`, rolls back on `Err`.
+    ///
+    /// While `f` runs the thread is inside this queue's transaction: the
+    /// queue's writes (and a second transaction) answer
+    /// [`Error::InsideTransaction`] at once there, reads run on other
+    /// connections ([`Pool::checkout`]).
     pub(crate) fn transaction<T, E>(
         &self,
         f: impl FnOnce(&mut postgres::Transaction<'_>, &mut Statements) -> std::result::Result<T, E>,
@@ -235,6 +308,7 @@ impl Pool {
     where
         E: From<Error>,
     {
+        let _inside = Inside::enter(self.id())?;
         // The closure runs once, so the connection is checked first: one
         // the server closed while it sat in the pool is replaced, not handed
         // to `f` to fail on.
@@ -259,6 +333,26 @@ impl Pool {
             conn.broken = true;
         }
         result
+    }
+
+    /// A pooled connection, waiting for one up to the connect timeout (and
+    /// retried up to the write deadline). A thread inside this queue's
+    /// transaction holds one connection already, and the others may be
+    /// held by calls waiting for that transaction's locks: it takes an idle
+    /// connection or opens one while the pool has room, and otherwise gets
+    /// [`Error::InsideTransaction`] at once instead of waiting (always with
+    /// `pool_size(1)`).
+    fn checkout(&self) -> Result<r2d2::PooledConnection<Manager>> {
+        if !inside::is_inside(self.id()) {
+            return Ok(self.pool.get()?);
+        }
+        if let Some(conn) = self.pool.try_get() {
+            return Ok(conn);
+        }
+        if self.pool.state().connections < self.pool.max_size() {
+            return Ok(self.pool.get()?);
+        }
+        Err(Error::InsideTransaction)
     }
 
     /// Retries `f` on transient failures until the deadline.

@@ -99,6 +99,9 @@ impl Db {
     }
 
     pub(crate) fn migrate(&self) -> Result<()> {
+        // On a connection of its own, but its DDL would wait for the locks
+        // of a transaction this thread holds.
+        self.pool.refuse_inside()?;
         let mut client = self.pool.target.connect()?;
         migrate::migrate(&mut client, &self.q.tables)
     }
@@ -106,8 +109,7 @@ impl Db {
     /// The migrations of this build the database has not applied. Reads
     /// only, on a pooled connection.
     pub(crate) fn pending_migrations(&self) -> Result<Vec<String>> {
-        self.pool
-            .autocommit(|tx| migrate::pending(tx, &self.q.tables))
+        self.pool.read(|tx| migrate::pending(tx, &self.q.tables))
     }
 
     /// The queue's SQL, for `backlog::postgres`.
@@ -154,7 +156,7 @@ impl Db {
     }
 
     pub(crate) fn limits(&self) -> Result<Vec<(String, QueueLimits)>> {
-        self.pool.autocommit(|tx| limits::limits(tx, &self.q))
+        self.pool.read(|tx| limits::limits(tx, &self.q))
     }
 
     pub(crate) fn aggregate(&self, now: i64, limit: usize) -> Result<Vec<Aggregated>> {
@@ -163,18 +165,16 @@ impl Db {
     }
 
     pub(crate) fn next_group_ready(&self, now: i64) -> Result<Option<i64>> {
-        self.pool
-            .autocommit(|tx| groups::next_ready(tx, &self.q, now))
+        self.pool.read(|tx| groups::next_ready(tx, &self.q, now))
     }
 
     pub(crate) fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>> {
         self.pool
-            .autocommit(|tx| jobs::next_due(tx, &self.q, queues, now))
+            .read(|tx| jobs::next_due(tx, &self.q, queues, now))
     }
 
     pub(crate) fn explain_lease(&self, p: &LeaseParams<'_>) -> Result<Vec<String>> {
-        self.pool
-            .autocommit(|tx| jobs::explain_lease(tx, &self.q, p))
+        self.pool.read(|tx| jobs::explain_lease(tx, &self.q, p))
     }
 
     pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
@@ -247,23 +247,22 @@ impl Db {
     }
 
     pub(crate) fn get(&self, id: i64, now: i64) -> Result<JobRecord> {
-        self.pool
-            .autocommit(|tx| inspect::get(tx, &self.q, id, now))
+        self.pool.read(|tx| inspect::get(tx, &self.q, id, now))
     }
 
     pub(crate) fn list(&self, filter: &JobFilter, now: i64) -> Result<Page> {
-        self.pool
-            .autocommit(|tx| inspect::list(tx, &self.q, filter, now))
+        self.pool.read(|tx| inspect::list(tx, &self.q, filter, now))
     }
 
     pub(crate) fn counts(&self, now: i64) -> Result<Vec<StateCount>> {
-        // One transaction, so live and finished counts are of one moment.
-        self.pool.write(|tx| inspect::counts(tx, &self.q, now))
+        // One snapshot, so live and finished counts are of one moment.
+        self.pool
+            .read_snapshot(|tx| inspect::counts(tx, &self.q, now))
     }
 
     pub(crate) fn depth(&self, now: i64) -> Result<Vec<StateCount>> {
         // One statement: its counts are of one snapshot.
-        self.pool.autocommit(|tx| inspect::depth(tx, &self.q, now))
+        self.pool.read(|tx| inspect::depth(tx, &self.q, now))
     }
 
     /// `hour_since` and `minute_since` are absolute times of the engine's
@@ -275,9 +274,8 @@ impl Db {
         minute_since: i64,
     ) -> Result<Vec<RecentCompletions>> {
         let now = self.clock.now_micros();
-        self.pool.autocommit(|tx| {
-            inspect::recent_completions(tx, &self.q, hour_since, minute_since, now)
-        })
+        self.pool
+            .read(|tx| inspect::recent_completions(tx, &self.q, hour_since, minute_since, now))
     }
 
     /// Finished jobs per minute since the engine's `since`: an offset from
@@ -285,7 +283,7 @@ impl Db {
     pub(crate) fn finished_per_minute(&self, since: i64) -> Result<Vec<FinishedInMinute>> {
         let now = self.clock.now_micros();
         self.pool
-            .autocommit(|tx| inspect::finished_per_minute(tx, &self.q, since, now))
+            .read(|tx| inspect::finished_per_minute(tx, &self.q, since, now))
     }
 
     pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {
@@ -325,12 +323,11 @@ impl Db {
 
     pub(crate) fn find_unique(&self, queue: &str, key: &str, history: i64) -> Result<Vec<i64>> {
         self.pool
-            .autocommit(|tx| inspect::find_unique(tx, &self.q, queue, key, history))
+            .read(|tx| inspect::find_unique(tx, &self.q, queue, key, history))
     }
 
     pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
-        self.pool
-            .autocommit(|tx| inspect::paused_queues(tx, &self.q))
+        self.pool.read(|tx| inspect::paused_queues(tx, &self.q))
     }
 
     /// `cutoff` is an absolute time of the engine's clock: it is turned into

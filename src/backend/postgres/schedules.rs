@@ -67,7 +67,7 @@ impl Db {
 
     pub(crate) fn schedules(&self) -> Result<Vec<ScheduleRow>> {
         let sql = self.q.tables.render(LIST);
-        self.pool.autocommit(|tx| {
+        self.pool.read(|tx| {
             tx.query(&sql, &[])?
                 .iter()
                 .map(|r| {

@@ -1,5 +1,6 @@
-//! The checkpointer: copies the WAL back into the database from a thread of
-//! its own, so that no commit pays for it.
+//! The checkpointer: copies the WAL back into the database, and starts it
+//! again from its beginning, from a thread of its own, so that no commit pays
+//! for it and no maintenance holds the write lock for long.
 //!
 //! SQLite's automatic checkpoint runs inside whichever commit pushes the WAL
 //! past 1000 pages: that commit waits for the copy and an fsync of the
@@ -10,23 +11,30 @@
 //! this thread, on a connection of its own, checkpoints when the write gate
 //! nudges it (every few commits).
 //!
-//! Each nudge runs a passive checkpoint, which copies what it can while this
-//! process's writers go on. Once the log holds the threshold's worth of
-//! frames, a second passive checkpoint runs holding the write gate: it copies
-//! only what was appended meanwhile, and a log copied back whole is restarted
-//! by the next writer. A passive checkpoint alone never catches up with a
-//! steady stream of commits, and the log would grow without bound. Passive
-//! checkpoints never wait on other connections, so other processes on the
-//! file are safe.
+//! Each nudge runs a passive checkpoint, which copies what it can while every
+//! writer goes on. A passive checkpoint alone never catches up with a steady
+//! stream of commits, and a log is only started again once it was copied
+//! back whole. So once the log holds the threshold's worth of frames, or its
+//! file is over its bound, the thread takes the write gate and this queue's
+//! turn at the file (no backlog writer of any process appends meanwhile) and
+//! runs a `RESTART` checkpoint: it copies what was appended since the passive
+//! one (little: the gate is first come, first served), and makes the next
+//! writer start the log from its beginning (`TRUNCATE` when the file is over
+//! its bound, which also empties it).
 //!
-//! The gate is first come, first served, so the wait for it is one commit
-//! and little is appended meanwhile. (Running more passive checkpoints
-//! first, to leave less for the gated one, was tried: in the 8-process storm
-//! the checkpoint lock was then never free for another process's truncating
-//! checkpoint, and the WAL grew to 351 MiB.)
+//! Readers of snapshots older than the last frame keep a log from being
+//! started again. The restart waits for them for [`RESTART_PATIENCE`] at
+//! most, then gives up, and the next try comes after a pause that doubles up
+//! to [`RETRY_MAX`]: a reader that holds snapshots back to back (another
+//! process reporting in a loop) is waited for in short holds until one of its
+//! snapshots ends inside one, and a long-lived reader (a backup) costs one
+//! short hold a second. The holds are what the issue of fairness asked for:
+//! never one long one (a truncation that waited a second for readers, while
+//! every writer waited for it, was the longest maintenance hold before).
 
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -34,58 +42,131 @@ use crossbeam_channel::{bounded, Sender};
 use rusqlite::Connection;
 
 use super::connection::{note_hold, Gate};
+use super::turnstile::Turnstile;
 use super::wal;
 use crate::error::{Error, Result};
 
 /// SQLite's own auto-checkpoint threshold: 1000 frames in the log.
 const CHECKPOINT_FRAMES: i64 = 1000;
 
-/// How long the thread waits for the write gate before leaving the catch-up
-/// to the next nudge.
+/// How long the thread waits for the write gate and the turn before leaving
+/// the restart to the next nudge.
 const GATE_PATIENCE: Duration = Duration::from_millis(100);
+
+/// How long one restart waits for readers of old snapshots, holding the
+/// write gate and the turn.
+pub(crate) const RESTART_PATIENCE: Duration = Duration::from_millis(30);
+
+/// How long a try to empty a log over its bound waits for readers of old
+/// snapshots: a reader that holds snapshots back to back, each longer than
+/// [`RESTART_PATIENCE`], is only outwaited by a longer hold, and past the
+/// bound the log's size comes first.
+pub(crate) const TRUNCATE_PATIENCE: Duration = Duration::from_secs(1);
+
+/// After a long try failed, how long until the next.
+const TRUNCATE_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The pause after a restart that readers kept from happening; it doubles
+/// after each one, up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+
+/// The longest pause between two tries.
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// How many commits a writer may run ahead of what the checkpointer's last
+/// pass copied back before it waits for the next pass ([`Checkpointer::pace`]).
+const PACE_COMMITS: u64 = 256;
+
+/// The longest a write waits for the checkpointer.
+const PACE_MAX_WAIT: Duration = Duration::from_millis(100);
+
+/// What the checkpointer thread works with.
+pub(crate) struct Parts {
+    /// A connection with the queue's pragmas, for checkpoints only.
+    pub conn: Connection,
+    /// The database's WAL file.
+    pub wal: PathBuf,
+    /// Past this size (bytes) the WAL file is emptied, not only restarted.
+    pub wal_limit: Arc<AtomicU64>,
+    pub gate: Arc<Gate>,
+    pub turnstile: Arc<Turnstile>,
+    pub stats: Arc<wal::CheckpointStats>,
+    /// The longest maintenance hold (µs), where the restarts are counted.
+    pub longest_hold: Arc<AtomicU64>,
+    /// The queue's count of commits.
+    pub commits: Arc<AtomicU64>,
+}
 
 /// The checkpoint thread of one queue. Dropping it stops the thread.
 pub(crate) struct Checkpointer {
     nudge: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    passes: Arc<Passes>,
+}
+
+/// How far the checkpointer's passes got, for the writers it paces.
+#[derive(Default)]
+struct Passes {
+    /// The queue's commit count when the last finished pass began: what
+    /// was committed before it is copied back, readers allowing.
+    copied_through: Mutex<u64>,
+    passed: Condvar,
 }
 
 impl Checkpointer {
-    /// Starts the thread on `conn`, a connection with the queue's pragmas;
-    /// `gate` is the queue's write gate; the longest hold of it is noted in
-    /// `longest_hold` (µs).
-    pub(crate) fn start(
-        conn: Connection,
-        gate: Arc<Gate>,
-        stats: Arc<wal::CheckpointStats>,
-        longest_hold: Arc<AtomicU64>,
-    ) -> Result<Self> {
+    /// Starts the thread.
+    pub(crate) fn start(parts: Parts) -> Result<Self> {
         let (nudge, nudges) = bounded::<()>(1);
+        let passes = Arc::new(Passes::default());
+        let progress = passes.clone();
         let thread = thread::Builder::new()
             .name("backlog-checkpoint".into())
             .spawn(move || {
+                let mut retry = Retry::default();
                 // Best effort: a checkpoint that fails, or that another
-                // connection kept from finishing, is tried again at the next nudge.
+                // connection kept from finishing, is tried again later.
                 for () in nudges.iter() {
-                    let Ok(done) = stats.record(wal::checkpoint(&conn)) else {
-                        continue;
-                    };
-                    if done.log_frames < CHECKPOINT_FRAMES {
-                        continue;
-                    }
-                    let Ok(_gate) = gate.enter(Instant::now() + GATE_PATIENCE) else {
-                        continue;
-                    };
-                    let began = Instant::now();
-                    let _ = stats.record(wal::checkpoint(&conn));
-                    note_hold(&longest_hold, began.elapsed());
+                    parts.on_nudge(&mut retry, &progress);
                 }
             })
             .map_err(|e| Error::Database(Box::new(e)))?;
         Ok(Checkpointer {
             nudge: Some(nudge),
             thread: Some(thread),
+            passes,
         })
+    }
+
+    /// Before a write that `commits` would follow: when the writers of this
+    /// process ran more than [`PACE_COMMITS`] commits ahead of the
+    /// checkpointer's last pass, waits for its next pass, until `until` or
+    /// [`PACE_MAX_WAIT`] at most. Holds nothing meanwhile.
+    ///
+    /// A writer faster than the disk (flat out at `Durability::Fast`) would
+    /// otherwise leave the checkpointer ever further behind, and its catch-up,
+    /// made holding the write gate, ever longer: paced, the catch-up copies
+    /// a few hundred commits' frames at most. A pass that readers keep from
+    /// copying everything still counts: readers slow no writer here.
+    pub(crate) fn pace(&self, commits: u64, until: Instant) {
+        let until = until.min(Instant::now() + PACE_MAX_WAIT);
+        let mut through = self
+            .passes
+            .copied_through
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        while commits.saturating_sub(*through) > PACE_COMMITS {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            self.nudge();
+            through = self
+                .passes
+                .passed
+                .wait_timeout(through, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
     }
 
     /// Asks the thread to look at the WAL's size; never blocks.
@@ -101,6 +182,98 @@ impl Drop for Checkpointer {
         self.nudge.take();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+    }
+}
+
+/// When to try the next restart after some failed.
+#[derive(Default)]
+struct Retry {
+    not_before: Option<Instant>,
+    pause: Duration,
+    /// A warning was logged for this run of failures.
+    warned: bool,
+    /// When a log over its bound may be waited for long again.
+    long_not_before: Option<Instant>,
+}
+
+impl Parts {
+    fn on_nudge(&self, retry: &mut Retry, passes: &Passes) {
+        let began_at = self.commits.load(Ordering::Relaxed);
+        let done = self.stats.record(wal::checkpoint(&self.conn));
+        {
+            let mut through = passes
+                .copied_through
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            *through = (*through).max(began_at);
+        }
+        passes.passed.notify_all();
+        let Ok(done) = done else {
+            return;
+        };
+        let limit = self.wal_limit.load(Ordering::Relaxed);
+        let over = wal::over_limit(&self.wal, limit);
+        if done.log_frames < CHECKPOINT_FRAMES && over.is_none() {
+            return;
+        }
+        let now = Instant::now();
+        if retry.not_before.is_some_and(|t| now < t) {
+            return;
+        }
+        let until = now + GATE_PATIENCE;
+        let Ok(gate) = self.gate.enter(until) else {
+            return;
+        };
+        let Ok(turn) = self.turnstile.enter(until) else {
+            return;
+        };
+        let long = over.is_some() && retry.long_not_before.is_none_or(|t| now >= t);
+        let patience = if long {
+            TRUNCATE_PATIENCE
+        } else {
+            RESTART_PATIENCE
+        };
+        let began = Instant::now();
+        let restarted = self
+            .stats
+            .record(wal::restart(&self.conn, patience, over.is_some()));
+        note_hold(&self.longest_hold, began.elapsed());
+        drop(turn);
+        drop(gate);
+        match restarted {
+            Ok(c) if !c.busy => {
+                if retry.warned {
+                    tracing::info!("the WAL was copied back and started again");
+                }
+                *retry = Retry {
+                    long_not_before: retry.long_not_before,
+                    ..Retry::default()
+                };
+            }
+            failed => {
+                if !retry.warned {
+                    retry.warned = true;
+                    match (&failed, over) {
+                        (Err(error), _) => {
+                            tracing::warn!(%error, "checkpointing the WAL failed; trying again")
+                        }
+                        (Ok(_), Some(bytes)) => tracing::warn!(
+                            wal = %self.wal.display(),
+                            bytes,
+                            limit,
+                            "the WAL is over its bound: a reader kept an old snapshot \
+                             through every try to empty it; trying again"
+                        ),
+                        (Ok(_), None) => {}
+                    }
+                }
+                if long {
+                    retry.long_not_before = Some(Instant::now() + TRUNCATE_BACKOFF);
+                }
+                retry.pause = (retry.pause * 2).clamp(RETRY_FIRST, RETRY_MAX);
+                retry.not_before = Some(Instant::now() + retry.pause);
+            }
         }
     }
 }

@@ -12,10 +12,11 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
-use super::checkpointer::Checkpointer;
+use super::checkpointer::{Checkpointer, Parts};
 use super::turnstile::{Turn, Turnstile};
 use super::vfs::{self, WriterFile};
 use super::wal;
+use crate::backend::inside::{self, Inside};
 use crate::error::{Error, Result};
 use crate::options::{Durability, QueueOptions};
 
@@ -25,17 +26,6 @@ const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 /// Commits between two nudges of the checkpointer (each a passive checkpoint
 /// on its thread).
 const CHECKPOINT_NUDGE_EVERY: u64 = 32;
-
-/// Commits between two looks at the WAL's size (a `stat`).
-const WAL_CHECK_EVERY: u64 = 64;
-
-/// How long a commit that found the WAL over its limit keeps trying to empty
-/// it (holding this process's write gate and turn) before leaving it to a
-/// later one.
-const WAL_TRUNCATE_PATIENCE: Duration = Duration::from_secs(1);
-
-/// After a try to empty the WAL failed, how long until the next.
-const WAL_TRUNCATE_BACKOFF: Duration = Duration::from_secs(30);
 
 /// How every connection of a queue opens the file (which must exist).
 pub(crate) const OPEN_FLAGS: OpenFlags = OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -131,18 +121,19 @@ pub(crate) struct Connections {
     write_deadline: Duration,
     busy_timeout: Duration,
     busy_retries: AtomicU64,
-    commits: AtomicU64,
-    wal_truncate_not_before: Mutex<Option<Instant>>,
-    /// The longest the engine's maintenance (a slice of WAL truncation, a
-    /// checkpoint holding the gate, a rescue or prune transaction) held the
-    /// write gate at once, in µs.
+    commits: Arc<AtomicU64>,
+    /// The longest the engine's maintenance (the checkpointer's restart of
+    /// the log, a rescue or prune transaction) held the write gate at once,
+    /// in µs.
     pub(crate) longest_maintenance_hold_us: Arc<AtomicU64>,
     checkpointer: Checkpointer,
     /// How the checkpoints of this queue's connections ended.
     pub(crate) checkpoint_stats: Arc<wal::CheckpointStats>,
-    /// Past this size the WAL is checkpointed and emptied (see
-    /// [`wal::truncate_if_over`]).
-    wal_limit: u64,
+    /// Past this size (bytes) the checkpointer empties the WAL's file
+    /// instead of only starting the log again. Shared with the checkpointer
+    /// so that tests can lower it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    wal_limit: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Connections {
@@ -195,12 +186,18 @@ impl Connections {
         }));
         let checkpoint_stats = Arc::new(wal::CheckpointStats::default());
         let longest_maintenance_hold_us = Arc::new(AtomicU64::new(0));
-        let checkpointer = Checkpointer::start(
-            checkpoints,
-            writer.clone(),
-            checkpoint_stats.clone(),
-            longest_maintenance_hold_us.clone(),
-        )?;
+        let wal_limit = Arc::new(AtomicU64::new(JOURNAL_SIZE_LIMIT as u64));
+        let commits = Arc::new(AtomicU64::new(0));
+        let checkpointer = Checkpointer::start(Parts {
+            conn: checkpoints,
+            wal: wal_path(path),
+            wal_limit: wal_limit.clone(),
+            gate: writer.clone(),
+            turnstile: turnstile.clone(),
+            stats: checkpoint_stats.clone(),
+            longest_hold: longest_maintenance_hold_us.clone(),
+            commits: commits.clone(),
+        })?;
 
         let manager = SqliteConnectionManager::file(path)
             .with_flags(flags)
@@ -227,12 +224,11 @@ impl Connections {
             write_deadline: options.write_deadline,
             busy_timeout: options.busy_timeout,
             busy_retries: AtomicU64::new(0),
-            commits: AtomicU64::new(0),
-            wal_truncate_not_before: Mutex::new(None),
+            commits,
             longest_maintenance_hold_us,
             checkpointer,
             checkpoint_stats,
-            wal_limit: JOURNAL_SIZE_LIMIT as u64,
+            wal_limit,
         })
     }
 
@@ -293,6 +289,7 @@ impl Connections {
         until: Instant,
         mut f: impl FnMut(&Transaction<'_>) -> Result<T>,
     ) -> Result<T> {
+        self.pace(until);
         let mut conn = self.writer.enter(until)?;
         let _turn = self.turn(until)?;
         let left = until.saturating_duration_since(Instant::now());
@@ -313,7 +310,7 @@ impl Connections {
         });
         conn.busy_timeout(self.busy_timeout)?;
         let value = result?;
-        self.committed(&conn);
+        self.committed();
         Ok(value)
     }
 
@@ -328,6 +325,7 @@ impl Connections {
         E: From<Error>,
     {
         let until = Instant::now() + self.write_deadline;
+        self.pace(until);
         let conn = self.writer.enter(until)?;
         let _turn = self.turn(until)?;
         let left = until.saturating_duration_since(Instant::now());
@@ -346,8 +344,19 @@ impl Connections {
         let tx = begun?;
         let value = f(&tx)?;
         tx.commit().map_err(Error::from)?;
-        self.committed(&conn);
+        self.committed();
         Ok(value)
+    }
+
+    /// Lets the checkpointer keep up with this process's writers
+    /// ([`Checkpointer::pace`]); never on a thread holding a write gate, or
+    /// the file's write lock through another connection, which the
+    /// checkpointer may be waiting for (the gate then refuses at once).
+    fn pace(&self, until: Instant) {
+        if !inside::is_inside_any() && !self.writer.locked_elsewhere_by_this_thread() {
+            self.checkpointer
+                .pace(self.commits.load(Ordering::Relaxed), until);
+        }
     }
 
     /// This queue's turn at the file's write lock, waited for until `until`
@@ -363,67 +372,14 @@ impl Connections {
         })
     }
 
-    /// After a commit on the write connection (still holding the gate and
-    /// the turn): now and then, empties a WAL that readers kept from being
-    /// restarted, trying for up to [`WAL_TRUNCATE_PATIENCE`]
-    /// ([`wal::truncate`]). After tries that a reader outlasted, the next
-    /// round waits [`WAL_TRUNCATE_BACKOFF`], so a long-lived reader (a backup)
-    /// stalls writes rarely.
-    ///
-    /// Not sliced across commits: with other processes writing between two
-    /// slices, a reader's fresh snapshot was old again by the next slice, and
-    /// in the 8-process storm (a reader pinning 200 ms snapshots back to
-    /// back) the WAL grew to 731 MiB. So a round holds the write lock for up
-    /// to a second, only when the log is over its bound.
-    fn committed(&self, conn: &Connection) {
+    /// After a commit on the write connection: now and then, nudges the
+    /// checkpointer, which copies the log back and starts it again on its own
+    /// thread ([`super::checkpointer`]).
+    fn committed(&self) {
         let n = self.commits.fetch_add(1, Ordering::Relaxed);
         if n.is_multiple_of(CHECKPOINT_NUDGE_EVERY) {
             self.checkpointer.nudge();
         }
-        if !n.is_multiple_of(WAL_CHECK_EVERY) {
-            return;
-        }
-        let mut not_before = self
-            .wal_truncate_not_before
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        if not_before.is_some_and(|t| now < t) {
-            return;
-        }
-        let Some(bytes) = wal::over_limit(&wal_path(&self.path), self.wal_limit) else {
-            return;
-        };
-        // Something kept the checkpointer from restarting the log: readers
-        // holding snapshots back to back, most often.
-        tracing::warn!(
-            wal = %wal_path(&self.path).display(),
-            bytes,
-            limit = self.wal_limit,
-            "the WAL is over its bound; checkpointing it whole and truncating it"
-        );
-        let done = wal::truncate(conn, WAL_TRUNCATE_PATIENCE);
-        self.note_maintenance_hold(now.elapsed());
-        *not_before = match &done {
-            Ok(c) if !c.busy => {
-                tracing::debug!("the WAL was checkpointed and truncated");
-                None
-            }
-            Ok(c) => {
-                tracing::warn!(
-                    log_frames = c.log_frames,
-                    checkpointed_frames = c.checkpointed_frames,
-                    patience = ?WAL_TRUNCATE_PATIENCE,
-                    "the WAL could not be truncated: a reader kept an old snapshot; \
-                     trying again later"
-                );
-                Some(Instant::now() + WAL_TRUNCATE_BACKOFF)
-            }
-            Err(error) => {
-                tracing::warn!(%error, "checkpointing the WAL over its bound failed");
-                Some(Instant::now() + WAL_TRUNCATE_BACKOFF)
-            }
-        };
     }
 
     /// Runs `f` on a pooled read connection.
@@ -492,10 +448,7 @@ impl Gate {
     /// no open transaction (rusqlite rolls back on drop), so a poisoned
     /// connection is safe to take over.
     pub(crate) fn enter(&self, until: Instant) -> Result<WriteGate<'_>> {
-        let id = self as *const Gate as usize;
-        if GATES_HELD.with(|held| held.borrow().contains(&id)) {
-            return Err(Error::InsideTransaction);
-        }
+        let inside = Inside::enter(inside::id_of(self))?;
         if self.locked_elsewhere_by_this_thread() {
             return Err(Error::InsideTransaction);
         }
@@ -516,18 +469,17 @@ impl Gate {
         }
         drop(line);
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        GATES_HELD.with(|held| held.borrow_mut().push(id));
         Ok(WriteGate {
             conn,
             gate: self,
-            id,
+            _inside: inside,
         })
     }
 
     /// Whether this thread holds the file's write lock through another
     /// connection (an application's own transaction, another queue's):
     /// this queue's writer would wait for it until the deadline.
-    fn locked_elsewhere_by_this_thread(&self) -> bool {
+    pub(crate) fn locked_elsewhere_by_this_thread(&self) -> bool {
         self.file
             .is_some_and(|file| file.locked_elsewhere_by_this_thread())
     }
@@ -552,17 +504,13 @@ pub(crate) fn last_write_hold() -> Duration {
     LAST_HOLD.get()
 }
 
-thread_local! {
-    /// The write gates this thread holds (by address): a second take on the
-    /// same thread would wait for itself.
-    static GATES_HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 /// The write connection, taken by one thread (see [`Connections::writer`]).
 pub(crate) struct WriteGate<'a> {
     conn: MutexGuard<'a, Connection>,
     gate: &'a Gate,
-    id: usize,
+    /// Marks the thread as holding the gate: a second take on it would wait
+    /// for itself.
+    _inside: Inside,
 }
 
 impl std::ops::Deref for WriteGate<'_> {
@@ -584,12 +532,6 @@ impl Drop for WriteGate<'_> {
         // The connection's guard is dropped right after this: a thread let
         // in now waits those few instructions for it.
         self.gate.leave();
-        GATES_HELD.with(|held| {
-            let mut held = held.borrow_mut();
-            if let Some(at) = held.iter().rposition(|g| *g == self.id) {
-                held.remove(at);
-            }
-        });
     }
 }
 
@@ -681,14 +623,15 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::backend::sqlite::checkpointer::TRUNCATE_PATIENCE;
 
     /// A queue whose WAL bound is 64 KiB, with a row written and a reader
     /// holding a snapshot of it: the log cannot be restarted while it lives.
     fn wal_pinned_by_a_reader() -> Result<(tempfile::TempDir, Connections, Connection)> {
         let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
         let path = dir.path().join("q.db");
-        let mut db = Connections::open(&path, &QueueOptions::default())?;
-        db.wal_limit = 64 * 1024;
+        let db = Connections::open(&path, &QueueOptions::default())?;
+        db.wal_limit.store(64 * 1024, Ordering::Relaxed);
         db.write(|tx| Ok(tx.execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")?))?;
         db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
         let reader = Connection::open(&path)?;
@@ -703,8 +646,8 @@ mod tests {
     fn the_wal_stays_bounded_while_readers_pin_snapshots_back_to_back() -> Result<()> {
         let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
         let path = dir.path().join("q.db");
-        let mut db = Connections::open(&path, &QueueOptions::default())?;
-        db.wal_limit = 256 * 1024;
+        let db = Connections::open(&path, &QueueOptions::default())?;
+        db.wal_limit.store(256 * 1024, Ordering::Relaxed);
         db.write(|tx| Ok(tx.execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")?))?;
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -734,24 +677,43 @@ mod tests {
         Ok(())
     }
 
-    /// A reader that outlasts the truncating checkpoint's patience (a backup)
-    /// costs one wait, not one at every check.
+    /// A reader that outlasts every try to empty a log over its bound (a
+    /// backup) stalls the writers once, for the long try, and then costs
+    /// them only short holds; once it leaves, the log is emptied.
     #[test]
     fn a_reader_outlasting_the_wal_truncation_stalls_writes_once() -> Result<()> {
-        let (_dir, db, reader) = wal_pinned_by_a_reader()?;
-
+        let (dir, db, reader) = wal_pinned_by_a_reader()?;
+        let wal = wal_path(&dir.path().join("q.db"));
         let start = Instant::now();
-        for _ in 0..(5 * WAL_CHECK_EVERY) {
+        let mut stalls = 0;
+        // Past the bound (64 KiB) for 2.5 s: one long try, then short ones
+        // at pauses of 100, 200, 400 ... ms.
+        while start.elapsed() < Duration::from_millis(2500) {
+            let began = Instant::now();
             db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
+            if began.elapsed() > TRUNCATE_PATIENCE / 2 {
+                stalls += 1;
+            }
         }
-        let elapsed = start.elapsed();
-        reader.execute_batch("COMMIT")?;
-        // One try of WAL_TRUNCATE_PATIENCE; without the backoff, four or five.
+        let pinned = std::fs::metadata(&wal).map_or(0, |m| m.len());
         assert!(
-            elapsed < WAL_TRUNCATE_PATIENCE * 2 + Duration::from_millis(500),
-            "{elapsed:?}"
+            pinned > 64 * 1024,
+            "the reader pinned the log: {pinned} bytes"
         );
-        Ok(())
+        assert!(stalls <= 1, "{stalls} stalls");
+        assert!(db.checkpoint_stats.partial.load(Ordering::Relaxed) > 1);
+
+        reader.execute_batch("COMMIT")?;
+        let deadline = Instant::now() + TRUNCATE_PATIENCE * 10;
+        loop {
+            db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
+            let len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+            if len < pinned / 2 {
+                return Ok(());
+            }
+            assert!(Instant::now() < deadline, "the log stayed at {len} bytes");
+            thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// A log over its bound is a warning, and so is a truncation a reader
@@ -782,25 +744,22 @@ mod tests {
         // would be cached as uninteresting and skipped here too.
         tracing::subscriber::set_global_default(subscriber)
             .map_err(|e| Error::Database(Box::new(e)))?;
-        for _ in 0..WAL_CHECK_EVERY {
+        // Past the bound, while the checkpointer's tries fail.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let logged = loop {
             db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
-        }
+            let logged = String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned();
+            if logged.contains("the WAL is over its bound") || Instant::now() > deadline {
+                break logged;
+            }
+        };
         reader.execute_batch("COMMIT")?;
-
-        let logged = String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned();
         assert!(
-            logged.contains("WARN") && logged.contains("the WAL is over its bound"),
+            logged.contains("WARN")
+                && logged.contains("a reader kept an old snapshot through every try"),
             "{logged}"
         );
         assert!(logged.contains("limit=65536"), "{logged}");
-        // The reader kept it from being truncated: busy (its snapshot), or a
-        // checkpoint that failed outright (the queue's checkpointer thread
-        // checkpointing at the same moment, under load).
-        assert!(
-            logged.contains("the WAL could not be truncated: a reader kept an old snapshot")
-                || logged.contains("checkpointing the WAL over its bound failed"),
-            "{logged}"
-        );
         Ok(())
     }
 }

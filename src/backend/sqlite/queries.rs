@@ -536,7 +536,11 @@ pub const DATA_VERSION: &str = "PRAGMA data_version";
 /// frames, checkpointed frames)`.
 pub const WAL_CHECKPOINT: &str = "PRAGMA wal_checkpoint(PASSIVE)";
 
-/// Copies every WAL frame back and empties the log, waiting (busy handler)
-/// for readers on older snapshots and holding off new writers meanwhile; for
-/// a log that passive checkpoints could not restart.
+/// Copies every WAL frame back and makes the next writer start the log from
+/// its beginning, waiting (busy handler) for a writer to finish and for
+/// readers on older snapshots, and holding off new writers meanwhile.
+pub const WAL_CHECKPOINT_RESTART: &str = "PRAGMA wal_checkpoint(RESTART)";
+
+/// [`WAL_CHECKPOINT_RESTART`], and empties the log's file too: for a log
+/// whose file grew past its bound.
 pub const WAL_CHECKPOINT_TRUNCATE: &str = "PRAGMA wal_checkpoint(TRUNCATE)";

@@ -1,16 +1,14 @@
 //! Keeping the write-ahead log small.
 //!
 //! The checkpointer thread ([`super::checkpointer`]) copies the WAL back as
-//! commits grow it; a worker also checkpoints when it is idle, so a quiet
-//! queue's WAL is copied back whole and, through `journal_size_limit`,
-//! truncated when the next writer restarts it.
+//! commits grow it, and starts it again from its beginning ([`restart`]);
+//! a worker also checkpoints when it is idle, so a quiet queue's WAL is
+//! copied back whole and, through `journal_size_limit`, truncated when the
+//! next writer starts it again.
 //!
-//! Those checkpoints are passive: they copy back only frames no reader still
-//! needs, and the log restarts only once it was copied back whole. Readers
-//! that hold snapshots back to back (another process reporting in a loop)
-//! keep that from ever happening, and the log grows without bound. So the
-//! write gate looks at the log's size now and then, and past the limit runs
-//! checkpoints that wait for readers to move on ([`truncate`]).
+//! Passive checkpoints copy back only frames no reader still needs, and
+//! never wait. Starting the log again needs every frame copied back and no
+//! reader left on an older snapshot: [`restart`] waits for that, briefly.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -20,8 +18,8 @@ use rusqlite::Connection;
 use super::queries;
 use crate::error::Result;
 
-/// How long one try of a truncating checkpoint waits on other connections.
-const TRUNCATE_TRY: Duration = Duration::from_millis(20);
+/// How long one try of a restarting checkpoint waits on other connections.
+const RESTART_TRY: Duration = Duration::from_millis(20);
 
 /// What one checkpoint did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,24 +72,52 @@ pub(crate) fn over_limit(wal: &Path, limit: u64) -> Option<u64> {
     }
 }
 
-/// Checkpoints the log whole and truncates it, in tries each waiting at most
-/// [`TRUNCATE_TRY`] for other connections' readers to leave old snapshots
-/// (new writers wait meanwhile), for up to `patience`.
-pub(crate) fn truncate(conn: &Connection, patience: Duration) -> Result<Checkpoint> {
+/// Copies the log back whole and has the next writer start it from its
+/// beginning (`truncate`: empties its file too), in tries each waiting at
+/// most [`RESTART_TRY`] for another connection's write to end and for
+/// readers to leave old snapshots (new writers wait meanwhile), for up to
+/// `patience` in all. `busy` when they were not done by then.
+pub(crate) fn restart(conn: &Connection, patience: Duration, truncate: bool) -> Result<Checkpoint> {
     // Short tries, not one long wait: a checkpoint keeps waiting for the
     // reader of a snapshot mark it first saw as old, even after that reader
     // moved the mark to the latest frame; a fresh try sees the move.
+    let sql = if truncate {
+        queries::WAL_CHECKPOINT_TRUNCATE
+    } else {
+        queries::WAL_CHECKPOINT_RESTART
+    };
     let busy_ms: u32 = conn.pragma_query_value(None, "busy_timeout", |r| r.get(0))?;
-    conn.busy_timeout(TRUNCATE_TRY)?;
-    let start = Instant::now();
+    // SQLite's own busy handler sleeps up to 100 ms at a time: a reader's
+    // end would be seen late, and the write lock held that much longer.
+    conn.busy_handler(Some(poll_briefly))?;
+    let until = Instant::now() + patience;
     let done = loop {
-        match run(conn, queries::WAL_CHECKPOINT_TRUNCATE) {
-            Ok(c) if c.busy && start.elapsed() < patience => continue,
+        let left = until.saturating_duration_since(Instant::now());
+        TRY_UNTIL.set(Some(Instant::now() + left.min(RESTART_TRY)));
+        match run(conn, sql) {
+            Ok(c) if c.busy && !left.is_zero() => continue,
             done => break done,
         }
     };
+    TRY_UNTIL.set(None);
     conn.busy_timeout(Duration::from_millis(busy_ms.into()))?;
     done
+}
+
+thread_local! {
+    /// When the current try of [`restart`] on this thread gives up.
+    static TRY_UNTIL: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// A busy handler that looks again every millisecond until the try's end.
+fn poll_briefly(_count: i32) -> bool {
+    match TRY_UNTIL.get() {
+        Some(until) if Instant::now() < until => {
+            std::thread::sleep(Duration::from_millis(1));
+            true
+        }
+        _ => false,
+    }
 }
 
 fn run(conn: &Connection, sql: &str) -> Result<Checkpoint> {
