@@ -113,11 +113,20 @@ pub enum Error {
     ///   read pool is apart from the write connection), but
     ///   `sqlite::QueueExt::synchronous` reads the write connection: refused.
     ///
+    /// On SQLite (unix) the same holds for a write transaction the thread
+    /// holds on the queue's file through another connection: the
+    /// application's own `rusqlite` connection after `BEGIN IMMEDIATE` or a
+    /// write in a deferred transaction, or another queue handle's
+    /// transaction. That is seen for connections opened after the process's
+    /// first `Queue::open` (it installs the shim VFS that notes who holds the
+    /// write lock).
+    ///
     /// Use the `_in` form with that transaction (`queue.enqueue_in(tx, ..)`,
-    /// `complete_in`): it joins it. Transactions of the application's own
-    /// (a `rusqlite`, `postgres` or `mysql` transaction it opened itself)
-    /// are not tracked: a queue's write inside one can wait for it up to the
-    /// write deadline, then [`Error::Busy`].
+    /// `complete_in`): it joins it. Other transactions of the application's
+    /// own (a `postgres` or `mysql` transaction, or a `rusqlite` connection
+    /// opened before the first `Queue::open`) are not tracked: a queue's
+    /// write inside one can wait for it up to the write deadline, then
+    /// [`Error::Busy`].
     InsideTransaction,
     /// A pragma read back a different value than was set (for example a
     /// filesystem that cannot hold a WAL).
@@ -223,8 +232,9 @@ impl fmt::Display for Error {
             Error::InvalidState { job_id, reason } => write!(f, "job {job_id}: {reason}"),
             Error::NotInTransaction => f.write_str("connection is not inside a transaction"),
             Error::InsideTransaction => f.write_str(
-                "called inside the queue's own write transaction, which this call would wait \
-                 for: use the `_in` form with that transaction",
+                "called inside a write transaction this thread holds on the database (the \
+                 queue's own or another connection's), which this call would wait for: use \
+                 the `_in` form with that transaction",
             ),
             Error::Pragma {
                 name,

@@ -55,6 +55,18 @@ pub const FIND_UNIQUE_HISTORY: usize = 20;
 /// and answer `InsideTransaction` at once when none is free: always with
 /// `pool_size(1)`). Tested for every public method on every backend by the
 /// conformance scenarios in `tests/conformance/inside_transaction.rs`.
+///
+/// # Inside the application's own transaction (SQLite)
+///
+/// On SQLite (unix) a thread that holds the file's write lock through a
+/// `rusqlite` connection of the application's (after `BEGIN IMMEDIATE`, or
+/// a write in a deferred transaction) gets the same answer: every method that
+/// writes returns [`Error::InsideTransaction`] at once, writes nothing, and
+/// `enqueue_in(&tx, ..)` joins that transaction. This holds for connections
+/// opened after the process's first [`Queue::open`], which installs the shim
+/// VFS that notes who holds the lock; a connection opened before it is
+/// waited for like another process's, up to the write deadline
+/// (`tests/sqlite_foreign_transactions.rs`).
 #[derive(Debug, Clone)]
 pub struct Queue {
     inner: Arc<Inner>,

@@ -118,3 +118,80 @@ fn disk_full_is_a_typed_error_and_the_same_queue_recovers_when_space_returns() {
         acknowledged.len()
     );
 }
+
+/// An application's own commit that fails on the full disk ends (or keeps)
+/// its transaction and its hold of the write lock; a queue call on the
+/// same thread then neither waits for a lock nobody holds nor is refused
+/// for one (`tests/sqlite_foreign_transactions.rs` has the other ways a
+/// lock is let go). The transaction stays under SQLite's page cache, so the
+/// first write to disk, and the failure, is the commit's.
+#[test]
+#[ignore = "needs root to mount a tmpfs; run by .ci/run"]
+fn an_application_commit_failing_on_a_full_disk_leaves_no_lock_noted_for_its_thread() {
+    let Some(fs) = Tmpfs::mount("4M") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must be able to mount a tmpfs"
+        );
+        println!("SKIPPED: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let path = fs.path().join("full.db");
+    let queue = Queue::open(&path).expect("open on tmpfs");
+    // Opened after the queue: its locks are seen (src/backend/sqlite/vfs.rs).
+    let app = Connection::open(&path).expect("application connection");
+    app.execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")
+        .expect("create table");
+
+    // Fill the filesystem with a ballast file, then free 64 KiB of it.
+    let ballast = fs.path().join("ballast");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&ballast).expect("ballast");
+        let chunk = vec![1u8; 64 * 1024];
+        while file.write_all(&chunk).is_ok() {}
+        let len = file.metadata().expect("ballast size").len();
+        file.set_len(len.saturating_sub(64 * 1024))
+            .expect("free 64 KiB");
+    }
+
+    app.execute_batch("BEGIN IMMEDIATE").expect("begin");
+    app.execute("INSERT INTO blobs VALUES (randomblob(500000))", [])
+        .expect("the insert stays in the page cache");
+    assert!(matches!(
+        queue.enqueue(NewJob::new("k", json!(1))),
+        Err(Error::InsideTransaction)
+    ));
+    let commit = app.execute_batch("COMMIT");
+    assert!(
+        matches!(
+            &commit,
+            Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == rusqlite::ErrorCode::DiskFull
+        ),
+        "expected the commit to fail with SQLITE_FULL, got {commit:?}"
+    );
+    let still_open = !app.is_autocommit();
+    std::fs::remove_file(&ballast).expect("remove the ballast");
+    if still_open {
+        assert!(matches!(
+            queue.enqueue(NewJob::new("k", json!(2))),
+            Err(Error::InsideTransaction)
+        ));
+        app.execute_batch("ROLLBACK").expect("rollback");
+    }
+    let start = std::time::Instant::now();
+    let after = queue
+        .enqueue(NewJob::new("k", json!("after")))
+        .expect("the queue writes on the application's thread once its transaction ended");
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(count_ids(&path, &[after.id]), 1);
+    assert_eq!(integrity(&path), "ok");
+    println!(
+        "disk full, application commit: error=SQLITE_FULL transaction_still_open={still_open} \
+         queue_after=ok integrity=ok"
+    );
+}

@@ -268,10 +268,21 @@ fn a_write_that_passes_its_deadline_under_a_lock_is_a_warning() -> TestResult {
             .busy_timeout(Duration::from_millis(5))
             .write_deadline(Duration::from_millis(100)),
     )?;
-    let mut other = db.connect()?;
-    let tx = other.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    // The lock is held on another thread: on this one the queue would
+    // refuse at once (InsideTransaction) instead of waiting for it.
+    let other = db.connect()?;
+    let (locked, is_locked) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || -> rusqlite::Result<()> {
+        other.execute_batch("BEGIN IMMEDIATE")?;
+        let _ = locked.send(());
+        let _ = released.recv();
+        other.execute_batch("ROLLBACK")
+    });
+    is_locked.recv_timeout(Duration::from_secs(10))?;
     let refused = queue.enqueue(NewJob::new("k", json!({})));
-    drop(tx);
+    drop(release);
+    holder.join().map_err(|_| "the lock holder panicked")??;
     assert!(matches!(refused, Err(Error::Busy)), "{refused:?}");
     let busy = capture.wait_for("the busy warning", |e| {
         e.message.contains("past the write deadline")

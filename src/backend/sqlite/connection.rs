@@ -14,6 +14,7 @@ use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 use super::checkpointer::{Checkpointer, Parts};
 use super::turnstile::{Turn, Turnstile};
+use super::vfs::{self, WriterFile};
 use super::wal;
 use crate::backend::inside::{self, Inside};
 use crate::error::{Error, Result};
@@ -155,6 +156,9 @@ impl Connections {
             ));
         }
         create_private_file(path)?;
+        // Before any connection opens: the queue's and, from now on, the
+        // application's go through it (see `vfs`).
+        vfs::register();
         let pragmas = Pragmas {
             durability: options.durability,
             busy_timeout: options.busy_timeout,
@@ -248,10 +252,11 @@ impl Connections {
     /// poisoned gate is safe to take over.
     ///
     /// A thread that already holds this gate (a handler inside
-    /// `ctx.transaction`, a closure of `QueueExt::transaction`) gets
-    /// [`Error::InsideTransaction`] at once instead of waiting for itself
-    /// forever. Waits for other threads of this process up to the write
-    /// deadline ([`Error::Busy`] past it).
+    /// `ctx.transaction`, a closure of `QueueExt::transaction`), or that
+    /// holds the file's write lock through a connection of its own (an
+    /// application's `BEGIN IMMEDIATE`), gets [`Error::InsideTransaction`] at
+    /// once instead of waiting for itself. Waits for other threads of this
+    /// process up to the write deadline ([`Error::Busy`] past it).
     pub(crate) fn writer(&self) -> Result<WriteGate<'_>> {
         self.writer.enter(Instant::now() + self.write_deadline)
     }
@@ -344,10 +349,11 @@ impl Connections {
     }
 
     /// Lets the checkpointer keep up with this process's writers
-    /// ([`Checkpointer::pace`]); never on a thread holding a write gate,
-    /// which the checkpointer may be waiting for.
+    /// ([`Checkpointer::pace`]); never on a thread holding a write gate, or
+    /// the file's write lock through another connection, which the
+    /// checkpointer may be waiting for (the gate then refuses at once).
     fn pace(&self, until: Instant) {
-        if !inside::is_inside_any() {
+        if !inside::is_inside_any() && !self.writer.locked_elsewhere_by_this_thread() {
             self.checkpointer
                 .pace(self.commits.load(Ordering::Relaxed), until);
         }
@@ -396,6 +402,9 @@ pub(crate) fn note_hold(longest: &AtomicU64, held: Duration) {
 /// `ctx.transaction`) waiting while it takes the gate again and again.
 pub(crate) struct Gate {
     conn: Mutex<Connection>,
+    /// The write connection's file handle, to tell its write lock from one
+    /// this thread holds through another connection (see `vfs`).
+    file: Option<WriterFile>,
     /// Who holds the gate and who is next. The connection's own mutex is
     /// only ever taken by the holder.
     line: Mutex<Line>,
@@ -425,6 +434,7 @@ impl Line {
 impl Gate {
     fn new(conn: Connection) -> Gate {
         Gate {
+            file: WriterFile::of(&conn),
             conn: Mutex::new(conn),
             line: Mutex::new(Line::default()),
             freed: Condvar::new(),
@@ -432,12 +442,16 @@ impl Gate {
     }
 
     /// Takes the gate, waiting for other threads until `until`
-    /// ([`Error::Busy`] past it). A thread that already holds it gets
+    /// ([`Error::Busy`] past it). A thread that already holds it, or that
+    /// holds the file's write lock through another connection, gets
     /// [`Error::InsideTransaction`] at once. A panic while it was held leaves
     /// no open transaction (rusqlite rolls back on drop), so a poisoned
     /// connection is safe to take over.
     pub(crate) fn enter(&self, until: Instant) -> Result<WriteGate<'_>> {
         let inside = Inside::enter(inside::id_of(self))?;
+        if self.locked_elsewhere_by_this_thread() {
+            return Err(Error::InsideTransaction);
+        }
         let mut line = self.line.lock().unwrap_or_else(|p| p.into_inner());
         let ticket = line.next;
         line.next += 1;
@@ -460,6 +474,14 @@ impl Gate {
             gate: self,
             _inside: inside,
         })
+    }
+
+    /// Whether this thread holds the file's write lock through another
+    /// connection (an application's own transaction, another queue's):
+    /// this queue's writer would wait for it until the deadline.
+    pub(crate) fn locked_elsewhere_by_this_thread(&self) -> bool {
+        self.file
+            .is_some_and(|file| file.locked_elsewhere_by_this_thread())
     }
 
     fn leave(&self) {

@@ -18,6 +18,7 @@ pub(crate) mod migrate;
 pub(crate) mod queries;
 pub(crate) mod schedules;
 pub(crate) mod turnstile;
+pub(crate) mod vfs;
 pub(crate) mod wal;
 
 pub(crate) use connection::Connections;
