@@ -71,6 +71,20 @@ fn count_ids(path: &Path, ids: &[i64]) -> usize {
         .sum()
 }
 
+/// A tmpfs of `size`, or `None` after saying the test was skipped (it needs
+/// root; CI has it, and must).
+fn tmpfs_or_skip(size: &str) -> Option<Tmpfs> {
+    let fs = Tmpfs::mount(size);
+    if fs.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must be able to mount a tmpfs"
+        );
+        println!("SKIPPED: cannot mount a tmpfs here (needs root)");
+    }
+    fs
+}
+
 fn integrity(path: &Path) -> String {
     let conn = Connection::open(path).expect("raw connection");
     conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))
@@ -80,12 +94,7 @@ fn integrity(path: &Path) -> String {
 #[test]
 #[ignore = "needs root to mount a tmpfs; run by .ci/run"]
 fn disk_full_is_a_typed_error_and_the_same_queue_recovers_when_space_returns() {
-    let Some(fs) = Tmpfs::mount("2M") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must be able to mount a tmpfs"
-        );
-        println!("SKIPPED: cannot mount a tmpfs here (needs root)");
+    let Some(fs) = tmpfs_or_skip("2M") else {
         return;
     };
     let path = fs.path().join("full.db");
@@ -128,12 +137,7 @@ fn disk_full_is_a_typed_error_and_the_same_queue_recovers_when_space_returns() {
 #[test]
 #[ignore = "needs root to mount a tmpfs; run by .ci/run"]
 fn an_application_commit_failing_on_a_full_disk_leaves_no_lock_noted_for_its_thread() {
-    let Some(fs) = Tmpfs::mount("4M") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must be able to mount a tmpfs"
-        );
-        println!("SKIPPED: cannot mount a tmpfs here (needs root)");
+    let Some(fs) = tmpfs_or_skip("4M") else {
         return;
     };
     let path = fs.path().join("full.db");
