@@ -687,7 +687,7 @@ mod tests {
         let start = Instant::now();
         let mut stalls = 0;
         // Past the bound (64 KiB) for 2.5 s: one long try, then short ones
-        // at pauses of 100, 200, 400 ... ms.
+        // at pauses of 1, 2, 4 ... s.
         while start.elapsed() < Duration::from_millis(2500) {
             let began = Instant::now();
             db.write(|tx| Ok(tx.execute("INSERT INTO blobs VALUES (zeroblob(4096))", [])?))?;
@@ -701,7 +701,7 @@ mod tests {
             "the reader pinned the log: {pinned} bytes"
         );
         assert!(stalls <= 1, "{stalls} stalls");
-        assert!(db.checkpoint_stats.partial.load(Ordering::Relaxed) > 1);
+        assert!(db.checkpoint_stats.partial.load(Ordering::Relaxed) > 0);
 
         reader.execute_batch("COMMIT")?;
         let deadline = Instant::now() + TRUNCATE_PATIENCE * 10;
