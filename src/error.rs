@@ -283,13 +283,49 @@ impl From<rusqlite::Error> for Error {
 }
 
 impl From<r2d2::Error> for Error {
+    /// A pool that had no free connection by its timeout (the write
+    /// deadline) is [`Error::Busy`], as a lock held past it is. One that
+    /// could not open a connection carries the reason: it stays a database
+    /// error (the server is down or refuses the login).
     fn from(e: r2d2::Error) -> Self {
+        // r2d2 keeps the reason private; its message is only its own text
+        // when there is none.
+        if e.to_string() == R2D2_TIMED_OUT {
+            return Error::Busy;
+        }
         Error::Database(Box::new(e))
     }
 }
 
+/// r2d2's message for a wait for a free connection that timed out.
+const R2D2_TIMED_OUT: &str = "timed out waiting for connection";
+
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {
         Error::Serialization(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A pool whose every connection is taken past its timeout answers
+    /// `Busy` (the server pools waited until the deadline and returned an
+    /// untyped error before).
+    #[test]
+    fn a_pool_without_a_free_connection_by_its_timeout_is_busy() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
+        let pool = r2d2::Pool::builder()
+            .max_size(1)
+            .connection_timeout(Duration::from_millis(50))
+            .build(r2d2_sqlite::SqliteConnectionManager::file(
+                dir.path().join("p.db"),
+            ))?;
+        let _taken = pool.get()?;
+        let error = Error::from(pool.get().expect_err("the only connection is taken"));
+        assert!(error.is_busy(), "{error:?}");
+        Ok(())
     }
 }

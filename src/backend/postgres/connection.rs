@@ -384,6 +384,9 @@ fn retriable(e: &Error) -> bool {
     e.is_busy() || is_connection_lost(e) || is_pool_timeout(e)
 }
 
+/// The pool could not open a connection by its timeout (the reason is in
+/// the error: the server is restarting, unreachable); a pool with no free
+/// connection is [`Error::Busy`] already.
 fn is_pool_timeout(e: &Error) -> bool {
     matches!(e, Error::Database(inner) if inner.is::<r2d2::Error>())
 }
