@@ -116,7 +116,7 @@ impl QueueOptions {
     }
 
     /// The bound on every call that writes: how long it may wait in all
-    /// before returning [`Error::Busy`](crate::Error::Busy). Defaults to 30 seconds.
+    /// before returning [`Error::Busy`]. Defaults to 30 seconds.
     ///
     /// On SQLite the wait covers the other threads of this process (the
     /// write gate), the other processes on the file (their turns at the
@@ -136,7 +136,7 @@ impl QueueOptions {
     /// writes through one connection per process), all connections on a
     /// server. Defaults to 4. On a server, a thread inside the queue's own
     /// transaction holds one of them: its reads need another, and answer
-    /// [`Error::InsideTransaction`](crate::Error::InsideTransaction) at once
+    /// [`Error::InsideTransaction`] at once
     /// when none is free (always at 1).
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;

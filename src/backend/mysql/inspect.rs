@@ -284,7 +284,7 @@ fn history_status(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Option<F
     Ok(status.as_deref().and_then(FinalStatus::parse))
 }
 
-/// Inserts jobs copied from another database (see [`crate::copy`]), keeping
+/// Inserts jobs copied from another database (see [`crate::copy()`]), keeping
 /// their ids; returns how many were written (the others were already there).
 pub(crate) fn import(sql: &Sql, q: &mut impl Queryable, records: &[JobRecord]) -> Result<usize> {
     let mut written = 0;

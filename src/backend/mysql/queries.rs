@@ -459,7 +459,7 @@ WHERE id = :id AND lease_token IS NULL";
 ///
 /// Differs from SQLite in that the due jobs are told apart by `available_at`
 /// (no `due` flag, no separate index of them), and in the shape of its rows:
-/// [`DEPTH`] sends the four counts as one `UNION ALL`, one statement, so
+/// [`depth`] sends the four counts as one `UNION ALL`, one statement, so
 /// they share one server now and one read view (under READ COMMITTED each
 /// statement reads its own; a job claimed between two of them would be
 /// counted twice or not at all), in one round trip.

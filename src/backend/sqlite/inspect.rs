@@ -370,7 +370,7 @@ fn history_status(conn: &Connection, id: i64) -> Result<Option<FinalStatus>> {
     Ok(status.as_deref().and_then(FinalStatus::parse))
 }
 
-/// Inserts jobs copied from another database (see [`crate::copy`]), keeping
+/// Inserts jobs copied from another database (see [`crate::copy()`]), keeping
 /// their ids; returns how many were written (the others were already there).
 pub(crate) fn import(conn: &Connection, records: &[JobRecord]) -> Result<usize> {
     let mut written = 0;
