@@ -63,10 +63,12 @@ pub const FIND_UNIQUE_HISTORY: usize = 20;
 /// a write in a deferred transaction) gets the same answer: every method that
 /// writes returns [`Error::InsideTransaction`] at once, writes nothing, and
 /// `enqueue_in(&tx, ..)` joins that transaction. This holds for connections
-/// opened after the process's first [`Queue::open`], which installs the shim
-/// VFS that notes who holds the lock; a connection opened before it is
-/// waited for like another process's, up to the write deadline
-/// (`tests/sqlite_foreign_transactions.rs`).
+/// the application opened through backlog's shim VFS, which notes who holds
+/// the lock ([`sqlite::open_connection`](crate::sqlite::open_connection), or
+/// any connection opened after
+/// [`sqlite::make_default_vfs`](crate::sqlite::make_default_vfs)); another
+/// connection is waited for like another process's, up to the write
+/// deadline (`tests/sqlite_foreign_transactions.rs`).
 #[derive(Debug, Clone)]
 pub struct Queue {
     inner: Arc<Inner>,

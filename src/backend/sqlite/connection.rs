@@ -156,20 +156,19 @@ impl Connections {
             ));
         }
         create_private_file(path)?;
-        // Before any connection opens: the queue's and, from now on, the
-        // application's go through it (see `vfs`).
-        vfs::register();
         let pragmas = Pragmas {
             durability: options.durability,
             busy_timeout: options.busy_timeout,
         };
         let flags = OPEN_FLAGS;
-        let writer = Connection::open_with_flags(path, flags)?;
+        // Through the shim, by name: the write gate tells this writer's lock
+        // from one this thread holds through another connection (see `vfs`).
+        let writer = vfs::open(path, flags)?;
         // Setting WAL needs a lock another process may hold: retry like a write.
         retry_busy(options.write_deadline, &AtomicU64::new(0), || {
             pragmas.apply(&writer)
         })?;
-        let checkpoints = Connection::open_with_flags(path, flags)?;
+        let checkpoints = vfs::open(path, flags)?;
         retry_busy(options.write_deadline, &AtomicU64::new(0), || {
             pragmas.apply(&checkpoints)
         })?;
