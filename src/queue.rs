@@ -160,13 +160,14 @@ impl Queue {
         if options.migrate {
             backend.migrate(options.write_deadline)?;
         }
+        let bus = Bus::new(options.event_capacity);
         Ok(Queue {
             inner: Arc::new(Inner {
                 backend,
                 canonical_path: path.as_ref().and_then(|p| p.canonicalize().ok()),
                 path,
                 options,
-                bus: Bus::default(),
+                bus,
                 settled_in: Default::default(),
                 progress_gate: Default::default(),
             }),
@@ -712,7 +713,10 @@ impl Queue {
 
     /// Subscribes to the lifecycle events of jobs handled through this queue
     /// (and its clones) in this process, from now on. Drop the receiver to
-    /// unsubscribe; an unread subscription buffers without bound.
+    /// unsubscribe. A subscription holds at most
+    /// [`QueueOptions::event_capacity`] unread events (4096 by default): the
+    /// queue never waits for it, and a subscriber that fell behind receives
+    /// [`Event::Lagged`] with the number of events it missed.
     pub fn subscribe(&self) -> crossbeam_channel::Receiver<Event> {
         self.inner.bus.subscribe()
     }
@@ -869,7 +873,8 @@ impl Queue {
                 let left = deadline.min(next_look).saturating_duration_since(now);
                 crossbeam_channel::select! {
                     recv(events) -> event => match event {
-                        Ok(e) if e.finishes(id) => break,
+                        // A lagged subscription may have missed the finish.
+                        Ok(e) if e.finishes(id) || matches!(e, Event::Lagged { .. }) => break,
                         Ok(_) => {}
                         // The bus never drops its subscribers while the queue lives.
                         Err(_) => break,
