@@ -33,6 +33,50 @@
 //! turn it later gets goes to the next caller of this process, or is let go
 //! at once.
 //!
+//! # States
+//!
+//! One caller at a time (it holds the queue's write gate) and one helper
+//! share a `State` (Linux):
+//!
+//! ```text
+//!        caller: door and turn free
+//!        (takes both, lets the door go)
+//!            +------+
+//!            |      v
+//!          +----------+   caller: door or turn taken   +--------------------------+
+//!  open -->|   Idle   |------------------------------->| Helping { door_held,     |
+//!          +----------+                                |           wanted: true } |
+//!           ^   ^    ^                                 +--------------------------+
+//!           |   |    |  helper got the turn, nobody      |  |  ^   |
+//!           |   |    |  wants it: lets it go             |  |  |   | caller gave up
+//!           |   |    +-----------------------------------+  |  |   v (deadline)
+//!           |   |                                           |  | wanted: false
+//!           |   |                                           |  +--- a later caller
+//!           |   |  caller takes the turn                    |       wants it
+//!           |   +---------------- Granted <-----------------+ helper got the turn
+//!           |  caller writes without a turn                 |
+//!           +-------------------- Failed  <-----------------+ helper's lock failed
+//!
+//!  any state --(the queue closes)--> Closed: the helper lets go what it gets
+//!  and ends; the close joins it, or leaves it after CLOSE_PATIENCE.
+//! ```
+//!
+//! The helper blocks in the kernel only in `Helping`, and no caller takes a
+//! lock on the file meanwhile: locks of one open file description never
+//! conflict with each other, so the caller and the helper could both
+//! believe they hold the turn.
+//!
+//! Closing joins the helper, waiting for it [`CLOSE_PATIENCE`] at most: it
+//! ends at once unless it is blocked in the kernel for another process's
+//! turn (a caller gave up on it), which no thread can interrupt. Past the
+//! bound it is left to end by itself once it gets that turn, which it lets
+//! go at once.
+//!
+//! The turnstile file sits beside the database's real file: a path through
+//! a symbolic link is resolved first, as SQLite resolves it for `-wal` and
+//! `-shm`, so that every queue on the file, whichever path opened it, takes
+//! turns at the same file.
+//!
 //! Connections that do not use the turnstile (an application's own rusqlite
 //! connection) are not slowed by it: they meet backlog's writers in SQLite's
 //! busy handler, as before, and are only not served in turn.
@@ -41,13 +85,21 @@
 //! writers meet in SQLite's busy handler.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
-/// The turnstile file of the database at `db`.
+/// How long closing a queue waits for its turnstile's helper thread.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) const CLOSE_PATIENCE: Duration = Duration::from_millis(250);
+
+/// The turnstile file of the database at `db`, beside the file a symbolic
+/// link points to (the path as given if it cannot be resolved).
 pub(crate) fn path_of(db: &Path) -> PathBuf {
-    let mut path = db.to_path_buf().into_os_string();
+    let mut path = db
+        .canonicalize()
+        .unwrap_or_else(|_| db.to_path_buf())
+        .into_os_string();
     path.push("-turnstile");
     PathBuf::from(path)
 }
@@ -76,8 +128,8 @@ impl Drop for Turn<'_> {
 mod linux {
     use std::fs::File;
     use std::os::fd::AsRawFd;
-    use std::sync::{Arc, Condvar, Mutex};
-    use std::thread;
+    use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+    use std::thread::{self, JoinHandle};
 
     use super::*;
 
@@ -91,6 +143,7 @@ mod linux {
     pub(crate) struct Turnstile {
         /// `None`: no turnstile (its file could not be opened).
         inner: Option<Arc<Inner>>,
+        helper: Option<JoinHandle<()>>,
     }
 
     struct Inner {
@@ -99,21 +152,25 @@ mod linux {
         changed: Condvar,
     }
 
-    #[derive(Default)]
-    struct State {
-        /// A caller of this process waits for the helper to get the turn.
-        wanted: bool,
-        /// The helper got the turn for the caller, who has not taken it yet.
-        granted: bool,
-        /// The helper is (or is about to be) blocked in the kernel. No
-        /// caller may take a lock on the file meanwhile: locks of one open
-        /// file description never conflict with each other, so the caller
-        /// and the helper could both believe they hold the turn.
-        helping: bool,
-        /// The caller already holds the door (it found the turn taken).
-        door_held: bool,
-        /// The queue was dropped: the helper lets go of what it gets and ends.
-        closed: bool,
+    /// Where the caller and the helper are (the module's state diagram).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(super) enum State {
+        /// Nothing of this queue's waits in the kernel: a caller tries the
+        /// locks itself, without blocking.
+        Idle,
+        /// The helper is asked to block, or blocks, in the kernel for the
+        /// turn. `door_held`: the caller already held the door when it asked
+        /// (the helper takes the turn only). `wanted`: a caller waits for
+        /// the turn; false once it gave up, and what the helper gets then is
+        /// let go, unless a later caller wants it first.
+        Helping { door_held: bool, wanted: bool },
+        /// The helper holds the turn for the waiting caller.
+        Granted,
+        /// The helper's lock failed: the waiting caller writes without a
+        /// turn (correct, only not in turn).
+        Failed,
+        /// The queue closed: the helper lets go what it gets and ends.
+        Closed,
     }
 
     impl Turnstile {
@@ -133,20 +190,26 @@ mod linux {
                 .map_err(|e| Error::Database(Box::new(e)))?;
             let inner = Arc::new(Inner {
                 file,
-                state: Mutex::new(State::default()),
+                state: Mutex::new(State::Idle),
                 changed: Condvar::new(),
             });
             let helper = inner.clone();
-            thread::Builder::new()
+            let helper = thread::Builder::new()
                 .name("backlog-turnstile".into())
                 .spawn(move || helper.help())
                 .map_err(|e| Error::Database(Box::new(e)))?;
-            Ok(Turnstile { inner: Some(inner) })
+            Ok(Turnstile {
+                inner: Some(inner),
+                helper: Some(helper),
+            })
         }
 
         /// No turnstile: writers meet in SQLite's busy handler.
         pub(crate) fn none() -> Turnstile {
-            Turnstile { inner: None }
+            Turnstile {
+                inner: None,
+                helper: None,
+            }
         }
 
         /// Waits for this queue's turn until `until`; [`Error::Busy`] past it.
@@ -157,34 +220,62 @@ mod linux {
                 return Ok(Turn { turnstile: None });
             };
             let mut state = inner.lock_state();
-            if !state.helping {
-                // No one waits in the kernel for us: try without blocking.
-                if inner.try_lock(DOOR)? {
-                    if inner.try_lock(TURN)? {
+            match *state {
+                State::Idle => {
+                    // No one waits in the kernel for us: try without blocking.
+                    if !inner.try_lock(DOOR)? {
+                        *state = State::Helping {
+                            door_held: false,
+                            wanted: true,
+                        };
+                    } else if inner.try_lock(TURN).inspect_err(|_| inner.unlock(DOOR))? {
                         inner.unlock(DOOR);
                         return Ok(Turn {
                             turnstile: Some(self),
                         });
+                    } else {
+                        *state = State::Helping {
+                            door_held: true,
+                            wanted: true,
+                        };
                     }
-                    state.door_held = true;
                 }
-                state.helping = true;
+                // An earlier caller gave up; what the helper gets is ours.
+                State::Helping { door_held, .. } => {
+                    *state = State::Helping {
+                        door_held,
+                        wanted: true,
+                    }
+                }
+                // Not while a caller can be here (see the state diagram).
+                State::Granted | State::Failed | State::Closed => {}
             }
-            state.wanted = true;
             inner.changed.notify_all();
             loop {
-                if state.granted {
-                    state.granted = false;
-                    state.wanted = false;
-                    return Ok(Turn {
-                        turnstile: Some(self),
-                    });
+                match *state {
+                    State::Granted => {
+                        *state = State::Idle;
+                        return Ok(Turn {
+                            turnstile: Some(self),
+                        });
+                    }
+                    State::Failed => {
+                        *state = State::Idle;
+                        return Ok(Turn { turnstile: None });
+                    }
+                    State::Closed => return Ok(Turn { turnstile: None }),
+                    State::Idle | State::Helping { .. } => {}
                 }
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    // The helper goes on waiting; what it gets goes to the
-                    // next caller, or is let go.
-                    state.wanted = false;
+                    if let State::Helping { door_held, .. } = *state {
+                        // The helper goes on waiting; what it gets goes to
+                        // the next caller, or is let go.
+                        *state = State::Helping {
+                            door_held,
+                            wanted: false,
+                        };
+                    }
                     return Err(Error::Busy);
                 }
                 state = inner
@@ -200,46 +291,81 @@ mod linux {
                 inner.unlock(TURN);
             }
         }
+
+        /// The state, for tests.
+        #[cfg(test)]
+        pub(super) fn state(&self) -> Option<State> {
+            self.inner.as_deref().map(|inner| *inner.lock_state())
+        }
     }
 
     impl Drop for Turnstile {
         fn drop(&mut self) {
-            // Not joined: the helper may be blocked on another process's
-            // turn. It ends once it has it, and lets go at once.
-            if let Some(inner) = &self.inner {
-                inner.lock_state().closed = true;
-                inner.changed.notify_all();
+            let (Some(inner), Some(helper)) = (&self.inner, self.helper.take()) else {
+                return;
+            };
+            *inner.lock_state() = State::Closed;
+            inner.changed.notify_all();
+            // Bounded: the helper may be blocked on another process's turn,
+            // which nothing can interrupt (see the module docs).
+            let deadline = Instant::now() + CLOSE_PATIENCE;
+            while !helper.is_finished() {
+                if Instant::now() >= deadline {
+                    tracing::debug!(
+                        "the turnstile's helper waits for another process's turn: \
+                         left to end once it has it"
+                    );
+                    return;
+                }
+                thread::sleep(Duration::from_millis(1));
             }
+            let _ = helper.join();
         }
     }
 
     impl Inner {
-        fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        fn lock_state(&self) -> MutexGuard<'_, State> {
             self.state.lock().unwrap_or_else(|p| p.into_inner())
         }
 
         /// The helper thread: blocks in the kernel for a turn when a caller
-        /// wants one, and hands it over.
+        /// asks, and hands it over.
         fn help(&self) {
             let mut state = self.lock_state();
             loop {
-                while !(state.closed || (state.wanted && state.helping)) {
-                    state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
-                }
-                if state.closed {
-                    return;
-                }
-                let door_held = std::mem::take(&mut state.door_held);
+                let door_held = match *state {
+                    State::Closed => return,
+                    State::Helping { door_held, wanted } => {
+                        // The door is the helper's to let go from here on.
+                        *state = State::Helping {
+                            door_held: false,
+                            wanted,
+                        };
+                        door_held
+                    }
+                    State::Idle | State::Granted | State::Failed => {
+                        state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
+                        continue;
+                    }
+                };
                 drop(state);
                 let got = (door_held || self.lock(DOOR)) && self.lock(TURN);
                 self.unlock(DOOR);
                 state = self.lock_state();
-                state.helping = false;
-                if got && state.wanted && !state.closed {
-                    state.granted = true;
-                } else if got {
-                    self.unlock(TURN);
-                }
+                *state = match (*state, got) {
+                    (State::Helping { wanted: true, .. }, true) => State::Granted,
+                    (State::Helping { wanted: true, .. }, false) => State::Failed,
+                    (closed_or_unwanted, got) => {
+                        if got {
+                            self.unlock(TURN);
+                        }
+                        if closed_or_unwanted == State::Closed {
+                            State::Closed
+                        } else {
+                            State::Idle
+                        }
+                    }
+                };
                 self.changed.notify_all();
             }
         }
@@ -287,6 +413,101 @@ mod linux {
             } else {
                 Ok(())
             }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// A queue's turnstile, and a second one on the same file standing
+        /// for another process (its own open file description).
+        fn two() -> (tempfile::TempDir, Turnstile, Turnstile) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let db = dir.path().join("q.db");
+            std::fs::write(&db, b"").expect("db file");
+            let ours = Turnstile::open(&db).expect("ours");
+            let theirs = Turnstile::open(&db).expect("theirs");
+            (dir, ours, theirs)
+        }
+
+        fn soon() -> Instant {
+            Instant::now() + Duration::from_secs(5)
+        }
+
+        /// Dropping the turnstile joins its helper thread.
+        #[test]
+        fn closing_joins_the_idle_helper() {
+            let (_dir, ours, _theirs) = two();
+            drop(ours.enter(soon()).expect("a free turn"));
+            let inner = Arc::downgrade(ours.inner.as_ref().expect("a turnstile"));
+            drop(ours);
+            // The helper held the other reference: it has ended.
+            assert!(inner.upgrade().is_none());
+        }
+
+        /// A helper blocked on another process's turn keeps the close
+        /// waiting CLOSE_PATIENCE at most; it ends once it gets the turn,
+        /// and lets it go.
+        #[test]
+        fn closing_leaves_a_helper_blocked_on_another_turn_after_its_patience() {
+            let (_dir, ours, theirs) = two();
+            let held = theirs.enter(soon()).expect("their turn");
+            let gave_up = ours
+                .enter(Instant::now() + Duration::from_millis(50))
+                .map(|_| ());
+            assert!(matches!(gave_up, Err(Error::Busy)));
+            assert!(
+                matches!(ours.state(), Some(State::Helping { wanted: false, .. })),
+                "{:?}",
+                ours.state()
+            );
+            let inner = Arc::downgrade(ours.inner.as_ref().expect("a turnstile"));
+            let start = Instant::now();
+            drop(ours);
+            let took = start.elapsed();
+            assert!(took >= CLOSE_PATIENCE, "{took:?}");
+            assert!(took < CLOSE_PATIENCE + Duration::from_secs(2), "{took:?}");
+            assert!(inner.upgrade().is_some(), "the helper is still blocked");
+            drop(held);
+            let deadline = soon();
+            while inner.upgrade().is_some() {
+                assert!(Instant::now() < deadline, "the helper never ended");
+                thread::sleep(Duration::from_millis(5));
+            }
+            // It let the turn go: the other one takes it at once.
+            drop(
+                theirs
+                    .enter(Instant::now() + Duration::from_millis(500))
+                    .expect("free"),
+            );
+        }
+
+        /// A caller that gave up leaves the helper waiting; the next caller
+        /// gets what the helper gets.
+        #[test]
+        fn the_next_caller_gets_the_turn_a_caller_gave_up_on() {
+            let (_dir, ours, theirs) = two();
+            thread::scope(|s| {
+                let held = theirs.enter(soon()).expect("their turn");
+                assert!(matches!(
+                    ours.enter(Instant::now() + Duration::from_millis(20)),
+                    Err(Error::Busy)
+                ));
+                s.spawn(move || {
+                    thread::sleep(Duration::from_millis(50));
+                    drop(held);
+                });
+                let turn = ours.enter(soon()).expect("the turn the helper got");
+                assert!(turn.turnstile.is_some());
+                assert_eq!(ours.state(), Some(State::Idle));
+                // We hold the turn: the other one cannot have it.
+                assert!(matches!(
+                    theirs.enter(Instant::now() + Duration::from_millis(50)),
+                    Err(Error::Busy)
+                ));
+                drop(turn);
+            });
         }
     }
 }
