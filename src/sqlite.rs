@@ -98,7 +98,7 @@ pub type Transaction<'a> = rusqlite::Transaction<'a>;
 /// connection is an ordinary `rusqlite` connection. Off unix there is no
 /// shim and this is `rusqlite::Connection::open`.
 pub fn open_connection(path: impl AsRef<Path>) -> Result<Connection> {
-    Ok(db::vfs::open(
+    Ok(db::write_path::vfs::open(
         path.as_ref(),
         rusqlite::OpenFlags::default(),
     )?)
@@ -116,7 +116,7 @@ pub fn open_connection(path: impl AsRef<Path>) -> Result<Connection> {
 /// or if SQLite refused to register it; queue calls inside the
 /// application's transactions then wait, bounded by the write deadline.
 pub fn make_default_vfs() -> bool {
-    db::vfs::make_default()
+    db::write_path::vfs::make_default()
 }
 
 /// Transactional calls of a [`Queue`] on SQLite.

@@ -7,7 +7,7 @@
 //!
 //! A binary of its own: the default VFS is the whole process's, and the
 //! other SQLite tests check that a queue leaves it alone. SQLite only and
-//! unix only, as the shim (`src/backend/sqlite/vfs.rs`).
+//! unix only, as the shim (`src/backend/sqlite/write_path/vfs.rs`).
 
 #![cfg(unix)]
 

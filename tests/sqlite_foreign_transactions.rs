@@ -8,7 +8,7 @@
 //! queue's writer share. On PostgreSQL and MySQL the queue writes through
 //! its own pooled connections and row locks; "the queue's own transaction"
 //! case, which every backend has, is in the conformance suite. Unix only:
-//! the lock's holder is known through the shim VFS (`src/backend/sqlite/vfs.rs`).
+//! the lock's holder is known through the shim VFS (`src/backend/sqlite/write_path/vfs.rs`).
 //!
 //! The shim is the application's to ask for: its connections here are
 //! opened with `backlog::sqlite::open_connection`. A plain `rusqlite`
