@@ -117,14 +117,15 @@ pub enum Error {
     /// holds on the queue's file through another connection: the
     /// application's own `rusqlite` connection after `BEGIN IMMEDIATE` or a
     /// write in a deferred transaction, or another queue handle's
-    /// transaction. That is seen for connections opened after the process's
-    /// first `Queue::open` (it installs the shim VFS that notes who holds the
-    /// write lock).
+    /// transaction. That is seen for connections that go through backlog's
+    /// shim VFS, which notes who holds the write lock: the queues' own, and
+    /// the application's that opted in (`sqlite::open_connection`,
+    /// `sqlite::make_default_vfs`).
     ///
     /// Use the `_in` form with that transaction (`queue.enqueue_in(tx, ..)`,
     /// `complete_in`): it joins it. Other transactions of the application's
     /// own (a `postgres` or `mysql` transaction, or a `rusqlite` connection
-    /// opened before the first `Queue::open`) are not tracked: a queue's
+    /// that did not opt in to the shim) are not tracked: a queue's
     /// write inside one can wait for it up to the write deadline, then
     /// [`Error::Busy`].
     InsideTransaction,

@@ -164,7 +164,7 @@ pub use job::{
 };
 pub use lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport, DEFAULT_LEASE_TTL};
 pub use limits::{QueueLimits, Rate};
-pub use options::{Durability, QueueOptions, DEFAULT_TABLE_PREFIX};
+pub use options::{Durability, QueueOptions, DEFAULT_EVENT_CAPACITY, DEFAULT_TABLE_PREFIX};
 pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
 pub use periodic::{Schedule, ScheduleInfo, Scheduler, SchedulerStats};
 pub use queue::{Queue, FIND_UNIQUE_HISTORY, WAIT_MAX_POLL};

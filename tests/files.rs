@@ -77,3 +77,32 @@ fn the_library_never_deletes_or_renames_files() {
         offenders.join("\n")
     );
 }
+
+/// A queue opened through a symbolic link keeps its files beside the real
+/// database, as SQLite keeps `-wal` and `-shm`: queues opened by either
+/// path take turns at one turnstile file.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_queue_opened_through_a_symlink_keeps_its_turnstile_beside_the_target() -> backlog::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let real = dir.path().join("data");
+    std::fs::create_dir(&real).expect("data dir");
+    let target = real.join("real.db");
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let direct = Queue::open(&target)?;
+    direct.enqueue(NewJob::new("k", json!(1)))?;
+    let through_link = Queue::open(&link)?;
+    through_link.enqueue(NewJob::new("k", json!(2)))?;
+    for suffix in ["-wal", "-shm", "-turnstile"] {
+        assert!(
+            real.join(format!("real.db{suffix}")).exists(),
+            "no real.db{suffix} beside the target"
+        );
+        assert!(
+            !dir.path().join(format!("link.db{suffix}")).exists(),
+            "link.db{suffix} beside the link"
+        );
+    }
+    Ok(())
+}

@@ -13,6 +13,7 @@ mod harness;
 mod bad_input;
 mod copy;
 mod enqueue;
+mod events;
 mod find_unique;
 mod finished_per_minute;
 mod groups;
