@@ -158,35 +158,7 @@ mod tests {
     }
 }
 
-/// `url` with its password replaced by `***`, for messages and `Debug`:
-/// `postgres://app:secret@db/q` becomes `postgres://app:***@db/q`. A
-/// `password=` query parameter is masked too.
-pub(crate) fn redact_url(url: &str) -> String {
-    let mut out = match url.split_once("://") {
-        Some((scheme, rest)) => {
-            // The authority ends at the first '/', '?' or '#'; its userinfo
-            // at the last '@' within it.
-            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            let (authority, tail) = rest.split_at(end);
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => match userinfo.split_once(':') {
-                    Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-                    None => format!("{scheme}://{userinfo}@{host}{tail}"),
-                },
-                None => url.to_owned(),
-            }
-        }
-        None => url.to_owned(),
-    };
-    // A password given as a query parameter (`?password=...`).
-    let lower = out.to_ascii_lowercase();
-    if let Some(at) = lower.find("password=") {
-        let start = at + "password=".len();
-        let end = out[start..].find('&').map_or(out.len(), |i| start + i);
-        out.replace_range(start..end, "***");
-    }
-    out
-}
+pub(crate) use crate::redact::redact_url;
 
 /// A table prefix or schema name: ASCII letters, digits and `_`, not
 /// starting with a digit, at most 32 bytes. Such names need no quoting in any
@@ -207,27 +179,5 @@ pub(crate) fn identifier(what: &'static str, value: &str) -> Result<()> {
                 "{value:?} must be 1 to 32 ASCII letters, digits or '_', not starting with a digit"
             ),
         ))
-    }
-}
-
-#[cfg(test)]
-mod redact_tests {
-    use super::redact_url;
-
-    #[test]
-    fn a_url_password_never_survives_redaction() {
-        assert_eq!(
-            redact_url("postgres://app:s3cret@db:5432/q?sslmode=require"),
-            "postgres://app:***@db:5432/q?sslmode=require"
-        );
-        assert_eq!(
-            redact_url("mysql://root:p@ss@host/db"),
-            "mysql://root:***@host/db"
-        );
-        assert_eq!(
-            redact_url("postgres://db/q?user=a&password=s3cret&sslmode=disable"),
-            "postgres://db/q?user=a&password=***&sslmode=disable"
-        );
-        assert_eq!(redact_url("postgres://app@db/q"), "postgres://app@db/q");
     }
 }

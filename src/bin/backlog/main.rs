@@ -268,7 +268,7 @@ fn main() -> ExitCode {
                     json!({"error": failure.message, "exit_code": failure.code as u8})
                 );
             } else {
-                eprintln!("backlog: {failure}");
+                eprintln!("backlog: {}", output::safe_lines(&failure.message));
             }
             ExitCode::from(failure.code as u8)
         }
@@ -421,7 +421,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 json!({"id": enqueued.id, "existed": enqueued.existed, "job": output::record_json(&record)}),
             )
         }
-        Command::Metrics => out.text(&queue.metrics()?),
+        Command::Metrics => out.raw(&queue.metrics()?),
         Command::Schedules { remove } => schedules::run(&out, &queue, remove.as_deref()),
         Command::Watch { interval, count } => {
             watch::run(&queue, duration_arg(interval)?, *count, out.json)
@@ -462,7 +462,16 @@ struct Out {
 }
 
 impl Out {
+    /// Prints text for people: whatever it quotes from the database (a
+    /// kind, an error message) cannot reach the terminal as a control
+    /// sequence.
     fn text(&self, text: &str) -> Result<(), Failure> {
+        self.raw(&output::safe_lines(text))
+    }
+
+    /// Prints text as it is: JSON and the metrics' text format, for
+    /// programs (their encoders escape what they need to).
+    fn raw(&self, text: &str) -> Result<(), Failure> {
         let mut stdout = std::io::stdout().lock();
         stdout.write_all(text.as_bytes())?;
         stdout.flush()?;
@@ -472,7 +481,7 @@ impl Out {
     fn value(&self, value: &Value) -> Result<(), Failure> {
         let text = serde_json::to_string_pretty(value)
             .map_err(|e| Failure::new(Code::Other, e.to_string()))?;
-        self.text(&format!("{text}\n"))
+        self.raw(&format!("{text}\n"))
     }
 
     /// A one-line result for people, or its JSON.
@@ -751,7 +760,7 @@ fn confirm(question: &str) -> Result<(), Failure> {
             format!("{question} Not confirmed: pass --yes to run without a terminal"),
         ));
     }
-    eprint!("{question} [y/N] ");
+    eprint!("{} [y/N] ", output::safe(question));
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
     if matches!(answer.trim(), "y" | "Y" | "yes") {

@@ -36,11 +36,13 @@ impl Target {
         }
     }
 
-    /// What to call the database in messages (a URL without its password).
+    /// What to call the database in messages, JSON and pages: without its
+    /// password. A path is redacted too: a `key=value` connection string or
+    /// a URL of an unknown scheme given as `--db` is taken for a path.
     pub fn display(&self) -> String {
         match self {
-            Target::Sqlite(path) => path.display().to_string(),
-            Target::Server(url) => redact(url),
+            Target::Sqlite(path) => shown(path),
+            Target::Server(url) => backlog::redact_url(url),
         }
     }
 
@@ -90,7 +92,7 @@ impl Target {
                 SqliteFile::NotSqlite => {
                     return Err(Failure::new(
                         Code::NotBacklog,
-                        format!("{} is not a SQLite database", path.display()),
+                        format!("{} is not a SQLite database", shown(path)),
                     ))
                 }
                 SqliteFile::OtherDatabase => {
@@ -100,7 +102,7 @@ impl Target {
                             "{} is a SQLite database of another application; backlog adds its \
                              tables only to a new file or one that already has them (it would \
                              switch the file to WAL mode)",
-                            path.display()
+                            shown(path)
                         ),
                     ))
                 }
@@ -118,6 +120,7 @@ impl Target {
     fn unreachable(&self, e: backlog::Error) -> Failure {
         let code = match e {
             backlog::Error::FeatureDisabled { .. } => Code::Usage,
+            ref e if e.is_corrupt() => Code::NotBacklog,
             _ => Code::Unreachable,
         };
         Failure::new(code, format!("cannot open {}: {e}", self.display()))
@@ -133,26 +136,23 @@ fn probe_sqlite(path: &Path) -> Result<(), Failure> {
             format!(
                 "no database at {} (backlog does not create a file it was asked to read; \
                  `backlog migrate --db {}` creates a new queue)",
-                path.display(),
-                path.display()
+                shown(path),
+                shown(path)
             ),
         ),
         SqliteFile::Empty => (
             Code::NotBacklog,
-            format!(
-                "{} is an empty file, not a backlog database",
-                path.display()
-            ),
+            format!("{} is an empty file, not a backlog database", shown(path)),
         ),
         SqliteFile::NotSqlite => (
             Code::NotBacklog,
-            format!("{} is not a SQLite database", path.display()),
+            format!("{} is not a SQLite database", shown(path)),
         ),
         _ => (
             Code::NotBacklog,
             format!(
                 "{} is a SQLite database without backlog's tables",
-                path.display()
+                shown(path)
             ),
         ),
     };
@@ -160,24 +160,34 @@ fn probe_sqlite(path: &Path) -> Result<(), Failure> {
 }
 
 fn probe(path: &Path) -> Result<SqliteFile, Failure> {
+    // Opening a FIFO for reading waits for a writer, forever: only regular
+    // files (or links to one) are read. A missing path is the probe's to
+    // report.
+    if let Ok(meta) = std::fs::metadata(path) {
+        if !meta.is_file() {
+            let what = if meta.is_dir() {
+                "a folder"
+            } else {
+                "not a regular file (a FIFO, socket or device)"
+            };
+            return Err(Failure::new(
+                Code::NotBacklog,
+                format!("{} is {what}, not a backlog database", shown(path)),
+            ));
+        }
+    }
     backlog::probe_sqlite_file(path).map_err(|e| {
-        Failure::new(
-            Code::Unreachable,
-            format!("cannot read {}: {e}", path.display()),
-        )
+        let code = if e.is_corrupt() {
+            Code::NotBacklog
+        } else {
+            Code::Unreachable
+        };
+        Failure::new(code, format!("cannot read {}: {e}", shown(path)))
     })
 }
 
-/// `scheme://user:secret@host` → `scheme://user:***@host`.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    match rest.split_once('@') {
-        Some((credentials, host)) => match credentials.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
+/// A path as messages show it: redacted like a URL, since whatever `--db`
+/// names that is not a known URL is taken for a path.
+fn shown(path: &Path) -> String {
+    backlog::redact_url(&path.display().to_string())
 }
