@@ -448,7 +448,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
 
 fn target(cli: &Cli) -> Result<Target, Failure> {
     match cli.db.as_deref() {
-        Some(db) if !db.is_empty() => Ok(Target::parse(db)),
+        Some(db) if !db.is_empty() => Target::parse(db),
         _ => Err(Failure::new(
             Code::Usage,
             "which database? pass --db PATH|URL or set BACKLOG_DATABASE",
@@ -829,7 +829,7 @@ fn purge(out: &Out, queue: &Queue, statuses: &[String], older_than: &str) -> Res
 }
 
 fn copy(out: &Out, from: &str, to: &str) -> Result<(), Failure> {
-    let (from, to) = (Target::parse(from), Target::parse(to));
+    let (from, to) = (Target::parse(from)?, Target::parse(to)?);
     let source = from.open_existing()?;
     let destination = to.open_and_migrate()?;
     let report = backlog::copy(&source, &destination)?;

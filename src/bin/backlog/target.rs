@@ -19,19 +19,27 @@ pub enum Target {
 }
 
 impl Target {
-    pub fn parse(db: &str) -> Target {
+    pub fn parse(db: &str) -> Result<Target, Failure> {
         let scheme = db
             .split_once("://")
             .map(|(s, _)| s.to_ascii_lowercase())
             .unwrap_or_default();
         match scheme.as_str() {
-            "postgres" | "postgresql" | "mysql" | "mariadb" => Target::Server(db.to_owned()),
+            "postgres" | "postgresql" | "mysql" | "mariadb" => Ok(Target::Server(db.to_owned())),
+            _ if looks_like_key_value(db) => Err(Failure::new(
+                Code::Usage,
+                format!(
+                    "{} is a key=value connection string: give a URL \
+                     (postgres://USER:PASSWORD@HOST/DB), not a file to create",
+                    backlog::redact_url(db)
+                ),
+            )),
             _ => {
                 let path = db
                     .strip_prefix("sqlite://")
                     .or_else(|| db.strip_prefix("sqlite:"))
                     .unwrap_or(db);
-                Target::Sqlite(PathBuf::from(path))
+                Ok(Target::Sqlite(PathBuf::from(path)))
             }
         }
     }
@@ -183,6 +191,18 @@ fn probe(path: &Path) -> Result<SqliteFile, Failure> {
             Code::Unreachable
         };
         Failure::new(code, format!("cannot read {}: {e}", shown(path)))
+    })
+}
+
+/// `host=db user=app ...`: libpq's other form, which would otherwise be
+/// taken for the name of a SQLite file to create, password and all.
+fn looks_like_key_value(db: &str) -> bool {
+    db.split_whitespace().any(|word| {
+        let key = word.split_once('=').map_or("", |(k, _)| k);
+        matches!(
+            key,
+            "host" | "hostaddr" | "dbname" | "user" | "password" | "port"
+        )
     })
 }
 
