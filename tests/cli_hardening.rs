@@ -12,6 +12,7 @@
 
 mod dashboard_common;
 
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -57,20 +58,34 @@ fn backlog(args: &[&str]) -> TestResult<Run> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
+    // Drained on threads of their own: a full pipe must not look like a hang.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
     let started = std::time::Instant::now();
-    while child.try_wait()?.is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
         if started.elapsed() > Duration::from_secs(60) {
             let _ = child.kill();
             let _ = child.wait();
             return Err(format!("backlog {args:?} still running after 60 s").into());
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-    let output = child.wait_with_output()?;
+    };
     Ok(Run {
-        code: output.status.code().ok_or("killed by a signal")?,
-        stdout: output.stdout,
-        stderr: output.stderr,
+        code: status.code().ok_or("killed by a signal")?,
+        stdout: stdout.join().map_err(|_| "stdout reader")?,
+        stderr: stderr.join().map_err(|_| "stderr reader")?,
     })
 }
 
@@ -463,6 +478,100 @@ fn dashboard_actions_answer_400_for_out_of_range_values() -> TestResult {
     }
     let reply = d.get("/api/jobs/99999999999999999999")?;
     assert_eq!(reply.status, 404, "{}", reply.body);
+    Ok(())
+}
+
+#[test]
+fn a_dashboard_token_shorter_than_16_characters_is_refused() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (db, queue) = new_queue(dir.path())?;
+    drop(queue);
+    for token in [
+        "short",
+        "fifteen-chars-x",
+        "sixteen chars ok",
+        "has;semicolon-xx",
+    ] {
+        let run = on(&db, &["dashboard", "--port", "0", "--token", token])?;
+        assert_eq!(run.code, exit::USAGE, "{token:?}: {}", run.text());
+        assert!(
+            !run.text().contains(token),
+            "the token is echoed: {}",
+            run.text()
+        );
+    }
+    Ok(())
+}
+
+// ---- operator gaps --------------------------------------------------------------
+
+#[test]
+fn enqueue_reads_a_payload_over_the_argument_limit_from_stdin_or_a_file() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (db, queue) = new_queue(dir.path())?;
+    // Over Linux's 128 KiB limit on one argument, under the 1 MiB cap.
+    let payload = json!({"blob": "x".repeat(200 * 1024)}).to_string();
+    let file = dir.path().join("payload.json");
+    std::fs::write(&file, &payload)?;
+    let at_file = format!("@{}", file.display());
+    let run = on(&db, &["--json", "enqueue", "k", &at_file])?;
+    assert_eq!(run.code, 0, "{}", run.text());
+    let from_file: Value = serde_json::from_slice(&run.stdout)?;
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_backlog"))
+        .args(["--db", &db, "--json", "enqueue", "k", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().ok_or("stdin")?;
+        stdin.write_all(payload.as_bytes())?;
+    }
+    let output = child.wait_with_output()?;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let from_stdin: Value = serde_json::from_slice(&output.stdout)?;
+    for enqueued in [from_file, from_stdin] {
+        let id = enqueued["id"].as_i64().ok_or("no id")?;
+        assert_eq!(queue.get(id)?.payload, payload);
+    }
+    let missing = format!("@{}", dir.path().join("nothing.json").display());
+    let run = on(&db, &["enqueue", "k", &missing])?;
+    assert_eq!(run.code, exit::INVALID_INPUT, "{}", run.text());
+    Ok(())
+}
+
+#[test]
+fn jobs_lists_every_state_stats_counts() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (db, queue) = new_queue(dir.path())?;
+    drop(queue);
+    for state in ["grouped", "aggregated"] {
+        let run = on(&db, &["jobs", "--state", state])?;
+        assert_eq!(run.code, 0, "{state}: {}", run.text());
+    }
+    Ok(())
+}
+
+#[test]
+fn every_enqueue_option_has_a_help_text() -> TestResult {
+    let run = backlog(&["enqueue", "--help"])?;
+    let help = String::from_utf8(run.stdout)?;
+    for line in help.lines().filter(|l| l.trim_start().starts_with("--")) {
+        // `--name <VALUE>  text`: something follows the option's name.
+        let described = line
+            .trim()
+            .split("  ")
+            .filter(|part| !part.trim().is_empty())
+            .count()
+            > 1;
+        assert!(described, "no help text: {line:?}");
+    }
     Ok(())
 }
 

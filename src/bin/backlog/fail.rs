@@ -60,7 +60,9 @@ impl From<backlog::Error> for Failure {
             backlog::Error::FeatureDisabled { .. } => Code::Usage,
             _ => Code::Other,
         };
-        Failure::new(code, e.to_string())
+        // The library names its calls; an operator knows the commands.
+        let message = e.to_string().replace("run_now", "`backlog run-now`");
+        Failure::new(code, message)
     }
 }
 

@@ -94,7 +94,9 @@ impl Target {
 
     /// Opens the database, creating (SQLite) and migrating it as needed:
     /// for commands asked to write a database (`migrate`, `copy`'s target).
-    pub fn open_and_migrate(&self) -> Result<Queue, Failure> {
+    /// Returns the migrations it applied, oldest first (all of them on a
+    /// new database, none on a current one).
+    pub fn open_and_migrate(&self) -> Result<(Queue, Vec<String>), Failure> {
         if let Target::Sqlite(path) = self {
             match probe(path)? {
                 SqliteFile::NotSqlite => {
@@ -118,11 +120,15 @@ impl Target {
                 _ => {}
             }
         }
+        let options = QueueOptions::new().migrate(false);
         let queue = match self {
-            Target::Sqlite(path) => QueueOptions::new().open(path),
-            Target::Server(url) => QueueOptions::new().connect(url),
-        };
-        queue.map_err(|e| self.unreachable(e))
+            Target::Sqlite(path) => options.open(path),
+            Target::Server(url) => options.connect(url),
+        }
+        .map_err(|e| self.unreachable(e))?;
+        let pending = queue.pending_migrations()?;
+        queue.migrate()?;
+        Ok((queue, pending))
     }
 
     fn unreachable(&self, e: backlog::Error) -> Failure {
