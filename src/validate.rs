@@ -9,6 +9,9 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 
+/// The one redaction, under the name the backends import.
+pub(crate) use crate::redact::redact_url;
+
 /// The longest queue name, kind or worker id, in bytes.
 pub const MAX_NAME_BYTES: usize = 128;
 
@@ -123,6 +126,28 @@ pub(crate) fn parse_json(text: &str) -> Result<Value> {
     serde_json::from_str(text).map_err(|e| Error::InvalidPayload(e.to_string()))
 }
 
+/// A table prefix or schema name: ASCII letters, digits and `_`, not
+/// starting with a digit, at most 32 bytes. Such names need no quoting in any
+/// of the three dialects, so they are spliced into SQL text safely.
+pub(crate) fn identifier(what: &'static str, value: &str) -> Result<()> {
+    let ok = !value.is_empty()
+        && value.len() <= 32
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !value.as_bytes()[0].is_ascii_digit();
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_name(
+            what,
+            format!(
+                "{value:?} must be 1 to 32 ASCII letters, digits or '_', not starting with a digit"
+            ),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,29 +180,5 @@ mod tests {
         assert!(matches!(json_depth(&deep), Err(Error::InvalidPayload(_))));
         let too_deep = "[".repeat(MAX_JSON_DEPTH + 1) + &"]".repeat(MAX_JSON_DEPTH + 1);
         assert!(parse_json(&too_deep).is_err());
-    }
-}
-
-pub(crate) use crate::redact::redact_url;
-
-/// A table prefix or schema name: ASCII letters, digits and `_`, not
-/// starting with a digit, at most 32 bytes. Such names need no quoting in any
-/// of the three dialects, so they are spliced into SQL text safely.
-pub(crate) fn identifier(what: &'static str, value: &str) -> Result<()> {
-    let ok = !value.is_empty()
-        && value.len() <= 32
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        && !value.as_bytes()[0].is_ascii_digit();
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_name(
-            what,
-            format!(
-                "{value:?} must be 1 to 32 ASCII letters, digits or '_', not starting with a digit"
-            ),
-        ))
     }
 }
