@@ -576,6 +576,17 @@ fn every_enqueue_option_has_a_help_text() -> TestResult {
 }
 
 #[test]
+fn the_page_without_javascript_says_where_the_data_is() -> TestResult {
+    let db = Database::new(Backend::Sqlite)?.ok_or("sqlite")?;
+    seed(&db, false)?;
+    let d = Dashboard::start(&db.target, &[])?;
+    let page = d.get("/")?.body;
+    let noscript = page.split("<noscript>").nth(1).ok_or("no <noscript>")?;
+    assert!(noscript.contains("/api/overview"), "{noscript}");
+    Ok(())
+}
+
+#[test]
 fn a_missing_database_is_unreachable() -> TestResult {
     let dir = tempfile::tempdir()?;
     let run = on(

@@ -100,7 +100,7 @@ fn on_screen(queue: &Queue, interval: Duration) -> Result<(), Failure> {
         let started = Instant::now();
         let body = match queue.stats() {
             Ok(stats) => output::stats_table(&stats),
-            Err(e) => format!("cannot read the queue: {e}\n"),
+            Err(e) => format!("cannot read the queue: {}\n", output::safe(&e.to_string())),
         };
         let text = format!(
             "{}  (every {}; q quits)\n\n{body}",

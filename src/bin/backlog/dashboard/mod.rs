@@ -87,7 +87,7 @@ pub fn run(queue: Queue, config: Config) -> Result<(), Failure> {
     };
     println!(
         "dashboard for {} on {shown}{}",
-        server.config.database,
+        crate::output::safe(&server.config.database),
         if server.config.read_only {
             " (read-only)"
         } else {
