@@ -576,6 +576,28 @@ fn every_enqueue_option_has_a_help_text() -> TestResult {
 }
 
 #[test]
+fn messages_name_the_command_or_button_not_the_library_call() -> TestResult {
+    let db = Database::new(Backend::Sqlite)?.ok_or("sqlite")?;
+    let seeded = seed(&db, false)?;
+    let run = on(&db.target, &["retry", &seeded.available.to_string()])?;
+    assert!(
+        run.text().contains("`backlog run-now` makes it due"),
+        "{}",
+        run.text()
+    );
+    let d = Dashboard::start(&db.target, &[])?;
+    let reply = d.post(&format!("/api/jobs/{}/retry", seeded.available), json!({}))?;
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert!(
+        reply.body.contains("Run now makes it due"),
+        "{}",
+        reply.body
+    );
+    assert!(!reply.body.contains("run_now"), "{}", reply.body);
+    Ok(())
+}
+
+#[test]
 fn the_page_without_javascript_says_where_the_data_is() -> TestResult {
     let db = Database::new(Backend::Sqlite)?.ok_or("sqlite")?;
     seed(&db, false)?;

@@ -170,7 +170,8 @@ pub fn failure(f: Failure) -> Reply {
         Code::Unreachable => 503,
         _ => 500,
     };
-    error(status, f.message)
+    // The page's button, where the terminal's message names the command.
+    error(status, f.message.replace("`backlog run-now`", "Run now"))
 }
 
 /// What a handler sees of a request.
