@@ -184,6 +184,20 @@ impl Error {
         matches!(self, Error::LeaseLost { .. })
     }
 
+    /// True when a SQLite file is damaged or is not a database at all
+    /// (SQLite's `SQLITE_CORRUPT`, `SQLITE_NOTADB`): retrying cannot help,
+    /// and the file should not be written to.
+    pub fn is_corrupt(&self) -> bool {
+        let Error::Database(e) = self else {
+            return false;
+        };
+        matches!(
+            e.downcast_ref::<rusqlite::Error>()
+                .and_then(rusqlite::Error::sqlite_error_code),
+            Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+        )
+    }
+
     /// True for errors caused by the caller's input; retrying the same call
     /// cannot succeed.
     pub fn is_invalid_input(&self) -> bool {
@@ -257,9 +271,56 @@ impl fmt::Display for Error {
             ),
             Error::UnsupportedServer(why) => write!(f, "unsupported database server: {why}"),
             Error::Worker(why) => write!(f, "worker thread failed: {why}"),
-            Error::Database(e) => write!(f, "database error: {e}"),
+            Error::Database(e) => {
+                f.write_str("database error: ")?;
+                database_cause(e.as_ref(), f)
+            }
         }
     }
+}
+
+/// A database error with its cause: the driver's own text and, where its
+/// `Display` keeps the cause in the source chain (rust-postgres prints only
+/// `db error`), the server's severity, code, message, detail and hint, or
+/// the I/O error beneath.
+fn database_cause(
+    e: &(dyn std::error::Error + 'static),
+    f: &mut fmt::Formatter<'_>,
+) -> fmt::Result {
+    #[cfg(feature = "postgres")]
+    if let Some(db) = e
+        .downcast_ref::<postgres::Error>()
+        .and_then(postgres::Error::as_db_error)
+    {
+        write!(
+            f,
+            "{} {}: {}",
+            db.severity(),
+            db.code().code(),
+            db.message()
+        )?;
+        if let Some(detail) = db.detail() {
+            write!(f, " (detail: {detail})")?;
+        }
+        if let Some(hint) = db.hint() {
+            write!(f, " (hint: {hint})")?;
+        }
+        return Ok(());
+    }
+    let mut last = e.to_string();
+    f.write_str(&last)?;
+    let mut cause = e.source();
+    while let Some(inner) = cause {
+        let text = inner.to_string();
+        // Drivers that print their cause already (rusqlite, mysql) add
+        // nothing here.
+        if !text.is_empty() && !last.contains(&text) && !text.contains(&last) {
+            write!(f, ": {text}")?;
+        }
+        last = text;
+        cause = inner.source();
+    }
+    Ok(())
 }
 
 impl std::error::Error for Error {

@@ -362,6 +362,28 @@ fn a_url_password_never_shows_in_errors_or_debug_output() -> TestResult {
     Ok(())
 }
 
+// ---- errors --------------------------------------------------------------------
+
+/// rust-postgres's own `Display` says only `db error`; the server's reason
+/// is in its `DbError`, which only this backend has.
+#[test]
+fn a_server_error_says_its_severity_code_and_message() -> TestResult {
+    let Some(server) = Server::new()? else {
+        return Ok(());
+    };
+    let (base, query) = server.url.split_once('?').unwrap_or((&server.url, ""));
+    let (host, _) = base.rsplit_once('/').ok_or("no database in the URL")?;
+    let missing = format!("{host}/backlog_no_such_db_{}?{query}", server.schema);
+    let e = QueueOptions::new()
+        .connect(&missing)
+        .expect_err("the database does not exist");
+    let shown = e.to_string();
+    assert!(shown.contains("FATAL 3D000"), "{shown}");
+    assert!(shown.contains("does not exist"), "{shown}");
+    assert!(!shown.contains("db error"), "{shown}");
+    Ok(())
+}
+
 // ---- LISTEN/NOTIFY -------------------------------------------------------------
 
 /// Collects the notifications on the schema's channel for `wait`.
