@@ -68,10 +68,10 @@ impl Completer {
             };
             let flush_at = Instant::now() + delay;
             while !stop && batch.len() < size {
-                // No handler is running and nothing is queued: waiting would
-                // only delay the commit (and, without a prefetch, the jobs
-                // it leases for the idle threads).
-                if self.shared.busy.load(Ordering::SeqCst) == 0 && self.outcomes.is_empty() {
+                // No outcome can come soon: waiting would only delay the
+                // commit (and, without a look-ahead, the jobs it leases for
+                // the idle threads).
+                if self.no_outcome_coming() {
                     break;
                 }
                 let step = flush_at.min(Instant::now() + IDLE_CHECK);
@@ -93,6 +93,20 @@ impl Completer {
                 return;
             }
         }
+    }
+
+    /// True when nothing is queued and no job is on its way to an outcome:
+    /// without a look-ahead, no handler is running; with one, the worker
+    /// holds no job at all (held jobs finish within moments: short jobs,
+    /// whose outcomes ride in the same batch).
+    fn no_outcome_coming(&self) -> bool {
+        let shared = &self.shared;
+        self.outcomes.is_empty()
+            && if shared.completer_refills() {
+                shared.busy.load(Ordering::SeqCst) == 0
+            } else {
+                shared.free.load(Ordering::SeqCst) == shared.config.slots()
+            }
     }
 
     /// Commits a batch of outcomes and, without a prefetch, leases jobs for
@@ -181,7 +195,7 @@ impl Completer {
         let handed = self.hand_over(leased);
         drop(gate);
         shared.give_back(claimed - handed);
-        if shared.free.load(Ordering::SeqCst) > 0 {
+        if shared.claimable() > 0 {
             // Slots this batch did not refill: the fetcher's now.
             let _ = self.slot_freed.try_send(());
         }

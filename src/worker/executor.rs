@@ -33,6 +33,8 @@ pub(crate) struct Executor {
     pub outcomes: Sender<Settle>,
     pub slot_freed: Sender<()>,
     pub deadline_set: Sender<()>,
+    /// The queue runs on a manual clock: handler time is also read on it.
+    pub manual: bool,
     /// Dropped when the thread ends: shutdown waits for every clone to go.
     pub _alive: Sender<()>,
 }
@@ -61,8 +63,21 @@ impl Executor {
             }
             self.shared.busy.fetch_sub(1, Ordering::SeqCst);
             self.shared.free.fetch_add(1, Ordering::SeqCst);
-            let _ = self.slot_freed.try_send(());
+            if self.fetcher_wants_slot() {
+                let _ = self.slot_freed.try_send(());
+            }
         }
+    }
+
+    /// Whether the fetcher should hear of a freed slot: always without a
+    /// look-ahead (it waits for each one) and with per-queue caps (a finished
+    /// job frees room in its cap); with one, only once enough slots are
+    /// claimable for a lease, so short jobs do not wake it once each.
+    fn fetcher_wants_slot(&self) -> bool {
+        let shared = &self.shared;
+        shared.completer_refills()
+            || !shared.config.queue_concurrency.is_empty()
+            || shared.claimable() >= shared.refill_at()
     }
 
     fn execute(&self, job: Arc<Job>, cancel: Arc<CancelFlag>) {
@@ -88,7 +103,15 @@ impl Executor {
             shared.config.lease_ttl,
         );
         let policy = shared.config.retry_policy_for(&job.kind);
+        let (started, clock_started) = (Instant::now(), self.manual.then(|| shared.queue.now()));
         let outcome = run_handler(&shared.handlers, &ctx, policy);
+        let mut took = started.elapsed();
+        if let Some(at) = clock_started {
+            // A test's handler may stand for a long job by moving the clock.
+            let moved = shared.queue.now().duration_since(at).unwrap_or_default();
+            took = took.max(moved);
+        }
+        shared.lookahead.record(took);
         // Settling from here on: no heartbeat reports the job lost any more.
         let held = shared.inflight.finish(job.id);
         // A lease settled in a caller's transaction is recorded by the queue

@@ -68,8 +68,7 @@ impl Fetcher {
             if self.shared.stopping.load(Ordering::SeqCst) {
                 return;
             }
-            let free = self.shared.free.load(Ordering::SeqCst);
-            if free >= self.refill_at() && !self.completer_refills() {
+            if self.shared.claimable() >= self.shared.refill_at() && !self.completer_refills() {
                 match self.lease() {
                     Some((n, claimed)) if n == claimed => continue, // maybe more waiting
                     Some((n, _)) => {
@@ -98,13 +97,6 @@ impl Fetcher {
                 return;
             }
         }
-    }
-
-    /// How many slots must be free before leasing: one without a prefetch;
-    /// with one, the prefetch, so each lease carries at least that many jobs
-    /// while the jobs already held keep the handler threads busy.
-    fn refill_at(&self) -> usize {
-        self.shared.config.prefetch.max(1)
     }
 
     /// True while the completer has outcomes to commit and will refill the
@@ -182,8 +174,7 @@ impl Fetcher {
             _ => polled_at,
         };
         loop {
-            if self.shared.free.load(Ordering::SeqCst) < self.refill_at()
-                || self.completer_refills()
+            if self.shared.claimable() < self.shared.refill_at() || self.completer_refills()
             {
                 // Too few slots free to lease, or the completer is about to
                 // refill them: only a freed slot (or shutdown) matters.
