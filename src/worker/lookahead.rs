@@ -1,16 +1,18 @@
 //! The default worker's look-ahead: how many jobs it may lease beyond its
 //! handler threads, from how long its handlers take.
 //!
-//! A worker holds at most the jobs its threads will finish within
-//! [`HORIZON`] of measured handler time, and never more than [`CAP`]. Short
+//! A worker holds at most the jobs (running and waiting) that its threads
+//! finish within [`HORIZON`] of measured handler time, and never more than
+//! [`CAP`] beyond its threads. Short
 //! jobs then ride in batches (one lease and one completion commit per
 //! batch instead of about one per job), while jobs that take a sizeable
 //! part of the horizon get little or no look-ahead, so one process does not
 //! hoard jobs that other processes could start now.
 //!
 //! The bound it gives: a job that is leased behind the look-ahead (say, a
-//! higher-priority job enqueued just after a lease) waits for the held jobs,
-//! `held × mean / threads ≤ HORIZON`, on top of the jobs already running.
+//! higher-priority job enqueued just after a lease) waits for the jobs held
+//! when it was enqueued, running ones included:
+//! `held × mean / threads ≤ HORIZON`.
 //!
 //! The measure is a running mean that rises at once to a slower run and
 //! decays slowly (by an eighth per job) towards faster ones: a job kind that
@@ -62,15 +64,19 @@ impl LookAhead {
     }
 
     /// Jobs to hold beyond the handler threads now: 0 until a run was
-    /// measured (the first lease takes no more than there are threads).
+    /// measured (the first lease takes no more than there are threads), and
+    /// 0 for jobs of half the horizon or more per thread.
     pub(crate) fn depth(&self) -> usize {
         let mean = self.mean_ns.load(Ordering::Relaxed);
         if mean == UNKNOWN {
             return 0;
         }
         let horizon = u64::try_from(HORIZON.as_nanos()).unwrap_or(u64::MAX);
-        let jobs = horizon.saturating_mul(self.threads) / mean.max(1);
-        usize::try_from(jobs).unwrap_or(CAP).min(CAP)
+        // Running jobs count against the horizon too.
+        let held = horizon.saturating_mul(self.threads) / mean.max(1);
+        usize::try_from(held.saturating_sub(self.threads))
+            .unwrap_or(CAP)
+            .min(CAP)
     }
 }
 
@@ -97,8 +103,9 @@ mod tests {
     fn the_held_jobs_fit_in_the_horizon() {
         let la = LookAhead::new(4);
         la.record(Duration::from_millis(5));
-        // 4 threads × 20 ms / 5 ms: 16 jobs, 20 ms of the threads' time.
-        assert_eq!(la.depth(), 16);
+        // 4 threads × 20 ms / 5 ms: 16 jobs held, 20 ms of the threads'
+        // time; 4 of them running.
+        assert_eq!(la.depth(), 12);
     }
 
     #[test]
@@ -106,10 +113,10 @@ mod tests {
         let la = LookAhead::new(1);
         la.record(Duration::from_micros(10));
         assert_eq!(la.depth(), CAP);
-        la.record(Duration::from_millis(10));
-        assert_eq!(la.depth(), 2);
+        la.record(Duration::from_millis(5));
+        assert_eq!(la.depth(), 3);
         la.record(Duration::from_micros(10));
-        assert_eq!(la.depth(), 2, "one fast run moves the mean by an eighth");
+        assert_eq!(la.depth(), 3, "one fast run moves the mean by an eighth");
         for _ in 0..100 {
             la.record(Duration::from_micros(10));
         }

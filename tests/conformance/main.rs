@@ -21,6 +21,7 @@ mod inside_transaction;
 mod inspect;
 mod lease;
 mod limits;
+mod lookahead;
 mod on_time;
 mod operate;
 mod periodic;
