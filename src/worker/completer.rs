@@ -16,11 +16,12 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::Ordering;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use crate::events::Event;
 use crate::lease::{Job, LeaseRequest};
 use crate::outcome::Outcome;
+use crate::worker::fetcher::hand_over;
 use crate::worker::Shared;
 
 /// A message to the completer.
@@ -30,6 +31,14 @@ pub(crate) enum Settle {
     /// Flush what came before, giving up at this instant (the shutdown's
     /// bound: what is left is for lease expiry and the rescuer), and stop.
     Stop(Instant),
+}
+
+/// What [`Completer::take_queued`] found.
+enum Taken {
+    None,
+    Some,
+    /// A stop, with the shutdown's bound when one was sent.
+    Stop(Option<Instant>),
 }
 
 /// While a batch collects, how often the completer checks whether any
@@ -75,6 +84,28 @@ impl Completer {
                     break;
                 }
                 let step = flush_at.min(Instant::now() + IDLE_CHECK);
+                if !self.shared.completer_refills() {
+                    // Short jobs: outcomes come every few microseconds. A
+                    // receive would wake this thread (and make the handler
+                    // thread that sends pay for the wake-up) once per job;
+                    // sleeping a step and taking what came costs one
+                    // wake-up per step.
+                    match self.take_queued(&mut batch, size) {
+                        Taken::Stop(at) => {
+                            until = at.or(until);
+                            stop = true;
+                        }
+                        Taken::Some if batch.len() < size && Instant::now() < flush_at => {
+                            thread::sleep(step.saturating_duration_since(Instant::now()));
+                        }
+                        Taken::Some => {}
+                        Taken::None if Instant::now() >= flush_at => break,
+                        Taken::None => {
+                            thread::sleep(step.saturating_duration_since(Instant::now()));
+                        }
+                    }
+                    continue;
+                }
                 match self.outcomes.recv_deadline(step) {
                     Ok(Settle::Apply(job, outcome)) => batch.push((job, outcome)),
                     Ok(Settle::Stop(at)) => {
@@ -93,6 +124,24 @@ impl Completer {
                 return;
             }
         }
+    }
+
+    /// Moves the outcomes queued now into `batch`, up to `size`, without
+    /// waiting.
+    fn take_queued(&self, batch: &mut Vec<(Arc<Job>, Outcome)>, size: usize) -> Taken {
+        let mut taken = Taken::None;
+        while batch.len() < size {
+            match self.outcomes.try_recv() {
+                Ok(Settle::Apply(job, outcome)) => {
+                    batch.push((job, outcome));
+                    taken = Taken::Some;
+                }
+                Ok(Settle::Stop(at)) => return Taken::Stop(Some(at)),
+                Err(TryRecvError::Disconnected) => return Taken::Stop(None),
+                Err(TryRecvError::Empty) => break,
+            }
+        }
+        taken
     }
 
     /// True when nothing is queued and no job is on its way to an outcome:
@@ -208,28 +257,17 @@ impl Completer {
             return 0;
         }
         let shared = &self.shared;
-        let mut refused = Vec::new();
-        let mut handed = 0;
-        {
+        let leased = jobs.len();
+        let refused = {
             let handoff = shared.handoff.lock().unwrap_or_else(|p| p.into_inner());
-            for job in jobs {
-                let job = Arc::new(job);
-                match handoff.as_ref() {
-                    Some(tx) => {
-                        let cancel = shared.inflight.insert(job.clone());
-                        // Never full: the jobs held never exceed the slots,
-                        // and the channel holds as many.
-                        if tx.try_send((job.clone(), cancel)).is_ok() {
-                            handed += 1;
-                        } else {
-                            shared.inflight.remove([job.id]);
-                            refused.push(job);
-                        }
-                    }
-                    None => refused.push(job),
-                }
-            }
-        }
+            hand_over(shared, jobs, |run| match handoff.as_ref() {
+                // Never full: the jobs held never exceed the slots, and the
+                // channel holds as many runs.
+                Some(tx) => tx.try_send(run).map_err(|e| e.into_inner()),
+                None => Err(run),
+            })
+        };
+        let handed = leased - refused.len();
         if !refused.is_empty() {
             let items = refused.iter().map(|j| (j.as_ref(), Outcome::Release));
             // On failure their leases expire and the rescuer frees them.

@@ -21,13 +21,13 @@ use crate::retry::RetryPolicy;
 use crate::worker::completer::Settle;
 use crate::worker::context::{CancelFlag, CancelReason, JobContext};
 use crate::worker::error::JobError;
-use crate::worker::fetcher::Leased;
+use crate::worker::fetcher::Run;
 use crate::worker::handler::{Handled, Handlers};
 use crate::worker::Shared;
 
 pub(crate) struct Executor {
     pub shared: Arc<Shared>,
-    pub jobs: Receiver<Leased>,
+    pub jobs: Receiver<Run>,
     /// Disconnects when shutdown begins.
     pub stop: Receiver<()>,
     pub outcomes: Sender<Settle>,
@@ -45,26 +45,29 @@ impl Executor {
             // Once shutdown began, a thread leaves when the channel is empty,
             // even while the fetcher, held up by another process's write
             // lock, still has its sender.
-            let (job, cancel) = select! {
-                recv(self.jobs) -> job => match job {
-                    Ok(job) => job,
+            let run = select! {
+                recv(self.jobs) -> run => match run {
+                    Ok(run) => run,
                     Err(_) => return,
                 },
                 recv(self.stop) -> _ => match self.jobs.try_recv() {
-                    Ok(job) => job,
+                    Ok(run) => run,
                     Err(_) => return,
                 },
             };
-            self.shared.busy.fetch_add(1, Ordering::SeqCst);
-            if self.shared.stopping.load(Ordering::SeqCst) {
-                self.settle(job, Outcome::Release);
-            } else {
-                self.execute(job, cancel);
-            }
-            self.shared.busy.fetch_sub(1, Ordering::SeqCst);
-            self.shared.free.fetch_add(1, Ordering::SeqCst);
-            if self.fetcher_wants_slot() {
-                let _ = self.slot_freed.try_send(());
+            for (job, cancel) in run {
+                self.shared.busy.fetch_add(1, Ordering::SeqCst);
+                // After shutdown began, the rest of a run is released.
+                if self.shared.stopping.load(Ordering::SeqCst) {
+                    self.settle(job, Outcome::Release);
+                } else {
+                    self.execute(job, cancel);
+                }
+                self.shared.busy.fetch_sub(1, Ordering::SeqCst);
+                self.shared.free.fetch_add(1, Ordering::SeqCst);
+                if self.fetcher_wants_slot() {
+                    let _ = self.slot_freed.try_send(());
+                }
             }
         }
     }

@@ -78,6 +78,21 @@ impl LookAhead {
             .unwrap_or(CAP)
             .min(CAP)
     }
+
+    /// How many of `n` jobs one handler thread may take in one hand-off:
+    /// no more than the horizon's worth, and no more than its share of the
+    /// `n`, so every thread gets work. One until a run was measured.
+    /// Handing short jobs over in runs saves a wake-up per job.
+    pub(crate) fn run_length(&self, n: usize) -> usize {
+        let mean = self.mean_ns.load(Ordering::Relaxed);
+        if mean == UNKNOWN {
+            return 1;
+        }
+        let horizon = u64::try_from(HORIZON.as_nanos()).unwrap_or(u64::MAX);
+        let fit = usize::try_from(horizon / mean.max(1)).unwrap_or(usize::MAX);
+        let threads = usize::try_from(self.threads).unwrap_or(1);
+        fit.min(n.div_ceil(threads)).max(1)
+    }
 }
 
 #[cfg(test)]
@@ -121,5 +136,18 @@ mod tests {
             la.record(Duration::from_micros(10));
         }
         assert_eq!(la.depth(), CAP);
+    }
+
+    #[test]
+    fn a_hand_off_holds_a_horizon_of_jobs_and_a_share_of_the_lease() {
+        let la = LookAhead::new(4);
+        assert_eq!(la.run_length(100), 1, "nothing measured yet");
+        la.record(Duration::from_micros(5));
+        assert_eq!(la.run_length(100), 25, "a quarter of the lease each");
+        assert_eq!(la.run_length(3), 1);
+        la.record(Duration::from_millis(5));
+        assert_eq!(la.run_length(100), 4, "20 ms of 5 ms jobs");
+        la.record(Duration::from_secs(1));
+        assert_eq!(la.run_length(100), 1);
     }
 }

@@ -175,7 +175,7 @@ pub(crate) struct Shared {
     pub busy: AtomicUsize,
     /// The completer's way to hand the jobs it leased to the handler
     /// threads; taken (dropped) when shutdown begins, so the threads end.
-    pub handoff: std::sync::Mutex<Option<Sender<fetcher::Leased>>>,
+    pub handoff: std::sync::Mutex<Option<Sender<fetcher::Run>>>,
     /// Held from counting a capped queue's jobs to handing the leased ones
     /// over, so the fetcher and the completer never both fill one cap.
     pub lease_gate: std::sync::Mutex<()>,
