@@ -259,7 +259,7 @@ pub fn burn_down(
             &format!("worker {} / raw drain 100", b.name()),
             "ratio",
             backlog_rate / raw_rate,
-            // Issue 10: the default worker ≥ 50 %; issue 4: prefetch ≥ 60 %.
+            // Issues 10 and 20: the default worker ≥ 50 %; issue 4: prefetch ≥ 60 %.
             Target::AtLeast(if b.prefetch == 0 { 0.5 } else { 0.6 }),
         );
     }
