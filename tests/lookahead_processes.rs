@@ -144,13 +144,20 @@ fn no_worker_process_hoards_the_jobs_of_a_shared_queue(b: &Backend) -> TestResul
 
     let mut per_worker: HashMap<String, usize> = HashMap::new();
     for record in &records {
-        let worker = record.worker.clone().ok_or("a completed job without a worker")?;
+        let worker = record
+            .worker
+            .clone()
+            .ok_or("a completed job without a worker")?;
         *per_worker.entry(worker).or_default() += 1;
     }
     let mut shares: Vec<usize> = per_worker.values().copied().collect();
     shares.sort_unstable();
     println!("no hoarding ({b:?}): {jobs} jobs of {JOB_TIME:?}, per process {shares:?}");
-    assert_eq!(per_worker.len(), PROCESSES, "a process ran no job: {shares:?}");
+    assert_eq!(
+        per_worker.len(),
+        PROCESSES,
+        "a process ran no job: {shares:?}"
+    );
     let most = shares.last().copied().unwrap_or(0);
     assert!(
         most as f64 <= MAX_SHARE * jobs as f64,

@@ -198,8 +198,7 @@ impl Fetcher {
             _ => polled_at,
         };
         loop {
-            if self.shared.claimable() < self.shared.refill_at() || self.completer_refills()
-            {
+            if self.shared.claimable() < self.shared.refill_at() || self.completer_refills() {
                 // Too few slots free to lease, or the completer is about to
                 // refill them: only a freed slot (or shutdown) matters.
                 select! {

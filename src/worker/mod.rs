@@ -91,11 +91,11 @@ mod lookahead;
 mod maintenance;
 
 pub use builder::{WorkerBuilder, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFETCH};
-pub use lookahead::{CAP as LOOKAHEAD_CAP, HORIZON as LOOKAHEAD_HORIZON};
 pub(crate) use context::to_result;
 pub use context::{CancelReason, JobContext};
 pub use error::{Action, JobError};
 pub(crate) use executor::run_handler;
+pub use lookahead::{CAP as LOOKAHEAD_CAP, HORIZON as LOOKAHEAD_HORIZON};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
