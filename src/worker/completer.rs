@@ -2,9 +2,11 @@
 //! batch (group commit), flushed when the batch is full or a short delay after
 //! its first outcome.
 //!
-//! Without a prefetch the same transaction also leases the next jobs for the
-//! free handler slots (complete-and-lease): a busy default worker commits
-//! once per batch, not once per batch plus once per freed slot.
+//! Without a look-ahead (jobs of 20 ms or more, or `.prefetch(0)`) the same
+//! transaction also leases the next jobs for the free handler slots
+//! (complete-and-lease): such a worker commits once per batch, not once per
+//! batch plus once per freed slot. With one, the fetcher leases in batches
+//! and the completer only settles.
 //!
 //! A batch whose transaction fails is retried a few times; if it still fails
 //! its jobs are forgotten here and their leases expire, so the rescuer makes
@@ -158,10 +160,10 @@ impl Completer {
             }
     }
 
-    /// Commits a batch of outcomes and, without a prefetch, leases jobs for
-    /// every free slot in the same transaction: the slots the batch's
-    /// handlers freed go to the next jobs with one commit for both (the
-    /// complete-and-lease of a default worker).
+    /// Commits a batch of outcomes and, without a look-ahead, leases jobs
+    /// for every free slot in the same transaction: the slots the batch's
+    /// handlers freed go to the next jobs with one commit for both
+    /// (complete-and-lease).
     fn flush(&self, batch: &mut Vec<(Arc<Job>, Outcome)>, until: Option<Instant>) {
         let shared = &self.shared;
         let queue = &shared.queue;

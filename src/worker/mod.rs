@@ -155,15 +155,14 @@ pub(crate) struct Shared {
     pub inflight: InFlight,
     /// Slots (handler threads plus prefetch, or plus the look-ahead's cap)
     /// not holding a job: neither running one nor with one waiting in the
-    /// channel. Without a prefetch, only [`Shared::claimable`] of them may
-    /// be filled now.
+    /// channel. Only [`Shared::claimable`] of them may be filled now.
     pub free: AtomicUsize,
     /// The measured handler time that sizes the look-ahead.
     pub lookahead: LookAhead,
     /// Set when shutdown begins: no new leases, queued jobs are released.
     pub stopping: AtomicBool,
     /// Outcomes handed to the completer and not yet committed. Without a
-    /// prefetch the completer refills the slots of the jobs it settles in
+    /// look-ahead the completer refills the slots of the jobs it settles in
     /// the same transaction, so the fetcher leaves free slots to it while
     /// this is not zero.
     pub settling: AtomicUsize,
