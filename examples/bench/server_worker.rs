@@ -367,9 +367,8 @@ pub fn latency(report: &mut Report, server: &Server, label: &str, l: &Latency) -
     let mut children = Children::start(1, &ns.target()?, &l.child_args("produce"))?;
     let worker = {
         let delays = delays.clone();
-        Worker::builder(queue.clone())
+        crate::worker::tuned(Worker::builder(queue.clone()), l.prefetch)
             .concurrency(l.threads)
-            .prefetch(l.prefetch)
             .handle_raw("noop", move |payload, _ctx| {
                 let delay = delay_of(&payload, now_micros());
                 delays.lock().unwrap_or_else(|p| p.into_inner()).push(delay);
@@ -586,9 +585,8 @@ fn child_worker(target: &Where, args: &ChildArgs, words: &Receiver<String>) -> B
     let handled = Arc::new(AtomicU64::new(0));
     let worker = {
         let handled = handled.clone();
-        Worker::builder(queue.clone())
+        crate::worker::tuned(Worker::builder(queue.clone()), args.prefetch)
             .concurrency(args.threads)
-            .prefetch(args.prefetch)
             .handle_raw("noop", move |_payload, _ctx| {
                 handled.fetch_add(1, Ordering::Relaxed);
                 Ok::<(), JobError>(())

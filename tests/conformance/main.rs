@@ -22,6 +22,7 @@ mod inside_transaction;
 mod inspect;
 mod lease;
 mod limits;
+mod lookahead;
 mod on_time;
 mod operate;
 mod periodic;
