@@ -503,7 +503,9 @@ impl Backend {
     /// A watcher of commits by other connections (other processes and
     /// nodes), on a connection of its own, to be checked when its signal
     /// fires: on file notifications where SQLite has them and `notified` is
-    /// asked for, else every `interval`.
+    /// asked for, else every `interval`. On PostgreSQL it fires when a
+    /// notification arrives (read by a thread of its own), and never when
+    /// `notified` is false; MySQL polls every `interval`.
     pub(crate) fn watch_changes(
         &self,
         interval: std::time::Duration,
@@ -521,11 +523,22 @@ impl Backend {
                     source: Source::Sqlite(version),
                 }
             }
+            // Notifications say only that something was enqueued: a watcher
+            // that is not asked to be woken (a `wait` for a job to finish)
+            // would gain nothing from a listening connection and thread.
             #[cfg(feature = "postgres")]
-            Backend::Postgres(db) => ChangeWatcher {
-                source: Source::Postgres(db.watch_changes()?),
-                signal: crossbeam_channel::tick(interval),
+            Backend::Postgres(_) if !notified => ChangeWatcher {
+                source: Source::Nothing,
+                signal: crossbeam_channel::never(),
             },
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(db) => {
+                let listener = db.watch_changes()?;
+                ChangeWatcher {
+                    signal: listener.signal(),
+                    source: Source::Postgres(listener),
+                }
+            }
             #[cfg(feature = "mysql")]
             Backend::Mysql(db) => ChangeWatcher {
                 source: Source::Mysql(db.watch_changes()?),
@@ -621,6 +634,9 @@ enum Source {
     Postgres(postgres::Listener),
     #[cfg(feature = "mysql")]
     Mysql(mysql::Poller),
+    /// Never reports a change: its owner polls by itself.
+    #[cfg(feature = "postgres")]
+    Nothing,
 }
 
 impl ChangeWatcher {
@@ -633,6 +649,8 @@ impl ChangeWatcher {
             Source::Postgres(l) => l.changed(),
             #[cfg(feature = "mysql")]
             Source::Mysql(p) => p.changed(),
+            #[cfg(feature = "postgres")]
+            Source::Nothing => Ok(false),
         }
     }
 
