@@ -504,8 +504,10 @@ impl Backend {
     /// nodes), on a connection of its own, to be checked when its signal
     /// fires: on file notifications where SQLite has them and `notified` is
     /// asked for, else every `interval`. On PostgreSQL it fires when a
-    /// notification arrives (read by a thread of its own), and never when
-    /// `notified` is false; MySQL polls every `interval`.
+    /// notification arrives (read by a thread of its own); on MySQL when a
+    /// thread of its own probing the newest job id sees a new one (see
+    /// `mysql::poller`). On the servers it never fires when `notified` is
+    /// false: `interval` is SQLite's only.
     pub(crate) fn watch_changes(
         &self,
         interval: std::time::Duration,
@@ -523,9 +525,9 @@ impl Backend {
                     source: Source::Sqlite(version),
                 }
             }
-            // Notifications say only that something was enqueued: a watcher
-            // that is not asked to be woken (a `wait` for a job to finish)
-            // would gain nothing from a listening connection and thread.
+            // A server's wake-ups say only that something was enqueued: a
+            // watcher that is not asked to be woken (a `wait` for a job to
+            // finish) would gain nothing from a connection and thread.
             #[cfg(feature = "postgres")]
             Backend::Postgres(_) if !notified => ChangeWatcher {
                 source: Source::Nothing,
@@ -540,10 +542,18 @@ impl Backend {
                 }
             }
             #[cfg(feature = "mysql")]
-            Backend::Mysql(db) => ChangeWatcher {
-                source: Source::Mysql(db.watch_changes()?),
-                signal: crossbeam_channel::tick(interval),
+            Backend::Mysql(_) if !notified => ChangeWatcher {
+                source: Source::Nothing,
+                signal: crossbeam_channel::never(),
             },
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(db) => {
+                let poller = db.watch_changes()?;
+                ChangeWatcher {
+                    signal: poller.signal(),
+                    source: Source::Mysql(poller),
+                }
+            }
         })
     }
 
@@ -635,7 +645,7 @@ enum Source {
     #[cfg(feature = "mysql")]
     Mysql(mysql::Poller),
     /// Never reports a change: its owner polls by itself.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     Nothing,
 }
 
@@ -649,7 +659,7 @@ impl ChangeWatcher {
             Source::Postgres(l) => l.changed(),
             #[cfg(feature = "mysql")]
             Source::Mysql(p) => p.changed(),
-            #[cfg(feature = "postgres")]
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
             Source::Nothing => Ok(false),
         }
     }
