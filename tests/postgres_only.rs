@@ -427,6 +427,35 @@ fn enqueue_in_notifies_listeners_only_when_its_transaction_commits() -> TestResu
     Ok(())
 }
 
+/// The notification rides in the inserting statement: one per committed
+/// enqueue or batch, none for a unique key already held (nothing inserted).
+#[test]
+fn an_enqueue_notifies_once_and_a_held_unique_key_not_at_all() -> TestResult {
+    let Some(server) = Server::new()? else {
+        return Ok(());
+    };
+    let (queue, _clock) = server.manual_queue()?;
+    let mut listener = server.client()?;
+    listener.batch_execute(&format!("LISTEN \"{}.backlog_jobs\"", server.schema))?;
+
+    queue.enqueue(NewJob::new("k", json!(1)).unique_key("once"))?;
+    assert_eq!(notifications(&mut listener, Duration::from_millis(500))?, 1);
+    let again = queue.enqueue(NewJob::new("k", json!(2)).unique_key("once"))?;
+    assert!(again.existed);
+    assert_eq!(
+        notifications(&mut listener, Duration::from_millis(300))?,
+        0,
+        "nothing was inserted"
+    );
+    queue.enqueue_many((0..50).map(|i| NewJob::new("k", json!(i))))?;
+    assert_eq!(
+        notifications(&mut listener, Duration::from_millis(500))?,
+        1,
+        "one per batch"
+    );
+    Ok(())
+}
+
 /// A worker with an hour-long idle poll, so only a wake-up can start a job.
 fn sleepy_worker(queue: Queue, ran: Arc<AtomicUsize>) -> backlog::Result<Worker> {
     Worker::builder(queue)

@@ -30,3 +30,4 @@ mod progress;
 mod settle;
 mod transactional;
 mod wait;
+mod wake_up;
