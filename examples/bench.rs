@@ -152,8 +152,8 @@ struct BurnDownArgs {
     /// Handler threads.
     #[arg(long, default_value_t = 4)]
     threads: usize,
-    /// Worker prefetch settings to measure, comma-separated (0 = the default:
-    /// lease no more than free handler threads).
+    /// Worker prefetch settings to measure, comma-separated (0 = the default
+    /// worker: its adaptive look-ahead).
     #[arg(long, value_delimiter = ',', default_values_t = [0usize, 128])]
     prefetch: Vec<usize>,
 }

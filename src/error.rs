@@ -116,14 +116,15 @@ pub enum Error {
     /// holds on the queue's file through another connection: the
     /// application's own `rusqlite` connection after `BEGIN IMMEDIATE` or a
     /// write in a deferred transaction, or another queue handle's
-    /// transaction. That is seen for connections opened after the process's
-    /// first `Queue::open` (it installs the shim VFS that notes who holds the
-    /// write lock).
+    /// transaction. That is seen for connections that go through backlog's
+    /// shim VFS, which notes who holds the write lock: the queues' own, and
+    /// the application's that opted in (`sqlite::open_connection`,
+    /// `sqlite::make_default_vfs`).
     ///
     /// Use the `_in` form with that transaction (`queue.enqueue_in(tx, ..)`,
     /// `complete_in`): it joins it. Other transactions of the application's
     /// own (a `postgres` or `mysql` transaction, or a `rusqlite` connection
-    /// opened before the first `Queue::open`) are not tracked: a queue's
+    /// that did not opt in to the shim) are not tracked: a queue's
     /// write inside one can wait for it up to the write deadline, then
     /// [`Error::Busy`].
     InsideTransaction,
@@ -180,6 +181,20 @@ impl Error {
     /// True for [`Error::LeaseLost`].
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, Error::LeaseLost { .. })
+    }
+
+    /// True when a SQLite file is damaged or is not a database at all
+    /// (SQLite's `SQLITE_CORRUPT`, `SQLITE_NOTADB`): retrying cannot help,
+    /// and the file should not be written to.
+    pub fn is_corrupt(&self) -> bool {
+        let Error::Database(e) = self else {
+            return false;
+        };
+        matches!(
+            e.downcast_ref::<rusqlite::Error>()
+                .and_then(rusqlite::Error::sqlite_error_code),
+            Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+        )
     }
 
     /// True for errors caused by the caller's input; retrying the same call
@@ -255,9 +270,56 @@ impl fmt::Display for Error {
             ),
             Error::UnsupportedServer(why) => write!(f, "unsupported database server: {why}"),
             Error::Worker(why) => write!(f, "worker thread failed: {why}"),
-            Error::Database(e) => write!(f, "database error: {e}"),
+            Error::Database(e) => {
+                f.write_str("database error: ")?;
+                database_cause(e.as_ref(), f)
+            }
         }
     }
+}
+
+/// A database error with its cause: the driver's own text and, where its
+/// `Display` keeps the cause in the source chain (rust-postgres prints only
+/// `db error`), the server's severity, code, message, detail and hint, or
+/// the I/O error beneath.
+fn database_cause(
+    e: &(dyn std::error::Error + 'static),
+    f: &mut fmt::Formatter<'_>,
+) -> fmt::Result {
+    #[cfg(feature = "postgres")]
+    if let Some(db) = e
+        .downcast_ref::<postgres::Error>()
+        .and_then(postgres::Error::as_db_error)
+    {
+        write!(
+            f,
+            "{} {}: {}",
+            db.severity(),
+            db.code().code(),
+            db.message()
+        )?;
+        if let Some(detail) = db.detail() {
+            write!(f, " (detail: {detail})")?;
+        }
+        if let Some(hint) = db.hint() {
+            write!(f, " (hint: {hint})")?;
+        }
+        return Ok(());
+    }
+    let mut last = e.to_string();
+    f.write_str(&last)?;
+    let mut cause = e.source();
+    while let Some(inner) = cause {
+        let text = inner.to_string();
+        // Drivers that print their cause already (rusqlite, mysql) add
+        // nothing here.
+        if !text.is_empty() && !last.contains(&text) && !text.contains(&last) {
+            write!(f, ": {text}")?;
+        }
+        last = text;
+        cause = inner.source();
+    }
+    Ok(())
 }
 
 impl std::error::Error for Error {

@@ -507,7 +507,9 @@ pub enum SqliteFile {
     Missing,
     /// A file of zero bytes (SQLite would make it a new database).
     Empty,
-    /// A file that is not a SQLite database.
+    /// A file that is not a SQLite database, or not a regular file at all
+    /// (a FIFO, socket, device or folder: never opened, as reading a FIFO
+    /// would wait for a writer).
     NotSqlite,
     /// A SQLite database without backlog's tables: another application's.
     OtherDatabase,
@@ -521,6 +523,11 @@ pub enum SqliteFile {
 /// not happen to another application's database.
 pub fn probe_sqlite_file(path: &std::path::Path) -> crate::Result<SqliteFile> {
     use std::io::Read;
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => return Ok(SqliteFile::NotSqlite),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SqliteFile::Missing),
+        _ => {}
+    }
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SqliteFile::Missing),

@@ -144,6 +144,7 @@ pub mod periodic;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod queue;
+mod redact;
 mod retry;
 pub mod sqlite;
 pub mod testing;
@@ -164,10 +165,11 @@ pub use job::{
 };
 pub use lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport, DEFAULT_LEASE_TTL};
 pub use limits::{QueueLimits, Rate};
-pub use options::{Durability, QueueOptions, DEFAULT_TABLE_PREFIX};
+pub use options::{Durability, QueueOptions, DEFAULT_EVENT_CAPACITY, DEFAULT_TABLE_PREFIX};
 pub use outcome::{AttemptError, FinalStatus, Outcome, MAX_ERRORS_KEPT};
 pub use periodic::{Schedule, ScheduleInfo, Scheduler, SchedulerStats};
 pub use queue::{Queue, FIND_UNIQUE_HISTORY, WAIT_MAX_POLL};
+pub use redact::redact_url;
 pub use retry::RetryPolicy;
 pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_PROGRESS_BYTES, MAX_UNIQUE_KEY_BYTES};
 pub use worker::{

@@ -301,8 +301,9 @@ impl Collector for Counters {
         c.counted.encode(encoder.encode_descriptor(
             "backlog_job_events",
             "What happened to jobs in this process, per event (leased, started, completed, \
-             retried, snoozed, released, dead, discarded, cancelled, rescued, lease_lost), \
-             queue and kind (empty for a job this process did not lease)",
+             retried, snoozed, released, dead, discarded, cancelled, rescued, lease_lost; \
+             missed: events this recorder fell behind on and did not see), queue and kind \
+             (empty for a job this process did not lease)",
             None,
             c.counted.metric_type(),
         )?)?;
@@ -451,6 +452,14 @@ impl EventCounts {
             Event::Cancelled { job_id } => ("cancelled", *job_id, true),
             Event::Rescued { job_id } => ("rescued", *job_id, true),
             Event::LeaseLost { job_id } => ("lease_lost", *job_id, true),
+            Event::Lagged { missed } => {
+                // The recorder fell behind: say so rather than undercount
+                // silently.
+                let mut missed_labels = labels("", "");
+                missed_labels.insert(0, ("event", "missed".to_owned()));
+                self.counted.get_or_create(&missed_labels).inc_by(*missed);
+                return;
+            }
             #[allow(unreachable_patterns)]
             _ => return,
         };

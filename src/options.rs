@@ -59,7 +59,12 @@ pub struct QueueOptions {
     pub(crate) table_prefix: String,
     pub(crate) schema: Option<String>,
     pub(crate) connect_timeout: Duration,
+    pub(crate) event_capacity: usize,
 }
+
+/// How many unread events a [`Queue::subscribe`] subscription holds by
+/// default.
+pub const DEFAULT_EVENT_CAPACITY: usize = 4096;
 
 /// The prefix of backlog's table names by default: `backlog_jobs`,
 /// `backlog_history`, `backlog_queues`, `backlog_schema_history`.
@@ -80,6 +85,7 @@ impl Default for QueueOptions {
             table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
             schema: None,
             connect_timeout: Duration::from_secs(10),
+            event_capacity: DEFAULT_EVENT_CAPACITY,
         }
     }
 }
@@ -201,12 +207,28 @@ impl QueueOptions {
         self
     }
 
+    /// The most unread events one [`Queue::subscribe`] subscription holds.
+    /// Events that find it full are not kept, so that the queue never waits
+    /// for a subscriber; the subscriber learns how many it missed from an
+    /// [`Event::Lagged`](crate::Event::Lagged). Defaults to
+    /// [`DEFAULT_EVENT_CAPACITY`] (4096); at least 1
+    /// ([`Error::InvalidArgument`] at open otherwise).
+    pub fn event_capacity(mut self, events: usize) -> Self {
+        self.event_capacity = events;
+        self
+    }
+
     /// Checks the options every backend shares, and the ones that only a
     /// server backend takes.
     pub(crate) fn check_common(&self) -> Result<()> {
         if self.pool_size == 0 {
             return Err(Error::InvalidArgument(
                 "pool_size must be at least 1".into(),
+            ));
+        }
+        if self.event_capacity == 0 {
+            return Err(Error::InvalidArgument(
+                "event_capacity must be at least 1".into(),
             ));
         }
         validate::identifier("table prefix", &self.table_prefix)?;

@@ -63,10 +63,12 @@ pub const FIND_UNIQUE_HISTORY: usize = 20;
 /// a write in a deferred transaction) gets the same answer: every method that
 /// writes returns [`Error::InsideTransaction`] at once, writes nothing, and
 /// `enqueue_in(&tx, ..)` joins that transaction. This holds for connections
-/// opened after the process's first [`Queue::open`], which installs the shim
-/// VFS that notes who holds the lock; a connection opened before it is
-/// waited for like another process's, up to the write deadline
-/// (`tests/sqlite_foreign_transactions.rs`).
+/// the application opened through backlog's shim VFS, which notes who holds
+/// the lock ([`sqlite::open_connection`](crate::sqlite::open_connection), or
+/// any connection opened after
+/// [`sqlite::make_default_vfs`](crate::sqlite::make_default_vfs)); another
+/// connection is waited for like another process's, up to the write
+/// deadline (`tests/sqlite_foreign_transactions.rs`).
 #[derive(Debug, Clone)]
 pub struct Queue {
     inner: Arc<Inner>,
@@ -158,13 +160,14 @@ impl Queue {
         if options.migrate {
             backend.migrate(options.write_deadline)?;
         }
+        let bus = Bus::new(options.event_capacity);
         Ok(Queue {
             inner: Arc::new(Inner {
                 backend,
                 canonical_path: path.as_ref().and_then(|p| p.canonicalize().ok()),
                 path,
                 options,
-                bus: Bus::default(),
+                bus,
                 settled_in: Default::default(),
                 progress_gate: Default::default(),
             }),
@@ -710,7 +713,10 @@ impl Queue {
 
     /// Subscribes to the lifecycle events of jobs handled through this queue
     /// (and its clones) in this process, from now on. Drop the receiver to
-    /// unsubscribe; an unread subscription buffers without bound.
+    /// unsubscribe. A subscription holds at most
+    /// [`QueueOptions::event_capacity`] unread events (4096 by default): the
+    /// queue never waits for it, and a subscriber that fell behind receives
+    /// [`Event::Lagged`] with the number of events it missed.
     pub fn subscribe(&self) -> crossbeam_channel::Receiver<Event> {
         self.inner.bus.subscribe()
     }
@@ -867,7 +873,8 @@ impl Queue {
                 let left = deadline.min(next_look).saturating_duration_since(now);
                 crossbeam_channel::select! {
                     recv(events) -> event => match event {
-                        Ok(e) if e.finishes(id) => break,
+                        // A lagged subscription may have missed the finish.
+                        Ok(e) if e.finishes(id) || matches!(e, Event::Lagged { .. }) => break,
                         Ok(_) => {}
                         // The bus never drops its subscribers while the queue lives.
                         Err(_) => break,

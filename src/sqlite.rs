@@ -25,6 +25,37 @@
 //! # }
 //! ```
 //!
+//! # The application's own connections
+//!
+//! A queue call (`queue.enqueue(..)`) made on a thread that holds a write
+//! transaction on the queue's file through a connection of the
+//! application's would wait for that thread's own lock. backlog sees such a
+//! lock only on connections that go through its shim VFS, which it never
+//! imposes on the process (SQLite's default VFS stays the default). Open
+//! yours with [`open_connection`] (or call [`make_default_vfs`] once, before
+//! opening them) and such a call answers [`Error::InsideTransaction`] at
+//! once, writing nothing; otherwise it waits, up to the queue's write
+//! deadline, then [`Error::Busy`]. Either way `enqueue_in(&tx, ..)` is the
+//! call that joins your transaction.
+//!
+//! ```
+//! use backlog::{Error, NewJob, Queue};
+//! use serde_json::json;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let path = dir.path().join("app.db");
+//! let queue = Queue::open(&path)?;
+//! let conn = backlog::sqlite::open_connection(&path)?;
+//! conn.execute_batch("BEGIN IMMEDIATE")?;
+//! let refused = queue.enqueue(NewJob::new("charge", json!({"order": 7})));
+//! # #[cfg(unix)]
+//! assert!(matches!(refused, Err(Error::InsideTransaction)));
+//! conn.execute_batch("ROLLBACK")?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! A program moves to PostgreSQL or MySQL by changing this module's import
 //! to `backlog::postgres` or `backlog::mysql`, the open call to
 //! [`Queue::connect`], and the transaction type its handlers receive.
@@ -54,6 +85,39 @@ pub type Connection = rusqlite::Connection;
 /// The queue's own transaction, as [`QueueExt::transaction`] and
 /// [`JobContextExt::transaction`] hand it to a closure.
 pub type Transaction<'a> = rusqlite::Transaction<'a>;
+
+/// Opens a connection to the SQLite database at `path` (created if missing,
+/// as [`rusqlite::Connection::open`] does) through backlog's shim VFS, so
+/// that a queue call on a thread holding this connection's write
+/// transaction on a queue's file answers [`Error::InsideTransaction`] at
+/// once instead of waiting for it (see the [module docs](self)).
+///
+/// The shim forwards every call to the VFS that was the default when it
+/// was registered (the first `Queue::open`, `open_connection` or
+/// [`make_default_vfs`] of the process) and changes nothing else: the
+/// connection is an ordinary `rusqlite` connection. Off unix there is no
+/// shim and this is `rusqlite::Connection::open`.
+pub fn open_connection(path: impl AsRef<Path>) -> Result<Connection> {
+    Ok(db::write_path::vfs::open(
+        path.as_ref(),
+        rusqlite::OpenFlags::default(),
+    )?)
+}
+
+/// Makes backlog's shim VFS the process's default SQLite VFS: every SQLite
+/// connection opened afterwards without a VFS name, by any library over
+/// this `libsqlite3-sys` (rusqlite, diesel, sqlx), goes through it, as with
+/// [`open_connection`]. Connections opened before the call are not
+/// covered, and a VFS the application makes the default later replaces it.
+/// Call it once, early, if your connections are not opened with
+/// [`open_connection`]; backlog never calls it itself.
+///
+/// Returns whether the shim is now the default: `false` off unix (no shim)
+/// or if SQLite refused to register it; queue calls inside the
+/// application's transactions then wait, bounded by the write deadline.
+pub fn make_default_vfs() -> bool {
+    db::write_path::vfs::make_default()
+}
 
 /// Transactional calls of a [`Queue`] on SQLite.
 ///

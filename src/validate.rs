@@ -9,6 +9,9 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 
+/// The one redaction, under the name the backends import.
+pub(crate) use crate::redact::redact_url;
+
 /// The longest queue name, kind or worker id, in bytes.
 pub const MAX_NAME_BYTES: usize = 128;
 
@@ -123,6 +126,28 @@ pub(crate) fn parse_json(text: &str) -> Result<Value> {
     serde_json::from_str(text).map_err(|e| Error::InvalidPayload(e.to_string()))
 }
 
+/// A table prefix or schema name: ASCII letters, digits and `_`, not
+/// starting with a digit, at most 32 bytes. Such names need no quoting in any
+/// of the three dialects, so they are spliced into SQL text safely.
+pub(crate) fn identifier(what: &'static str, value: &str) -> Result<()> {
+    let ok = !value.is_empty()
+        && value.len() <= 32
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !value.as_bytes()[0].is_ascii_digit();
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_name(
+            what,
+            format!(
+                "{value:?} must be 1 to 32 ASCII letters, digits or '_', not starting with a digit"
+            ),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,79 +180,5 @@ mod tests {
         assert!(matches!(json_depth(&deep), Err(Error::InvalidPayload(_))));
         let too_deep = "[".repeat(MAX_JSON_DEPTH + 1) + &"]".repeat(MAX_JSON_DEPTH + 1);
         assert!(parse_json(&too_deep).is_err());
-    }
-}
-
-/// `url` with its password replaced by `***`, for messages and `Debug`:
-/// `postgres://app:secret@db/q` becomes `postgres://app:***@db/q`. A
-/// `password=` query parameter is masked too.
-pub(crate) fn redact_url(url: &str) -> String {
-    let mut out = match url.split_once("://") {
-        Some((scheme, rest)) => {
-            // The authority ends at the first '/', '?' or '#'; its userinfo
-            // at the last '@' within it.
-            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            let (authority, tail) = rest.split_at(end);
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => match userinfo.split_once(':') {
-                    Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-                    None => format!("{scheme}://{userinfo}@{host}{tail}"),
-                },
-                None => url.to_owned(),
-            }
-        }
-        None => url.to_owned(),
-    };
-    // A password given as a query parameter (`?password=...`).
-    let lower = out.to_ascii_lowercase();
-    if let Some(at) = lower.find("password=") {
-        let start = at + "password=".len();
-        let end = out[start..].find('&').map_or(out.len(), |i| start + i);
-        out.replace_range(start..end, "***");
-    }
-    out
-}
-
-/// A table prefix or schema name: ASCII letters, digits and `_`, not
-/// starting with a digit, at most 32 bytes. Such names need no quoting in any
-/// of the three dialects, so they are spliced into SQL text safely.
-pub(crate) fn identifier(what: &'static str, value: &str) -> Result<()> {
-    let ok = !value.is_empty()
-        && value.len() <= 32
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        && !value.as_bytes()[0].is_ascii_digit();
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid_name(
-            what,
-            format!(
-                "{value:?} must be 1 to 32 ASCII letters, digits or '_', not starting with a digit"
-            ),
-        ))
-    }
-}
-
-#[cfg(test)]
-mod redact_tests {
-    use super::redact_url;
-
-    #[test]
-    fn a_url_password_never_survives_redaction() {
-        assert_eq!(
-            redact_url("postgres://app:s3cret@db:5432/q?sslmode=require"),
-            "postgres://app:***@db:5432/q?sslmode=require"
-        );
-        assert_eq!(
-            redact_url("mysql://root:p@ss@host/db"),
-            "mysql://root:***@host/db"
-        );
-        assert_eq!(
-            redact_url("postgres://db/q?user=a&password=s3cret&sslmode=disable"),
-            "postgres://db/q?user=a&password=***&sslmode=disable"
-        );
-        assert_eq!(redact_url("postgres://app@db/q"), "postgres://app@db/q");
     }
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use backlog::{Error, NewJob, Queue, QueueOptions};
-use common::{count, raw, Harness, TestDb, TestResult};
+use common::{count, Harness, TestDb, TestResult};
 use rusqlite::TransactionBehavior;
 use serde_json::json;
 
@@ -38,9 +38,10 @@ fn payload_over_the_cap_is_rejected_before_any_database_call() -> TestResult {
             .busy_timeout(Duration::from_millis(20))
             .write_deadline(Duration::from_millis(200)),
     )?;
-    // Another connection of this thread holds the write lock: any write the
-    // queue attempted would be refused (InsideTransaction, at its write gate).
-    let mut blocker = raw(h.path())?;
+    // Another connection of this thread, opted in to the shim VFS, holds the
+    // write lock: any write the queue attempted would be refused
+    // (InsideTransaction, at its write gate).
+    let mut blocker = backlog::sqlite::open_connection(h.path())?;
     let lock = blocker.transaction_with_behavior(TransactionBehavior::Immediate)?;
 
     let oversize = NewJob::new("k", json!("z".repeat(1000)));

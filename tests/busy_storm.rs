@@ -7,7 +7,7 @@
 //! `busy_timeout`, so SQLite hands them BUSY when an application transaction
 //! holds the lock and the library's own retry loop (not only SQLite's busy
 //! handler) is under test; between backlog's processes the turnstile
-//! (src/backend/sqlite/turnstile.rs) queues writers instead.
+//! (src/backend/sqlite/write_path/turnstile.rs) queues writers instead.
 //!
 //! Pass: no enqueue and no handler transaction returns an error (BUSY and
 //! LOCKED are retried inside the library), every acknowledged enqueue is

@@ -142,8 +142,8 @@ fn an_application_commit_failing_on_a_full_disk_leaves_no_lock_noted_for_its_thr
     };
     let path = fs.path().join("full.db");
     let queue = Queue::open(&path).expect("open on tmpfs");
-    // Opened after the queue: its locks are seen (src/backend/sqlite/vfs.rs).
-    let app = Connection::open(&path).expect("application connection");
+    // Opted in to the shim VFS: its locks are seen (src/backend/sqlite/write_path/vfs.rs).
+    let app = backlog::sqlite::open_connection(&path).expect("application connection");
     app.execute_batch("CREATE TABLE blobs (b BLOB NOT NULL)")
         .expect("create table");
 

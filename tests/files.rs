@@ -79,3 +79,57 @@ fn the_library_never_deletes_or_renames_files() {
         offenders.join("\n")
     );
 }
+
+/// A queue opened through a symbolic link keeps its files beside the real
+/// database, as SQLite keeps `-wal` and `-shm`: queues opened by either
+/// path take turns at one turnstile file.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_queue_opened_through_a_symlink_keeps_its_turnstile_beside_the_target() -> backlog::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let real = dir.path().join("data");
+    std::fs::create_dir(&real).expect("data dir");
+    let target = real.join("real.db");
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let direct = Queue::open(&target)?;
+    direct.enqueue(NewJob::new("k", json!(1)))?;
+    let through_link = Queue::open(&link)?;
+    through_link.enqueue(NewJob::new("k", json!(2)))?;
+    for suffix in ["-wal", "-shm", "-turnstile"] {
+        assert!(
+            real.join(format!("real.db{suffix}")).exists(),
+            "no real.db{suffix} beside the target"
+        );
+        assert!(
+            !dir.path().join(format!("link.db{suffix}")).exists(),
+            "link.db{suffix} beside the link"
+        );
+    }
+    Ok(())
+}
+
+/// Probing a FIFO would wait for a writer forever if it were opened; a
+/// folder is no database either. Both answer at once.
+#[test]
+fn probing_a_fifo_or_a_folder_answers_at_once() -> backlog::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("fifo");
+    let c_path = std::ffi::CString::new(fifo.to_str().expect("path")).expect("path");
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let (done, answer) = std::sync::mpsc::channel();
+    let folder = dir.path().to_owned();
+    std::thread::spawn(move || {
+        let _ = done.send((
+            backlog::probe_sqlite_file(&fifo).map_err(|e| e.to_string()),
+            backlog::probe_sqlite_file(&folder).map_err(|e| e.to_string()),
+        ));
+    });
+    let (fifo, folder) = answer
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the probe hangs");
+    assert_eq!(fifo, Ok(backlog::SqliteFile::NotSqlite));
+    assert_eq!(folder, Ok(backlog::SqliteFile::NotSqlite));
+    Ok(())
+}

@@ -362,6 +362,28 @@ fn a_url_password_never_shows_in_errors_or_debug_output() -> TestResult {
     Ok(())
 }
 
+// ---- errors --------------------------------------------------------------------
+
+/// rust-postgres's own `Display` says only `db error`; the server's reason
+/// is in its `DbError`, which only this backend has.
+#[test]
+fn a_server_error_says_its_severity_code_and_message() -> TestResult {
+    let Some(server) = Server::new()? else {
+        return Ok(());
+    };
+    let (base, query) = server.url.split_once('?').unwrap_or((&server.url, ""));
+    let (host, _) = base.rsplit_once('/').ok_or("no database in the URL")?;
+    let missing = format!("{host}/backlog_no_such_db_{}?{query}", server.schema);
+    let e = QueueOptions::new()
+        .connect(&missing)
+        .expect_err("the database does not exist");
+    let shown = e.to_string();
+    assert!(shown.contains("FATAL 3D000"), "{shown}");
+    assert!(shown.contains("does not exist"), "{shown}");
+    assert!(!shown.contains("db error"), "{shown}");
+    Ok(())
+}
+
 // ---- LISTEN/NOTIFY -------------------------------------------------------------
 
 /// Collects the notifications on the schema's channel for `wait`.
@@ -402,6 +424,35 @@ fn enqueue_in_notifies_listeners_only_when_its_transaction_commits() -> TestResu
 
     queue.enqueue(NewJob::new("k", json!(3)))?;
     assert!(notifications(&mut listener, Duration::from_secs(2))? >= 1);
+    Ok(())
+}
+
+/// The notification rides in the inserting statement: one per committed
+/// enqueue or batch, none for a unique key already held (nothing inserted).
+#[test]
+fn an_enqueue_notifies_once_and_a_held_unique_key_not_at_all() -> TestResult {
+    let Some(server) = Server::new()? else {
+        return Ok(());
+    };
+    let (queue, _clock) = server.manual_queue()?;
+    let mut listener = server.client()?;
+    listener.batch_execute(&format!("LISTEN \"{}.backlog_jobs\"", server.schema))?;
+
+    queue.enqueue(NewJob::new("k", json!(1)).unique_key("once"))?;
+    assert_eq!(notifications(&mut listener, Duration::from_millis(500))?, 1);
+    let again = queue.enqueue(NewJob::new("k", json!(2)).unique_key("once"))?;
+    assert!(again.existed);
+    assert_eq!(
+        notifications(&mut listener, Duration::from_millis(300))?,
+        0,
+        "nothing was inserted"
+    );
+    queue.enqueue_many((0..50).map(|i| NewJob::new("k", json!(i))))?;
+    assert_eq!(
+        notifications(&mut listener, Duration::from_millis(500))?,
+        1,
+        "one per batch"
+    );
     Ok(())
 }
 

@@ -8,10 +8,13 @@
 //! queue's writer share. On PostgreSQL and MySQL the queue writes through
 //! its own pooled connections and row locks; "the queue's own transaction"
 //! case, which every backend has, is in the conformance suite. Unix only:
-//! the lock's holder is known through the shim VFS (`src/backend/sqlite/vfs.rs`).
+//! the lock's holder is known through the shim VFS (`src/backend/sqlite/write_path/vfs.rs`).
 //!
-//! Every application connection here is opened after the queue, as the shim
-//! is registered at the first `Queue::open` of the process.
+//! The shim is the application's to ask for: its connections here are
+//! opened with `backlog::sqlite::open_connection`. A plain `rusqlite`
+//! connection keeps SQLite's default VFS and is waited for, bounded (the
+//! last tests here). `make_default_vfs`, which changes the whole process,
+//! has a test binary of its own (`tests/sqlite_default_vfs.rs`).
 
 #![cfg(unix)]
 
@@ -24,7 +27,7 @@ use std::time::{Duration, Instant};
 use backlog::sqlite::QueueExt;
 use backlog::{
     Error, JobFilter, JobState, JobUpdate, LeaseRequest, NewJob, Outcome, Queue, QueueLimits,
-    Retention,
+    QueueOptions, Retention,
 };
 use common::{raw, Harness, TestResult};
 use rusqlite::{Connection, TransactionBehavior};
@@ -63,9 +66,10 @@ fn snapshot(path: &std::path::Path) -> TestResult<Vec<String>> {
     Ok(rows)
 }
 
-/// An application connection on `path`, opened now (after the queue).
+/// An application connection on `path`, opted in to the shim.
 fn app(path: &std::path::Path) -> TestResult<Connection> {
-    let conn = raw(path)?;
+    let conn = backlog::sqlite::open_connection(path)?;
+    conn.busy_timeout(Duration::from_secs(10))?;
     conn.execute_batch("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY)")?;
     Ok(conn)
 }
@@ -387,4 +391,90 @@ fn another_queue_on_the_same_file_refuses_inside_the_first_ones_transaction() ->
     assert_writes_at_once(&second)?;
     assert_eq!(h.live_rows()?, 1);
     Ok(())
+}
+
+/// The name of the VFS `conn` opened its main database with (asked of
+/// SQLite itself, not of the VFS).
+fn vfs_of(conn: &Connection) -> TestResult<String> {
+    let mut vfs: *mut rusqlite::ffi::sqlite3_vfs = std::ptr::null_mut();
+    // SAFETY: an open connection, used by this thread alone for the call;
+    // SQLITE_FCNTL_VFS_POINTER writes a pointer to the connection's VFS,
+    // registered for the life of the process.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            rusqlite::ffi::SQLITE_FCNTL_VFS_POINTER,
+            (&mut vfs as *mut *mut rusqlite::ffi::sqlite3_vfs).cast(),
+        )
+    };
+    if rc != rusqlite::ffi::SQLITE_OK || vfs.is_null() {
+        return Err(format!("no VFS pointer: rc {rc}").into());
+    }
+    // SAFETY: a registered VFS's name is a NUL-terminated static string.
+    Ok(unsafe { std::ffi::CStr::from_ptr((*vfs).zName) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+/// The name of the process's default VFS.
+fn default_vfs() -> TestResult<String> {
+    // SAFETY: thread-safe, and the default VFS (never null in a unix build)
+    // has a NUL-terminated static name.
+    unsafe {
+        let vfs = rusqlite::ffi::sqlite3_vfs_find(std::ptr::null());
+        if vfs.is_null() {
+            return Err("no default VFS".into());
+        }
+        Ok(std::ffi::CStr::from_ptr((*vfs).zName)
+            .to_string_lossy()
+            .into_owned())
+    }
+}
+
+/// Opening a queue changes nothing in the process outside its own
+/// connections (DESIGN.md §2, promise 10): SQLite's default VFS stays the
+/// default, and a plain connection the application opens afterwards uses
+/// it. The opted-in connection and the queue's own go through the shim.
+#[test]
+fn a_plain_connection_opened_after_queue_open_uses_sqlites_default_vfs() -> TestResult {
+    let h = Harness::new()?;
+    let _second = Queue::open(h.path())?;
+    assert_eq!(default_vfs()?, "unix");
+    let plain = Connection::open(h.path())?;
+    assert_eq!(vfs_of(&plain)?, "unix");
+    assert_eq!(vfs_of(&raw(h.path())?)?, "unix");
+    assert_eq!(vfs_of(&app(h.path())?)?, "backlog");
+    Ok(())
+}
+
+/// Without the opt-in, the application's write transaction is waited for
+/// like another process's: a queue call on the same thread gives up with
+/// `Busy` at the write deadline, having written nothing.
+#[test]
+fn a_plain_connections_write_transaction_is_waited_for_up_to_the_write_deadline() -> TestResult {
+    let deadline = Duration::from_millis(300);
+    let h = Harness::with(
+        QueueOptions::new()
+            .busy_timeout(Duration::from_millis(50))
+            .write_deadline(deadline),
+    )?;
+    let plain = raw(h.path())?;
+    plain.execute_batch(
+        "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY);
+         BEGIN IMMEDIATE; INSERT INTO orders DEFAULT VALUES;",
+    )?;
+    let before = snapshot(h.path())?;
+    let start = Instant::now();
+    let waited = h.queue.enqueue(NewJob::new("k", json!("waits")));
+    let took = start.elapsed();
+    assert!(matches!(waited, Err(Error::Busy)), "{waited:?}");
+    assert!(
+        took >= deadline,
+        "gave up after {took:?}, before the deadline"
+    );
+    assert!(took < AT_ONCE, "{took:?}");
+    plain.execute_batch("COMMIT")?;
+    assert_eq!(snapshot(h.path())?, before);
+    assert_writes_at_once(&h.queue)
 }

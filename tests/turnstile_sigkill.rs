@@ -1,5 +1,5 @@
 //! The turnstile (processes take turns at a SQLite file's write lock, see
-//! src/backend/sqlite/turnstile.rs) and dead processes: a process killed
+//! src/backend/sqlite/write_path/turnstile.rs) and dead processes: a process killed
 //! with SIGKILL while it holds its turn, or while it waits for one, keeps
 //! nobody waiting, and a turn held past the write deadline is `Error::Busy`,
 //! never a hang.

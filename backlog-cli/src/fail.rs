@@ -18,9 +18,11 @@ pub enum Code {
     InvalidState = 5,
     /// No queue of this name has jobs, history or settings.
     UnknownQueue = 6,
-    /// The database cannot be reached: a missing file, a server down.
+    /// The database cannot be reached: a missing file, a server down or
+    /// refusing the login.
     Unreachable = 7,
-    /// The file or database is not a backlog database.
+    /// The file or database is not a backlog database: another
+    /// application's, a corrupted SQLite file, a FIFO, device or folder.
     NotBacklog = 8,
     /// A bulk operation was not confirmed.
     Aborted = 9,
@@ -60,7 +62,9 @@ impl From<backlog::Error> for Failure {
             backlog::Error::FeatureDisabled { .. } => Code::Usage,
             _ => Code::Other,
         };
-        Failure::new(code, e.to_string())
+        // The library names its calls; an operator knows the commands.
+        let message = e.to_string().replace("run_now", "`backlog run-now`");
+        Failure::new(code, message)
     }
 }
 
@@ -77,10 +81,10 @@ Exit codes:
   1  other error (database, I/O)
   2  bad command line
   3  unknown job id
-  4  invalid input (bad JSON, name, time or number)
+  4  invalid input (bad JSON, name, time or number, or one out of range)
   5  the job's state does not allow it
   6  unknown queue
   7  database unreachable (missing file, server down)
-  8  not a backlog database
+  8  not a backlog database (another application's, corrupted, not a file)
   9  bulk operation not confirmed
  10  the database's schema is older than this backlog (run `backlog migrate`)";

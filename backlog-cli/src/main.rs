@@ -36,6 +36,7 @@ use target::Target;
 )]
 struct Cli {
     /// The queue's database: a SQLite file, or a postgres:// or mysql:// URL.
+    /// Not used by `copy`, which names both of its own.
     #[arg(long, env = "BACKLOG_DATABASE", global = true, value_name = "PATH|URL")]
     db: Option<String>,
     /// Print JSON for scripts instead of tables.
@@ -95,11 +96,12 @@ enum Command {
         #[arg(long)]
         queue: Option<String>,
     },
-    /// Stop leasing from a queue (running jobs finish).
+    /// Stop leasing from a queue (running jobs finish). A queue with no
+    /// jobs yet can be paused ahead of them.
     Pause {
         queue: String,
-        /// Pause a queue that has no jobs yet.
-        #[arg(long)]
+        /// Accepted for scripts written when pausing an empty queue needed it.
+        #[arg(long, hide = true)]
         force: bool,
     },
     /// Lease from a paused queue again.
@@ -132,10 +134,14 @@ enum Command {
     Enqueue {
         /// The job's kind (which handler runs it).
         kind: String,
-        /// The payload, JSON.
+        /// The payload, JSON; `-` reads it from stdin, `@FILE` from a file
+        /// (for payloads over the command line's length limit).
+        #[arg(value_name = "JSON|-|@FILE")]
         payload: String,
+        /// The queue to add it to. Defaults to `default`.
         #[arg(long)]
         queue: Option<String>,
+        /// Higher runs first. Defaults to 0.
         #[arg(long, allow_negative_numbers = true)]
         priority: Option<i32>,
         /// Due after this delay: 30s, 10m, 2h.
@@ -144,9 +150,11 @@ enum Command {
         /// Due at this time: RFC 3339, unix seconds, or +10m.
         #[arg(long)]
         run_at: Option<String>,
-        /// At most one live job of the queue holds this key.
+        /// At most one live job of the queue holds this key: enqueueing it
+        /// again returns the existing job.
         #[arg(long)]
         unique_key: Option<String>,
+        /// Attempts before it is dead-lettered. Defaults to 25.
         #[arg(long)]
         max_attempts: Option<u32>,
     },
@@ -199,8 +207,8 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct JobsArgs {
-    /// available, scheduled, retrying, running, completed, discarded,
-    /// cancelled, dead, or all.
+    /// available, scheduled, retrying, running, grouped, completed,
+    /// discarded, cancelled, dead, aggregated, or all.
     #[arg(long, default_value = "all", value_parser = STATES_AND_ALL)]
     state: String,
     #[arg(long)]
@@ -235,25 +243,30 @@ struct Select {
     yes: bool,
 }
 
-const STATES: [&str; 8] = [
+/// Every state `stats` counts (`JobState::ALL`).
+const STATES: [&str; 10] = [
     "available",
     "scheduled",
     "retrying",
     "running",
+    "grouped",
     "completed",
     "discarded",
     "cancelled",
     "dead",
+    "aggregated",
 ];
-const STATES_AND_ALL: [&str; 9] = [
+const STATES_AND_ALL: [&str; 11] = [
     "available",
     "scheduled",
     "retrying",
     "running",
+    "grouped",
     "completed",
     "discarded",
     "cancelled",
     "dead",
+    "aggregated",
     "all",
 ];
 
@@ -268,7 +281,7 @@ fn main() -> ExitCode {
                     json!({"error": failure.message, "exit_code": failure.code as u8})
                 );
             } else {
-                eprintln!("backlog: {failure}");
+                eprintln!("backlog: {}", output::safe_lines(&failure.message));
             }
             ExitCode::from(failure.code as u8)
         }
@@ -281,10 +294,20 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         Command::Copy { from, to } => return copy(&out, from, to),
         Command::Migrate => {
             let target = target(cli)?;
-            target.open_and_migrate()?;
+            let (_, applied) = target.open_and_migrate()?;
+            let text = if applied.is_empty() {
+                format!("{}: schema up to date, nothing to apply", target.display())
+            } else {
+                format!(
+                    "{}: applied {} migration(s): {}",
+                    target.display(),
+                    applied.len(),
+                    applied.join(", ")
+                )
+            };
             return out.done(
-                &format!("{}: schema up to date", target.display()),
-                json!({"database": target.display(), "migrated": true}),
+                &text,
+                json!({"database": target.display(), "migrated": true, "applied": applied}),
             );
         }
         _ => {}
@@ -330,15 +353,18 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             queue.update(*id, &update)?;
             report_job(&out, &queue, *id, "updated")
         }
-        Command::Pause { queue: name, force } => {
-            if !force {
-                known_queue(&queue, name)?;
-            }
+        Command::Pause { queue: name, .. } => {
+            let known = queue.stats()?.iter().any(|s| s.queue == *name);
             queue.pause(name)?;
-            out.done(
-                &format!("queue {name} paused: workers lease nothing from it until resumed"),
-                json!({"queue": name, "paused": true}),
-            )
+            let text = if known {
+                format!("queue {name} paused: workers lease nothing from it until resumed")
+            } else {
+                format!(
+                    "queue {name} paused: it has no jobs yet; workers will lease none \
+                     from it until resumed"
+                )
+            };
+            out.done(&text, json!({"queue": name, "paused": true}))
         }
         Command::Limits {
             queue: name,
@@ -377,7 +403,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             unique_key,
             max_attempts,
         } => {
-            let value: Value = serde_json::from_str(payload).map_err(|e| {
+            let value: Value = serde_json::from_str(&payload_arg(payload)?).map_err(|e| {
                 Failure::new(Code::InvalidInput, format!("the payload is not JSON: {e}"))
             })?;
             let mut job = NewJob::new(kind.clone(), value);
@@ -421,7 +447,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
                 json!({"id": enqueued.id, "existed": enqueued.existed, "job": output::record_json(&record)}),
             )
         }
-        Command::Metrics => out.text(&queue.metrics()?),
+        Command::Metrics => out.raw(&queue.metrics()?),
         Command::Schedules { remove } => schedules::run(&out, &queue, remove.as_deref()),
         Command::Watch { interval, count } => {
             watch::run(&queue, duration_arg(interval)?, *count, out.json)
@@ -448,7 +474,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
 
 fn target(cli: &Cli) -> Result<Target, Failure> {
     match cli.db.as_deref() {
-        Some(db) if !db.is_empty() => Ok(Target::parse(db)),
+        Some(db) if !db.is_empty() => Target::parse(db),
         _ => Err(Failure::new(
             Code::Usage,
             "which database? pass --db PATH|URL or set BACKLOG_DATABASE",
@@ -462,7 +488,16 @@ struct Out {
 }
 
 impl Out {
+    /// Prints text for people: whatever it quotes from the database (a
+    /// kind, an error message) cannot reach the terminal as a control
+    /// sequence.
     fn text(&self, text: &str) -> Result<(), Failure> {
+        self.raw(&output::safe_lines(text))
+    }
+
+    /// Prints text as it is: JSON and the metrics' text format, for
+    /// programs (their encoders escape what they need to).
+    fn raw(&self, text: &str) -> Result<(), Failure> {
         let mut stdout = std::io::stdout().lock();
         stdout.write_all(text.as_bytes())?;
         stdout.flush()?;
@@ -472,7 +507,7 @@ impl Out {
     fn value(&self, value: &Value) -> Result<(), Failure> {
         let text = serde_json::to_string_pretty(value)
             .map_err(|e| Failure::new(Code::Other, e.to_string()))?;
-        self.text(&format!("{text}\n"))
+        self.raw(&format!("{text}\n"))
     }
 
     /// A one-line result for people, or its JSON.
@@ -722,11 +757,14 @@ fn act(out: &Out, queue: &Queue, select: &Select, action: Action<'_>) -> Result<
             report.skipped
         ));
     }
-    out.done(
-        &text,
-        json!({"action": action.verb(), "matched": matching, "done": report.done,
-               "skipped": report.skipped, "requested": report.requested}),
-    )
+    let mut value = json!({"action": action.verb(), "matched": matching, "done": report.done,
+                           "skipped": report.skipped});
+    // Only a cancel can be a request (running jobs finish later); a
+    // "requested": 0 beside the other actions read as "nothing asked".
+    if matches!(action, Action::Cancel) {
+        value["asked_to_stop"] = json!(report.requested);
+    }
+    out.done(&text, value)
 }
 
 /// How many jobs `filter` lists (walking its pages).
@@ -751,7 +789,7 @@ fn confirm(question: &str) -> Result<(), Failure> {
             format!("{question} Not confirmed: pass --yes to run without a terminal"),
         ));
     }
-    eprint!("{question} [y/N] ");
+    eprint!("{} [y/N] ", output::safe(question));
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
     if matches!(answer.trim(), "y" | "Y" | "yes") {
@@ -820,9 +858,9 @@ fn purge(out: &Out, queue: &Queue, statuses: &[String], older_than: &str) -> Res
 }
 
 fn copy(out: &Out, from: &str, to: &str) -> Result<(), Failure> {
-    let (from, to) = (Target::parse(from), Target::parse(to));
+    let (from, to) = (Target::parse(from)?, Target::parse(to)?);
     let source = from.open_existing()?;
-    let destination = to.open_and_migrate()?;
+    let (destination, _) = to.open_and_migrate()?;
     let report = backlog::copy(&source, &destination)?;
     out.done(
         &format!(
@@ -837,6 +875,52 @@ fn copy(out: &Out, from: &str, to: &str) -> Result<(), Failure> {
         json!({"live": report.live, "history": report.history, "skipped": report.skipped,
                "paused_queues": report.paused_queues}),
     )
+}
+
+/// The largest payload `-` or `@FILE` reads: over the library's default
+/// cap (1 MiB), so its error names the size, under anything that would
+/// strain memory.
+const MAX_PAYLOAD_READ: u64 = 64 * 1024 * 1024;
+
+/// The payload argument: JSON text, `-` for stdin, `@FILE` for a file.
+fn payload_arg(arg: &str) -> Result<String, Failure> {
+    use std::io::Read;
+    let (source, reader): (String, Box<dyn Read>) = if arg == "-" {
+        ("stdin".into(), Box::new(std::io::stdin()))
+    } else if let Some(path) = arg.strip_prefix('@') {
+        let file = std::fs::File::open(path).map_err(|e| {
+            Failure::new(
+                Code::InvalidInput,
+                format!("cannot read the payload from {path}: {e}"),
+            )
+        })?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(Failure::new(
+                Code::InvalidInput,
+                format!("the payload file {path} is not a regular file"),
+            ));
+        }
+        (path.to_owned(), Box::new(file))
+    } else {
+        return Ok(arg.to_owned());
+    };
+    let mut text = String::new();
+    reader
+        .take(MAX_PAYLOAD_READ + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| {
+            Failure::new(
+                Code::InvalidInput,
+                format!("cannot read the payload from {source}: {e}"),
+            )
+        })?;
+    if text.len() as u64 > MAX_PAYLOAD_READ {
+        return Err(Failure::new(
+            Code::InvalidInput,
+            format!("the payload from {source} is over {MAX_PAYLOAD_READ} bytes"),
+        ));
+    }
+    Ok(text)
 }
 
 fn duration_arg(text: &str) -> Result<Duration, Failure> {

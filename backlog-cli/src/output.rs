@@ -22,8 +22,10 @@ impl Table {
         }
     }
 
+    /// Adds a row; its cells are made safe for a terminal here, so the
+    /// widths are those of what is printed.
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(cells.iter().map(|c| safe(c)).collect());
     }
 
     pub fn render(&self) -> String {
@@ -269,7 +271,7 @@ pub fn jobs_table(jobs: &[JobRecord], now: SystemTime) -> String {
             when,
             j.errors
                 .last()
-                .map(|e| truncate(&e.message, 60))
+                .map(|e| truncate(&safe(&e.message), 60))
                 .unwrap_or_default(),
         ]);
     }
@@ -280,7 +282,7 @@ pub fn jobs_table(jobs: &[JobRecord], now: SystemTime) -> String {
 pub fn record_text(r: &JobRecord, now: SystemTime) -> String {
     let mut out = String::new();
     let mut field = |name: &str, value: String| {
-        out.push_str(&format!("{name:<14}{value}\n"));
+        out.push_str(&format!("{name:<14}{}\n", safe(&value)));
     };
     field("id", r.id.to_string());
     field("state", r.state.as_str().to_owned());
@@ -341,7 +343,7 @@ pub fn record_text(r: &JobRecord, now: SystemTime) -> String {
                 "  attempt {} at {}: {}\n",
                 e.attempt,
                 time(e.at),
-                e.message
+                safe(&e.message)
             ));
         }
     }
@@ -358,8 +360,10 @@ fn pretty(text: &str) -> String {
         .unwrap_or_else(|_| text.to_owned())
 }
 
+/// Indents each line, made safe for a terminal (a payload that is not
+/// JSON is shown as stored).
 fn indent(text: &str) -> String {
-    text.lines().map(|l| format!("  {l}\n")).collect()
+    text.lines().map(|l| format!("  {}\n", safe(l))).collect()
 }
 
 fn truncate(text: &str, max: usize) -> String {
@@ -372,14 +376,74 @@ fn truncate(text: &str, max: usize) -> String {
     }
 }
 
+/// `text` made safe to print on a terminal, every character escaped that
+/// could change the terminal's state or hide what the text says: C0 and C1
+/// control characters (ESC, BEL, CSI, a carriage return or newline), DEL,
+/// bidi overrides and isolates, zero-width and other invisible format
+/// characters. Each is shown as `\u{..}`. For one-line fields; JSON output
+/// is never passed through this.
+pub fn safe(text: &str) -> String {
+    escape(text, false)
+}
+
+/// [`safe`] for text of several lines: newlines are kept, everything else
+/// escaped.
+pub fn safe_lines(text: &str) -> String {
+    escape(text, true)
+}
+
+fn escape(text: &str, keep_newlines: bool) -> String {
+    if !text
+        .chars()
+        .any(|c| unsafe_char(c) && !(keep_newlines && c == '\n'))
+    {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) && !(keep_newlines && c == '\n') {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Control characters, and the invisible ones that reorder or hide text
+/// (Unicode's bidi controls, zero-width and other format characters, line
+/// and paragraph separators).
+fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{ad}'
+                | '\u{600}'..='\u{605}'
+                | '\u{61c}'
+                | '\u{6dd}'
+                | '\u{70f}'
+                | '\u{180e}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{206f}'
+                | '\u{feff}'
+                | '\u{fff9}'..='\u{fffb}'
+                | '\u{e0000}'..='\u{e007f}'
+        )
+}
+
 /// Parses `--run-at`: RFC 3339 (`2030-01-01T00:00:00Z`), a unix time in
 /// seconds, or a delay from now (`+10m`).
 pub fn parse_time(text: &str, now: SystemTime) -> Result<SystemTime, String> {
+    let out_of_range = || format!("{text:?} is too far in the future");
     if let Some(delay) = text.strip_prefix('+') {
-        return parse_duration(delay).map(|d| now + d);
+        let delay = parse_duration(delay)?;
+        return now.checked_add(delay).ok_or_else(out_of_range);
     }
     if let Ok(secs) = text.parse::<u64>() {
-        return Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
+        return SystemTime::UNIX_EPOCH
+            .checked_add(Duration::from_secs(secs))
+            .ok_or_else(out_of_range);
     }
     humantime::parse_rfc3339_weak(text).map_err(|e| {
         format!("{text:?} is not a time (RFC 3339 like 2030-01-01T09:00:00Z, unix seconds, or +10m): {e}")

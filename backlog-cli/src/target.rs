@@ -19,28 +19,38 @@ pub enum Target {
 }
 
 impl Target {
-    pub fn parse(db: &str) -> Target {
+    pub fn parse(db: &str) -> Result<Target, Failure> {
         let scheme = db
             .split_once("://")
             .map(|(s, _)| s.to_ascii_lowercase())
             .unwrap_or_default();
         match scheme.as_str() {
-            "postgres" | "postgresql" | "mysql" | "mariadb" => Target::Server(db.to_owned()),
+            "postgres" | "postgresql" | "mysql" | "mariadb" => Ok(Target::Server(db.to_owned())),
+            _ if looks_like_key_value(db) => Err(Failure::new(
+                Code::Usage,
+                format!(
+                    "{} is a key=value connection string: give a URL \
+                     (postgres://USER:PASSWORD@HOST/DB), not a file to create",
+                    backlog::redact_url(db)
+                ),
+            )),
             _ => {
                 let path = db
                     .strip_prefix("sqlite://")
                     .or_else(|| db.strip_prefix("sqlite:"))
                     .unwrap_or(db);
-                Target::Sqlite(PathBuf::from(path))
+                Ok(Target::Sqlite(PathBuf::from(path)))
             }
         }
     }
 
-    /// What to call the database in messages (a URL without its password).
+    /// What to call the database in messages, JSON and pages: without its
+    /// password. A path is redacted too: a `key=value` connection string or
+    /// a URL of an unknown scheme given as `--db` is taken for a path.
     pub fn display(&self) -> String {
         match self {
-            Target::Sqlite(path) => path.display().to_string(),
-            Target::Server(url) => redact(url),
+            Target::Sqlite(path) => shown(path),
+            Target::Server(url) => backlog::redact_url(url),
         }
     }
 
@@ -84,13 +94,15 @@ impl Target {
 
     /// Opens the database, creating (SQLite) and migrating it as needed:
     /// for commands asked to write a database (`migrate`, `copy`'s target).
-    pub fn open_and_migrate(&self) -> Result<Queue, Failure> {
+    /// Returns the migrations it applied, oldest first (all of them on a
+    /// new database, none on a current one).
+    pub fn open_and_migrate(&self) -> Result<(Queue, Vec<String>), Failure> {
         if let Target::Sqlite(path) = self {
             match probe(path)? {
                 SqliteFile::NotSqlite => {
                     return Err(Failure::new(
                         Code::NotBacklog,
-                        format!("{} is not a SQLite database", path.display()),
+                        format!("{} is not a SQLite database", shown(path)),
                     ))
                 }
                 SqliteFile::OtherDatabase => {
@@ -100,7 +112,7 @@ impl Target {
                             "{} is a SQLite database of another application; backlog adds its \
                              tables only to a new file or one that already has them (it would \
                              switch the file to WAL mode)",
-                            path.display()
+                            shown(path)
                         ),
                     ))
                 }
@@ -108,16 +120,21 @@ impl Target {
                 _ => {}
             }
         }
+        let options = QueueOptions::new().migrate(false);
         let queue = match self {
-            Target::Sqlite(path) => QueueOptions::new().open(path),
-            Target::Server(url) => QueueOptions::new().connect(url),
-        };
-        queue.map_err(|e| self.unreachable(e))
+            Target::Sqlite(path) => options.open(path),
+            Target::Server(url) => options.connect(url),
+        }
+        .map_err(|e| self.unreachable(e))?;
+        let pending = queue.pending_migrations()?;
+        queue.migrate()?;
+        Ok((queue, pending))
     }
 
     fn unreachable(&self, e: backlog::Error) -> Failure {
         let code = match e {
             backlog::Error::FeatureDisabled { .. } => Code::Usage,
+            ref e if e.is_corrupt() => Code::NotBacklog,
             _ => Code::Unreachable,
         };
         Failure::new(code, format!("cannot open {}: {e}", self.display()))
@@ -133,26 +150,23 @@ fn probe_sqlite(path: &Path) -> Result<(), Failure> {
             format!(
                 "no database at {} (backlog does not create a file it was asked to read; \
                  `backlog migrate --db {}` creates a new queue)",
-                path.display(),
-                path.display()
+                shown(path),
+                shown(path)
             ),
         ),
         SqliteFile::Empty => (
             Code::NotBacklog,
-            format!(
-                "{} is an empty file, not a backlog database",
-                path.display()
-            ),
+            format!("{} is an empty file, not a backlog database", shown(path)),
         ),
         SqliteFile::NotSqlite => (
             Code::NotBacklog,
-            format!("{} is not a SQLite database", path.display()),
+            format!("{} is not a SQLite database", shown(path)),
         ),
         _ => (
             Code::NotBacklog,
             format!(
                 "{} is a SQLite database without backlog's tables",
-                path.display()
+                shown(path)
             ),
         ),
     };
@@ -160,24 +174,46 @@ fn probe_sqlite(path: &Path) -> Result<(), Failure> {
 }
 
 fn probe(path: &Path) -> Result<SqliteFile, Failure> {
+    // Opening a FIFO for reading waits for a writer, forever: only regular
+    // files (or links to one) are read. A missing path is the probe's to
+    // report.
+    if let Ok(meta) = std::fs::metadata(path) {
+        if !meta.is_file() {
+            let what = if meta.is_dir() {
+                "a folder"
+            } else {
+                "not a regular file (a FIFO, socket or device)"
+            };
+            return Err(Failure::new(
+                Code::NotBacklog,
+                format!("{} is {what}, not a backlog database", shown(path)),
+            ));
+        }
+    }
     backlog::probe_sqlite_file(path).map_err(|e| {
-        Failure::new(
-            Code::Unreachable,
-            format!("cannot read {}: {e}", path.display()),
+        let code = if e.is_corrupt() {
+            Code::NotBacklog
+        } else {
+            Code::Unreachable
+        };
+        Failure::new(code, format!("cannot read {}: {e}", shown(path)))
+    })
+}
+
+/// `host=db user=app ...`: libpq's other form, which would otherwise be
+/// taken for the name of a SQLite file to create, password and all.
+fn looks_like_key_value(db: &str) -> bool {
+    db.split_whitespace().any(|word| {
+        let key = word.split_once('=').map_or("", |(k, _)| k);
+        matches!(
+            key,
+            "host" | "hostaddr" | "dbname" | "user" | "password" | "port"
         )
     })
 }
 
-/// `scheme://user:secret@host` → `scheme://user:***@host`.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    match rest.split_once('@') {
-        Some((credentials, host)) => match credentials.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
+/// A path as messages show it: redacted like a URL, since whatever `--db`
+/// names that is not a known URL is taken for a path.
+fn shown(path: &Path) -> String {
+    backlog::redact_url(&path.display().to_string())
 }

@@ -14,16 +14,20 @@ use crossterm::{cursor, execute, terminal};
 use crate::fail::{Code, Failure};
 use crate::output;
 
+/// The longest `--interval`: a longer one would be no refresh at all (and
+/// a deadline past what the clock can hold).
+const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
+
 pub fn run(
     queue: &Queue,
     interval: Duration,
     count: Option<u64>,
     json: bool,
 ) -> Result<(), Failure> {
-    if interval < Duration::from_millis(100) {
+    if interval < Duration::from_millis(100) || interval > MAX_INTERVAL {
         return Err(Failure::new(
             Code::InvalidInput,
-            "--interval must be at least 100ms",
+            "--interval must be from 100ms to 1day",
         ));
     }
     let interactive = count.is_none()
@@ -66,7 +70,8 @@ fn header(queue: &Queue) -> String {
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "server".into());
     format!(
-        "backlog watch: {db} at {}",
+        "backlog watch: {} at {}",
+        output::safe(&db),
         humantime::format_rfc3339_seconds(SystemTime::now())
     )
 }
@@ -95,7 +100,7 @@ fn on_screen(queue: &Queue, interval: Duration) -> Result<(), Failure> {
         let started = Instant::now();
         let body = match queue.stats() {
             Ok(stats) => output::stats_table(&stats),
-            Err(e) => format!("cannot read the queue: {e}\n"),
+            Err(e) => format!("cannot read the queue: {}\n", output::safe(&e.to_string())),
         };
         let text = format!(
             "{}  (every {}; q quits)\n\n{body}",

@@ -167,6 +167,18 @@ fn migrate_creates_a_new_queue_that_stats_then_reads() -> TestResult {
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("new.db");
     let run = backlog(&db, &["migrate"])?.ok()?;
+    assert!(
+        run.stdout.contains("applied 6 migration(s): V1__initial"),
+        "{}",
+        run.stdout
+    );
+    let again = backlog(&db, &["--json", "migrate"])?.ok()?.json()?;
+    assert_eq!(
+        again["applied"],
+        json!([]),
+        "nothing left to apply: {again}"
+    );
+    let run = backlog(&db, &["migrate"])?.ok()?;
     assert!(run.stdout.contains("schema up to date"), "{}", run.stdout);
     let run = backlog(&db, &["stats"])?.ok()?;
     assert!(run.stdout.contains("no queues yet"), "{}", run.stdout);
@@ -608,7 +620,7 @@ fn actions_on_unknown_ids_and_wrong_states_fail_with_their_codes() -> TestResult
         .fails_with(exit::INVALID_STATE, "completed")?;
     fixture
         .run(&["retry", "5"])?
-        .fails_with(exit::INVALID_STATE, "run_now")?;
+        .fails_with(exit::INVALID_STATE, "`backlog run-now` makes it due")?;
     fixture
         .run(&["cancel", "1"])?
         .fails_with(exit::INVALID_STATE, "already finished")?;
@@ -702,7 +714,7 @@ fn bulk_actions_need_confirmation_or_yes() -> TestResult {
         .json()?;
     assert_eq!(
         report,
-        json!({"action": "delete", "matched": 1, "done": 1, "skipped": 0, "requested": 0})
+        json!({"action": "delete", "matched": 1, "done": 1, "skipped": 0})
     );
     assert!(fixture.queue()?.get(7).is_err());
 
@@ -716,7 +728,7 @@ fn bulk_actions_need_confirmation_or_yes() -> TestResult {
         .ok()?
         .json()?;
     assert_eq!(
-        (&cancelled["done"], &cancelled["requested"]),
+        (&cancelled["done"], &cancelled["asked_to_stop"]),
         (&json!(1), &json!(1))
     );
     let run = fixture
@@ -756,14 +768,15 @@ fn pause_and_resume_a_queue() -> TestResult {
     assert_eq!(run.stdout, "queue media resumed\n");
     assert!(fixture.queue()?.paused_queues()?.is_empty());
 
-    fixture
-        .run(&["pause", "nosuch"])?
-        .fails_with(exit::UNKNOWN_QUEUE, "unknown queue")?;
+    // A queue with no jobs yet can be paused ahead of them, as
+    // `Queue::pause` can; the message says it has none.
     fixture
         .run(&["resume", "nosuch"])?
         .fails_with(exit::UNKNOWN_QUEUE, "unknown queue")?;
-    fixture.run(&["pause", "nosuch", "--force"])?.ok()?;
+    let run = fixture.run(&["pause", "nosuch"])?.ok()?;
+    assert!(run.stdout.contains("it has no jobs yet"), "{}", run.stdout);
     assert_eq!(fixture.queue()?.paused_queues()?, ["nosuch"]);
+    fixture.run(&["pause", "other", "--force"])?.ok()?;
     fixture
         .run(&["pause", "", "--force"])?
         .fails_with(exit::INVALID_INPUT, "invalid queue")

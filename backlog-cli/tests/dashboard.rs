@@ -430,6 +430,20 @@ fn bulk_actions_apply_to_the_filtered_selection(s: &Setup) -> TestResult {
         (&report["done"], &report["skipped"]),
         (&json!(3), &json!(0))
     );
+    // Only a cancel reports jobs asked to stop.
+    assert_eq!(report.get("requested"), None, "{report}");
+    assert_eq!(report.get("asked_to_stop"), None, "{report}");
+    let cancel = d
+        .post(
+            "/api/bulk",
+            json!({"action": "cancel", "state": "running", "queue": "emails"}),
+        )?
+        .expect(200)?;
+    assert_eq!(
+        (&cancel["done"], &cancel["asked_to_stop"]),
+        (&json!(2), &json!(2)),
+        "{cancel}"
+    );
     assert!(report["message"]
         .as_str()
         .unwrap_or_default()
@@ -610,7 +624,7 @@ fn a_token_guards_every_route_but_healthz(s: &Setup) -> TestResult {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("pass --token"), "{stderr}");
 
-    let secret = "s3cret-token";
+    let secret = "s3cret-token-0123";
     let d = Dashboard::start(&s.db.target, &["--addr", "0.0.0.0", "--token", secret])?;
     for path in ["/", "/api/overview", "/metrics", "/assets/app.js"] {
         d.get(path)?.fails(401, "needs its token")?;
@@ -634,6 +648,17 @@ fn a_token_guards_every_route_but_healthz(s: &Setup) -> TestResult {
     d.request("GET", "/api/overview", &[("Cookie", &pair)], b"")?
         .expect(200)?;
     d.get("/?token=wrong")?.fails(401, "wrong token")?;
+    // The sign-in redirect stays on this server: `//host/` would be
+    // another host to a browser.
+    for (asked, location) in [
+        ("//evil.example/", "/evil.example/"),
+        ("/\\evil.example/", "/evil.example/"),
+        ("///evil.example", "/evil.example"),
+    ] {
+        let reply = d.get(&format!("{asked}?token={secret}"))?;
+        assert_eq!(reply.status, 303, "{asked}: {}", reply.body);
+        assert_eq!(reply.header("location"), Some(location), "{asked}");
+    }
     // Actions still need the CSRF token on top.
     let path = format!("/api/jobs/{}/retry", s.seeded.dead_script);
     d.request(

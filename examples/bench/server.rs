@@ -77,9 +77,10 @@ pub struct ServerArgs {
     /// Defaults to 0,128.
     #[arg(long, value_delimiter = ',')]
     prefetch: Vec<usize>,
-    /// Jobs per second of the latency mode's open loop. Defaults to 500.
-    #[arg(long)]
-    rate: Option<f64>,
+    /// Jobs per second of the latency mode's open loop, comma-separated.
+    /// Defaults to 500,20.
+    #[arg(long, value_delimiter = ',')]
+    rate: Vec<f64>,
     /// How long the latency mode's producer runs. Defaults to 10 s.
     #[arg(long)]
     secs: Option<f64>,
@@ -103,7 +104,7 @@ struct Sizes {
     unbatched: usize,
     processes: Vec<usize>,
     prefetch: Vec<usize>,
-    rate: f64,
+    rates: Vec<f64>,
     secs: f64,
     small: usize,
     large: usize,
@@ -137,7 +138,11 @@ impl Sizes {
             } else {
                 a.prefetch.clone()
             },
-            rate: a.rate.unwrap_or(if smoke { 200.0 } else { 500.0 }),
+            rates: match (a.rate.is_empty(), smoke) {
+                (false, _) => a.rate.clone(),
+                (true, true) => vec![200.0],
+                (true, false) => vec![500.0, 20.0],
+            },
             secs: a.secs.unwrap_or(if smoke { 1.0 } else { 10.0 }),
             small,
             large,
@@ -190,24 +195,26 @@ pub fn run(a: &ServerArgs, runs: Option<usize>, out: Option<&std::path::Path>) -
         }
         if wants(Part::Latency) {
             for _ in 0..runs {
-                for &prefetch in &sizes.prefetch {
+                for &rate in &sizes.rates {
+                    for &prefetch in &sizes.prefetch {
+                        let l = Latency {
+                            rate,
+                            secs: sizes.secs,
+                            threads: a.threads,
+                            producers: a.producers,
+                            prefetch,
+                        };
+                        server_worker::latency(&mut report, server, label, &l)?;
+                    }
                     let l = Latency {
-                        rate: sizes.rate,
+                        rate,
                         secs: sizes.secs,
                         threads: a.threads,
                         producers: a.producers,
-                        prefetch,
+                        prefetch: 0,
                     };
-                    server_worker::latency(&mut report, server, label, &l)?;
+                    server_worker::latency_raw(&mut report, server, label, &l)?;
                 }
-                let l = Latency {
-                    rate: sizes.rate,
-                    secs: sizes.secs,
-                    threads: a.threads,
-                    producers: a.producers,
-                    prefetch: 0,
-                };
-                server_worker::latency_raw(&mut report, server, label, &l)?;
             }
         }
         if wants(Part::LeaseDepth) {

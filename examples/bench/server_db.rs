@@ -245,8 +245,8 @@ pub trait Raw: Send {
     /// Subscribes to the wake-ups [`Raw::produce`] sends (nothing on MySQL).
     fn listen(&mut self) -> BoxResult<()>;
 
-    /// Waits up to `timeout` for a wake-up; on MySQL, which has none, a
-    /// 1 ms poll interval.
+    /// Waits up to `timeout` for a wake-up; on MySQL, which has none,
+    /// sleeps `timeout` (the poll interval).
     fn wait(&mut self, timeout: Duration) -> BoxResult<()>;
 
     /// Claims run again after a deadlock (MySQL) so far.

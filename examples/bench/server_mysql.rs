@@ -313,7 +313,7 @@ impl Raw for My {
     }
 
     fn wait(&mut self, timeout: Duration) -> BoxResult<()> {
-        thread::sleep(timeout.min(Duration::from_millis(1)));
+        thread::sleep(timeout);
         Ok(())
     }
 

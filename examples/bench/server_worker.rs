@@ -358,6 +358,11 @@ fn delay_of(payload: &serde_json::Value, started: i64) -> Delay {
     )
 }
 
+/// The raw consumer's poll interval on MySQL, which has no notifications:
+/// the plain poll a user would write, the yardstick of backlog's adaptive
+/// probe.
+const RAW_POLL: Duration = Duration::from_millis(10);
+
 /// backlog: a worker here, the producer in another process.
 pub fn latency(report: &mut Report, server: &Server, label: &str, l: &Latency) -> BoxResult<()> {
     let count = l.count();
@@ -367,9 +372,8 @@ pub fn latency(report: &mut Report, server: &Server, label: &str, l: &Latency) -
     let mut children = Children::start(1, &ns.target()?, &l.child_args("produce"))?;
     let worker = {
         let delays = delays.clone();
-        Worker::builder(queue.clone())
+        crate::worker::tuned(Worker::builder(queue.clone()), l.prefetch)
             .concurrency(l.threads)
-            .prefetch(l.prefetch)
             .handle_raw("noop", move |payload, _ctx| {
                 let delay = delay_of(&payload, now_micros());
                 delays.lock().unwrap_or_else(|p| p.into_inner()).push(delay);
@@ -402,8 +406,8 @@ pub fn latency(report: &mut Report, server: &Server, label: &str, l: &Latency) -
 }
 
 /// The ceiling: a raw producer process and a raw consumer here
-/// (PostgreSQL: `LISTEN`, woken by the producer's `NOTIFY`; MySQL: a 1 ms
-/// poll) that claims and finishes up to 100 jobs per commit.
+/// (PostgreSQL: `LISTEN`, woken by the producer's `NOTIFY`; MySQL: a 10 ms
+/// poll, [`RAW_POLL`]) that claims and finishes up to 100 jobs per commit.
 pub fn latency_raw(
     report: &mut Report,
     server: &Server,
@@ -419,7 +423,10 @@ pub fn latency_raw(
     let mut delays = Vec::with_capacity(count);
     let give_up = Instant::now() + Duration::from_secs_f64(l.secs + 60.0);
     while delays.len() < count && Instant::now() < give_up {
-        consumer.wait(Duration::from_millis(100))?;
+        consumer.wait(match server.dialect {
+            Dialect::Postgres => Duration::from_millis(100),
+            Dialect::Mysql => RAW_POLL,
+        })?;
         loop {
             let jobs = consumer.claim_and_finish(100)?;
             if jobs.is_empty() {
@@ -458,13 +465,13 @@ fn record_delays(
 ) {
     let wake = match (side, server.dialect) {
         ("raw", Dialect::Postgres) => ", LISTEN",
-        ("raw", Dialect::Mysql) => ", 1 ms poll",
+        ("raw", Dialect::Mysql) => ", 10 ms poll",
         _ => "",
     };
     report.value(
         "latency",
         label,
-        &format!("{side}: producer's achieved rate"),
+        &format!("{side}, {} jobs/s: producer's achieved rate", l.rate),
         "jobs/s",
         delays.len().max(l.count()) as f64 / produced_in.max(1e-9),
     );
@@ -477,14 +484,15 @@ fn record_delays(
         for (p_name, p) in [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("max", 100.0)] {
             let name = format!("{side}{wake}, {} jobs/s, {from}: {p_name}", l.rate);
             let value = percentile(&sorted, p);
-            // The target: p99 pickup with LISTEN/NOTIFY, as a user sees it
-            // (from the enqueue call).
-            if side.starts_with("backlog")
-                && server.dialect == Dialect::Postgres
-                && pick == 1
-                && p_name == "p99"
-            {
-                report.target("latency", label, &name, "ms", value, Target::AtMost(20.0));
+            // The targets (issue 20): p99 pickup at 500 jobs/s as a user
+            // sees it (from the enqueue call), 5 ms with LISTEN/NOTIFY, 15 ms
+            // with MySQL's probe (a raw 10 ms poll gives about 10.5 ms).
+            let bound = match server.dialect {
+                Dialect::Postgres => 5.0,
+                Dialect::Mysql => 15.0,
+            };
+            if side.starts_with("backlog") && l.rate >= 500.0 && pick == 1 && p_name == "p99" {
+                report.target("latency", label, &name, "ms", value, Target::AtMost(bound));
             } else {
                 report.value("latency", label, &name, "ms", value);
             }
@@ -586,9 +594,8 @@ fn child_worker(target: &Where, args: &ChildArgs, words: &Receiver<String>) -> B
     let handled = Arc::new(AtomicU64::new(0));
     let worker = {
         let handled = handled.clone();
-        Worker::builder(queue.clone())
+        crate::worker::tuned(Worker::builder(queue.clone()), args.prefetch)
             .concurrency(args.threads)
-            .prefetch(args.prefetch)
             .handle_raw("noop", move |_payload, _ctx| {
                 handled.fetch_add(1, Ordering::Relaxed);
                 Ok::<(), JobError>(())

@@ -503,7 +503,11 @@ impl Backend {
     /// A watcher of commits by other connections (other processes and
     /// nodes), on a connection of its own, to be checked when its signal
     /// fires: on file notifications where SQLite has them and `notified` is
-    /// asked for, else every `interval`.
+    /// asked for, else every `interval`. On PostgreSQL it fires when a
+    /// notification arrives (read by a thread of its own); on MySQL when a
+    /// thread of its own probing the newest job id sees a new one (see
+    /// `mysql::poller`). On the servers it never fires when `notified` is
+    /// false: `interval` is SQLite's only.
     pub(crate) fn watch_changes(
         &self,
         interval: std::time::Duration,
@@ -521,16 +525,35 @@ impl Backend {
                     source: Source::Sqlite(version),
                 }
             }
+            // A server's wake-ups say only that something was enqueued: a
+            // watcher that is not asked to be woken (a `wait` for a job to
+            // finish) would gain nothing from a connection and thread.
             #[cfg(feature = "postgres")]
-            Backend::Postgres(db) => ChangeWatcher {
-                source: Source::Postgres(db.watch_changes()?),
-                signal: crossbeam_channel::tick(interval),
+            Backend::Postgres(_) if !notified => ChangeWatcher {
+                source: Source::Nothing,
+                signal: crossbeam_channel::never(),
+            },
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(db) => {
+                let listener = db.watch_changes()?;
+                ChangeWatcher {
+                    signal: listener.signal(),
+                    source: Source::Postgres(listener),
+                }
+            }
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(_) if !notified => ChangeWatcher {
+                source: Source::Nothing,
+                signal: crossbeam_channel::never(),
             },
             #[cfg(feature = "mysql")]
-            Backend::Mysql(db) => ChangeWatcher {
-                source: Source::Mysql(db.watch_changes()?),
-                signal: crossbeam_channel::tick(interval),
-            },
+            Backend::Mysql(db) => {
+                let poller = db.watch_changes()?;
+                ChangeWatcher {
+                    signal: poller.signal(),
+                    source: Source::Mysql(poller),
+                }
+            }
         })
     }
 
@@ -621,6 +644,9 @@ enum Source {
     Postgres(postgres::Listener),
     #[cfg(feature = "mysql")]
     Mysql(mysql::Poller),
+    /// Never reports a change: its owner polls by itself.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    Nothing,
 }
 
 impl ChangeWatcher {
@@ -633,6 +659,8 @@ impl ChangeWatcher {
             Source::Postgres(l) => l.changed(),
             #[cfg(feature = "mysql")]
             Source::Mysql(p) => p.changed(),
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            Source::Nothing => Ok(false),
         }
     }
 

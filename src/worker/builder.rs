@@ -37,7 +37,8 @@ const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 pub(crate) struct Config {
     pub queues: Vec<String>,
     pub concurrency: usize,
-    pub prefetch: usize,
+    /// `None`: the adaptive look-ahead ([`super::lookahead`]).
+    pub prefetch: Option<usize>,
     pub lease_ttl: Duration,
     pub heartbeat_interval: Duration,
     pub shutdown_grace: Duration,
@@ -58,9 +59,9 @@ pub(crate) struct Config {
 
 impl Config {
     /// Jobs this worker may hold at once: one per handler thread plus the
-    /// prefetch.
+    /// prefetch, or plus the look-ahead's cap without one.
     pub(crate) fn slots(&self) -> usize {
-        self.concurrency + self.prefetch
+        self.concurrency + self.prefetch.unwrap_or(super::lookahead::CAP)
     }
 
     pub(crate) fn timeout_for(&self, kind: &str) -> Option<Duration> {
@@ -84,7 +85,7 @@ pub struct WorkerBuilder {
     handlers: Handlers,
     queues: Vec<String>,
     concurrency: usize,
-    prefetch: usize,
+    prefetch: Option<usize>,
     lease_ttl: Duration,
     heartbeat_interval: Option<Duration>,
     shutdown_grace: Duration,
@@ -110,7 +111,7 @@ impl WorkerBuilder {
             handlers: Handlers::default(),
             queues: vec![DEFAULT_QUEUE.to_owned()],
             concurrency: DEFAULT_CONCURRENCY,
-            prefetch: 0,
+            prefetch: None,
             lease_ttl: DEFAULT_LEASE_TTL,
             heartbeat_interval: None,
             shutdown_grace: Duration::from_secs(10),
@@ -269,17 +270,22 @@ impl WorkerBuilder {
         self
     }
 
-    /// Jobs leased ahead of free handler threads, waiting in memory (their
-    /// leases heartbeated, released on shutdown, their timeouts starting only
-    /// when a handler picks them up). With a prefetch the fetcher leases in
-    /// batches of at least this many, so leases and completions share their
-    /// commits across many jobs: throughput for short jobs rises several-fold
-    /// (see BENCHMARKS.md). The price: jobs held here are not available to
-    /// other workers, which matters when several workers share a queue.
-    /// 0 to 4096. Defaults to 0: no more jobs are leased than there are free
-    /// handler threads.
+    /// A fixed number of jobs leased ahead of free handler threads, waiting
+    /// in memory (their leases heartbeated, released on shutdown, their
+    /// timeouts starting only when a handler picks them up), in place of the
+    /// default adaptive look-ahead. With a prefetch the fetcher leases in
+    /// batches of at least this many, whatever the jobs' length. Jobs held
+    /// here are not available to other workers. 0 to 4096; 0 leases no more
+    /// jobs than there are free handler threads.
+    ///
+    /// Defaults to the adaptive look-ahead: the worker holds at most the jobs
+    /// its threads finish within 20 ms of measured handler time
+    /// ([`LOOKAHEAD_HORIZON`](crate::worker::LOOKAHEAD_HORIZON)), at most
+    /// 128 ([`LOOKAHEAD_CAP`](crate::worker::LOOKAHEAD_CAP)), and none for
+    /// jobs that take 20 ms or more per thread: short jobs are leased and
+    /// completed in batches, long ones are not hoarded.
     pub fn prefetch(mut self, jobs: usize) -> Self {
-        self.prefetch = jobs;
+        self.prefetch = Some(jobs);
         self
     }
 
@@ -372,8 +378,10 @@ impl WorkerBuilder {
     /// macOS, ReadDirectoryChangesW on Windows, kqueue on the BSDs), and
     /// only where that is unavailable every watch interval (each check a
     /// thread wake-up: at 10 ms an idle worker uses about 0.3 % of one core).
-    /// On PostgreSQL it checks for LISTEN/NOTIFY messages, on MySQL it polls,
-    /// every watch interval. Defaults to 10 ms.
+    /// The servers ignore it: on PostgreSQL a thread blocks on the LISTEN
+    /// connection, on MySQL a thread probes the newest job id (every 2 ms
+    /// while jobs flow, backing off to 25 ms), and each wakes the worker
+    /// only when something arrived. Defaults to 10 ms.
     pub fn watch_interval(mut self, interval: Duration) -> Self {
         self.watch_interval = interval;
         self
@@ -478,10 +486,9 @@ impl WorkerBuilder {
                 self.concurrency
             ));
         }
-        if self.prefetch > MAX_PREFETCH {
+        if let Some(prefetch) = self.prefetch.filter(|&p| p > MAX_PREFETCH) {
             return invalid(format!(
-                "prefetch must be 0 to {MAX_PREFETCH}, got {}",
-                self.prefetch
+                "prefetch must be 0 to {MAX_PREFETCH}, got {prefetch}"
             ));
         }
         for (queue, n) in &self.queue_concurrency {

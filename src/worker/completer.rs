@@ -2,9 +2,11 @@
 //! batch (group commit), flushed when the batch is full or a short delay after
 //! its first outcome.
 //!
-//! Without a prefetch the same transaction also leases the next jobs for the
-//! free handler slots (complete-and-lease): a busy default worker commits
-//! once per batch, not once per batch plus once per freed slot.
+//! Without a look-ahead (jobs of 20 ms or more, or `.prefetch(0)`) the same
+//! transaction also leases the next jobs for the free handler slots
+//! (complete-and-lease): such a worker commits once per batch, not once per
+//! batch plus once per freed slot. With one, the fetcher leases in batches
+//! and the completer only settles.
 //!
 //! A batch whose transaction fails is retried a few times; if it still fails
 //! its jobs are forgotten here and their leases expire, so the rescuer makes
@@ -16,11 +18,12 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::Ordering;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use crate::events::Event;
 use crate::lease::{Job, LeaseRequest};
 use crate::outcome::Outcome;
+use crate::worker::fetcher::hand_over;
 use crate::worker::Shared;
 
 /// A message to the completer.
@@ -30,6 +33,14 @@ pub(crate) enum Settle {
     /// Flush what came before, giving up at this instant (the shutdown's
     /// bound: what is left is for lease expiry and the rescuer), and stop.
     Stop(Instant),
+}
+
+/// What [`Completer::take_queued`] found.
+enum Taken {
+    None,
+    Some,
+    /// A stop, with the shutdown's bound when one was sent.
+    Stop(Option<Instant>),
 }
 
 /// While a batch collects, how often the completer checks whether any
@@ -68,13 +79,35 @@ impl Completer {
             };
             let flush_at = Instant::now() + delay;
             while !stop && batch.len() < size {
-                // No handler is running and nothing is queued: waiting would
-                // only delay the commit (and, without a prefetch, the jobs
-                // it leases for the idle threads).
-                if self.shared.busy.load(Ordering::SeqCst) == 0 && self.outcomes.is_empty() {
+                // No outcome can come soon: waiting would only delay the
+                // commit (and, without a look-ahead, the jobs it leases for
+                // the idle threads).
+                if self.no_outcome_coming() {
                     break;
                 }
                 let step = flush_at.min(Instant::now() + IDLE_CHECK);
+                if !self.shared.completer_refills() {
+                    // Short jobs: outcomes come every few microseconds. A
+                    // receive would wake this thread (and make the handler
+                    // thread that sends pay for the wake-up) once per job;
+                    // sleeping a step and taking what came costs one
+                    // wake-up per step.
+                    match self.take_queued(&mut batch, size) {
+                        Taken::Stop(at) => {
+                            until = at.or(until);
+                            stop = true;
+                        }
+                        Taken::Some if batch.len() < size && Instant::now() < flush_at => {
+                            thread::sleep(step.saturating_duration_since(Instant::now()));
+                        }
+                        Taken::Some => {}
+                        Taken::None if Instant::now() >= flush_at => break,
+                        Taken::None => {
+                            thread::sleep(step.saturating_duration_since(Instant::now()));
+                        }
+                    }
+                    continue;
+                }
                 match self.outcomes.recv_deadline(step) {
                     Ok(Settle::Apply(job, outcome)) => batch.push((job, outcome)),
                     Ok(Settle::Stop(at)) => {
@@ -95,10 +128,42 @@ impl Completer {
         }
     }
 
-    /// Commits a batch of outcomes and, without a prefetch, leases jobs for
-    /// every free slot in the same transaction: the slots the batch's
-    /// handlers freed go to the next jobs with one commit for both (the
-    /// complete-and-lease of a default worker).
+    /// Moves the outcomes queued now into `batch`, up to `size`, without
+    /// waiting.
+    fn take_queued(&self, batch: &mut Vec<(Arc<Job>, Outcome)>, size: usize) -> Taken {
+        let mut taken = Taken::None;
+        while batch.len() < size {
+            match self.outcomes.try_recv() {
+                Ok(Settle::Apply(job, outcome)) => {
+                    batch.push((job, outcome));
+                    taken = Taken::Some;
+                }
+                Ok(Settle::Stop(at)) => return Taken::Stop(Some(at)),
+                Err(TryRecvError::Disconnected) => return Taken::Stop(None),
+                Err(TryRecvError::Empty) => break,
+            }
+        }
+        taken
+    }
+
+    /// True when nothing is queued and no job is on its way to an outcome:
+    /// without a look-ahead, no handler is running; with one, the worker
+    /// holds no job at all (held jobs finish within moments: short jobs,
+    /// whose outcomes ride in the same batch).
+    fn no_outcome_coming(&self) -> bool {
+        let shared = &self.shared;
+        self.outcomes.is_empty()
+            && if shared.completer_refills() {
+                shared.busy.load(Ordering::SeqCst) == 0
+            } else {
+                shared.free.load(Ordering::SeqCst) == shared.config.slots()
+            }
+    }
+
+    /// Commits a batch of outcomes and, without a look-ahead, leases jobs
+    /// for every free slot in the same transaction: the slots the batch's
+    /// handlers freed go to the next jobs with one commit for both
+    /// (complete-and-lease).
     fn flush(&self, batch: &mut Vec<(Arc<Job>, Outcome)>, until: Option<Instant>) {
         let shared = &self.shared;
         let queue = &shared.queue;
@@ -181,7 +246,7 @@ impl Completer {
         let handed = self.hand_over(leased);
         drop(gate);
         shared.give_back(claimed - handed);
-        if shared.free.load(Ordering::SeqCst) > 0 {
+        if shared.claimable() > 0 {
             // Slots this batch did not refill: the fetcher's now.
             let _ = self.slot_freed.try_send(());
         }
@@ -194,28 +259,17 @@ impl Completer {
             return 0;
         }
         let shared = &self.shared;
-        let mut refused = Vec::new();
-        let mut handed = 0;
-        {
+        let leased = jobs.len();
+        let refused = {
             let handoff = shared.handoff.lock().unwrap_or_else(|p| p.into_inner());
-            for job in jobs {
-                let job = Arc::new(job);
-                match handoff.as_ref() {
-                    Some(tx) => {
-                        let cancel = shared.inflight.insert(job.clone());
-                        // Never full: the jobs held never exceed the slots,
-                        // and the channel holds as many.
-                        if tx.try_send((job.clone(), cancel)).is_ok() {
-                            handed += 1;
-                        } else {
-                            shared.inflight.remove([job.id]);
-                            refused.push(job);
-                        }
-                    }
-                    None => refused.push(job),
-                }
-            }
-        }
+            hand_over(shared, jobs, |run| match handoff.as_ref() {
+                // Never full: the jobs held never exceed the slots, and the
+                // channel holds as many runs.
+                Some(tx) => tx.try_send(run).map_err(|e| e.into_inner()),
+                None => Err(run),
+            })
+        };
+        let handed = leased - refused.len();
         if !refused.is_empty() {
             let items = refused.iter().map(|j| (j.as_ref(), Outcome::Release));
             // On failure their leases expire and the rescuer frees them.

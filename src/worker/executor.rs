@@ -21,18 +21,20 @@ use crate::retry::RetryPolicy;
 use crate::worker::completer::Settle;
 use crate::worker::context::{CancelFlag, CancelReason, JobContext};
 use crate::worker::error::JobError;
-use crate::worker::fetcher::Leased;
+use crate::worker::fetcher::Run;
 use crate::worker::handler::{Handled, Handlers};
 use crate::worker::Shared;
 
 pub(crate) struct Executor {
     pub shared: Arc<Shared>,
-    pub jobs: Receiver<Leased>,
+    pub jobs: Receiver<Run>,
     /// Disconnects when shutdown begins.
     pub stop: Receiver<()>,
     pub outcomes: Sender<Settle>,
     pub slot_freed: Sender<()>,
     pub deadline_set: Sender<()>,
+    /// The queue runs on a manual clock: handler time is also read on it.
+    pub manual: bool,
     /// Dropped when the thread ends: shutdown waits for every clone to go.
     pub _alive: Sender<()>,
 }
@@ -43,26 +45,42 @@ impl Executor {
             // Once shutdown began, a thread leaves when the channel is empty,
             // even while the fetcher, held up by another process's write
             // lock, still has its sender.
-            let (job, cancel) = select! {
-                recv(self.jobs) -> job => match job {
-                    Ok(job) => job,
+            let run = select! {
+                recv(self.jobs) -> run => match run {
+                    Ok(run) => run,
                     Err(_) => return,
                 },
                 recv(self.stop) -> _ => match self.jobs.try_recv() {
-                    Ok(job) => job,
+                    Ok(run) => run,
                     Err(_) => return,
                 },
             };
-            self.shared.busy.fetch_add(1, Ordering::SeqCst);
-            if self.shared.stopping.load(Ordering::SeqCst) {
-                self.settle(job, Outcome::Release);
-            } else {
-                self.execute(job, cancel);
+            for (job, cancel) in run {
+                self.shared.busy.fetch_add(1, Ordering::SeqCst);
+                // After shutdown began, the rest of a run is released.
+                if self.shared.stopping.load(Ordering::SeqCst) {
+                    self.settle(job, Outcome::Release);
+                } else {
+                    self.execute(job, cancel);
+                }
+                self.shared.busy.fetch_sub(1, Ordering::SeqCst);
+                self.shared.free.fetch_add(1, Ordering::SeqCst);
+                if self.fetcher_wants_slot() {
+                    let _ = self.slot_freed.try_send(());
+                }
             }
-            self.shared.busy.fetch_sub(1, Ordering::SeqCst);
-            self.shared.free.fetch_add(1, Ordering::SeqCst);
-            let _ = self.slot_freed.try_send(());
         }
+    }
+
+    /// Whether the fetcher should hear of a freed slot: always without a
+    /// look-ahead (it waits for each one) and with per-queue caps (a finished
+    /// job frees room in its cap); with one, only once enough slots are
+    /// claimable for a lease, so short jobs do not wake it once each.
+    fn fetcher_wants_slot(&self) -> bool {
+        let shared = &self.shared;
+        shared.completer_refills()
+            || !shared.config.queue_concurrency.is_empty()
+            || shared.claimable() >= shared.refill_at()
     }
 
     fn execute(&self, job: Arc<Job>, cancel: Arc<CancelFlag>) {
@@ -88,7 +106,15 @@ impl Executor {
             shared.config.lease_ttl,
         );
         let policy = shared.config.retry_policy_for(&job.kind);
+        let (started, clock_started) = (Instant::now(), self.manual.then(|| shared.queue.now()));
         let outcome = run_handler(&shared.handlers, &ctx, policy);
+        let mut took = started.elapsed();
+        if let Some(at) = clock_started {
+            // A test's handler may stand for a long job by moving the clock.
+            let moved = shared.queue.now().duration_since(at).unwrap_or_default();
+            took = took.max(moved);
+        }
+        shared.lookahead.record(took);
         // Settling from here on: no heartbeat reports the job lost any more.
         let held = shared.inflight.finish(job.id);
         // A lease settled in a caller's transaction is recorded by the queue

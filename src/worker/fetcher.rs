@@ -24,10 +24,44 @@ use crate::worker::Shared;
 /// A leased job on its way to a handler thread.
 pub(crate) type Leased = (Arc<Job>, Arc<CancelFlag>);
 
+/// Leased jobs that one handler thread takes in one hand-off, in lease
+/// order ([`crate::worker::lookahead::LookAhead::run_length`] of them).
+pub(crate) type Run = Vec<Leased>;
+
+/// Records `jobs` in flight and hands them to the handler threads in runs,
+/// through `send`. Returns the jobs that could not be handed over (shutdown
+/// began, the channel is gone), out of `inflight` again, for release.
+pub(crate) fn hand_over(
+    shared: &Shared,
+    jobs: Vec<Job>,
+    mut send: impl FnMut(Run) -> Result<(), Run>,
+) -> Vec<Arc<Job>> {
+    let mut refused = Vec::new();
+    let run_length = shared.lookahead.run_length(jobs.len());
+    let mut run: Run = Vec::with_capacity(run_length);
+    let mut jobs = jobs.into_iter().map(Arc::new).peekable();
+    while let Some(job) = jobs.next() {
+        if !refused.is_empty() || shared.stopping.load(Ordering::SeqCst) {
+            refused.push(job);
+            continue;
+        }
+        let cancel = shared.inflight.insert(job.clone());
+        run.push((job, cancel));
+        if run.len() == run_length || jobs.peek().is_none() {
+            let full = std::mem::replace(&mut run, Vec::with_capacity(run_length));
+            if let Err(back) = send(full) {
+                shared.inflight.remove(back.iter().map(|(job, _)| job.id));
+                refused.extend(back.into_iter().map(|(job, _)| job));
+            }
+        }
+    }
+    refused
+}
+
 pub(crate) struct Fetcher {
     pub shared: Arc<Shared>,
     pub request: LeaseRequest,
-    pub jobs: Sender<Leased>,
+    pub jobs: Sender<Run>,
     pub doorbell: Receiver<()>,
     pub slot_freed: Receiver<()>,
     pub stop: Receiver<()>,
@@ -68,8 +102,7 @@ impl Fetcher {
             if self.shared.stopping.load(Ordering::SeqCst) {
                 return;
             }
-            let free = self.shared.free.load(Ordering::SeqCst);
-            if free >= self.refill_at() && !self.completer_refills() {
+            if self.shared.claimable() >= self.shared.refill_at() && !self.completer_refills() {
                 match self.lease() {
                     Some((n, claimed)) if n == claimed => continue, // maybe more waiting
                     Some((n, _)) => {
@@ -98,13 +131,6 @@ impl Fetcher {
                 return;
             }
         }
-    }
-
-    /// How many slots must be free before leasing: one without a prefetch;
-    /// with one, the prefetch, so each lease carries at least that many jobs
-    /// while the jobs already held keep the handler threads busy.
-    fn refill_at(&self) -> usize {
-        self.shared.config.prefetch.max(1)
     }
 
     /// True while the completer has outcomes to commit and will refill the
@@ -145,20 +171,10 @@ impl Fetcher {
         // A lease that another process's lock held up past the start of a
         // shutdown comes back when no handler thread may be left to release
         // its jobs: release them here.
-        let mut refused = Vec::new();
-        for job in jobs {
-            let job = Arc::new(job);
-            if !refused.is_empty() || self.shared.stopping.load(Ordering::SeqCst) {
-                refused.push(job);
-                continue;
-            }
-            let cancel = self.shared.inflight.insert(job.clone());
-            // Never blocks: the channel holds as many jobs as there are slots.
-            if let Err(SendError((job, _))) = self.jobs.send((job, cancel)) {
-                self.shared.inflight.remove([job.id]);
-                refused.push(job);
-            }
-        }
+        // Never blocks: the channel holds as many runs as there are slots.
+        let refused = hand_over(&self.shared, jobs, |run| {
+            self.jobs.send(run).map_err(|SendError(run)| run)
+        });
         if !refused.is_empty() {
             self.shared.give_back(refused.len());
             let items = refused.iter().map(|j| (j.as_ref(), Outcome::Release));
@@ -182,9 +198,7 @@ impl Fetcher {
             _ => polled_at,
         };
         loop {
-            if self.shared.free.load(Ordering::SeqCst) < self.refill_at()
-                || self.completer_refills()
-            {
+            if self.shared.claimable() < self.shared.refill_at() || self.completer_refills() {
                 // Too few slots free to lease, or the completer is about to
                 // refill them: only a freed slot (or shutdown) matters.
                 select! {

@@ -42,8 +42,10 @@
 //! One worker runs, all named so they show in a debugger:
 //!
 //! - `backlog-fetch`: leases no more jobs than there are free handler threads
-//!   (plus the [prefetch](WorkerBuilder::prefetch), 0 by default)
-//!   and hands them over a bounded channel. It wakes on an enqueue in this
+//!   plus a look-ahead: as many as the threads finish within 20 ms of
+//!   measured handler time, at most 128 (or a fixed
+//!   [prefetch](WorkerBuilder::prefetch)), and hands them over a bounded
+//!   channel. It wakes on an enqueue in this
 //!   process, on another process's commit (a file notification, then
 //!   `PRAGMA data_version`; see [watch interval](WorkerBuilder::watch_interval)),
 //!   on a freed handler thread, when the next scheduled job comes due, or on
@@ -85,6 +87,7 @@ mod fetcher;
 mod handler;
 mod heartbeater;
 mod inflight;
+mod lookahead;
 mod maintenance;
 
 pub use builder::{WorkerBuilder, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFETCH};
@@ -92,6 +95,7 @@ pub(crate) use context::to_result;
 pub use context::{CancelReason, JobContext};
 pub use error::{Action, JobError};
 pub(crate) use executor::run_handler;
+pub use lookahead::{CAP as LOOKAHEAD_CAP, HORIZON as LOOKAHEAD_HORIZON};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -112,6 +116,7 @@ use fetcher::Fetcher;
 use handler::Handlers;
 use heartbeater::Heartbeater;
 use inflight::InFlight;
+use lookahead::LookAhead;
 use maintenance::Maintenance;
 
 /// After the grace period, how long shutdown waits for flagged handlers to
@@ -148,13 +153,16 @@ pub(crate) struct Shared {
     pub config: Config,
     pub handlers: Handlers,
     pub inflight: InFlight,
-    /// Slots (handler threads plus prefetch) not holding a job: neither
-    /// running one nor with one waiting in the channel.
+    /// Slots (handler threads plus prefetch, or plus the look-ahead's cap)
+    /// not holding a job: neither running one nor with one waiting in the
+    /// channel. Only [`Shared::claimable`] of them may be filled now.
     pub free: AtomicUsize,
+    /// The measured handler time that sizes the look-ahead.
+    pub lookahead: LookAhead,
     /// Set when shutdown begins: no new leases, queued jobs are released.
     pub stopping: AtomicBool,
     /// Outcomes handed to the completer and not yet committed. Without a
-    /// prefetch the completer refills the slots of the jobs it settles in
+    /// look-ahead the completer refills the slots of the jobs it settles in
     /// the same transaction, so the fetcher leaves free slots to it while
     /// this is not zero.
     pub settling: AtomicUsize,
@@ -166,17 +174,57 @@ pub(crate) struct Shared {
     pub busy: AtomicUsize,
     /// The completer's way to hand the jobs it leased to the handler
     /// threads; taken (dropped) when shutdown begins, so the threads end.
-    pub handoff: std::sync::Mutex<Option<Sender<fetcher::Leased>>>,
+    pub handoff: std::sync::Mutex<Option<Sender<fetcher::Run>>>,
     /// Held from counting a capped queue's jobs to handing the leased ones
     /// over, so the fetcher and the completer never both fill one cap.
     pub lease_gate: std::sync::Mutex<()>,
 }
 
 impl Shared {
-    /// Claims every free slot (none is then free); the caller gives back
-    /// what it does not fill with [`Shared::give_back`].
+    /// Jobs held beyond the handler threads that this worker may hold now:
+    /// the prefetch, or the look-ahead from the measured handler time.
+    pub(crate) fn ahead(&self) -> usize {
+        match self.config.prefetch {
+            Some(prefetch) => prefetch,
+            None => self.lookahead.depth(),
+        }
+    }
+
+    /// The free slots that may be filled now, given `free`: the slots beyond
+    /// the threads and the current look-ahead stay empty.
+    fn claimable_of(&self, free: usize) -> usize {
+        let unused = self.config.slots() - self.config.concurrency - self.ahead();
+        free.saturating_sub(unused)
+    }
+
+    /// How many jobs a lease may take now.
+    pub(crate) fn claimable(&self) -> usize {
+        self.claimable_of(self.free.load(Ordering::SeqCst))
+    }
+
+    /// How many slots must be claimable before the fetcher leases: one
+    /// without a look-ahead; with a prefetch, the prefetch (each lease
+    /// carries at least that many jobs while those held keep the threads
+    /// busy); with the adaptive look-ahead, half of it, so the threads never
+    /// run dry while a lease is on its way.
+    pub(crate) fn refill_at(&self) -> usize {
+        match self.config.prefetch {
+            Some(prefetch) => prefetch.max(1),
+            None => (self.lookahead.depth() / 2).max(1),
+        }
+    }
+
+    /// Claims the slots that may be filled now; the caller gives back what
+    /// it does not fill with [`Shared::give_back`].
     pub(crate) fn claim_slots(&self) -> usize {
-        self.free.swap(0, Ordering::SeqCst)
+        let mut claimed = 0;
+        let _ = self
+            .free
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| {
+                claimed = self.claimable_of(free);
+                Some(free - claimed)
+            });
+        claimed
     }
 
     /// Hands an outcome to the completer, counted in
@@ -212,11 +260,11 @@ impl Shared {
         }
     }
 
-    /// Whether the completer refills freed slots (no prefetch: each lease
-    /// holds no more jobs than there are free slots, and a settle's commit
-    /// carries the next lease).
+    /// Whether the completer refills freed slots (no look-ahead now: each
+    /// lease holds no more jobs than there are free threads, and a settle's
+    /// commit carries the next lease).
     pub(crate) fn completer_refills(&self) -> bool {
-        self.config.prefetch == 0
+        self.ahead() == 0
     }
 }
 
@@ -312,6 +360,7 @@ impl Worker {
             handlers,
             inflight: InFlight::default(),
             free: AtomicUsize::new(slots),
+            lookahead: LookAhead::new(config.concurrency),
             stopping: AtomicBool::new(false),
             settling: AtomicUsize::new(0),
             busy: AtomicUsize::new(0),
@@ -406,6 +455,7 @@ impl Worker {
                     outcomes: outcomes.clone(),
                     slot_freed: slot_freed.clone(),
                     deadline_set: deadline_set.clone(),
+                    manual: shared.queue.options().clock.is_manual(),
                     _alive: alive.clone(),
                 };
                 running

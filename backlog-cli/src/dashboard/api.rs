@@ -417,8 +417,13 @@ pub fn bulk(queue: &Queue, body: &[u8]) -> Reply {
                 report.skipped
             ));
         }
-        Ok(json!({"ok": true, "message": message, "done": report.done,
-                  "skipped": report.skipped, "requested": report.requested}))
+        let mut value = json!({"ok": true, "message": message, "done": report.done,
+                               "skipped": report.skipped});
+        // Only a cancel can be a request: running jobs stop later.
+        if action == "cancel" {
+            value["asked_to_stop"] = json!(report.requested);
+        }
+        Ok(value)
     })();
     match result {
         Ok(value) => Reply::json(200, &value),

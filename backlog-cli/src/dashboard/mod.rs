@@ -55,6 +55,9 @@ pub struct Config {
 /// Serves until the process is stopped. Prints the URL first (with port 0,
 /// the port the system chose), for people and for tests.
 pub fn run(queue: Queue, config: Config) -> Result<(), Failure> {
+    if let Some(token) = &config.token {
+        check_token(token)?;
+    }
     if !config.addr.is_loopback() && config.token.as_deref().unwrap_or_default().is_empty() {
         return Err(Failure::new(
             Code::Usage,
@@ -84,7 +87,7 @@ pub fn run(queue: Queue, config: Config) -> Result<(), Failure> {
     };
     println!(
         "dashboard for {} on {shown}{}",
-        server.config.database,
+        crate::output::safe(&server.config.database),
         if server.config.read_only {
             " (read-only)"
         } else {
@@ -167,7 +170,8 @@ pub fn failure(f: Failure) -> Reply {
         Code::Unreachable => 503,
         _ => 500,
     };
-    error(status, f.message)
+    // The page's button, where the terminal's message names the command.
+    error(status, f.message.replace("`backlog run-now`", "Run now"))
 }
 
 /// What a handler sees of a request.
@@ -206,7 +210,7 @@ impl Server {
                     return error(401, "wrong token");
                 }
                 return Reply::new(303, "text/plain", "signed in")
-                    .header("Location", path.to_owned())
+                    .header("Location", local_path(path))
                     .header(
                         "Set-Cookie",
                         format!("backlog_token={token}; Path=/; HttpOnly; SameSite=Strict"),
@@ -392,6 +396,37 @@ impl Server {
         }
         response
     }
+}
+
+/// The shortest `--token`: a guessable secret guards nothing.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+/// Refuses a token too short to guard anything, or one a cookie or header
+/// cannot carry as it is (it would be dropped silently).
+fn check_token(token: &str) -> Result<(), Failure> {
+    if token.chars().count() < MIN_TOKEN_CHARS {
+        return Err(Failure::new(
+            Code::Usage,
+            format!("--token must be at least {MIN_TOKEN_CHARS} characters (try `openssl rand -hex 16`)"),
+        ));
+    }
+    if !token
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b';' && b != b',')
+    {
+        return Err(Failure::new(
+            Code::Usage,
+            "--token must be printable ASCII without spaces, ';' or ','",
+        ));
+    }
+    Ok(())
+}
+
+/// Where to send a browser after `?token=`: the path it asked for, on this
+/// server. `//evil.example/` (or `/\evil.example/`) would be another
+/// host to a browser: it becomes `/evil.example/`.
+fn local_path(path: &str) -> String {
+    format!("/{}", path.trim_start_matches(['/', '\\']))
 }
 
 fn header(request: &Request, name: &str) -> Option<String> {

@@ -396,6 +396,8 @@ pub struct Dashboard {
     child: Child,
     pub port: u16,
     pub csrf: String,
+    /// The line it printed at start (`dashboard for DB on URL`).
+    pub banner: String,
 }
 
 impl Dashboard {
@@ -438,6 +440,7 @@ impl Dashboard {
             child,
             port,
             csrf: String::new(),
+            banner: line,
         };
         let token = args
             .iter()

@@ -114,7 +114,7 @@ impl Db {
             write_deadline: options.write_deadline,
             clock: options.clock.clone(),
             busy_retries: AtomicU64::new(0),
-            rescheduled: Default::default(),
+            bells: Default::default(),
             limited: Default::default(),
         })
     }

@@ -60,10 +60,10 @@ pub(crate) struct Db {
     write_deadline: Duration,
     clock: Arc<dyn Clock>,
     busy_retries: AtomicU64,
-    /// Bumped by this process's commits that make a job runnable at some
+    /// Rung by this process's commits that make a job runnable at some
     /// time (a reschedule, a rescue, a retry, a resumed queue): its workers'
     /// pollers see them without asking the server.
-    rescheduled: Arc<AtomicU64>,
+    pub(crate) bells: Arc<poller::Bells>,
     /// Which queues had limits at the last look.
     limited: LimitedQueues,
 }
@@ -393,16 +393,12 @@ impl Db {
     }
 
     pub(crate) fn watch_changes(&self) -> Result<Poller> {
-        Ok(Poller::new(
-            self.opts.clone(),
-            self.sql.clone(),
-            self.rescheduled.clone(),
-        ))
+        Poller::start(self.opts.clone(), self.sql.clone(), &self.bells)
     }
 
     /// Notes a commit that made a job runnable at some time.
     fn rescheduled(&self) {
-        self.rescheduled.fetch_add(1, Ordering::Relaxed);
+        self.bells.ring();
     }
 }
 

@@ -1,104 +1,192 @@
 //! How a worker notices changes on MySQL, which has no LISTEN/NOTIFY: its
-//! own process's reschedules by a counter, other nodes' enqueues by polling
-//! the newest job id.
+//! own process's reschedules by a bell, other nodes' enqueues by polling
+//! the newest job id, adaptively.
+//!
+//! A thread of its own (`backlog-probe`) reads `MAX(id)` of the jobs table
+//! on a connection of its own (not one of the pool's, which handler
+//! transactions may all hold): every [`FAST`] while jobs flow, backing off
+//! (doubling) to [`SLOW`] when nothing new arrives. While jobs flow, a job
+//! another node enqueued is seen within a few milliseconds; an idle worker
+//! costs the server one primary-key seek every [`SLOW`]. The thread signals
+//! the fetcher only when something changed, and is joined when the poller
+//! is dropped.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender};
 use mysql::prelude::Queryable;
 use mysql::{Conn, Opts};
 
 use super::queries::Sql;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
-/// The fetcher asks every watch interval (10 ms by default); the server is
-/// asked at most this often. A job enqueued on another node is seen within
-/// it; other changes (a retry, a resumed queue) wait for the fetcher's idle
-/// poll.
-pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(25);
+/// The probe interval while jobs flow: right after a probe saw a new job.
+pub(crate) const FAST: Duration = Duration::from_millis(2);
 
-/// After a failed probe (the server unreachable), how long until the next,
-/// and how long connecting may take: the fetcher waits on the probe.
+/// The probe interval when idle, reached by doubling from [`FAST`] after
+/// each probe that saw nothing new.
+pub(crate) const SLOW: Duration = Duration::from_millis(25);
+
+/// After a failed probe (the server unreachable), how long until the next;
+/// also the longest a connect, a read or a write of a probe may take, and
+/// so what bounds dropping a poller.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Reports a change when this process committed a reschedule (a failed
-/// job's retry, a rescue, a retry or run-now, a resumed queue: its
-/// fetcher then asks again when the next job comes due), or when `MAX(id)`
-/// of the jobs table moved (another node enqueued). `MAX(id)` is read on a
-/// connection of its own (not one of the pool's, which handler transactions
-/// may all hold), at most every [`PROBE_INTERVAL`]. Other nodes'
+/// The bells of this process's pollers: a commit of this process that makes
+/// a job runnable at some time (a failed job's retry, a rescue, a retry or
+/// run-now, a resumed queue) rings them all, so their fetchers ask at once
+/// when the next job comes due, without asking the server.
+#[derive(Debug, Default)]
+pub(crate) struct Bells(Mutex<Vec<Sender<()>>>);
+
+impl Bells {
+    /// Rings every live poller's bell; forgets the dropped ones.
+    pub(crate) fn ring(&self) {
+        let mut bells = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        bells.retain(|b| {
+            !matches!(
+                b.try_send(()),
+                Err(crossbeam_channel::TrySendError::Disconnected(_))
+            )
+        });
+    }
+
+    fn add(&self) -> Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
+        rx
+    }
+}
+
+/// Reports a change when this process committed a reschedule, or when
+/// `MAX(id)` of the jobs table moved (another node enqueued). Other nodes'
 /// reschedules are seen at the fetcher's next lease or idle poll.
 pub(crate) struct Poller {
-    opts: Opts,
-    sql: Arc<Sql>,
-    rescheduled: Arc<AtomicU64>,
-    seen_rescheduled: u64,
-    conn: Option<Conn>,
-    /// No probe before this.
-    next_probe: Option<Instant>,
-    latest: Option<i64>,
+    changed: Arc<AtomicBool>,
+    signal: Receiver<Instant>,
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Poller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("mysql::Poller")
-            .field("latest", &self.latest)
-            .finish_non_exhaustive()
+        f.debug_struct("mysql::Poller").finish_non_exhaustive()
     }
 }
 
 impl Poller {
-    /// Connects lazily, at the first probe.
-    pub(crate) fn new(opts: Opts, sql: Arc<Sql>, rescheduled: Arc<AtomicU64>) -> Poller {
-        Poller {
-            seen_rescheduled: rescheduled.load(Ordering::Relaxed),
-            opts,
+    /// Starts the probing thread; it connects at its first probe.
+    pub(crate) fn start(opts: Opts, sql: Arc<Sql>, bells: &Bells) -> Result<Poller> {
+        let changed = Arc::new(AtomicBool::new(false));
+        let (wake, signal) = crossbeam_channel::bounded(1);
+        let (stop, stopped) = crossbeam_channel::bounded(0);
+        let opts = mysql::OptsBuilder::from_opts(opts)
+            .tcp_connect_timeout(Some(RETRY_AFTER))
+            .read_timeout(Some(RETRY_AFTER))
+            .write_timeout(Some(RETRY_AFTER));
+        let prober = Prober {
+            opts: opts.into(),
             sql,
-            rescheduled,
             conn: None,
-            next_probe: None,
             latest: None,
+            changed: changed.clone(),
+            wake,
+            bell: bells.add(),
+            stopped,
+        };
+        let thread = std::thread::Builder::new()
+            .name("backlog-probe".into())
+            .spawn(move || prober.run())
+            .map_err(|e| Error::Database(Box::new(e)))?;
+        Ok(Poller {
+            changed,
+            signal,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// True when this process rescheduled a job, a job was inserted, or a
+    /// probe failed (so the fetcher looks at once) since the last call.
+    /// Never blocks.
+    pub(crate) fn changed(&mut self) -> Result<bool> {
+        Ok(self.changed.swap(false, Ordering::SeqCst))
+    }
+
+    /// Fires (coalesced) when [`Poller::changed`] has news.
+    pub(crate) fn signal(&self) -> Receiver<Instant> {
+        self.signal.clone()
+    }
+}
+
+impl Drop for Poller {
+    /// Stops and joins the thread: at once between probes, within
+    /// [`RETRY_AFTER`] when a probe is waiting on an unresponsive server.
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The thread's side.
+struct Prober {
+    opts: Opts,
+    sql: Arc<Sql>,
+    conn: Option<Conn>,
+    latest: Option<Option<i64>>,
+    changed: Arc<AtomicBool>,
+    wake: Sender<Instant>,
+    bell: Receiver<()>,
+    /// Disconnected when the poller is dropped.
+    stopped: Receiver<()>,
+}
+
+impl Prober {
+    fn run(mut self) {
+        let mut interval = Duration::ZERO;
+        loop {
+            crossbeam_channel::select! {
+                recv(self.stopped) -> _ => return,
+                recv(self.bell) -> _ => {
+                    self.notify();
+                    continue;
+                }
+                default(interval) => {}
+            }
+            interval = match self.probe() {
+                Ok(latest) if self.latest.is_some_and(|l| l == latest) => {
+                    interval.saturating_mul(2).clamp(FAST, SLOW)
+                }
+                Ok(latest) => {
+                    self.latest = Some(latest);
+                    self.notify();
+                    FAST
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "probing for new jobs failed");
+                    self.conn = None;
+                    self.notify();
+                    RETRY_AFTER
+                }
+            };
         }
     }
 
-    /// True when this process rescheduled a job, or a job was inserted
-    /// since the last probe. An error drops the
-    /// connection (the next probe opens another) and counts as a change, so
-    /// the fetcher looks at once.
-    pub(crate) fn changed(&mut self) -> Result<bool> {
-        let rescheduled = self.rescheduled.load(Ordering::Relaxed);
-        if rescheduled != self.seen_rescheduled {
-            self.seen_rescheduled = rescheduled;
-            return Ok(true);
-        }
-        let now = Instant::now();
-        if self.next_probe.is_some_and(|at| now < at) {
-            return Ok(false);
-        }
-        match self.probe() {
-            Ok(latest) => {
-                self.next_probe = Some(now + PROBE_INTERVAL);
-                let changed = latest != self.latest;
-                self.latest = latest;
-                Ok(changed)
-            }
-            Err(e) => {
-                self.next_probe = Some(now + RETRY_AFTER);
-                self.conn = None;
-                Err(e)
-            }
-        }
+    fn notify(&self) {
+        self.changed.store(true, Ordering::SeqCst);
+        // Full means a wake-up is pending already.
+        let _ = self.wake.try_send(Instant::now());
     }
 
     fn probe(&mut self) -> Result<Option<i64>> {
         let conn = match &mut self.conn {
             Some(conn) => conn,
-            slot => {
-                let opts = mysql::OptsBuilder::from_opts(self.opts.clone())
-                    .tcp_connect_timeout(Some(RETRY_AFTER));
-                slot.insert(Conn::new(opts)?)
-            }
+            slot => slot.insert(Conn::new(self.opts.clone())?),
         };
         let latest: Option<Option<i64>> = conn.query_first(&self.sql.latest_job)?;
         Ok(latest.flatten())

@@ -25,33 +25,35 @@ use crate::outcome::{AttemptError, FinalStatus, Transition};
 
 /// Inserts jobs in order, each one or the id of the job already holding its
 /// unique key, and notifies the queue's listeners when one was inserted (at
-/// commit: a rolled-back enqueue wakes nobody).
+/// commit: a rolled-back enqueue wakes nobody), in the inserting statement
+/// itself where it can.
 pub(crate) fn enqueue_all<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     jobs: &[EnqueueParams<'_>],
 ) -> Result<Vec<Enqueued>> {
-    let ids = if jobs.iter().any(|p| p.group.is_some()) {
-        jobs.iter()
+    if jobs.iter().any(|p| p.group.is_some()) {
+        let ids = jobs
+            .iter()
             .map(|p| match &p.group {
                 Some(group) => super::groups::join(tx, q, p, group),
                 None => enqueue(tx, q, p),
             })
-            .collect::<Result<Vec<_>>>()?
-    } else if jobs.len() > 1 && jobs.iter().all(|p| p.unique_key.is_none()) {
-        enqueue_batch(tx, q, jobs)?
-    } else {
-        jobs.iter()
-            .map(|p| enqueue(tx, q, p))
-            .collect::<Result<Vec<_>>>()?
-    };
-    if ids.iter().any(|e| !e.existed) {
-        tx.query(&q.notify, &[&q.channel])?;
+            .collect::<Result<Vec<_>>>()?;
+        // A group member's insert does not notify by itself.
+        if ids.iter().any(|e| !e.existed) {
+            tx.query(&q.notify, &[&q.channel])?;
+        }
+        return Ok(ids);
     }
-    Ok(ids)
+    if jobs.len() > 1 && jobs.iter().all(|p| p.unique_key.is_none()) {
+        return enqueue_batch(tx, q, jobs);
+    }
+    jobs.iter().map(|p| enqueue(tx, q, p)).collect()
 }
 
-/// Inserts a job, or finds the job already holding its unique key.
+/// Inserts a job and notifies, or finds the job already holding its unique
+/// key.
 fn enqueue<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
@@ -73,7 +75,7 @@ fn enqueue<C: GenericClient>(
     // and the look-up: then the insert is tried again.
     for _ in 0..3 {
         let inserted = tx.query_opt(
-            &q.enqueue,
+            &q.enqueue_notify,
             &[
                 &now,
                 &p.queue,
@@ -83,6 +85,7 @@ fn enqueue<C: GenericClient>(
                 &p.payload,
                 &max_attempts,
                 &delay,
+                &q.channel,
             ],
         )?;
         if let Some(row) = inserted {
@@ -105,7 +108,8 @@ fn enqueue<C: GenericClient>(
     Err(Error::Busy)
 }
 
-/// Inserts jobs without unique keys in one statement; ids in input order.
+/// Inserts jobs without unique keys and notifies, in one statement; ids in
+/// input order.
 fn enqueue_batch<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
@@ -134,6 +138,7 @@ fn enqueue_batch<C: GenericClient>(
             &payloads,
             &max_attempts,
             &delays,
+            &q.channel,
         ],
     )?;
     let mut ids = rows

@@ -1,15 +1,30 @@
 //! Wake-ups across nodes: `LISTEN` on the queue's channel, which every
 //! enqueue notifies in its own transaction (so a rolled-back enqueue wakes
 //! nobody).
+//!
+//! The listening connection lives on a thread of its own that blocks on its
+//! socket, so a notification from any node wakes the fetcher within a
+//! millisecond. The sync driver's non-blocking `notifications().iter()`
+//! never reads the socket (it only hands over what a blocking call already
+//! read), which is why the read must block here rather than be polled.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 
 use super::target::Target;
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// How long one blocking read waits before the thread looks at its stop
+/// flag: the longest a dropped listener makes its owner wait while the
+/// connection is up.
+const READ_SLICE: Duration = Duration::from_millis(50);
 
 /// How often an idle listener checks that its connection is alive: a
 /// server that went away without a word (a crash, a cut network) leaves no
@@ -19,111 +34,215 @@ const PING_EVERY: Duration = Duration::from_secs(2);
 /// How long a ping may take before the connection counts as dead.
 const PING_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// After a failed reconnect, how long until the next try (the fetcher asks
-/// every few milliseconds; meanwhile its idle poll still runs).
+/// After a failed reconnect, how long until the next try (meanwhile the
+/// fetcher's idle poll still runs).
 const RECONNECT_EVERY: Duration = Duration::from_secs(1);
 
-/// The longest a reconnect may take.
+/// The longest a reconnect may take; with [`PING_TIMEOUT`] and
+/// [`READ_SLICE`], it bounds how long dropping a listener waits for its
+/// thread (while the server is unreachable).
 const RECONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A dedicated connection listening on the queue's channel. Boxed: a driver
-/// config and client are large, and `ChangeWatcher` holds a listener.
-pub(crate) struct Listener(Box<State>);
+/// A dedicated connection listening on the queue's channel, read by a
+/// thread of its own (`backlog-listen`), joined when the listener is
+/// dropped.
+pub(crate) struct Listener {
+    shared: Arc<Shared>,
+    signal: Receiver<Instant>,
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    target: String,
+}
 
-struct State {
-    target: Target,
-    listen: String,
-    client: Option<Client>,
-    last_ping: Instant,
-    last_connect: Instant,
+/// What the thread tells its owner.
+struct Shared {
+    /// Set by the thread when a notification arrived or it reconnected
+    /// (notifications sent meanwhile were missed); taken by `changed`.
+    changed: AtomicBool,
+    connected: AtomicBool,
 }
 
 impl fmt::Debug for Listener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Listener")
-            .field("target", &self.0.target)
-            .field("connected", &self.0.client.is_some())
+            .field("target", &self.target)
+            .field("connected", &self.shared.connected.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
 
 impl Listener {
-    /// Connects and starts listening. `listen` is the rendered `LISTEN`.
+    /// Connects, starts listening, and starts the thread that reads the
+    /// connection. `listen` is the rendered `LISTEN`. Fails when the first
+    /// connection fails (later losses are reconnected by the thread).
     pub(crate) fn open(mut target: Target, listen: String) -> Result<Listener> {
         let client = subscribe(&target, &listen)?;
-        // A reconnect holds up the fetcher that asked: keep it short.
+        // A reconnect holds up a dropping owner: keep it short.
         let timeout = target
             .config
             .get_connect_timeout()
             .map_or(RECONNECT_TIMEOUT, |t| (*t).min(RECONNECT_TIMEOUT));
         target.config.connect_timeout(timeout);
-        Ok(Listener(Box::new(State {
+        let shared = Arc::new(Shared {
+            changed: AtomicBool::new(false),
+            connected: AtomicBool::new(true),
+        });
+        // One slot: wake-ups coalesce while the fetcher is busy.
+        let (wake, signal) = crossbeam_channel::bounded(1);
+        let (stop, stopped) = crossbeam_channel::bounded(0);
+        let redacted = target.redacted.clone();
+        let reader = Reader {
+            shared: shared.clone(),
+            wake,
+            stopped,
             target,
             listen,
             client: Some(client),
-            last_ping: Instant::now(),
-            last_connect: Instant::now(),
-        })))
+            last_heard: Instant::now(),
+            next_connect: Instant::now(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("backlog-listen".into())
+            .spawn(move || reader.run())
+            .map_err(|e| Error::Database(Box::new(e)))?;
+        Ok(Listener {
+            shared,
+            signal,
+            stop: Some(stop),
+            thread: Some(thread),
+            target: redacted,
+        })
     }
 
     /// True when an enqueue (or a retry, a resume) was committed since the
-    /// last call: see [`State::changed`].
+    /// last call, by any node, this one included, or when the connection
+    /// was lost and made again (notifications may have been missed). Never
+    /// blocks.
     pub(crate) fn changed(&mut self) -> Result<bool> {
-        self.0.changed()
+        Ok(self.shared.changed.swap(false, Ordering::SeqCst))
+    }
+
+    /// Fires (coalesced) when [`Listener::changed`] has news.
+    pub(crate) fn signal(&self) -> Receiver<Instant> {
+        self.signal.clone()
     }
 }
 
-impl State {
-    /// True when an enqueue (or a retry, a resume) was committed since the
-    /// last call, by any node, this one included. Never blocks on the
-    /// server except for a ping every [`PING_EVERY`] and a reconnect. After a
-    /// lost connection it reconnects and reports `true`, since notifications
-    /// sent meanwhile were missed.
-    fn changed(&mut self) -> Result<bool> {
-        let Some(client) = self.client.as_mut() else {
-            return Ok(self.reconnect());
+impl Drop for Listener {
+    /// Stops and joins the thread: within [`READ_SLICE`] while connected;
+    /// at worst [`RECONNECT_TIMEOUT`] or [`PING_TIMEOUT`] when the server
+    /// does not answer.
+    fn drop(&mut self) {
+        drop(self.stop.take()); // disconnects `stopped`: the thread's stop flag
+        if let Some(thread) = self.thread.take() {
+            // The thread catches nothing that could panic; a panic there
+            // would only mean no more wake-ups, which the poll covers.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The thread's side.
+struct Reader {
+    shared: Arc<Shared>,
+    wake: Sender<Instant>,
+    /// Disconnected when the listener is dropped.
+    stopped: Receiver<()>,
+    target: Target,
+    listen: String,
+    client: Option<Client>,
+    /// When the server last said anything (a notification or a ping).
+    last_heard: Instant,
+    /// No reconnect before this.
+    next_connect: Instant,
+}
+
+impl Reader {
+    fn run(mut self) {
+        while !self.stopping() {
+            match self.client.take() {
+                Some(client) => self.client = self.read(client),
+                None => self.reconnect(),
+            }
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        matches!(
+            self.stopped.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        )
+    }
+
+    fn notify(&self) {
+        self.shared.changed.store(true, Ordering::SeqCst);
+        // Full means a wake-up is already pending: the fetcher will see the
+        // flag then.
+        let _ = self.wake.try_send(Instant::now());
+    }
+
+    /// Blocks up to [`READ_SLICE`] for notifications, and pings after
+    /// [`PING_EVERY`] of silence. Returns the client, or `None` when the
+    /// connection is lost.
+    fn read(&mut self, mut client: Client) -> Option<Client> {
+        let mut heard = false;
+        let alive = {
+            let mut notifications = client.notifications();
+            let mut iter = notifications.timeout_iter(READ_SLICE);
+            loop {
+                match iter.next() {
+                    Ok(Some(_)) => {
+                        heard = true;
+                        // Wake at once; more may be queued behind it, and
+                        // the next call returns them without waiting.
+                        self.notify();
+                        if self.stopping() {
+                            break true;
+                        }
+                    }
+                    Ok(None) => break true, // the slice ended (or the socket closed)
+                    Err(_) => break false,
+                }
+            }
         };
-        let (changed, alive) = drain(client);
-        let alive = if !alive || changed || self.last_ping.elapsed() < PING_EVERY {
-            alive
+        if heard {
+            self.last_heard = Instant::now();
+        }
+        let alive = alive
+            && !client.is_closed()
+            && (self.last_heard.elapsed() < PING_EVERY || {
+                self.last_heard = Instant::now();
+                client.is_valid(PING_TIMEOUT).is_ok()
+            });
+        if alive {
+            Some(client)
         } else {
-            self.last_ping = Instant::now();
-            !client.is_closed() && client.is_valid(PING_TIMEOUT).is_ok()
-        };
-        if changed {
-            self.last_ping = Instant::now();
+            self.shared.connected.store(false, Ordering::SeqCst);
+            self.next_connect = Instant::now(); // try at once
+            None
         }
-        if !alive {
-            self.client = None;
-            return Ok(self.reconnect());
-        }
-        Ok(changed)
     }
 
-    /// Tries to listen again, at most every [`RECONNECT_EVERY`]. True when a
-    /// try was made (the caller should look for work: notifications may
-    /// have been missed), false while waiting for the next try.
-    fn reconnect(&mut self) -> bool {
-        if self.last_connect.elapsed() < RECONNECT_EVERY {
-            return false;
+    /// Listens again, at most every [`RECONNECT_EVERY`]; on success reports
+    /// a change, since notifications sent meanwhile were missed.
+    fn reconnect(&mut self) {
+        let wait = self.next_connect.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            // Sleeps, but wakes at once when the listener is dropped.
+            let _ = self.stopped.recv_timeout(wait);
+            return;
         }
-        self.last_connect = Instant::now();
-        self.last_ping = Instant::now();
-        self.client = subscribe(&self.target, &self.listen).ok();
-        true
-    }
-}
-
-/// Reads the notifications that arrived: (any arrived, connection alive).
-fn drain(client: &mut Client) -> (bool, bool) {
-    let mut notifications = client.notifications();
-    let mut iter = notifications.iter();
-    let mut changed = false;
-    loop {
-        match iter.next() {
-            Ok(Some(_)) => changed = true,
-            Ok(None) => return (changed, true),
-            Err(_) => return (changed, false),
+        self.next_connect = Instant::now() + RECONNECT_EVERY;
+        self.last_heard = Instant::now();
+        match subscribe(&self.target, &self.listen) {
+            Ok(client) => {
+                self.client = Some(client);
+                self.shared.connected.store(true, Ordering::SeqCst);
+                self.notify();
+            }
+            Err(error) => {
+                tracing::debug!(%error, url = %self.target.redacted, "listener reconnect failed");
+            }
         }
     }
 }

@@ -43,22 +43,44 @@ VALUES ($2, $3, $4, $5, $6::text::jsonb, $7, {now} + $8, {now}, {now})
 ON CONFLICT DO NOTHING
 RETURNING id";
 
-/// Inserts a batch of jobs without unique keys in one statement, returning
-/// their ids in input order: the rows are inserted in `n` order, so the
-/// sequence hands them increasing ids, and the caller sorts the returned ids.
-/// Parameters: `$1` now override, then arrays of queue, kind, priority,
-/// payload, max attempts, delay.
+/// [`ENQUEUE`] that also notifies the queue's channel (`$9`) when it
+/// inserted the job, in the same statement: one round trip fewer than a
+/// separate [`NOTIFY`]. A conflict inserts nothing and notifies nobody.
+pub const ENQUEUE_NOTIFY: &str = "
+WITH inserted AS (
+INSERT INTO {jobs}
+    (queue, kind, priority, unique_key, payload, max_attempts, available_at, created_at, updated_at)
+VALUES ($2, $3, $4, $5, $6::text::jsonb, $7, {now} + $8, {now}, {now})
+ON CONFLICT DO NOTHING
+RETURNING id
+), notified AS MATERIALIZED (
+    SELECT pg_notify($9, '') WHERE EXISTS (SELECT 1 FROM inserted)
+)
+SELECT inserted.id FROM inserted, notified";
+
+/// Inserts a batch of jobs without unique keys and notifies the queue's
+/// channel (`$8`) once, in one statement, returning their ids in input
+/// order: the rows are inserted in `n` order, so the sequence hands them
+/// increasing ids, and the caller sorts the returned ids. Parameters: `$1`
+/// now override, then arrays of queue, kind, priority, payload, max
+/// attempts, delay, then the channel. The notification's CTE is
+/// materialized, so it runs once however many rows.
 ///
 /// PostgreSQL only: one round trip per batch instead of one per job (SQLite
 /// runs in-process, where a cached statement per job costs nothing).
 pub const ENQUEUE_BATCH: &str = "
+WITH inserted AS (
 INSERT INTO {jobs}
     (queue, kind, priority, payload, max_attempts, available_at, created_at, updated_at)
 SELECT queue, kind, priority, payload::jsonb, max_attempts, {now} + delay, {now}, {now}
 FROM unnest($2::text[], $3::text[], $4::int4[], $5::text[], $6::int4[], $7::int8[])
     WITH ORDINALITY AS j (queue, kind, priority, payload, max_attempts, delay, n)
 ORDER BY n
-RETURNING id";
+RETURNING id
+), notified AS MATERIALIZED (
+    SELECT pg_notify($8, '') WHERE EXISTS (SELECT 1 FROM inserted)
+)
+SELECT inserted.id FROM inserted, notified";
 
 /// The live job holding a unique key. Parameters: `$1` queue, `$2` key.
 pub const FIND_LIVE_UNIQUE: &str = "SELECT id FROM {jobs} WHERE queue = $1 AND unique_key = $2";
@@ -716,6 +738,7 @@ pub(crate) struct Queries {
     pub channel: String,
     pub enqueue: String,
     pub enqueue_batch: String,
+    pub enqueue_notify: String,
     pub find_live_unique: String,
     pub find_history_unique: String,
     pub lease: String,
@@ -774,6 +797,7 @@ impl Queries {
             channel: tables.channel(),
             enqueue: r(ENQUEUE),
             enqueue_batch: r(ENQUEUE_BATCH),
+            enqueue_notify: r(ENQUEUE_NOTIFY),
             find_live_unique: r(FIND_LIVE_UNIQUE),
             find_history_unique: r(FIND_HISTORY_UNIQUE),
             lease: r(LEASE),

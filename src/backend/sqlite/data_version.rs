@@ -13,6 +13,13 @@
 //! worker wakes only for writes. Where notifications cannot be set up (the
 //! feature off, a filesystem without them, an exhausted inotify limit) it
 //! checks every watch interval instead.
+//!
+//! A commit's write to the `-wal` file is reported before the commit is
+//! visible (it becomes visible after the fsync, in the shared-memory index,
+//! which reports nothing): the watcher that looks at once may see nothing
+//! new. So after the last write it is told to look again a few times, at
+//! growing delays ([`RECHECKS`]), lest the last commit of a burst wait for
+//! the idle poll.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -31,7 +38,7 @@ pub(crate) struct DataVersion {
     last: i64,
     /// Keeps the file notifications alive while the watcher lives.
     #[cfg(feature = "file-events")]
-    _files: Option<notify::RecommendedWatcher>,
+    _files: Option<Files>,
     signal: Receiver<Instant>,
     notified: bool,
 }
@@ -111,11 +118,72 @@ fn read(conn: &Connection) -> Result<i64> {
         .query_row([], |r| r.get(0))?)
 }
 
+/// After the last write reported, the watcher is told to look again after
+/// each of these delays (from that write): a commit is visible only once its
+/// fsync is done. Each look is one read of a shared-memory counter.
+#[cfg(feature = "file-events")]
+const RECHECKS: [Duration; 4] = [
+    Duration::from_millis(1),
+    Duration::from_millis(5),
+    Duration::from_millis(25),
+    Duration::from_millis(125),
+];
+
+/// The file notifications and the thread (`backlog-files`) that turns them
+/// into signals with their follow-ups; the thread is joined on drop.
+#[cfg(feature = "file-events")]
+struct Files {
+    _watcher: notify::RecommendedWatcher,
+    stop: Option<crossbeam_channel::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[cfg(feature = "file-events")]
+impl Drop for Files {
+    /// Returns within a moment: the thread waits on nothing but channels.
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Forwards each write to `signal` at once, then again after each of
+/// [`RECHECKS`] unless another write comes first; returns when `stop` is
+/// dropped.
+#[cfg(feature = "file-events")]
+fn forward(writes: Receiver<()>, stop: Receiver<()>, signal: &crossbeam_channel::Sender<Instant>) {
+    let mut last_write: Option<Instant> = None;
+    let mut next = 0;
+    loop {
+        let recheck = last_write.and_then(|at| RECHECKS.get(next).map(|d| at + *d));
+        let timeout = match recheck {
+            Some(at) => crossbeam_channel::at(at),
+            None => crossbeam_channel::never(),
+        };
+        crossbeam_channel::select! {
+            recv(stop) -> _ => return,
+            recv(writes) -> write => {
+                if write.is_err() {
+                    return;
+                }
+                last_write = Some(Instant::now());
+                next = 0;
+            }
+            recv(timeout) -> _ => next += 1,
+        }
+        // Full means a wake-up is pending already.
+        let _ = signal.try_send(Instant::now());
+    }
+}
+
 /// Watches the directory of `path` (the `-wal` file comes and goes with the
 /// last connection) and signals, coalesced, when its `-wal` or main file is
-/// written. `None` when the platform or filesystem cannot.
+/// written, and again shortly after (see [`RECHECKS`]). `None` when the
+/// platform or filesystem cannot.
 #[cfg(feature = "file-events")]
-fn notifications(path: &Path) -> Option<(notify::RecommendedWatcher, Receiver<Instant>)> {
+fn notifications(path: &Path) -> Option<(Files, Receiver<Instant>)> {
     use notify::{EventKind, RecursiveMode, Watcher};
 
     let path = path.canonicalize().ok()?;
@@ -123,7 +191,7 @@ fn notifications(path: &Path) -> Option<(notify::RecommendedWatcher, Receiver<In
     let mut wal = path.clone().into_os_string();
     wal.push("-wal");
     let wal = std::path::PathBuf::from(wal);
-    let (tx, rx) = crossbeam_channel::bounded(1);
+    let (tx, writes) = crossbeam_channel::bounded(1);
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let wanted = match &event {
             Ok(e) => {
@@ -134,11 +202,22 @@ fn notifications(path: &Path) -> Option<(notify::RecommendedWatcher, Receiver<In
             Err(_) => true,
         };
         if wanted {
-            // Full means a wake-up is pending already.
-            let _ = tx.try_send(Instant::now());
+            // Full means the forwarder has one to read already.
+            let _ = tx.try_send(());
         }
     })
     .ok()?;
     watcher.watch(&dir, RecursiveMode::NonRecursive).ok()?;
-    Some((watcher, rx))
+    let (signal, rx) = crossbeam_channel::bounded(1);
+    let (stop, stopped) = crossbeam_channel::bounded(0);
+    let thread = std::thread::Builder::new()
+        .name("backlog-files".into())
+        .spawn(move || forward(writes, stopped, &signal))
+        .ok()?;
+    let files = Files {
+        _watcher: watcher,
+        stop: Some(stop),
+        thread: Some(thread),
+    };
+    Some((files, rx))
 }

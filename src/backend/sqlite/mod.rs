@@ -7,7 +7,6 @@
 //! transaction or inside an application's transaction (`enqueue_in`,
 //! `complete_in`).
 
-pub(crate) mod checkpointer;
 pub(crate) mod connection;
 pub(crate) mod data_version;
 pub(crate) mod groups;
@@ -17,9 +16,8 @@ pub(crate) mod limits;
 pub(crate) mod migrate;
 pub(crate) mod queries;
 pub(crate) mod schedules;
-pub(crate) mod turnstile;
-pub(crate) mod vfs;
 pub(crate) mod wal;
+pub(crate) mod write_path;
 
 pub(crate) use connection::Connections;
 pub(crate) use data_version::DataVersion;

@@ -14,12 +14,16 @@
 //! call with `UNLOCK`, or with the whole shared memory at `xShmUnmap`/`xClose`.
 //!
 //! So [`register`] wraps the process's default VFS (`unix`) once, at the
-//! first `Queue::open`, and makes the wrapper the default: connections opened
-//! after it, the application's included, do all their I/O through it. The
-//! wrapper forwards every method unchanged (every return code included) and,
-//! in `xShmLock`, notes which file handle holds the write lock of which
-//! database file (by `st_dev`/`st_ino`, as the unix VFS itself identifies
-//! files) and which thread took it. The queue's write path asks
+//! first `Queue::open`, under the name [`NAME`], **not** as the default: a
+//! process's SQLite connections are the application's business (DESIGN.md §2,
+//! promise 10). The queue's write and checkpoint connections open through it
+//! by name; an application's connection does only if the application asks
+//! (`backlog::sqlite::open_connection`, or [`make_default`] through
+//! `backlog::sqlite::make_default_vfs`). The wrapper forwards every method
+//! unchanged (every return code included) and, in `xShmLock`, notes which
+//! file handle holds the write lock of which database file (by
+//! `st_dev`/`st_ino`, as the unix VFS itself identifies files) and which
+//! thread took it. The queue's write path asks
 //! [`WriterFile::locked_elsewhere_by_this_thread`] before it waits for
 //! anything.
 //!
@@ -29,21 +33,46 @@
 //! stay set forever. A lock is attributed to the thread that took it.
 //!
 //! Not covered, and waited for as before (bounded by the write deadline):
-//! connections opened before the first `Queue::open` of the process, or with
-//! a VFS named explicitly, and connections in `locking_mode=EXCLUSIVE` (SQLite
-//! then takes no shared-memory locks). Unix only; elsewhere nothing is
-//! registered.
+//! connections that do not go through the shim (the application's, unless it
+//! opted in), and connections in `locking_mode=EXCLUSIVE` (SQLite then takes
+//! no shared-memory locks). The queue's read pool opens plainly: readers
+//! never take the write lock. Unix only; elsewhere nothing is registered and
+//! every connection opens with SQLite's default VFS.
+
+/// The shim's name, as connections ask for it.
+pub(crate) const NAME: &str = "backlog";
+
+/// Opens `path` with `flags` through the shim when it is registered (see
+/// [`register`]), else with SQLite's default VFS: writes stay correct and
+/// bounded without it.
+pub(crate) fn open(
+    path: &std::path::Path,
+    flags: rusqlite::OpenFlags,
+) -> rusqlite::Result<rusqlite::Connection> {
+    if register() {
+        rusqlite::Connection::open_with_flags_and_vfs(path, flags, NAME)
+    } else {
+        rusqlite::Connection::open_with_flags(path, flags)
+    }
+}
 
 #[cfg(unix)]
-pub(crate) use unix::{register, WriterFile};
+pub(crate) use unix::{make_default, register, WriterFile};
 
 #[cfg(not(unix))]
-pub(crate) use fallback::{register, WriterFile};
+pub(crate) use fallback::{make_default, register, WriterFile};
 
 #[cfg(not(unix))]
 mod fallback {
     /// Nothing to register off unix.
-    pub(crate) fn register() {}
+    pub(crate) fn register() -> bool {
+        false
+    }
+
+    /// Nothing to make the default off unix.
+    pub(crate) fn make_default() -> bool {
+        false
+    }
 
     /// Off unix no write lock is known: the queue waits, bounded.
     #[derive(Debug, Clone, Copy)]
@@ -68,7 +97,7 @@ mod unix {
     use std::os::unix::fs::MetadataExt;
     use std::panic::{catch_unwind, AssertUnwindSafe};
     use std::ptr;
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
     use std::sync::{Mutex, MutexGuard, Once};
 
     use rusqlite::ffi::{
@@ -141,9 +170,13 @@ mod unix {
             .unwrap_or(0)
     }
 
-    /// Registers the shim as the default VFS, wrapping the current default,
-    /// once per process. Connections opened from then on go through it.
-    pub(crate) fn register() {
+    /// The shim's `sqlite3_vfs` once registered (null: not registered).
+    static SHIM: AtomicPtr<sqlite3_vfs> = AtomicPtr::new(ptr::null_mut());
+
+    /// Registers the shim under [`NAME`](super::NAME), wrapping the current
+    /// default VFS, once per process, without making it the default: only
+    /// connections that name it go through it. True when it is registered.
+    pub(crate) fn register() -> bool {
         static ONCE: Once = Once::new();
         ONCE.call_once(|| {
             // SAFETY: sqlite3_vfs_find and sqlite3_vfs_register are
@@ -151,24 +184,43 @@ mod unix {
             // themselves. The shim's sqlite3_vfs is leaked: SQLite keeps the
             // pointer for the life of the process, and it is never
             // unregistered.
-            let rc = unsafe {
+            let registered = unsafe {
                 let real = rusqlite::ffi::sqlite3_vfs_find(ptr::null());
                 if real.is_null() {
-                    SQLITE_ERROR
+                    Err(SQLITE_ERROR)
                 } else {
                     let shim = Box::leak(Box::new(shim_vfs(&*real, real)));
-                    rusqlite::ffi::sqlite3_vfs_register(shim, 1)
+                    match rusqlite::ffi::sqlite3_vfs_register(shim, 0) {
+                        SQLITE_OK => Ok(shim as *mut sqlite3_vfs),
+                        rc => Err(rc),
+                    }
                 }
             };
-            if rc != SQLITE_OK {
+            match registered {
+                Ok(shim) => SHIM.store(shim, Ordering::Release),
                 // Writes stay correct and bounded without it.
-                tracing::warn!(
+                Err(rc) => tracing::warn!(
                     rc,
                     "the SQLite shim VFS could not be registered: a queue call inside \
-                     the application's own write transaction waits for the write deadline"
-                );
+                     a write transaction of another connection waits for the write deadline"
+                ),
             }
         });
+        !SHIM.load(Ordering::Acquire).is_null()
+    }
+
+    /// Makes the shim the process's default VFS (registering it first):
+    /// connections opened from then on without a VFS name go through it.
+    /// True when it is the default.
+    pub(crate) fn make_default() -> bool {
+        if !register() {
+            return false;
+        }
+        let shim = SHIM.load(Ordering::Acquire);
+        // SAFETY: `shim` is the registered, leaked shim VFS; registering a
+        // registered VFS again only moves it (here: to the head, the
+        // default), under SQLite's own mutex.
+        unsafe { rusqlite::ffi::sqlite3_vfs_register(shim, 1) == SQLITE_OK }
     }
 
     /// The shim's VFS over `real`: the same capabilities, each method
@@ -182,6 +234,7 @@ mod unix {
             szOsFile: r.szOsFile + HEADER as c_int,
             mxPathname: r.mxPathname,
             pNext: ptr::null_mut(),
+            // NAME, NUL-terminated.
             zName: c"backlog".as_ptr(),
             pAppData: real.cast(),
             xOpen: Some(open),

@@ -46,9 +46,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Sender};
 use rusqlite::Connection;
 
-use super::connection::{note_hold, Gate};
+use super::gate::{note_hold, Gate};
 use super::turnstile::Turnstile;
-use super::wal;
+use crate::backend::sqlite::wal;
 use crate::error::{Error, Result};
 
 /// SQLite's own auto-checkpoint threshold: 1000 frames in the log.
