@@ -60,9 +60,8 @@ pub enum Error {
     /// A periodic schedule cannot run: its cron expression does not parse or
     /// never matches, its time zone is unknown, or its interval is under a
     /// millisecond or over a year. Returned by the constructor
-    /// ([`Schedule::cron`](crate::Schedule::cron),
-    /// [`Schedule::every`](crate::Schedule::every)), before anything is
-    /// written.
+    /// (`Schedule::cron`, [`Schedule::every`](crate::Schedule::every)),
+    /// before anything is written.
     InvalidPeriodic {
         /// The schedule's name.
         schedule: String,

@@ -39,7 +39,7 @@
 //!
 //! A cron expression has five fields (minute, hour, day of month, month, day
 //! of week) or six with seconds first (an optional seventh is the year), and
-//! is read in UTC unless [`Schedule::in_time_zone`] names another zone (from
+//! is read in UTC unless `Schedule::in_time_zone` names another zone (from
 //! the operating system's time zone database; on Windows a bundled copy). An
 //! interval schedule ticks at the multiples of its interval since the unix
 //! epoch, so every process agrees on its ticks without asking anyone: an
@@ -97,7 +97,7 @@ const TICK_KEY_HISTORY: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// A job to enqueue at every tick of a cron expression or an interval.
 ///
-/// Made with [`Schedule::cron`] or [`Schedule::every`], which check the
+/// Made with `Schedule::cron` (`cron` feature) or [`Schedule::every`], which check the
 /// expression at once: a bad one is [`Error::InvalidPeriodic`] there, not at
 /// the first tick. Run it with a [`Scheduler`] or
 /// [`WorkerBuilder::periodic`](crate::WorkerBuilder::periodic).
@@ -134,7 +134,7 @@ impl Schedule {
     /// [`JobArgs`](crate::JobArgs); its queue, priority, attempts and
     /// payload are the tick's. Its unique key and its delay are replaced:
     /// each tick's job gets the key `periodic:<name>:<tick µs>` and is due
-    /// as soon as its tick is claimed.
+    /// as soon as its tick is claimed. Needs the `cron` feature.
     ///
     /// [`Error::InvalidPeriodic`] for an expression that does not parse or
     /// never matches; [`Error::InvalidName`] for a bad name. The job itself
@@ -170,8 +170,9 @@ impl Schedule {
     }
 
     /// Enqueues `job` every `interval`, at the multiples of `interval` since
-    /// the unix epoch (every hour: on the hour, UTC). See [`Schedule::cron`]
-    /// for the job.
+    /// the unix epoch (every hour: on the hour, UTC). `job` is a [`NewJob`]
+    /// or typed [`JobArgs`](crate::JobArgs); each tick's job gets the key
+    /// `periodic:<name>:<tick µs>` and is due as soon as its tick is claimed.
     ///
     /// [`Error::InvalidPeriodic`] for an interval under [`MIN_INTERVAL`] or
     /// over [`MAX_INTERVAL`]; [`Error::InvalidName`] for a bad name.

@@ -8,7 +8,7 @@
 //! redaction is the binary's own, the same for every backend; PostgreSQL is
 //! the server here that lets a URL carry any password: trust auth).
 
-#![cfg(feature = "cli")]
+#![cfg(feature = "dashboard")]
 
 mod dashboard_common;
 

@@ -4,8 +4,8 @@
 //! Ignored by default because it needs chromium and chromedriver
 //! (`apt-get install -y chromium chromium-driver`); `.ci/run` installs them
 //! and runs it, and there it fails, never skips, when they are missing.
-//! With `BACKLOG_DASHBOARD_SCREENSHOTS=docs` it writes the README's
-//! screenshots there.
+//! With `BACKLOG_DASHBOARD_SCREENSHOTS=../docs` (relative to `backlog-cli/`,
+//! where cargo runs it) it writes the README's screenshots there.
 
 #![cfg(feature = "dashboard")]
 

@@ -1,8 +1,6 @@
 //! The `backlog` binary end to end: each command run as a process on a fresh
 //! file, its table, its `--json` shape, and its exit code on bad input.
 
-#![cfg(feature = "cli")]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
