@@ -23,6 +23,8 @@ const STALLED: usize = 200;
 const BIG_HEADER: usize = 200 * 1024 * 1024;
 /// The dashboard's `REQUEST_TIMEOUT` (src/dashboard/http.rs).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The dashboard's `MAX_PER_CLIENT` (src/dashboard/http.rs).
+const MAX_PER_CLIENT: usize = 256;
 
 /// The resident memory of process `pid`, in KiB.
 fn rss_kib(pid: u32) -> TestResult<u64> {
@@ -45,7 +47,12 @@ fn stall(port: u16, head: &str) -> TestResult<TcpStream> {
 /// the answer took (a frozen server fails the read after 5 s).
 fn probe(port: u16, path: &str) -> TestResult<(u16, Duration)> {
     let started = Instant::now();
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    let status = ask(TcpStream::connect(("127.0.0.1", port))?, port, path)?;
+    Ok((status, started.elapsed()))
+}
+
+/// Sends one authorized GET on `stream` and returns the answer's status.
+fn ask(mut stream: TcpStream, port: u16, path: &str) -> TestResult<u16> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.write_all(
         format!(
@@ -63,7 +70,41 @@ fn probe(port: u16, path: &str) -> TestResult<(u16, Duration)> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| format!("not an HTTP response to {path}"))?;
-    Ok((status, started.elapsed()))
+    Ok(status)
+}
+
+/// A connection to the dashboard on 127.0.0.1 from `source`, another
+/// loopback address standing for another client.
+fn connect_from(source: [u8; 4], port: u16) -> TestResult<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let sockaddr = |ip: [u8; 4], port: u16| {
+        // SAFETY: sockaddr_in is plain data; all zeroes is a valid value.
+        let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        // Both fields are in network byte order.
+        addr.sin_addr.s_addr = u32::from_ne_bytes(ip);
+        addr.sin_port = port.to_be();
+        addr
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a new socket, owned by the TcpStream from here on (closed on
+    // every path), and addresses that live across the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let from = sockaddr(source, 0);
+        if libc::bind(fd, (&raw const from).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        let to = sockaddr([127, 0, 0, 1], port);
+        if libc::connect(fd, (&raw const to).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(stream)
+    }
 }
 
 /// Streams one header line of up to [`BIG_HEADER`] bytes; returns how many
@@ -181,4 +222,38 @@ fn stalled_bodies_and_a_huge_header_freeze_nothing() -> TestResult {
     drop(stalled);
     assert_eq!(probe(port, "/api/overview")?.0, 200);
     Ok(())
+}
+
+#[test]
+fn one_address_cannot_take_every_connection() -> TestResult {
+    let Some(db) = Database::new(Backend::Sqlite)? else {
+        return Ok(());
+    };
+    seed(&db, false)?;
+    let d = Dashboard::start(&db.target, &["--token", TOKEN])?;
+    let port = d.port;
+    // Connections that send nothing yet; the server accepts in order, so
+    // every one holds its slot before the next connection below is seen.
+    let held = (0..MAX_PER_CLIENT)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let refused = ask(TcpStream::connect(("127.0.0.1", port))?, port, "/healthz")?;
+    assert_eq!(
+        refused, 503,
+        "one address past its {MAX_PER_CLIENT} connections"
+    );
+    let other = ask(connect_from([127, 0, 0, 2], port)?, port, "/healthz")?;
+    assert_eq!(other, 200, "another address beside a full one");
+    drop(held);
+    // The slots come back as the server sees the closes.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match probe(port, "/api/overview")?.0 {
+            200 => return Ok(()),
+            status if Instant::now() > deadline => {
+                return Err(format!("still {status} after the connections closed").into())
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
 }

@@ -5,8 +5,8 @@
 use std::time::SystemTime;
 
 use backlog::{BulkReport, FinalStatus, JobFilter, JobRecord, JobState, JobUpdate, Queue};
-use serde_json::{json, Map, Value};
 use hyper::Method;
+use serde_json::{json, Map, Value};
 
 use super::{error, failure, query_param, Config, Reply};
 use crate::fail::{Code, Failure};

@@ -29,7 +29,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
@@ -109,10 +109,25 @@ async fn accept(listener: std::net::TcpListener, server: Arc<Server>) -> std::io
     }
 }
 
-/// A fixed 503 for a client past the limits, written without reading its
-/// request, within one second.
+/// A fixed 503 for a client past the limits, all within one second.
 async fn refuse(mut stream: TcpStream) {
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(BUSY).await?;
+        stream.shutdown().await?;
+        // Read what the client sent (a request head at most): closing on
+        // unread data is a reset, which can lose the 503 on its side.
+        let mut sink = [0u8; 4096];
+        let mut left = MAX_HEADER_BYTES;
+        while left > 0 {
+            let n = stream.read(&mut sink).await?;
+            if n == 0 {
+                break;
+            }
+            left = left.saturating_sub(n);
+        }
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
 }
 
 /// One request: the checks that need no database first (so a client
