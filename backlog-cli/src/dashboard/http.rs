@@ -52,6 +52,17 @@ pub const MAX_PER_CLIENT: usize = 256;
 /// Handlers calling the database at once (tokio's blocking threads).
 pub const MAX_HANDLERS: usize = 16;
 
+/// The limits as `backlog dashboard --help` states them (a test holds them
+/// to the constants above).
+pub const LIMITS_HELP: &str = "\
+Limits (a slow or hostile client cannot hold the server for others):
+  request line and headers  16 KiB (else 431)
+  request body              64 KiB (else 413)
+  time to send a request    10 s from the connection, headers and body (else closed, or 408)
+  a connection's life       60 s, answer included; one request per connection
+  open connections          1024, at most 256 from one IP address (else 503 at once)
+  database calls at once    16 (the others wait their turn)";
+
 /// What a client past the connection limits reads before the close.
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
 Content-Length: 30\r\nRetry-After: 1\r\nConnection: close\r\n\r\ntoo many connections at once\r\n";
@@ -234,6 +245,25 @@ impl Drop for Slot {
             if *mine == 0 {
                 per_client.remove(&self.peer);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_help_states_the_limits_in_force() {
+        for stated in [
+            format!("headers  {} KiB", MAX_HEADER_BYTES / 1024),
+            format!("body              {} KiB", MAX_BODY / 1024),
+            format!("request    {} s", REQUEST_TIMEOUT.as_secs()),
+            format!("life       {} s", CONNECTION_TIMEOUT.as_secs()),
+            format!("connections          {MAX_CONNECTIONS}, at most {MAX_PER_CLIENT}"),
+            format!("at once    {MAX_HANDLERS} "),
+        ] {
+            assert!(LIMITS_HELP.contains(&stated), "{stated:?} not in the help");
         }
     }
 }

@@ -19,6 +19,8 @@
 mod api;
 mod http;
 
+pub use http::LIMITS_HELP;
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
