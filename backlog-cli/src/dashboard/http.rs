@@ -31,6 +31,7 @@ use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::{error, Head, Reply, Server};
@@ -63,6 +64,12 @@ Limits (a slow or hostile client cannot hold the server for others):
   open connections          1024, at most 256 from one IP address (else 503 at once)
   database calls at once    16 (the others wait their turn)";
 
+/// Refusals being written at once; past them a connection is closed
+/// without a word, so that a flood costs no more than that many sockets.
+const MAX_REFUSING: usize = 64;
+/// Sockets beside the connections: the listener, the database, files.
+const SPARE_FILES: u64 = 256;
+
 /// What a client past the connection limits reads before the close.
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
 Content-Length: 30\r\nRetry-After: 1\r\nConnection: close\r\n\r\ntoo many connections at once\r\n";
@@ -70,6 +77,7 @@ Content-Length: 30\r\nRetry-After: 1\r\nConnection: close\r\n\r\ntoo many connec
 /// Serves `listener` until the process is stopped.
 pub fn serve(listener: std::net::TcpListener, server: Arc<Server>) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
+    raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(MAX_HANDLERS)
@@ -83,6 +91,7 @@ pub fn serve(listener: std::net::TcpListener, server: Arc<Server>) -> std::io::R
 async fn accept(listener: std::net::TcpListener, server: Arc<Server>) -> std::io::Result<()> {
     let listener = TcpListener::from_std(listener)?;
     let slots = Arc::new(Slots::default());
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -95,7 +104,12 @@ async fn accept(listener: std::net::TcpListener, server: Arc<Server>) -> std::io
             }
         };
         let Some(slot) = slots.take(peer.ip()) else {
-            tokio::spawn(refuse(stream));
+            if let Ok(refusing) = refusing.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    refuse(stream).await;
+                    drop(refusing);
+                });
+            }
             continue;
         };
         let server = server.clone();
@@ -140,6 +154,42 @@ async fn refuse(mut stream: TcpStream) {
     })
     .await;
 }
+
+/// Raises the soft limit on open files (often 1024) towards the hard one,
+/// so that [`MAX_CONNECTIONS`] fit beside the database's sockets; says so
+/// when they cannot (accepts then fail, and are retried, past the limit).
+#[cfg(unix)]
+// rlim_t is u64 on Linux and macOS but not on every Unix.
+#[allow(clippy::useless_conversion)]
+fn raise_open_files_limit() {
+    let wanted = MAX_CONNECTIONS as u64 + MAX_REFUSING as u64 + SPARE_FILES;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit for the call to fill and to read.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return;
+    }
+    let current = u64::from(limit.rlim_cur);
+    if current >= wanted {
+        return;
+    }
+    let raised = wanted.min(u64::from(limit.rlim_max));
+    limit.rlim_cur = libc::rlim_t::try_from(raised).unwrap_or(limit.rlim_max);
+    // SAFETY: as above; raising the soft limit up to the hard one is allowed.
+    let ok = raised > current && unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0;
+    let now = if ok { raised } else { current };
+    if now < wanted {
+        eprintln!(
+            "dashboard: the open-files limit is {now}; {wanted} would fit {MAX_CONNECTIONS} \
+             connections (raise `ulimit -n`)"
+        );
+    }
+}
+
+#[cfg(not(unix))]
+fn raise_open_files_limit() {}
 
 /// One request: the checks that need no database first (so a client
 /// without the token or the CSRF header is refused before its body is
