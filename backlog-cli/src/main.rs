@@ -180,6 +180,7 @@ enum Command {
     },
     /// Serve the web dashboard: queues, jobs, the dead letter, and actions on them.
     #[cfg(feature = "dashboard")]
+    #[command(after_help = dashboard::LIMITS_HELP)]
     Dashboard {
         /// The address to listen on. Any other than loopback needs --token.
         #[arg(long, default_value = "127.0.0.1")]

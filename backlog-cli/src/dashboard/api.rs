@@ -5,8 +5,8 @@
 use std::time::SystemTime;
 
 use backlog::{BulkReport, FinalStatus, JobFilter, JobRecord, JobState, JobUpdate, Queue};
+use hyper::Method;
 use serde_json::{json, Map, Value};
-use tiny_http::Method;
 
 use super::{error, failure, query_param, Config, Reply};
 use crate::fail::{Code, Failure};
@@ -17,7 +17,7 @@ const PAGE: usize = 50;
 const MAX_PAGE: usize = 500;
 
 pub fn healthz(queue: &Queue, method: &Method) -> Reply {
-    if *method != Method::Get && *method != Method::Head {
+    if *method != Method::GET && *method != Method::HEAD {
         return error(405, format!("{method} is not allowed here; use GET"));
     }
     match queue.paused_queues() {

@@ -1,8 +1,9 @@
-//! `backlog dashboard`: the queue in a browser. A synchronous HTTP server
-//! (tiny_http) serves one page shell, its script and style (embedded in the
-//! binary: no CDN, no external font) and the JSON API the page calls.
+//! `backlog dashboard`: the queue in a browser. An HTTP server (hyper, see
+//! [`http`] for its limits on size, time and connections) serves one page
+//! shell, its script and style (embedded in the binary: no CDN, no external
+//! font) and the JSON API the page calls.
 //!
-//! Safety, in the order a request meets it (see [`Server::handle`]):
+//! Safety, in the order a request meets it (see [`Server::admit`]):
 //! - the listener binds 127.0.0.1 unless told otherwise, and any other
 //!   address needs `--token`: every request but `/healthz` then carries it
 //!   (`Authorization: Bearer`, or the cookie `/?token=` sets);
@@ -16,27 +17,25 @@
 //!   X-Content-Type-Options; the page writes job data as text, never HTML.
 
 mod api;
+mod http;
 
-use std::io::Read;
+pub use http::LIMITS_HELP;
+
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use backlog::Queue;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{HeaderMap, Method, Response, StatusCode};
 use serde_json::{json, Value};
-use tiny_http::{Header, Method, Request, Response};
 
 use crate::fail::{Code, Failure};
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
-
-/// Requests served at once; more get 503 (each runs on its own thread, so a
-/// client that stalls mid-body holds one thread, not the server).
-const MAX_IN_FLIGHT: usize = 64;
-/// The largest request body read (an action's JSON is a few bytes).
-const MAX_BODY: usize = 64 * 1024;
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
@@ -69,17 +68,13 @@ pub fn run(queue: Queue, config: Config) -> Result<(), Failure> {
         ));
     }
     let bind = SocketAddr::new(config.addr, config.port);
-    let http = tiny_http::Server::http(bind)
+    let listener = std::net::TcpListener::bind(bind)
         .map_err(|e| Failure::new(Code::Other, format!("cannot listen on {bind}: {e}")))?;
-    let local = http
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| Failure::new(Code::Other, "the listener has no IP address"))?;
+    let local = listener.local_addr()?;
     let server = Arc::new(Server {
         queue,
         csrf: random_token(),
         config,
-        in_flight: AtomicUsize::new(0),
     });
     let shown = match &server.config.token {
         Some(_) => format!("http://{local}/?token=…"),
@@ -96,28 +91,8 @@ pub fn run(queue: Queue, config: Config) -> Result<(), Failure> {
     );
     use std::io::Write;
     std::io::stdout().flush()?;
-    loop {
-        let request = http.recv()?;
-        if server.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_IN_FLIGHT {
-            server.in_flight.fetch_sub(1, Ordering::SeqCst);
-            let _ = request.respond(server.finish(error(503, "too many requests at once")));
-            continue;
-        }
-        // The slot is given back however the thread ends (or fails to start).
-        let slot = Slot(server.clone());
-        let _ = std::thread::Builder::new()
-            .name("backlog-dashboard".into())
-            .spawn(move || slot.0.serve(request));
-    }
-}
-
-/// One of the [`MAX_IN_FLIGHT`] request slots, released on drop.
-struct Slot(Arc<Server>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
+    http::serve(listener, server)?;
+    Ok(())
 }
 
 struct Server {
@@ -125,7 +100,6 @@ struct Server {
     config: Config,
     /// Every POST must carry it; only a page this server sent knows it.
     csrf: String,
-    in_flight: AtomicUsize,
 }
 
 /// A response under construction: status, body, content type, extra headers.
@@ -182,81 +156,78 @@ pub struct Incoming<'a> {
     pub body: &'a [u8],
 }
 
-impl Server {
-    fn serve(&self, mut request: Request) {
-        let reply = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.handle(&mut request)
-        })) {
-            Ok(reply) => reply,
-            Err(_) => error(500, "internal error (see the dashboard's log)"),
-        };
-        let _ = request.respond(self.finish(reply));
-    }
+/// A request's line and headers, read before its body.
+pub struct Head {
+    method: Method,
+    path: String,
+    query: String,
+    headers: HeaderMap,
+}
 
-    fn handle(&self, request: &mut Request) -> Reply {
-        let url = request.url().to_owned();
-        let (path, query) = url.split_once('?').unwrap_or((url.as_str(), ""));
-        let method = request.method().clone();
-        if path == "/healthz" {
-            return api::healthz(&self.queue, &method);
+impl Head {
+    /// A header's value, `None` when absent or not visible ASCII.
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+impl Server {
+    /// The checks that need no database, before the body is read: `None`
+    /// lets the request through to [`Server::handle`].
+    fn admit(&self, head: &Head) -> Option<Reply> {
+        if head.path == "/healthz" {
+            return None;
         }
-        if let Some(refused) = self.check_host(request) {
-            return refused;
+        if let Some(refused) = self.check_host(head) {
+            return Some(refused);
         }
         if let Some(token) = &self.config.token {
             // `/?token=` once: a cookie keeps the browser signed in.
-            if let Some(given) = query_param(query, "token") {
+            if let Some(given) = query_param(&head.query, "token") {
                 if !same(&given, token) {
-                    return error(401, "wrong token");
+                    return Some(error(401, "wrong token"));
                 }
-                return Reply::new(303, "text/plain", "signed in")
-                    .header("Location", local_path(path))
-                    .header(
-                        "Set-Cookie",
-                        format!("backlog_token={token}; Path=/; HttpOnly; SameSite=Strict"),
-                    );
+                return Some(
+                    Reply::new(303, "text/plain", "signed in")
+                        .header("Location", local_path(&head.path))
+                        .header(
+                            "Set-Cookie",
+                            format!("backlog_token={token}; Path=/; HttpOnly; SameSite=Strict"),
+                        ),
+                );
             }
-            if !self.authorized(request, token) {
-                return error(
+            if !self.authorized(head, token) {
+                return Some(error(
                     401,
                     "this dashboard needs its token: open /?token=SECRET once, \
                      or send Authorization: Bearer SECRET",
-                );
+                ));
             }
         }
-        let mut body = Vec::new();
-        if method == Method::Post {
-            if let Some(refused) = self.check_post(request) {
-                return refused;
-            }
-            match request.body_length() {
-                Some(n) if n > MAX_BODY => return error(413, "the request body is too large"),
-                _ => {}
-            }
-            if let Err(e) = request
-                .as_reader()
-                .take(MAX_BODY as u64 + 1)
-                .read_to_end(&mut body)
-            {
-                return error(400, format!("could not read the request body: {e}"));
-            }
-            if body.len() > MAX_BODY {
-                return error(413, "the request body is too large");
-            }
+        if head.method == Method::POST {
+            return self.check_post(head);
         }
-        let incoming = Incoming {
-            method: &method,
-            path,
-            query,
-            body: &body,
-        };
-        self.route(&incoming)
+        None
+    }
+
+    /// An admitted request, its body read: runs on a blocking thread (it
+    /// calls the database).
+    fn handle(&self, head: &Head, body: &[u8]) -> Reply {
+        if head.path == "/healthz" {
+            return api::healthz(&self.queue, &head.method);
+        }
+        self.route(&Incoming {
+            method: &head.method,
+            path: &head.path,
+            query: &head.query,
+            body,
+        })
     }
 
     fn route(&self, r: &Incoming<'_>) -> Reply {
         let segments: Vec<&str> = r.path.trim_start_matches('/').split('/').collect();
-        let get = *r.method == Method::Get || *r.method == Method::Head;
-        let post = *r.method == Method::Post;
+        let get = *r.method == Method::GET || *r.method == Method::HEAD;
+        let post = *r.method == Method::POST;
         let only = |allowed: &'static str, ok: bool, reply: &dyn Fn() -> Reply| -> Reply {
             if ok {
                 reply()
@@ -321,11 +292,11 @@ impl Server {
 
     /// Refuses a Host header that is not loopback when bound to loopback: a
     /// DNS name rebound to 127.0.0.1 must not reach the page and its token.
-    fn check_host(&self, request: &Request) -> Option<Reply> {
+    fn check_host(&self, head: &Head) -> Option<Reply> {
         if !self.config.addr.is_loopback() {
             return None;
         }
-        let host = header(request, "Host").unwrap_or_default();
+        let host = head.header("Host").unwrap_or_default();
         let name = match host.strip_prefix('[') {
             Some(v6) => v6.split(']').next().unwrap_or_default(),
             None => host.split(':').next().unwrap_or_default(),
@@ -340,9 +311,9 @@ impl Server {
     }
 
     /// Every POST carries the CSRF token and a JSON body.
-    fn check_post(&self, request: &Request) -> Option<Reply> {
-        match header(request, "X-CSRF-Token") {
-            Some(token) if same(&token, &self.csrf) => {}
+    fn check_post(&self, head: &Head) -> Option<Reply> {
+        match head.header("X-CSRF-Token") {
+            Some(token) if same(token, &self.csrf) => {}
             Some(_) => return Some(error(403, "wrong CSRF token: reload the page")),
             None => {
                 return Some(error(
@@ -351,7 +322,8 @@ impl Server {
                 ))
             }
         }
-        let json = header(request, "Content-Type")
+        let json = head
+            .header("Content-Type")
             .is_some_and(|t| t.trim().starts_with("application/json"));
         if !json {
             return Some(error(
@@ -362,14 +334,15 @@ impl Server {
         None
     }
 
-    fn authorized(&self, request: &Request, token: &str) -> bool {
-        if let Some(auth) = header(request, "Authorization") {
+    fn authorized(&self, head: &Head, token: &str) -> bool {
+        if let Some(auth) = head.header("Authorization") {
             if let Some(given) = auth.strip_prefix("Bearer ") {
                 return same(given.trim(), token);
             }
         }
-        header(request, "Cookie").is_some_and(|cookies| {
-            cookies.split(';').any(|c| {
+        // A browser sends one Cookie header; HTTP/2 proxies may split it.
+        head.headers.get_all("Cookie").iter().any(|cookies| {
+            cookies.to_str().unwrap_or_default().split(';').any(|c| {
                 c.trim()
                     .strip_prefix("backlog_token=")
                     .is_some_and(|v| same(v, token))
@@ -378,11 +351,19 @@ impl Server {
     }
 
     /// The headers every response carries.
-    fn finish(&self, reply: Reply) -> Response<std::io::Cursor<Vec<u8>>> {
-        let mut response = Response::from_data(reply.body).with_status_code(reply.status);
+    fn finish(&self, reply: Reply) -> Response<Full<Bytes>> {
+        let mut response = Response::new(Full::new(Bytes::from(reply.body)));
+        *response.status_mut() =
+            StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let headers = response.headers_mut();
         let mut add = |name: &str, value: &str| {
-            if let Ok(h) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-                response.add_header(h);
+            // A value that cannot be a header (it never comes from a
+            // client) is left out rather than failing the response.
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.append(n, v);
             }
         };
         add("Content-Type", reply.content_type);
@@ -427,14 +408,6 @@ fn check_token(token: &str) -> Result<(), Failure> {
 /// host to a browser: it becomes `/evil.example/`.
 fn local_path(path: &str) -> String {
     format!("/{}", path.trim_start_matches(['/', '\\']))
-}
-
-fn header(request: &Request, name: &str) -> Option<String> {
-    request
-        .headers()
-        .iter()
-        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
-        .map(|h| h.value.as_str().to_owned())
 }
 
 /// Compares secrets in time independent of where they differ.

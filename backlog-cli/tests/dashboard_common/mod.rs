@@ -518,6 +518,11 @@ impl Dashboard {
         )
     }
 
+    /// The server process's id (its memory is read from /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The process's exit status, if it has ended.
     pub fn exited(&mut self) -> TestResult<Option<std::process::ExitStatus>> {
         Ok(self.child.try_wait()?)
