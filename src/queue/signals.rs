@@ -96,7 +96,7 @@ impl Queue {
     pub(crate) fn note_maintenance_write(&self) {
         #[allow(irrefutable_let_patterns)]
         if let Backend::Sqlite(db) = &self.inner.backend {
-            db.note_maintenance_hold(crate::backend::sqlite::connection::last_write_hold());
+            db.note_maintenance_write();
         }
     }
 }
