@@ -16,8 +16,9 @@ impl Queue {
     /// Subscribes to the lifecycle events of jobs handled through this queue
     /// (and its clones) in this process, from now on. Drop the receiver to
     /// unsubscribe. A subscription holds at most
-    /// [`QueueOptions::event_capacity`] unread events (4096 by default): the
-    /// queue never waits for it, and a subscriber that fell behind receives
+    /// [`QueueOptions::event_capacity`](crate::QueueOptions::event_capacity)
+    /// unread events (4096 by default): the queue never waits for it, and a
+    /// subscriber that fell behind receives
     /// [`Event::Lagged`] with the number of events it missed.
     pub fn subscribe(&self) -> crossbeam_channel::Receiver<Event> {
         self.inner.bus.subscribe()
