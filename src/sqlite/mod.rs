@@ -133,6 +133,10 @@ pub fn make_default_vfs() -> bool {
 /// (`TransactionBehavior::Immediate`) so it cannot fail with BUSY halfway.
 /// Nothing is committed by these calls and no events are sent: the caller
 /// owns the commit.
+///
+/// Its other calls read what only SQLite has ([`QueueExt::synchronous`],
+/// [`QueueExt::wal_size`]). On a queue that is not on SQLite every call
+/// answers [`Error::InvalidArgument`] and writes nothing.
 pub trait QueueExt {
     /// Enqueues a job inside the caller's transaction: the job exists if and
     /// only if that transaction commits.
