@@ -135,8 +135,9 @@ pub fn make_default_vfs() -> bool {
 /// owns the commit.
 ///
 /// Its other calls read what only SQLite has ([`QueueExt::synchronous`],
-/// [`QueueExt::wal_size`]). On a queue that is not on SQLite every call
-/// answers [`Error::InvalidArgument`] and writes nothing.
+/// [`QueueExt::wal_size`]). On a queue that is not on SQLite the calls
+/// answer [`Error::InvalidArgument`] and write nothing (the `_in` calls
+/// check their jobs first, so a bad job is refused as such).
 pub trait QueueExt {
     /// Enqueues a job inside the caller's transaction: the job exists if and
     /// only if that transaction commits.
