@@ -157,8 +157,8 @@ pub use error::{Error, Result};
 pub use events::Event;
 pub use group::{AggregateReport, Group, MAX_GROUP_SIZE};
 pub use inspect::{
-    probe_sqlite_file, BulkReport, CancelOutcome, FinishedCount, JobFilter, JobRecord, JobState,
-    JobUpdate, Page, QueueStats, Retention, SqliteFile, StateCount,
+    BulkReport, CancelOutcome, FinishedCount, JobFilter, JobRecord, JobState, JobUpdate, Page,
+    QueueStats, Retention, StateCount,
 };
 pub use job::{
     Enqueued, IntoNewJob, JobArgs, NewJob, UniqueScope, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,

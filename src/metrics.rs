@@ -242,7 +242,7 @@ impl Collector for Gauges {
                 period.metric_type(),
             )?)?;
         }
-        if let Some(bytes) = self.queue.wal_size() {
+        if let Ok(bytes) = crate::sqlite::QueueExt::wal_size(&self.queue) {
             let wal = ConstGauge::new(i64::try_from(bytes).unwrap_or(i64::MAX));
             wal.encode(encoder.encode_descriptor(
                 "backlog_sqlite_wal_size",
@@ -251,7 +251,9 @@ impl Collector for Gauges {
                 wal.metric_type(),
             )?)?;
         }
-        if let Some((complete, partial, failed)) = self.queue.checkpoint_counts() {
+        if let Some((complete, partial, failed)) =
+            crate::sqlite::diagnostics::checkpoint_counts(&self.queue)
+        {
             let checkpoints = Family::<Labels, Counter>::default();
             for (result, n) in [
                 ("complete", complete),

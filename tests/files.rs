@@ -122,14 +122,14 @@ fn probing_a_fifo_or_a_folder_answers_at_once() -> backlog::Result<()> {
     let folder = dir.path().to_owned();
     std::thread::spawn(move || {
         let _ = done.send((
-            backlog::probe_sqlite_file(&fifo).map_err(|e| e.to_string()),
-            backlog::probe_sqlite_file(&folder).map_err(|e| e.to_string()),
+            backlog::sqlite::probe_sqlite_file(&fifo).map_err(|e| e.to_string()),
+            backlog::sqlite::probe_sqlite_file(&folder).map_err(|e| e.to_string()),
         ));
     });
     let (fifo, folder) = answer
         .recv_timeout(std::time::Duration::from_secs(10))
         .expect("the probe hangs");
-    assert_eq!(fifo, Ok(backlog::SqliteFile::NotSqlite));
-    assert_eq!(folder, Ok(backlog::SqliteFile::NotSqlite));
+    assert_eq!(fifo, Ok(backlog::sqlite::SqliteFile::NotSqlite));
+    assert_eq!(folder, Ok(backlog::sqlite::SqliteFile::NotSqlite));
     Ok(())
 }

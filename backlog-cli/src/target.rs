@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use backlog::{Queue, QueueOptions, SqliteFile};
+use backlog::sqlite::SqliteFile;
+use backlog::{Queue, QueueOptions};
 
 use crate::fail::{Code, Failure};
 
@@ -190,7 +191,7 @@ fn probe(path: &Path) -> Result<SqliteFile, Failure> {
             ));
         }
     }
-    backlog::probe_sqlite_file(path).map_err(|e| {
+    backlog::sqlite::probe_sqlite_file(path).map_err(|e| {
         let code = if e.is_corrupt() {
             Code::NotBacklog
         } else {

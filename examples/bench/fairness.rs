@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backlog::sqlite::QueueExt;
 use backlog::{Durability, NewJob, Worker};
 use serde_json::json;
 

@@ -165,7 +165,10 @@ fn call_every_method(
     #[cfg(feature = "metrics")]
     assert!(!works("metrics", q.metrics())?.is_empty());
     let _ = (q.path(), q.now(), q.busy_retries(), q.subscribe());
-    let _ = (q.wal_size(), q.longest_maintenance_hold());
+    let _ = (
+        backlog::sqlite::QueueExt::wal_size(q),
+        backlog::sqlite::QueueExt::longest_maintenance_hold(q),
+    );
 
     // Every write answers InsideTransaction at once, writing nothing.
     refused("migrate", q.migrate())?;

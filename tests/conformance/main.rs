@@ -28,6 +28,7 @@ mod operate;
 mod periodic;
 mod progress;
 mod settle;
+mod sqlite_diagnostics;
 mod transactional;
 mod wait;
 mod wake_up;

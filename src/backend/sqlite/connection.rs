@@ -12,7 +12,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, Transaction};
 
 use super::wal;
-pub(crate) use super::write_path::last_write_hold;
+use super::write_path::last_write_hold;
 use super::write_path::{retry_busy, vfs, WriteGate, WritePath};
 use crate::error::{Error, Result};
 use crate::options::{Durability, QueueOptions};
@@ -207,9 +207,10 @@ impl Connections {
         self.write.longest_maintenance_hold()
     }
 
-    /// Counts a maintenance hold of the write gate.
-    pub(crate) fn note_maintenance_hold(&self, held: Duration) {
-        self.write.note_maintenance_hold(held);
+    /// Counts this thread's last write (a worker's rescue or prune) as a
+    /// maintenance hold of the write gate.
+    pub(crate) fn note_maintenance_write(&self) {
+        self.write.note_maintenance_hold(last_write_hold());
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction and commits, retried

@@ -1,5 +1,6 @@
 //! What only SQLite has: its transaction type for enqueueing and completing
-//! inside your own transactions, and its durability pragma.
+//! inside your own transactions, its durability pragma, and its diagnostics
+//! (the write-ahead log's size, [`probe_sqlite_file`]; see [`QueueExt`]).
 //!
 //! Bring the extension traits into scope and the queue and the job context
 //! gain the transactional calls on `rusqlite` types:
@@ -60,7 +61,10 @@
 //! to `backlog::postgres` or `backlog::mysql`, the open call to
 //! [`Queue::connect`], and the transaction type its handlers receive.
 
+pub(crate) mod diagnostics;
+
 use std::path::Path;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -72,6 +76,8 @@ use crate::lease::Job;
 use crate::outcome::Outcome;
 use crate::queue::{params, Queue};
 use crate::worker::{JobContext, JobError};
+
+pub use diagnostics::{probe_sqlite_file, SqliteFile};
 
 /// The `rusqlite` backlog is built with. Use it for the connections you pass
 /// to [`QueueExt::enqueue_in`] and friends: a second `rusqlite` version in
@@ -127,6 +133,11 @@ pub fn make_default_vfs() -> bool {
 /// (`TransactionBehavior::Immediate`) so it cannot fail with BUSY halfway.
 /// Nothing is committed by these calls and no events are sent: the caller
 /// owns the commit.
+///
+/// Its other calls read what only SQLite has ([`QueueExt::synchronous`],
+/// [`QueueExt::wal_size`]). On a queue that is not on SQLite the calls
+/// answer [`Error::InvalidArgument`] and write nothing (the `_in` calls
+/// check their jobs first, so a bad job is refused as such).
 pub trait QueueExt {
     /// Enqueues a job inside the caller's transaction: the job exists if and
     /// only if that transaction commits.
@@ -191,6 +202,18 @@ pub trait QueueExt {
     /// 1 (NORMAL) for [`Durability::Fast`](crate::Durability). The setting is
     /// per connection, so another connection to the file cannot observe it.
     fn synchronous(&self) -> Result<i64>;
+
+    /// The size of the queue's write-ahead log (`PATH-wal`) in bytes, 0 when
+    /// there is none. [`Error::InvalidArgument`] for a queue on a server,
+    /// which has no such file.
+    fn wal_size(&self) -> Result<u64>;
+
+    /// The longest the engine's maintenance held this queue's write gate at
+    /// once (a rescue or prune transaction of a worker, a slice of WAL
+    /// truncation, a checkpoint catching up), for benchmarks and tests.
+    /// [`Error::InvalidArgument`] for a queue on a server.
+    #[doc(hidden)]
+    fn longest_maintenance_hold(&self) -> Result<Duration>;
 }
 
 impl QueueExt for Queue {
@@ -239,6 +262,14 @@ impl QueueExt for Queue {
 
     fn synchronous(&self) -> Result<i64> {
         connections(self)?.synchronous()
+    }
+
+    fn wal_size(&self) -> Result<u64> {
+        diagnostics::wal_size(self)
+    }
+
+    fn longest_maintenance_hold(&self) -> Result<Duration> {
+        diagnostics::longest_maintenance_hold(self)
     }
 }
 

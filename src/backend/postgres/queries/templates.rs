@@ -5,7 +5,8 @@
 //!
 //! These are templates: `{jobs}`, `{history}` and `{queues}` become the
 //! (schema-qualified, prefixed) table names when the queue connects
-//! ([`Queries::render`]), never later, and never from a caller's value.
+//! ([`Queries::render`](super::Queries::render)), never later, and never
+//! from a caller's value.
 //!
 //! Time: the engine's `now` is not the clock these statements use. `{now}`
 //! is the database server's clock in unix µs, unless `$1` carries a manual
@@ -14,17 +15,16 @@
 //! of `backend`). So nodes whose clocks disagree still agree on leases and
 //! schedules.
 
-use crate::options::QueueOptions;
-
 /// The server's now in unix µs, or the manual clock's time bound as `$1`.
 /// `now()` is the transaction's start, exact to the µs in PostgreSQL >= 14
 /// (where `extract` returns numeric).
-const NOW: &str = "COALESCE($1::int8, (extract(epoch from now()) * 1000000)::int8)";
+pub(super) const NOW: &str = "COALESCE($1::int8, (extract(epoch from now()) * 1000000)::int8)";
 
 /// A fresh random lease token of 63 bits (31 + 32), never negative.
 /// Differs from SQLite's `random()` in that PostgreSQL's `random()` is a
 /// float, so two draws make the bits.
-const TOKEN: &str = "(((random() * 2147483647)::int8 << 32) | (random() * 4294967295)::int8)";
+pub(super) const TOKEN: &str =
+    "(((random() * 2147483647)::int8 << 32) | (random() * 4294967295)::int8)";
 
 // ---- enqueue ---------------------------------------------------------------
 
@@ -670,197 +670,3 @@ DELETE FROM {history} WHERE id IN (
 /// Differs from SQLite (`PRAGMA data_version`) in that the server pushes a
 /// notification at every committed enqueue; nothing is polled.
 pub const LISTEN: &str = "LISTEN \"{channel}\"";
-
-/// The names a queue's SQL is rendered with.
-#[derive(Debug, Clone)]
-pub(crate) struct Tables {
-    /// `schema.` or empty.
-    pub schema: String,
-    pub prefix: String,
-}
-
-impl Tables {
-    pub(crate) fn new(options: &QueueOptions) -> Tables {
-        Tables {
-            schema: options
-                .schema
-                .as_ref()
-                .map_or_else(String::new, |s| format!("{s}.")),
-            prefix: options.table_prefix.clone(),
-        }
-    }
-
-    /// A template with the table names, the clock and the token filled in.
-    pub(crate) fn render(&self, template: &str) -> String {
-        let (schema, prefix) = (&self.schema, &self.prefix);
-        template
-            .replace("{leased_columns}", LEASED_COLUMNS)
-            .replace("{jobs}", &format!("{schema}{prefix}jobs"))
-            .replace("{history}", &format!("{schema}{prefix}history"))
-            .replace("{queues}", &format!("{schema}{prefix}queues"))
-            .replace("{groups}", &format!("{schema}{prefix}groups"))
-            .replace("{group_members}", &format!("{schema}{prefix}group_members"))
-            .replace("{schedules}", &format!("{schema}{prefix}schedules"))
-            .replace("{channel}", &self.channel())
-            .replace("{now}", NOW)
-            .replace("{token}", TOKEN)
-    }
-
-    /// The notification channel of this queue's tables: one per schema and
-    /// prefix, so queues sharing a server do not wake each other. A name
-    /// longer than PostgreSQL's 63-byte identifiers is replaced by a hash of
-    /// it (a schema and a prefix may be 32 bytes each).
-    pub(crate) fn channel(&self) -> String {
-        let name = format!("{}{}jobs", self.schema, self.prefix);
-        if name.len() <= 63 {
-            return name;
-        }
-        // FNV-1a: stable across builds and platforms, unlike std's hasher.
-        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        format!("backlog_{hash:016x}")
-    }
-
-    /// The migration history table refinery keeps.
-    pub(crate) fn schema_history(&self) -> String {
-        format!("{}{}schema_history", self.schema, self.prefix)
-    }
-}
-
-/// Every statement, rendered once at connect.
-#[derive(Debug)]
-pub(crate) struct Queries {
-    pub tables: Tables,
-    /// The queue's clock is a manual one (tests): its time overrides the
-    /// server's.
-    pub manual_clock: bool,
-    pub channel: String,
-    pub enqueue: String,
-    pub enqueue_batch: String,
-    pub enqueue_notify: String,
-    pub find_live_unique: String,
-    pub find_history_unique: String,
-    pub lease: String,
-    pub next_due: String,
-    pub lease_queues: String,
-    pub finish_to_history: String,
-    pub delete_live: String,
-    pub reschedule: String,
-    pub lease_held: String,
-    pub write_progress: String,
-    pub write_progress_wait: String,
-    pub join_group_member: String,
-    pub join_group: String,
-    pub ready_groups: String,
-    pub group_members: String,
-    pub aggregate_to_history: String,
-    pub group_left: String,
-    pub delete_group: String,
-    pub rearm_group: String,
-    pub next_group_ready: String,
-    pub count_grouped: String,
-    pub import_grouped: String,
-    pub heartbeat: String,
-    pub expired_leases: String,
-    pub count_live: String,
-    pub count_history: String,
-    pub retry_from_history: String,
-    pub delete_history: String,
-    pub run_now: String,
-    pub request_cancel: String,
-    pub live_lease: String,
-    pub history_status: String,
-    pub set_paused: String,
-    pub paused_queues: String,
-    pub find_unique: String,
-    pub limits: super::limits::LimitQueries,
-    pub update_waiting: String,
-    /// [`COUNT_WAITING_DUE`], [`COUNT_WAITING_LATER`], [`COUNT_RUNNING`] and
-    /// [`COUNT_DEAD`] as one statement.
-    pub depth: String,
-    pub count_recent_completions: String,
-    pub count_finished_per_minute: String,
-    pub import_live: String,
-    pub import_history: String,
-    pub raise_next_id: String,
-    pub prune_history: String,
-    pub notify: String,
-    pub listen: String,
-}
-
-impl Queries {
-    pub(crate) fn render(tables: Tables, manual_clock: bool) -> Queries {
-        let r = |t: &str| tables.render(t);
-        Queries {
-            manual_clock,
-            channel: tables.channel(),
-            enqueue: r(ENQUEUE),
-            enqueue_batch: r(ENQUEUE_BATCH),
-            enqueue_notify: r(ENQUEUE_NOTIFY),
-            find_live_unique: r(FIND_LIVE_UNIQUE),
-            find_history_unique: r(FIND_HISTORY_UNIQUE),
-            lease: r(LEASE),
-            next_due: r(NEXT_DUE),
-            lease_queues: r(LEASE_QUEUES),
-            finish_to_history: r(FINISH_TO_HISTORY),
-            delete_live: r(DELETE_LIVE),
-            reschedule: r(RESCHEDULE),
-            lease_held: r(LEASE_HELD),
-            write_progress: r(WRITE_PROGRESS),
-            write_progress_wait: r(WRITE_PROGRESS_WAIT),
-            join_group_member: r(JOIN_GROUP_MEMBER),
-            join_group: r(JOIN_GROUP),
-            ready_groups: r(READY_GROUPS),
-            group_members: r(GROUP_MEMBERS),
-            aggregate_to_history: r(AGGREGATE_TO_HISTORY),
-            group_left: r(GROUP_LEFT),
-            delete_group: r(DELETE_GROUP),
-            rearm_group: r(REARM_GROUP),
-            next_group_ready: r(NEXT_GROUP_READY),
-            count_grouped: r(COUNT_GROUPED),
-            import_grouped: r(IMPORT_GROUPED),
-            heartbeat: r(HEARTBEAT),
-            expired_leases: r(EXPIRED_LEASES),
-            count_live: r(COUNT_LIVE),
-            count_history: r(COUNT_HISTORY),
-            retry_from_history: r(RETRY_FROM_HISTORY),
-            delete_history: r(DELETE_HISTORY),
-            run_now: r(RUN_NOW),
-            request_cancel: r(REQUEST_CANCEL),
-            live_lease: r(LIVE_LEASE),
-            history_status: r(HISTORY_STATUS),
-            set_paused: r(SET_PAUSED),
-            paused_queues: r(PAUSED_QUEUES),
-            find_unique: r(FIND_UNIQUE),
-            limits: super::limits::LimitQueries::render(&tables),
-            update_waiting: r(UPDATE_WAITING),
-            depth: r(&[
-                COUNT_WAITING_DUE,
-                COUNT_WAITING_LATER,
-                COUNT_RUNNING,
-                COUNT_GROUPED,
-                COUNT_DEAD,
-            ]
-            .map(|part| format!("({part})"))
-            .join("\nUNION ALL\n")),
-            count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
-            count_finished_per_minute: r(COUNT_FINISHED_PER_MINUTE),
-            import_live: r(IMPORT_LIVE),
-            import_history: r(IMPORT_HISTORY),
-            raise_next_id: r(RAISE_NEXT_ID),
-            prune_history: r(PRUNE_HISTORY),
-            notify: r(NOTIFY),
-            listen: r(LISTEN),
-            tables,
-        }
-    }
-}
-
-impl Queries {
-    /// The `$1` of a statement: the engine's `now` for a manual clock, else
-    /// NULL, so the server's clock is used.
-    pub(crate) fn now_override(&self, now: i64) -> Option<i64> {
-        self.manual_clock.then_some(now)
-    }
-}

@@ -1,0 +1,225 @@
+//! The MySQL/MariaDB backend's SQL: the statement templates, one per
+//! operation, in `templates.rs` (in the order of a job's life, beside
+//! `sqlite/queries.rs` and `postgres/queries/`), and here [`Tables`] and
+//! [`Sql`], which render them for one queue's tables once at connect.
+
+mod templates;
+
+pub use templates::*;
+
+/// The queue's three tables, qualified and quoted.
+#[derive(Debug, Clone)]
+pub struct Tables {
+    pub jobs: String,
+    pub history: String,
+    pub queues: String,
+    pub groups: String,
+    pub group_members: String,
+    /// Periodic schedules (`schedules.rs`).
+    pub schedules: String,
+    /// Refinery's record of the applied migrations (`migrate.rs`).
+    pub schema_history: String,
+}
+
+impl Tables {
+    /// `database`.`prefix…`: the database quoted (backticks doubled), the
+    /// prefix a checked identifier.
+    pub fn new(database: &str, prefix: &str) -> Tables {
+        let db = format!("`{}`", database.replace('`', "``"));
+        Tables {
+            jobs: format!("{db}.`{prefix}jobs`"),
+            history: format!("{db}.`{prefix}history`"),
+            queues: format!("{db}.`{prefix}queues`"),
+            groups: format!("{db}.`{prefix}groups`"),
+            group_members: format!("{db}.`{prefix}group_members`"),
+            schedules: format!("{db}.`{prefix}schedules`"),
+            schema_history: format!("{db}.`{prefix}schema_history`"),
+        }
+    }
+
+    /// Fills a template's placeholders.
+    pub fn render(&self, template: &str) -> String {
+        template
+            .replace("{now}", NOW)
+            .replace("{jobs}", &self.jobs)
+            .replace("{history}", &self.history)
+            .replace("{queues}", &self.queues)
+            .replace("{groups}", &self.groups)
+            .replace("{group_members}", &self.group_members)
+            .replace("{schedules}", &self.schedules)
+    }
+}
+
+/// Every fixed statement, rendered for one queue's tables. The lease, whose
+/// text depends on the number of queues and kinds, is rendered per call.
+#[derive(Debug)]
+pub struct Sql {
+    pub tables: Tables,
+    /// Whether the server has `INSERT .. RETURNING` (MariaDB).
+    pub returning: bool,
+    pub enqueue: String,
+    pub find_live_unique: String,
+    pub find_history_unique: String,
+    pub claim: String,
+    pub finish_to_history: String,
+    pub lock_held: String,
+    pub complete_many_to_history: String,
+    pub delete_many_live: String,
+    pub delete_live: String,
+    pub reschedule: String,
+    pub cancel_requested: String,
+    pub lease_held: String,
+    pub progress_lock: String,
+    pub progress_lock_wait: String,
+    pub join_group_member: String,
+    pub join_group: String,
+    pub ready_groups: String,
+    pub group_members: String,
+    pub aggregate_to_history: String,
+    pub delete_aggregated: String,
+    pub group_left: String,
+    pub delete_group: String,
+    pub rearm_group: String,
+    pub next_group_ready: String,
+    pub import_grouped: String,
+    pub get_grouped: String,
+    pub count_grouped: String,
+    pub write_progress: String,
+    pub heartbeat_lock: String,
+    pub heartbeat: String,
+    pub heartbeat_held: String,
+    pub expired_leases: String,
+    pub get_live: String,
+    pub get_history: String,
+    pub count_live: String,
+    pub count_history: String,
+    pub retry_from_history: String,
+    pub delete_history: String,
+    pub run_now: String,
+    pub request_cancel: String,
+    pub live_lease: String,
+    pub history_status: String,
+    pub set_paused: String,
+    pub paused_queues: String,
+    pub find_unique: String,
+    pub update_waiting: String,
+    pub depth: String,
+    pub count_recent_completions: String,
+    pub count_finished_per_minute: String,
+    pub import_live: String,
+    pub import_history: String,
+    pub raise_next_id: String,
+    pub drop_id_placeholder: String,
+    pub prune_history: String,
+    pub latest_job: String,
+}
+
+impl Sql {
+    pub fn new(tables: Tables, returning: bool) -> Sql {
+        let r = |t: &str| tables.render(t);
+        Sql {
+            enqueue: r(ENQUEUE),
+            find_live_unique: r(FIND_LIVE_UNIQUE),
+            find_history_unique: r(FIND_HISTORY_UNIQUE),
+            claim: r(CLAIM),
+            finish_to_history: r(FINISH_TO_HISTORY),
+            lock_held: r(LOCK_HELD),
+            complete_many_to_history: r(COMPLETE_MANY_TO_HISTORY),
+            delete_many_live: r(DELETE_MANY_LIVE),
+            delete_live: r(DELETE_LIVE),
+            reschedule: r(RESCHEDULE),
+            cancel_requested: r(CANCEL_REQUESTED),
+            lease_held: r(LEASE_HELD),
+            progress_lock: r(PROGRESS_LOCK),
+            progress_lock_wait: r(PROGRESS_LOCK_WAIT),
+            join_group_member: r(JOIN_GROUP_MEMBER),
+            join_group: r(JOIN_GROUP),
+            ready_groups: r(READY_GROUPS),
+            group_members: r(GROUP_MEMBERS),
+            aggregate_to_history: r(AGGREGATE_TO_HISTORY),
+            delete_aggregated: r(DELETE_AGGREGATED),
+            group_left: r(GROUP_LEFT),
+            delete_group: r(DELETE_GROUP),
+            rearm_group: r(REARM_GROUP),
+            next_group_ready: r(NEXT_GROUP_READY),
+            import_grouped: r(IMPORT_GROUPED),
+            get_grouped: r(&format!(
+                "SELECT {GROUPED_COLUMNS} FROM {{group_members}} WHERE id = :id"
+            )),
+            count_grouped: r(COUNT_GROUPED),
+            write_progress: r(WRITE_PROGRESS),
+            heartbeat_lock: r(HEARTBEAT_LOCK),
+            heartbeat: r(HEARTBEAT),
+            heartbeat_held: r(HEARTBEAT_HELD),
+            expired_leases: r(EXPIRED_LEASES),
+            get_live: r(&format!(
+                "SELECT {LIVE_COLUMNS} FROM {{jobs}} WHERE id = :id"
+            )),
+            get_history: r(&format!(
+                "SELECT {HISTORY_COLUMNS} FROM {{history}} WHERE id = :id"
+            )),
+            count_live: r(COUNT_LIVE),
+            count_history: r(COUNT_HISTORY),
+            retry_from_history: r(RETRY_FROM_HISTORY),
+            delete_history: r(DELETE_HISTORY),
+            run_now: r(RUN_NOW),
+            request_cancel: r(REQUEST_CANCEL),
+            live_lease: r(LIVE_LEASE),
+            history_status: r(HISTORY_STATUS),
+            set_paused: r(SET_PAUSED),
+            paused_queues: r(PAUSED_QUEUES),
+            find_unique: r(FIND_UNIQUE),
+            update_waiting: r(UPDATE_WAITING),
+            depth: r(&depth()),
+            count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
+            count_finished_per_minute: r(COUNT_FINISHED_PER_MINUTE),
+            import_live: r(IMPORT_LIVE),
+            import_history: r(IMPORT_HISTORY),
+            raise_next_id: r(RAISE_NEXT_ID),
+            drop_id_placeholder: r(DROP_ID_PLACEHOLDER),
+            prune_history: r(PRUNE_HISTORY),
+            latest_job: r(LATEST_JOB),
+            tables,
+            returning,
+        }
+    }
+
+    /// When the next job of this many queues comes due.
+    pub fn next_due(&self, queue_count: usize) -> String {
+        self.tables.render(&next_due(queue_count))
+    }
+
+    /// The multi-row insert of `rows` jobs (MariaDB).
+    pub fn enqueue_rows(&self, rows: usize) -> String {
+        self.tables.render(&enqueue_rows(rows))
+    }
+
+    /// The lease walk for this many queues and kinds (0: any kind).
+    pub fn lease(&self, queue_count: usize, kinds: usize) -> String {
+        self.tables.render(&lease(queue_count, kinds))
+    }
+
+    /// One page of jobs in a state: history by status, or live by derived
+    /// state.
+    pub fn list(&self, state: Option<&str>) -> String {
+        let sql = match state {
+            Some("grouped") => format!(
+                "SELECT {GROUPED_COLUMNS} FROM {{group_members}}
+                 WHERE (:queue IS NULL OR queue = :queue) AND (:kind IS NULL OR kind = :kind)
+                 AND id > :after ORDER BY id LIMIT :limit"
+            ),
+            None => format!(
+                "SELECT {HISTORY_COLUMNS} FROM {{history}} WHERE status = :status
+                 AND (:queue IS NULL OR queue = :queue) AND (:kind IS NULL OR kind = :kind)
+                 AND id > :after ORDER BY id LIMIT :limit"
+            ),
+            Some(live) => format!(
+                "SELECT {LIVE_COLUMNS} FROM {{jobs}} WHERE {}
+                 AND (:queue IS NULL OR queue = :queue) AND (:kind IS NULL OR kind = :kind)
+                 AND id > :after ORDER BY id LIMIT :limit",
+                live_state_condition(live)
+            ),
+        };
+        self.tables.render(&sql)
+    }
+}

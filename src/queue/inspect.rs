@@ -1,0 +1,227 @@
+//! Reading jobs and queues, and the per-job and per-queue controls: get,
+//! wait, list, counts, retry, run-now, cancel, delete, pause, limits and
+//! history pruning.
+
+use std::time::Duration;
+
+use crate::clock::duration_micros;
+use crate::error::{Error, Result};
+use crate::events::Event;
+use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, Retention, StateCount};
+use crate::limits::QueueLimits;
+use crate::outcome::FinalStatus;
+use crate::validate;
+
+use super::Queue;
+
+impl Queue {
+    /// A job by id, live or finished.
+    pub fn get(&self, id: i64) -> Result<JobRecord> {
+        self.inner.backend.get(id, self.now_micros())
+    }
+
+    /// Waits until job `id` has finished (completed, dead, discarded or
+    /// cancelled), whichever process or node ran it, and returns its final
+    /// record: the result of a job enqueued here and run elsewhere.
+    ///
+    /// It sleeps between looks: this process's own events wake it at once,
+    /// another process's commit on SQLite within the watch interval
+    /// (`PRAGMA data_version`, every 2 ms), and on a server a look every few
+    /// milliseconds, backing off to [`WAIT_MAX_POLL`]. Returns
+    /// [`Error::Timeout`] after `timeout` (the job may still finish later) and
+    /// [`Error::NotFound`] for an unknown id.
+    pub fn wait(&self, id: i64, timeout: Duration) -> Result<JobRecord> {
+        let deadline = std::time::Instant::now() + timeout;
+        let events = self.subscribe();
+        // Polling: a file-notification thread per call would cost more than
+        // a counter read every couple of milliseconds for a wait's span.
+        let mut watcher = self
+            .inner
+            .backend
+            .watch_changes(WAIT_WATCH_INTERVAL, false)?;
+        let watch = watcher.signal();
+        let mut poll = WAIT_WATCH_INTERVAL;
+        loop {
+            let record = self.get(id)?;
+            if matches!(record.state, JobState::Finished(_)) {
+                return Ok(record);
+            }
+            let next_look = std::time::Instant::now() + poll;
+            poll = (poll * 2).min(WAIT_MAX_POLL);
+            // Sleep until something may have finished it.
+            loop {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    return Err(Error::Timeout { job_id: id });
+                }
+                let left = deadline.min(next_look).saturating_duration_since(now);
+                crossbeam_channel::select! {
+                    recv(events) -> event => match event {
+                        // A lagged subscription may have missed the finish.
+                        Ok(e) if e.finishes(id) || matches!(e, Event::Lagged { .. }) => break,
+                        Ok(_) => {}
+                        // The bus never drops its subscribers while the queue lives.
+                        Err(_) => break,
+                    },
+                    recv(watch) -> _ => {
+                        // An error (a lock during WAL recovery) counts as a change.
+                        if watcher.changed().unwrap_or(true) {
+                            break;
+                        }
+                    }
+                    default(left) => {
+                        if std::time::Instant::now() >= next_look {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One page of jobs matching `filter`, by ascending id.
+    pub fn list(&self, filter: &JobFilter) -> Result<Page> {
+        if filter.limit == 0 {
+            return Err(Error::InvalidArgument(
+                "page limit must be at least 1".into(),
+            ));
+        }
+        self.inner.backend.list(filter, self.now_micros())
+    }
+
+    /// How many jobs each queue holds in each state; empty states are left out.
+    ///
+    /// The list mixes two kinds of count: live jobs by their state now
+    /// (available, scheduled, retrying, running), and finished jobs by their
+    /// history status ([`JobState::Finished`], for as long as
+    /// [`Retention`] keeps them). Tell them apart with
+    /// [`JobState::is_finished`]:
+    ///
+    /// ```
+    /// # use backlog::{NewJob, Queue};
+    /// # fn main() -> backlog::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let queue = Queue::open(dir.path().join("app.db"))?;
+    /// # queue.enqueue(NewJob::new("k", serde_json::json!({})))?;
+    /// let counts = queue.counts()?;
+    /// let live: u64 = counts.iter().filter(|c| !c.state.is_finished()).map(|c| c.count).sum();
+    /// let dead: u64 = counts.iter().filter(|c| c.state == backlog::JobState::DEAD).map(|c| c.count).sum();
+    /// assert_eq!((live, dead), (1, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`JobState::Finished`]: crate::JobState::Finished
+    /// [`JobState::is_finished`]: crate::JobState::is_finished
+    pub fn counts(&self) -> Result<Vec<StateCount>> {
+        self.inner.backend.counts(self.now_micros())
+    }
+
+    /// Runs a dead, discarded or cancelled job again: it moves back from
+    /// history to live, available at once, attempts reset, errors kept.
+    /// [`Error::InvalidState`] for a completed job, a live one (see
+    /// [`Queue::run_now`]), or one whose unique key a live job now holds.
+    pub fn retry(&self, id: i64) -> Result<()> {
+        let result = self.inner.backend.retry(id, self.now_micros());
+        self.not_a_member(id, result)
+    }
+
+    /// Makes a scheduled or retrying job due now (a manual trigger), keeping
+    /// its attempts; a job already available keeps its place.
+    /// [`Error::InvalidState`] for a running or finished job.
+    pub fn run_now(&self, id: i64) -> Result<()> {
+        let result = self.inner.backend.run_now(id, self.now_micros());
+        self.not_a_member(id, result)
+    }
+
+    /// Cancels a job. One that is not running moves to history as `cancelled`
+    /// at once; a running one is flagged and its handler told at the next
+    /// heartbeat.
+    pub fn cancel(&self, id: i64) -> Result<CancelOutcome> {
+        let result = self.inner.backend.cancel(id, self.now_micros());
+        self.not_a_member(id, result)
+    }
+
+    /// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
+    pub fn delete(&self, id: i64) -> Result<()> {
+        let result = self.inner.backend.delete(id);
+        self.not_a_member(id, result)
+    }
+
+    /// Pauses a queue: leases skip it until it is resumed.
+    pub fn pause(&self, queue: &str) -> Result<()> {
+        validate::name("queue", queue)?;
+        self.inner
+            .backend
+            .set_paused(queue, true, self.now_micros())
+    }
+
+    /// Resumes a paused queue.
+    pub fn resume(&self, queue: &str) -> Result<()> {
+        validate::name("queue", queue)?;
+        self.inner
+            .backend
+            .set_paused(queue, false, self.now_micros())
+    }
+
+    /// Sets a queue's limits, replacing the ones it had; `QueueLimits::default()`
+    /// clears them. Every lease from then on honours them, in every process
+    /// and node (see [`limits`](crate::limits) for how, and for the rate
+    /// window). [`Error::InvalidLimit`] for a zero or out-of-range value, or
+    /// `InvalidName` for the queue; nothing is written then.
+    pub fn set_limits(&self, queue: &str, limits: QueueLimits) -> Result<()> {
+        validate::name("queue", queue)?;
+        limits.validate()?;
+        self.inner
+            .backend
+            .set_limits(queue, &limits, self.now_micros())
+    }
+
+    /// A queue's limits; `QueueLimits::default()` (none) for a queue never
+    /// limited.
+    pub fn limits(&self, queue: &str) -> Result<QueueLimits> {
+        validate::name("queue", queue)?;
+        Ok(self
+            .all_limits()?
+            .into_iter()
+            .find(|(name, _)| name == queue)
+            .map(|(_, limits)| limits)
+            .unwrap_or_default())
+    }
+
+    /// Every queue that has a limit, with its limits, by name.
+    pub fn all_limits(&self) -> Result<Vec<(String, QueueLimits)>> {
+        self.inner.backend.limits()
+    }
+
+    /// The names of the paused queues.
+    pub fn paused_queues(&self) -> Result<Vec<String>> {
+        self.inner.backend.paused_queues()
+    }
+
+    /// Deletes up to `limit` finished jobs per status that are older than
+    /// `retention` allows, oldest first. Returns how many were deleted; call
+    /// again while it returns a full batch.
+    pub fn prune_history(&self, retention: &Retention, limit: usize) -> Result<usize> {
+        let now = self.now_micros();
+        let mut deleted = 0;
+        for status in FinalStatus::ALL {
+            if let Some(keep) = retention.for_status(status) {
+                let cutoff = now.saturating_sub(duration_micros(keep)?);
+                let pruned = self.inner.backend.prune(status, cutoff, limit)?;
+                if pruned > 0 {
+                    failpoint!("prune");
+                }
+                deleted += pruned;
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+/// How often [`Queue::wait`] checks for other processes' commits.
+const WAIT_WATCH_INTERVAL: Duration = Duration::from_millis(2);
+
+/// The longest [`Queue::wait`] goes without reading the job again, for
+/// changes no watcher reports (another node's completion on a server).
+pub const WAIT_MAX_POLL: Duration = Duration::from_millis(250);

@@ -1,0 +1,241 @@
+//! Leasing and keeping leases: claims, heartbeats, progress writes and the
+//! rescue of expired leases.
+
+use std::time::Duration;
+
+use crate::backend::{HeartbeatParams, LeaseParams, ProgressWrite, SettleParams};
+use crate::clock::{self, add_micros};
+use crate::error::{Error, Result};
+use crate::events::Event;
+use crate::lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport};
+use crate::outcome::{AttemptError, FinalStatus, Transition};
+use crate::validate;
+
+use super::Queue;
+
+impl Queue {
+    /// The plan of the statement [`Queue::lease`] would run for `request`
+    /// (SQLite's `EXPLAIN QUERY PLAN`, the server's `EXPLAIN`), one line per
+    /// plan node. Claims nothing. For tests that pin the lease to its index.
+    #[doc(hidden)]
+    pub fn explain_lease(&self, request: &LeaseRequest) -> Result<Vec<String>> {
+        let now = self.now_micros();
+        self.inner.backend.explain_lease(&LeaseParams {
+            queues: &request.queues,
+            kinds: request.kinds.as_deref(),
+            limit: request.limit,
+            worker_id: &request.worker_id,
+            now,
+            lease_until: add_micros(now, request.ttl)?,
+            caps: &request.queue_caps,
+        })
+    }
+
+    /// Claims up to the request's limit of available jobs, in `priority DESC,
+    /// available_at, id` order, skipping paused queues. Each claim increments
+    /// the job's attempts and gets a fresh random lease token.
+    pub fn lease(&self, request: &LeaseRequest) -> Result<Vec<Job>> {
+        let (queues, kinds) = self.check_lease(request)?;
+        if kinds.as_ref().is_some_and(|k| k.is_empty()) {
+            return Ok(Vec::new());
+        }
+        let now = self.now_micros();
+        let jobs = self.inner.backend.lease(&LeaseParams {
+            queues: &queues,
+            kinds: kinds.as_deref(),
+            limit: request.limit,
+            worker_id: &request.worker_id,
+            now,
+            lease_until: add_micros(now, request.ttl)?,
+            caps: &request.queue_caps,
+        })?;
+        if !jobs.is_empty() {
+            failpoint!("lease-after-commit");
+        }
+        self.emit_leased(&jobs);
+        Ok(jobs)
+    }
+
+    pub(super) fn emit_leased(&self, jobs: &[Job]) {
+        self.inner.bus.emit(jobs.iter().map(|j| Event::Leased {
+            job_id: j.id,
+            attempt: j.attempt,
+            queue: j.queue.clone(),
+            kind: j.kind.clone(),
+            available_at: j.available_at,
+        }));
+    }
+
+    /// Validates a lease request; its queues and kinds sorted, without
+    /// duplicates (a queue or kind named twice would be walked twice, and
+    /// its candidates counted twice against the limit).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn check_lease(
+        &self,
+        request: &LeaseRequest,
+    ) -> Result<(Vec<String>, Option<Vec<String>>)> {
+        if request.limit == 0 {
+            return Err(Error::InvalidArgument(
+                "a lease must ask for at least 1 job".into(),
+            ));
+        }
+        if request.queues.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a lease needs at least one queue".into(),
+            ));
+        }
+        validate::name("worker id", &request.worker_id)?;
+        for queue in &request.queues {
+            validate::name("queue", queue)?;
+        }
+        if let Some(kinds) = &request.kinds {
+            for kind in kinds {
+                validate::name("kind", kind)?;
+            }
+        }
+        for (queue, _) in &request.queue_caps {
+            validate::name("queue", queue)?;
+        }
+        let mut queues = request.queues.clone();
+        queues.sort_unstable();
+        queues.dedup();
+        let kinds = request.kinds.clone().map(|mut kinds| {
+            kinds.sort_unstable();
+            kinds.dedup();
+            kinds
+        });
+        Ok((queues, kinds))
+    }
+
+    /// Extends every given lease still held to `ttl` from now, in one
+    /// statement, and reports the leases lost and the jobs asked to cancel.
+    pub fn heartbeat(&self, leases: &[Lease], ttl: Duration) -> Result<HeartbeatReport> {
+        if leases.is_empty() {
+            return Ok(HeartbeatReport::default());
+        }
+        let now = self.now_micros();
+        self.inner.backend.heartbeat(&HeartbeatParams {
+            leases,
+            lease_until: add_micros(now, ttl)?,
+            now,
+        })
+    }
+
+    /// Writes running jobs' progress, fenced on their leases, in one
+    /// transaction; returns the ids written (the others' leases were lost,
+    /// or on a server, without `wait`, their rows were held by another
+    /// transaction).
+    /// Taken around reading the progress to write and writing it: see
+    /// [`Inner::progress_gate`].
+    pub(crate) fn progress_gate(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.inner
+            .progress_gate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn write_progress(&self, writes: &[ProgressWrite], wait: bool) -> Result<Vec<i64>> {
+        self.inner
+            .backend
+            .write_progress(writes, self.now_micros(), wait)
+    }
+
+    /// Makes up to `limit` jobs whose lease expired available again, in the
+    /// place in line they had (their `available_at` is kept), or moves them to
+    /// history as `dead` when their last attempt expired. Never decodes
+    /// payloads. Call repeatedly until it reports fewer than `limit`.
+    pub fn rescue(&self, limit: usize) -> Result<RescueReport> {
+        let now = self.now_micros();
+        let done = self.inner.backend.rescue(now, limit, |expired| {
+            let error = AttemptError {
+                attempt: expired.attempts,
+                at: clock::at(now),
+                message:
+                    "lease expired: the worker stopped heartbeating (crashed, hung or stopped)"
+                        .to_owned(),
+            };
+            let transition = if expired.cancel_requested {
+                // Its worker died before it could honour the cancel request.
+                Transition::Finish {
+                    status: FinalStatus::Cancelled,
+                    result: None,
+                    error: Some(AttemptError {
+                        message: "cancelled by request; the worker's lease expired first".into(),
+                        ..error
+                    }),
+                }
+            } else if expired.attempts >= expired.max_attempts {
+                Transition::Finish {
+                    status: FinalStatus::Dead,
+                    result: None,
+                    error: Some(error),
+                }
+            } else {
+                // The expired claim counts as an attempt, so a job that kills
+                // its worker every time still ends up dead. The job keeps its
+                // place in line: due now would put it behind every job that
+                // is waiting, and a backlog would delay its recovery past
+                // lease TTL + rescue interval.
+                Transition::Reschedule {
+                    available_at: expired.available_at.min(now),
+                    error: Some(error),
+                    refund_attempt: false,
+                }
+            };
+            SettleParams {
+                lease: expired.lease,
+                transition,
+                now,
+            }
+        })?;
+        if !done.is_empty() {
+            failpoint!("rescue");
+        }
+        for (expired, p) in &done {
+            let became = match p.transition {
+                Transition::Finish { status, .. } => status.as_str(),
+                Transition::Reschedule { .. } => "available",
+            };
+            tracing::warn!(
+                job_id = expired.lease.job_id,
+                attempt = expired.attempts,
+                max_attempts = expired.max_attempts,
+                became,
+                "rescued a job whose lease expired: its worker stopped heartbeating \
+                 (crashed, hung or stopped)"
+            );
+        }
+        self.inner
+            .bus
+            .emit(done.iter().map(|(expired, p)| match p.transition {
+                Transition::Finish {
+                    status: FinalStatus::Cancelled,
+                    ..
+                } => Event::Cancelled {
+                    job_id: expired.lease.job_id,
+                },
+                Transition::Finish { .. } => Event::Dead {
+                    job_id: expired.lease.job_id,
+                },
+                Transition::Reschedule { .. } => Event::Rescued {
+                    job_id: expired.lease.job_id,
+                },
+            }));
+        let finished = |wanted: FinalStatus| {
+            done.iter()
+                .filter(|(_, s)| {
+                    matches!(s.transition, Transition::Finish { status, .. } if status == wanted)
+                })
+                .count()
+        };
+        let (dead, cancelled) = (
+            finished(FinalStatus::Dead),
+            finished(FinalStatus::Cancelled),
+        );
+        Ok(RescueReport {
+            rescued: done.len() - dead - cancelled,
+            dead,
+            cancelled,
+        })
+    }
+}
