@@ -263,7 +263,9 @@ impl Completer {
                 let wake = Instant::now() + wait;
                 if !stopped {
                     if let Taken::Stop(at) = self.take_queued(batch, usize::MAX) {
-                        *until = at.or(*until);
+                        // No bound sent: the worker is gone, and nobody
+                        // waits for these outcomes (nor for this thread).
+                        *until = at.or(*until).or(Some(Instant::now()));
                         stopped = true;
                     }
                 }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use backlog::{JobFilter, JobState, NewJob, QueueOptions, Worker};
+use backlog::{JobFilter, JobState, NewJob, QueueOptions, Worker, SHUTDOWN_MARGIN};
 use serde_json::{json, Value};
 
 use crate::harness::{Backend, Harness, TestResult};
@@ -123,6 +123,59 @@ fn cut_mid_drain(b: &Backend, mode: Cut) -> TestResult {
         orphaned as i64,
         "a job was claimed twice"
     );
+    Ok(())
+}
+
+/// The completer keeps outcomes for as long as the server is away, but a
+/// shutdown still returns within its bound, counting them as unsettled;
+/// their jobs are left to lease expiry, as after a crash.
+fn shutdown_returns_within_its_bound_while_the_server_is_unreachable(b: &Backend) -> TestResult {
+    for mode in [Cut::Drop, Cut::Hold] {
+        if *b == Backend::Sqlite {
+            println!("not applicable on SQLite: no network between a worker and its database");
+            return Ok(());
+        }
+        let h = b.harness_on_real_time(QueueOptions::new())?;
+        let proxy = Proxy::start(&h.server_addr()?, mode)?;
+        let queue = h.handle_through(&proxy.addr, QueueOptions::new())?;
+        h.queue
+            .enqueue_many((0..20).map(|n| NewJob::new("work", json!(n))))?;
+        let (started_tx, started) = crossbeam_channel::unbounded();
+        let (release, released) = crossbeam_channel::bounded::<()>(0);
+        let worker = Worker::builder(queue)
+            .concurrency(2)
+            .handle_raw("work", move |_: Value, _| {
+                let _ = started_tx.send(());
+                // Finishes only once the server is cut off.
+                let _ = released.recv_timeout(Duration::from_secs(30));
+                Ok(())
+            })
+            .start()?;
+        started.recv_timeout(Duration::from_secs(30))?;
+        started.recv_timeout(Duration::from_secs(30))?;
+        proxy.cut();
+        drop(release);
+        // The outcomes reach the completer, which cannot settle them.
+        thread::sleep(Duration::from_millis(500));
+        let grace = Duration::from_millis(500);
+        let start = Instant::now();
+        let report = worker.shutdown(grace)?;
+        let took = start.elapsed();
+        println!(
+            "shutdown cut off ({b:?}, {mode:?}): took_ms={} unsettled={}",
+            took.as_millis(),
+            report.unsettled
+        );
+        // Some slack for a loaded machine.
+        assert!(
+            took < grace + SHUTDOWN_MARGIN + Duration::from_millis(500),
+            "shutdown took {took:?}"
+        );
+        assert!(
+            report.unsettled >= 2,
+            "the two outcomes could not be settled"
+        );
+    }
     Ok(())
 }
 
@@ -307,4 +360,5 @@ fn forward(state: &Arc<ProxyState>, client: TcpStream, upstream: &str) -> io::Re
 conformance!(
     a_worker_settles_its_jobs_once_dropped_connections_are_accepted_again,
     a_worker_settles_its_jobs_once_a_held_network_flows_again,
+    shutdown_returns_within_its_bound_while_the_server_is_unreachable,
 );
