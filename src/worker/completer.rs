@@ -8,9 +8,18 @@
 //! batch plus once per freed slot. With one, the fetcher leases in batches
 //! and the completer only settles.
 //!
-//! A batch whose transaction fails is retried a few times; if it still fails
-//! its jobs are forgotten here and their leases expire, so the rescuer makes
-//! them available again: at-least-once holds without the completer.
+//! A batch whose transaction fails because the server cannot be reached (a
+//! lost connection, a network cut, a restart) is kept and tried again, every
+//! [`UNREACHABLE_RETRY_MAX`] at most, until the server answers: the outcomes
+//! are settled moments after it is back, while their leases still hold,
+//! instead of waiting for lease expiry and the rescuer. Outcomes that come
+//! meanwhile join the batch. Each change stays fenced on its lease token, so
+//! an outcome whose lease expired and was rescued meanwhile changes nothing
+//! and is reported as a lost lease. Only a shutdown's bound ends the wait.
+//!
+//! A batch that fails for another reason is retried a few times; if it still
+//! fails its jobs are forgotten here and their leases expire, so the rescuer
+//! makes them available again: at-least-once holds without the completer.
 
 use std::sync::Arc;
 use std::thread;
@@ -47,8 +56,15 @@ enum Taken {
 /// handler is still running (an outcome may still come).
 const IDLE_CHECK: Duration = Duration::from_micros(250);
 
-/// How often a failed batch is tried again before it is left to the rescuer.
+/// How often a batch that failed for a reason other than an unreachable
+/// server is tried again before it is left to the rescuer.
 const ATTEMPTS: u32 = 3;
+
+/// The longest wait between two tries of a batch while the server cannot be
+/// reached: the outcomes are settled at most this long (plus a connection's
+/// set-up) after it answers again, at a cost of two connection attempts a
+/// second while it does not.
+const UNREACHABLE_RETRY_MAX: Duration = Duration::from_millis(500);
 
 pub(crate) struct Completer {
     pub shared: Arc<Shared>,
@@ -119,8 +135,8 @@ impl Completer {
                     Err(RecvTimeoutError::Timeout) => {}
                 }
             }
-            if !batch.is_empty() {
-                self.flush(&mut batch, until);
+            if !batch.is_empty() && self.flush(&mut batch, &mut until) {
+                stop = true;
             }
             if stop {
                 return;
@@ -163,8 +179,9 @@ impl Completer {
     /// Commits a batch of outcomes and, without a look-ahead, leases jobs
     /// for every free slot in the same transaction: the slots the batch's
     /// handlers freed go to the next jobs with one commit for both
-    /// (complete-and-lease).
-    fn flush(&self, batch: &mut Vec<(Arc<Job>, Outcome)>, until: Option<Instant>) {
+    /// (complete-and-lease). True when a stop arrived while the server was
+    /// unreachable (`until` then holds its bound).
+    fn flush(&self, batch: &mut Vec<(Arc<Job>, Outcome)>, until: &mut Option<Instant>) -> bool {
         let shared = &self.shared;
         let queue = &shared.queue;
         let claimed = if shared.completer_refills() && !shared.stopping.load(Ordering::SeqCst) {
@@ -188,9 +205,12 @@ impl Completer {
         // The batch's last progress goes first, so that history keeps it.
         let ids: Vec<i64> = batch.iter().map(|(job, _)| job.id).collect();
         shared.inflight.write_progress(queue, Some(&ids), true);
-        for attempt in 1..=ATTEMPTS {
+        let mut stopped = false;
+        let mut attempt = 0;
+        let mut unreachable_since: Option<Instant> = None;
+        loop {
             let items = batch.iter().map(|(job, o)| (job.as_ref(), o.clone()));
-            match queue.settle_many_and_lease(items, refill, until) {
+            let error = match queue.settle_many_and_lease(items, refill, *until) {
                 Ok((results, jobs)) => {
                     failpoint!("completer-after-commit");
                     let lost: Vec<_> = batch
@@ -208,37 +228,66 @@ impl Completer {
                         );
                     }
                     queue.emit(news.into_iter().map(|job_id| Event::LeaseLost { job_id }));
+                    if let Some(since) = unreachable_since {
+                        tracing::info!(
+                            jobs = batch.len(),
+                            unreachable_for = ?since.elapsed(),
+                            "the database answers again; settled the outcomes held meanwhile"
+                        );
+                    }
                     leased = jobs;
                     break;
                 }
-                Err(error)
-                    if attempt < ATTEMPTS && until.is_none_or(|u| Instant::now() + wait < u) =>
-                {
-                    tracing::warn!(
-                        %error,
-                        busy = error.is_busy(),
-                        jobs = batch.len(),
-                        attempt,
-                        retry_in = ?wait,
-                        "settling a batch of outcomes failed; retrying"
-                    );
-                    thread::sleep(wait);
-                    wait *= 2;
-                }
-                Err(error) => {
-                    shared.unsettled.fetch_add(batch.len(), Ordering::SeqCst);
-                    tracing::error!(
-                        %error,
-                        busy = error.is_busy(),
-                        jobs = batch.len(),
-                        job_ids = ?batch.iter().map(|(job, _)| job.id).collect::<Vec<_>>(),
-                        attempts = ATTEMPTS,
-                        "gave up settling a batch of outcomes; their leases will expire \
-                         and the rescuer will make the jobs available again"
-                    );
-                    break;
-                }
+                Err(error) => error,
+            };
+            let unreachable = is_unreachable(&error);
+            if unreachable {
+                unreachable_since.get_or_insert_with(Instant::now);
+                wait = wait.min(UNREACHABLE_RETRY_MAX);
+            } else {
+                attempt += 1;
             }
+            let in_time = until.is_none_or(|u| Instant::now() + wait < u);
+            if (unreachable || attempt < ATTEMPTS) && in_time {
+                tracing::warn!(
+                    %error,
+                    busy = error.is_busy(),
+                    unreachable,
+                    jobs = batch.len(),
+                    attempt,
+                    retry_in = ?wait,
+                    "settling a batch of outcomes failed; retrying"
+                );
+                // Outcomes that come meanwhile join this batch, and a
+                // shutdown's bound is heard, while the server is away.
+                let wake = Instant::now() + wait;
+                if !stopped {
+                    if let Taken::Stop(at) = self.take_queued(batch, usize::MAX) {
+                        // No bound sent: the worker is gone, and nobody
+                        // waits for these outcomes (nor for this thread).
+                        *until = at.or(*until).or(Some(Instant::now()));
+                        stopped = true;
+                    }
+                }
+                thread::sleep(wake.saturating_duration_since(Instant::now()));
+                wait = (wait * 2).min(if unreachable {
+                    UNREACHABLE_RETRY_MAX
+                } else {
+                    Duration::from_secs(1)
+                });
+                continue;
+            }
+            shared.unsettled.fetch_add(batch.len(), Ordering::SeqCst);
+            tracing::error!(
+                %error,
+                busy = error.is_busy(),
+                jobs = batch.len(),
+                job_ids = ?batch.iter().map(|(job, _)| job.id).collect::<Vec<_>>(),
+                attempts = attempt,
+                "gave up settling a batch of outcomes; their leases will expire \
+                 and the rescuer will make the jobs available again"
+            );
+            break;
         }
         shared.inflight.remove(batch.iter().map(|(job, _)| job.id));
         shared.settling.fetch_sub(batch.len(), Ordering::SeqCst);
@@ -250,6 +299,7 @@ impl Completer {
             // Slots this batch did not refill: the fetcher's now.
             let _ = self.slot_freed.try_send(());
         }
+        stopped
     }
 
     /// Gives leased jobs to the handler threads; returns how many. Jobs that
@@ -283,4 +333,21 @@ impl Completer {
         }
         handed
     }
+}
+
+/// True when `error` says the database could not be reached (a connection
+/// lost or refused, a pool that could not open one): the batch is kept for
+/// when it answers again. Other errors (a lock wait, a bad statement) are not
+/// the network's and keep the bounded retries.
+fn is_unreachable(error: &crate::error::Error) -> bool {
+    #[cfg(feature = "postgres")]
+    if crate::backend::postgres::connection::is_unreachable(error) {
+        return true;
+    }
+    #[cfg(feature = "mysql")]
+    if crate::backend::mysql::connection::is_connectivity(error) {
+        return true;
+    }
+    let _ = error;
+    false
 }

@@ -216,6 +216,37 @@ impl Harness {
         self.db.complete_in(&self.queue, job, commit)
     }
 
+    /// The server's `host:port` (servers only), for a proxy in front of it.
+    pub fn server_addr(&self) -> TestResult<String> {
+        let host = split_url(&self.db.url()?)?.1;
+        if host.contains(':') {
+            return Ok(host);
+        }
+        let port = if self.backend() == Backend::Mysql {
+            3306
+        } else {
+            5432
+        };
+        Ok(format!("{host}:{port}"))
+    }
+
+    /// Another handle on the same database (its own connections), reaching
+    /// the server at `addr` instead (a proxy's): servers only. MariaDB's
+    /// driver would take the Unix socket for 127.0.0.1, past the proxy.
+    pub fn handle_through(&self, addr: &str, options: QueueOptions) -> TestResult<Queue> {
+        let (head, _, tail) = split_url(&self.db.url()?)?;
+        let mut url = format!("{head}{addr}{tail}");
+        if self.backend() == Backend::Mysql {
+            url.push(if url.contains('?') { '&' } else { '?' });
+            url.push_str("prefer_socket=false");
+        }
+        Ok(match &self.db {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(s) => options.schema(&s.name).connect(&url)?,
+            _ => options.connect(&url)?,
+        })
+    }
+
     /// The environment a child process needs to open this scenario's
     /// database: see [`child_queue`].
     pub fn child_env(&self) -> Vec<(&'static str, String)> {
@@ -470,6 +501,17 @@ impl Db {
         })
     }
 
+    /// The URL the queue connects with (servers only).
+    fn url(&self) -> TestResult<String> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(s) => Ok(s.url.clone()),
+            #[cfg(feature = "mysql")]
+            Db::Mysql(d) => Ok(d.url.clone()),
+            _ => Err("SQLite has no URL".into()),
+        }
+    }
+
     fn sqlite(&self) -> TestResult<rusqlite::Connection> {
         match self {
             Db::Sqlite { dir } => {
@@ -550,6 +592,22 @@ impl Db {
             Db::Mysql(d) => d.complete_in(queue, job, commit),
         }
     }
+}
+
+/// `scheme://user@` , `host:port`, and the rest of a server URL.
+fn split_url(url: &str) -> TestResult<(String, String, String)> {
+    let (scheme, rest) = url.split_once("://").ok_or("a URL without ://")?;
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((user, host)) => (format!("{user}@"), host),
+        None => (String::new(), authority),
+    };
+    Ok((
+        format!("{scheme}://{user}"),
+        host.to_owned(),
+        tail.to_owned(),
+    ))
 }
 
 /// The application's own table, next to the queue's.

@@ -27,6 +27,7 @@ mod on_time;
 mod operate;
 mod periodic;
 mod progress;
+mod reconnect;
 mod settle;
 mod sqlite_diagnostics;
 mod transactional;

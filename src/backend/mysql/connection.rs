@@ -47,21 +47,36 @@ pub(crate) fn opts(url: &str, options: &QueueOptions) -> Result<(Opts, String)> 
     let constraints = PoolConstraints::new(0, pool_size)
         .ok_or_else(|| Error::InvalidArgument("pool_size must be at least 1".into()))?;
     let lock_wait = options.write_deadline.as_secs().clamp(1, 50);
+    let mut builder = OptsBuilder::from_opts(parsed.clone());
     // A server that vanished without closing its sockets (a host down, a
-    // network cut) would leave a call waiting for its answer forever: TCP
-    // keepalive probes find the dead peer in about a minute, without
-    // limiting how long a statement may legitimately run. URL values win.
-    let keepalive = parsed.get_tcp_keepalive_time_ms().is_none();
-    let mut builder = OptsBuilder::from_opts(parsed);
-    if keepalive {
-        builder = builder.tcp_keepalive_time_ms(Some(30_000));
+    // network cut) would leave a call waiting for its answer for ever. Three
+    // bounds (the URL may set the first two: `tcp_user_timeout_ms`,
+    // `tcp_keepalive_time_ms`):
+    // - TCP_USER_TIMEOUT (Linux): a request or keepalive probe the peer has
+    //   not acknowledged for 10 s closes the connection. The server's kernel
+    //   acknowledges at once even while a statement runs for minutes, so
+    //   this never cuts a legitimate statement short.
+    // - keepalive probes after 10 s idle, every 5 s: a call waiting for an
+    //   answer on a dead network fails within about 20 s (the probes fall
+    //   under TCP_USER_TIMEOUT).
+    // - read and write timeouts ([`socket_timeout`]): the backstop for a
+    //   peer whose TCP stack answers but whose server never does.
+    if parsed.get_tcp_keepalive_time_ms().is_none() {
+        builder = builder.tcp_keepalive_time_ms(Some(10_000));
         #[cfg(any(target_os = "linux", target_os = "macos"))]
         {
             builder = builder
-                .tcp_keepalive_probe_interval_secs(Some(10))
+                .tcp_keepalive_probe_interval_secs(Some(5))
                 .tcp_keepalive_probe_count(Some(3));
         }
     }
+    #[cfg(target_os = "linux")]
+    if parsed.get_tcp_user_timeout_ms().is_none() {
+        builder = builder.tcp_user_timeout_ms(Some(10_000));
+    }
+    builder = builder
+        .read_timeout(Some(socket_timeout(options)))
+        .write_timeout(Some(socket_timeout(options)));
     let builder = builder
         .tcp_connect_timeout(Some(options.connect_timeout))
         .stmt_cache_size(STATEMENT_CACHE)
@@ -85,6 +100,23 @@ pub(crate) fn opts(url: &str, options: &QueueOptions) -> Result<(Opts, String)> 
             format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}"),
         ]);
     Ok((builder.into(), database))
+}
+
+/// How long a pooled connection waits for the server to answer (or to take
+/// bytes) before the call fails as a lost connection: the write deadline
+/// plus two minutes (150 s by default). The library's longest legitimate
+/// waits are bounded by the write deadline (a row lock's
+/// `innodb_lock_wait_timeout`, the migration lock's `GET_LOCK`), and its
+/// statements otherwise take milliseconds; the two minutes leave room for a
+/// migration's DDL on a large table, and for the application's own
+/// statements in `queue.transaction(..)`, which share these connections. A
+/// network cut is found sooner, by TCP_USER_TIMEOUT and keepalive (see
+/// [`opts`]); this bound is for a server that accepts packets and never
+/// answers.
+pub(crate) fn socket_timeout(options: &QueueOptions) -> Duration {
+    options
+        .write_deadline
+        .saturating_add(Duration::from_secs(120))
 }
 
 impl Db {

@@ -384,6 +384,16 @@ fn retriable(e: &Error) -> bool {
     e.is_busy() || is_connection_lost(e) || is_pool_timeout(e)
 }
 
+/// True when the server could not be reached: the connection was lost
+/// (also during a COMMIT, whose outcome is then unknown) or no connection
+/// could be opened. The worker's completer keeps its outcomes for when the
+/// server answers again; a repeated settle is fenced on its lease tokens.
+pub(crate) fn is_unreachable(e: &Error) -> bool {
+    is_connection_lost(e)
+        || is_pool_timeout(e)
+        || matches!(e, Error::Database(inner) if inner.is::<CommitUnknown>())
+}
+
 /// The pool could not open a connection by its timeout (the reason is in
 /// the error: the server is restarting, unreachable); a pool with no free
 /// connection is [`Error::Busy`] already.

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use postgres::config::SslMode;
 use postgres::{Client, Config};
@@ -116,6 +117,29 @@ impl Target {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(options.connect_timeout);
         }
+        // A server that vanished without closing its sockets (a host down, a
+        // network cut) would leave a call waiting for its answer for hours
+        // (the kernel's keepalive default). TCP_USER_TIMEOUT closes a
+        // connection whose request or keepalive probe the peer has not
+        // acknowledged for 10 s, and keepalive probes after 10 s idle,
+        // every 5 s, find a dead peer while a call waits for an answer:
+        // about 20 s in all. The server's kernel acknowledges at once while
+        // a statement runs, so neither cuts a long statement short. The
+        // sync driver has no read timeout: a server that accepts packets
+        // and never answers is not bounded here. URL values win.
+        if !query_sets(query, "keepalives_idle") {
+            config.keepalives(true);
+            config.keepalives_idle(Duration::from_secs(10));
+            if !query_sets(query, "keepalives_interval") {
+                config.keepalives_interval(Duration::from_secs(5));
+            }
+            if !query_sets(query, "keepalives_retries") {
+                config.keepalives_retries(3);
+            }
+        }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(Duration::from_secs(10));
+        }
         if config.get_application_name().is_none() {
             config.application_name("backlog");
         }
@@ -132,6 +156,13 @@ impl Target {
     pub(crate) fn connect(&self) -> Result<Client> {
         Ok(self.config.connect(self.tls.clone())?)
     }
+}
+
+/// Whether the URL's query string sets `key`.
+fn query_sets(query: &str, key: &str) -> bool {
+    query
+        .split('&')
+        .any(|pair| pair.split_once('=').map_or(pair, |(k, _)| k) == key)
 }
 
 /// The TLS connector for `mode`, trusting `root_cert` (a PEM file) if given.
