@@ -16,24 +16,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use backlog::{Error, NewJob, QueueOptions};
-use common::{Harness, TestResult};
+use common::{default_vfs, Harness, TestResult};
 use rusqlite::Connection;
 use serde_json::json;
-
-/// The name of the process's default VFS.
-fn default_vfs() -> TestResult<String> {
-    // SAFETY: thread-safe, and the default VFS (never null in a unix build)
-    // has a NUL-terminated static name.
-    unsafe {
-        let vfs = rusqlite::ffi::sqlite3_vfs_find(std::ptr::null());
-        if vfs.is_null() {
-            return Err("no default VFS".into());
-        }
-        Ok(std::ffi::CStr::from_ptr((*vfs).zName)
-            .to_string_lossy()
-            .into_owned())
-    }
-}
 
 fn locked(path: &std::path::Path) -> TestResult<Connection> {
     let conn = Connection::open(path)?;

@@ -29,7 +29,7 @@ use backlog::{
     Error, JobFilter, JobState, JobUpdate, LeaseRequest, NewJob, Outcome, Queue, QueueLimits,
     QueueOptions, Retention,
 };
-use common::{raw, Harness, TestResult};
+use common::{default_vfs, raw, Harness, TestResult};
 use rusqlite::{Connection, TransactionBehavior};
 use serde_json::json;
 
@@ -415,21 +415,6 @@ fn vfs_of(conn: &Connection) -> TestResult<String> {
     Ok(unsafe { std::ffi::CStr::from_ptr((*vfs).zName) }
         .to_string_lossy()
         .into_owned())
-}
-
-/// The name of the process's default VFS.
-fn default_vfs() -> TestResult<String> {
-    // SAFETY: thread-safe, and the default VFS (never null in a unix build)
-    // has a NUL-terminated static name.
-    unsafe {
-        let vfs = rusqlite::ffi::sqlite3_vfs_find(std::ptr::null());
-        if vfs.is_null() {
-            return Err("no default VFS".into());
-        }
-        Ok(std::ffi::CStr::from_ptr((*vfs).zName)
-            .to_string_lossy()
-            .into_owned())
-    }
 }
 
 /// Opening a queue changes nothing in the process outside its own

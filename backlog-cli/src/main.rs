@@ -210,7 +210,7 @@ enum Command {
 struct JobsArgs {
     /// available, scheduled, retrying, running, grouped, completed,
     /// discarded, cancelled, dead, aggregated, or all.
-    #[arg(long, default_value = "all", value_parser = STATES_AND_ALL)]
+    #[arg(long, default_value = "all", value_parser = clap::builder::PossibleValuesParser::new(STATES.into_iter().chain(["all"])))]
     state: String,
     #[arg(long)]
     queue: Option<String>,
@@ -256,19 +256,6 @@ const STATES: [&str; 10] = [
     "cancelled",
     "dead",
     "aggregated",
-];
-const STATES_AND_ALL: [&str; 11] = [
-    "available",
-    "scheduled",
-    "retrying",
-    "running",
-    "grouped",
-    "completed",
-    "discarded",
-    "cancelled",
-    "dead",
-    "aggregated",
-    "all",
 ];
 
 fn main() -> ExitCode {

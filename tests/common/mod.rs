@@ -150,3 +150,18 @@ pub fn unix_micros(t: std::time::SystemTime) -> i64 {
         .map(|d| d.as_micros() as i64)
         .unwrap_or(0)
 }
+
+/// The name of the process's default SQLite VFS.
+pub fn default_vfs() -> TestResult<String> {
+    // SAFETY: thread-safe, and the default VFS (never null in a unix build)
+    // has a NUL-terminated static name.
+    unsafe {
+        let vfs = rusqlite::ffi::sqlite3_vfs_find(std::ptr::null());
+        if vfs.is_null() {
+            return Err("no default VFS".into());
+        }
+        Ok(std::ffi::CStr::from_ptr((*vfs).zName)
+            .to_string_lossy()
+            .into_owned())
+    }
+}
