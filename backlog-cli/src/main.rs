@@ -212,8 +212,10 @@ struct JobsArgs {
     /// discarded, cancelled, dead, aggregated, or all.
     #[arg(long, default_value = "all", value_parser = clap::builder::PossibleValuesParser::new(STATES.into_iter().chain(["all"])))]
     state: String,
+    /// Only jobs of this queue.
     #[arg(long)]
     queue: Option<String>,
+    /// Only jobs of this kind.
     #[arg(long)]
     kind: Option<String>,
     /// Only ids above this one: the next page (printed under each page).

@@ -559,18 +559,41 @@ fn jobs_lists_every_state_stats_counts() -> TestResult {
 }
 
 #[test]
-fn every_enqueue_option_has_a_help_text() -> TestResult {
-    let run = backlog(&["enqueue", "--help"])?;
-    let help = String::from_utf8(run.stdout)?;
-    for line in help.lines().filter(|l| l.trim_start().starts_with("--")) {
-        // `--name <VALUE>  text`: something follows the option's name.
-        let described = line
-            .trim()
-            .split("  ")
-            .filter(|part| !part.trim().is_empty())
-            .count()
-            > 1;
-        assert!(described, "no help text: {line:?}");
+fn every_option_of_every_command_has_a_help_text() -> TestResult {
+    let top = String::from_utf8(backlog(&["--help"])?.stdout)?;
+    // The names listed under `Commands:`, up to the next heading.
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .collect();
+    assert!(commands.contains(&"enqueue"), "no commands in: {top}");
+    for command in commands {
+        let run = backlog(&[command, "--help"])?;
+        let help = String::from_utf8(run.stdout)?;
+        let lines: Vec<&str> = help.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if !line.trim_start().starts_with("--") {
+                continue;
+            }
+            // `--name <VALUE>  text`, or the text indented on the next line.
+            let same_line = line
+                .trim()
+                .split("  ")
+                .filter(|part| !part.trim().is_empty())
+                .count()
+                > 1;
+            let next_line = lines.get(i + 1).is_some_and(|next| {
+                next.starts_with("          ") && !next.trim_start().starts_with('-')
+            });
+            assert!(
+                same_line || next_line,
+                "`backlog {command}`: no help text: {line:?}"
+            );
+        }
     }
     Ok(())
 }
