@@ -28,7 +28,7 @@ use backlog::{
 };
 use serde::{Deserialize, Serialize};
 
-use harness::{child_queue, Backend, Harness, TestResult};
+use harness::{child_queue, Backend, Children, Harness, TestResult};
 
 const ROLE: &str = "BACKLOG_GROUPS_ROLE";
 const MEMBERS: &str = "BACKLOG_GROUPS_MEMBERS";
@@ -85,18 +85,6 @@ fn group_child() -> TestResult {
     // Until the parent kills this process.
     loop {
         thread::sleep(Duration::from_secs(1));
-    }
-}
-
-/// Children of one scenario, SIGKILLed when dropped.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 

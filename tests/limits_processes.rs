@@ -19,17 +19,22 @@
 #[macro_use]
 mod harness;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use backlog::{JobFilter, JobRecord, JobState, NewJob, QueueLimits, QueueOptions, Rate, Worker};
 use serde_json::{json, Value};
 
-use harness::{child_queue, Backend, Harness, TestResult};
+use harness::{child_queue, wait_for_completed, Backend, Children, Harness, TestResult};
 
 const ROLE: &str = "BACKLOG_LIMITS_ROLE";
 const QUEUE: &str = "limited";
+
+/// The completed jobs of the limited queue, paged.
+fn completed() -> JobFilter {
+    JobFilter::new(JobState::COMPLETED).queue(QUEUE).limit(500)
+}
 
 /// The children's entry point; without a role (a plain `--ignored` run) it
 /// returns at once.
@@ -81,18 +86,6 @@ fn started_micros(record: &JobRecord) -> Option<i64> {
     i64::try_from(since.as_micros()).ok()
 }
 
-/// Worker processes of one scenario, killed when dropped.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 fn spawn_workers(h: &Harness, n: usize) -> TestResult<Children> {
     let mut children = Children(Vec::new());
     for _ in 0..n {
@@ -109,33 +102,6 @@ fn spawn_workers(h: &Harness, n: usize) -> TestResult<Children> {
         children.0.push(command.spawn()?);
     }
     Ok(children)
-}
-
-/// Every finished job of the queue, once `n` completed, or an error after
-/// `limit`.
-fn wait_for(h: &Harness, n: usize, limit: Duration) -> TestResult<Vec<JobRecord>> {
-    let start = Instant::now();
-    loop {
-        let mut records = Vec::new();
-        let mut filter = JobFilter::new(JobState::COMPLETED).queue(QUEUE).limit(500);
-        loop {
-            let page = h.queue.list(&filter)?;
-            records.extend(page.jobs);
-            match page.next_after {
-                Some(after) => filter = filter.after(after),
-                None => break,
-            }
-        }
-        if records.len() >= n {
-            return Ok(records);
-        }
-        if start.elapsed() > limit {
-            return Err(
-                format!("only {} of {n} jobs completed in {limit:?}", records.len()).into(),
-            );
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Jobs leased more than once: none should be (no lease expires here).
@@ -190,7 +156,7 @@ fn processes_never_run_more_than_the_concurrency_limit(b: &Backend) -> TestResul
             .map(|i| NewJob::new("timed", json!({ "i": i, "sleep_ms": sleep_ms })).queue(QUEUE)),
     )?;
     let children = spawn_workers(&h, 3)?; // 6 places for a limit of 3
-    let records = wait_for(&h, jobs, Duration::from_secs(120))?;
+    let records = wait_for_completed(&h, completed(), jobs, Duration::from_secs(120))?;
     drop(children);
 
     let intervals = records
@@ -233,7 +199,7 @@ fn processes_never_start_more_than_the_rate_limit_per_window(b: &Backend) -> Tes
         (0..jobs).map(|i| NewJob::new("timed", json!({ "i": i, "sleep_ms": 1 })).queue(QUEUE)),
     )?;
     let children = spawn_workers(&h, 3)?;
-    let records = wait_for(&h, jobs, Duration::from_secs(60))?;
+    let records = wait_for_completed(&h, completed(), jobs, Duration::from_secs(60))?;
     drop(children);
 
     let mut per_window = std::collections::BTreeMap::new();

@@ -18,14 +18,14 @@ mod harness;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{ChildStdout, Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use backlog::{JobFilter, JobRecord, JobState, NewJob, QueueOptions, Worker};
+use backlog::{JobFilter, JobState, NewJob, QueueOptions, Worker};
 use serde_json::{json, Value};
 
-use harness::{child_queue, Backend, Harness, TestResult};
+use harness::{child_queue, wait_for_completed, Backend, Children, Harness, TestResult};
 
 const ROLE: &str = "BACKLOG_LOOKAHEAD_ROLE";
 const PROCESSES: usize = 3;
@@ -61,18 +61,6 @@ fn lookahead_child() -> TestResult {
     }
 }
 
-/// Worker processes of one scenario, killed when dropped.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 /// Starts `n` worker processes and returns once each has started its worker.
 fn spawn_workers(h: &Harness, n: usize) -> TestResult<Children> {
     let mut children = Children(Vec::new());
@@ -104,32 +92,6 @@ fn spawn_workers(h: &Harness, n: usize) -> TestResult<Children> {
     Ok(children)
 }
 
-/// Every completed job, once `n` completed, or an error after `limit`.
-fn wait_for(h: &Harness, n: usize, limit: Duration) -> TestResult<Vec<JobRecord>> {
-    let start = Instant::now();
-    loop {
-        let mut records = Vec::new();
-        let mut filter = JobFilter::new(JobState::COMPLETED).limit(1000);
-        loop {
-            let page = h.queue.list(&filter)?;
-            records.extend(page.jobs);
-            match page.next_after {
-                Some(after) => filter = filter.after(after),
-                None => break,
-            }
-        }
-        if records.len() >= n {
-            return Ok(records);
-        }
-        if start.elapsed() > limit {
-            return Err(
-                format!("only {} of {n} jobs completed in {limit:?}", records.len()).into(),
-            );
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn no_worker_process_hoards_the_jobs_of_a_shared_queue(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let jobs = std::env::var("BACKLOG_LOOKAHEAD_JOBS")
@@ -139,7 +101,12 @@ fn no_worker_process_hoards_the_jobs_of_a_shared_queue(b: &Backend) -> TestResul
     let children = spawn_workers(&h, PROCESSES)?;
     h.queue
         .enqueue_many((0..jobs).map(|n| NewJob::new("ten_ms", json!(n))))?;
-    let records = wait_for(&h, jobs, Duration::from_secs(300))?;
+    let records = wait_for_completed(
+        &h,
+        JobFilter::new(JobState::COMPLETED).limit(1000),
+        jobs,
+        Duration::from_secs(300),
+    )?;
     drop(children);
 
     let mut per_worker: HashMap<String, usize> = HashMap::new();

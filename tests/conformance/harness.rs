@@ -833,3 +833,48 @@ pub fn since(later: SystemTime, earlier: SystemTime) -> i64 {
         Err(e) => -micros(e.duration()),
     }
 }
+
+/// Child processes of one scenario, killed (and reaped) when dropped, so a
+/// failing assertion leaves no worker running.
+pub struct Children(pub Vec<std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Every completed job `filter` selects (paged), once there are `n` of
+/// them, or an error after `limit`.
+pub fn wait_for_completed(
+    h: &Harness,
+    filter: backlog::JobFilter,
+    n: usize,
+    limit: Duration,
+) -> TestResult<Vec<backlog::JobRecord>> {
+    let start = std::time::Instant::now();
+    loop {
+        let mut records = Vec::new();
+        let mut page_filter = filter.clone();
+        loop {
+            let page = h.queue.list(&page_filter)?;
+            records.extend(page.jobs);
+            match page.next_after {
+                Some(after) => page_filter = page_filter.after(after),
+                None => break,
+            }
+        }
+        if records.len() >= n {
+            return Ok(records);
+        }
+        if start.elapsed() > limit {
+            return Err(
+                format!("only {} of {n} jobs completed in {limit:?}", records.len()).into(),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
