@@ -104,6 +104,15 @@ impl Queue {
             self.inner
                 .backend
                 .settle_and_lease(&params, lease.as_ref(), until)?;
+        // A job made runnable again at some time (a retry, a snooze) may be
+        // due before whatever this process's fetchers are sleeping toward;
+        // no server notification says so (PostgreSQL notifies enqueues only).
+        let rescheduled = items.iter().zip(&results).any(|((_, _, p), r)| {
+            matches!(r, Ok(false)) && matches!(p.transition, Transition::Reschedule { .. })
+        });
+        if rescheduled {
+            self.inner.bus.ring();
+        }
         if self.inner.bus.has_listeners() {
             self.inner.bus.emit(items.iter().zip(&results).filter_map(
                 |((job, released, p), r)| match r {
