@@ -58,7 +58,7 @@ pub fn copy(from: &Queue, to: &Queue) -> Result<CopyReport> {
             if page.jobs.is_empty() {
                 break;
             }
-            let written = to.backend().import(&page.jobs)?;
+            let written = to.store().import(&page.jobs)?;
             let written = written as u64;
             let read = page.jobs.len() as u64;
             if matches!(state, JobState::Finished(_)) {

@@ -133,3 +133,17 @@ pub struct AggregateReport {
     /// holds.
     pub jobs: Vec<(i64, usize)>,
 }
+
+/// The payload of a combined job: the JSON array of its members' payloads,
+/// each already valid JSON text, in the order given.
+pub(crate) fn combined_payload<'a>(payloads: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::from("[");
+    for (i, payload) in payloads.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(payload);
+    }
+    out.push(']');
+    out
+}

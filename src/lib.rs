@@ -124,6 +124,7 @@
 #[macro_use]
 mod failpoint;
 
+mod action;
 mod backend;
 pub mod clock;
 mod copy;

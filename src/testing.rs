@@ -99,7 +99,7 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::backend::ProgressWrite;
+use crate::backend::params::ProgressWrite;
 use crate::error::{Error, Result};
 use crate::inspect::{JobFilter, JobRecord, JobState, Page};
 use crate::job::JobArgs;

@@ -374,7 +374,7 @@ impl Queue {
     /// its last and next tick. One read of `backlog_schedules`.
     pub fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
         Ok(self
-            .backend()
+            .store()
             .schedules()?
             .into_iter()
             .map(|row| ScheduleInfo {
@@ -392,7 +392,7 @@ impl Queue {
     /// there was one.
     pub fn remove_schedule(&self, name: &str) -> Result<bool> {
         validate::name("schedule", name)?;
-        self.backend().remove_schedule(name)
+        self.store().remove_schedule(name)
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, select, Receiver, Sender};
 
 use super::{Schedule, LATE_TICK_GRACE};
-use crate::backend::{ClaimTickParams, Claimed, RegisterScheduleParams};
+use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams};
 use crate::clock::{duration_micros, ClockMicros};
 use crate::error::{Error, Result};
 use crate::queue::Queue;
@@ -165,7 +165,7 @@ impl Scheduler {
         let queue = &self.shared.queue;
         let now = queue.now_micros();
         queue.check_job(schedule.template(), now)?;
-        queue.backend().register_schedule(&RegisterScheduleParams {
+        queue.store().register_schedule(&RegisterScheduleParams {
             name: schedule.name(),
             expression: &schedule.expression(),
             next_tick: schedule.next_after(now)?,
@@ -301,9 +301,9 @@ impl Shared {
         if schedules.is_empty() {
             return Ok(due);
         }
-        let rows: BTreeMap<String, crate::backend::ScheduleRow> = self
+        let rows: BTreeMap<String, crate::backend::params::ScheduleRow> = self
             .queue
-            .backend()
+            .store()
             .schedules()?
             .into_iter()
             .map(|r| (r.name.clone(), r))

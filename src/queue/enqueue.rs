@@ -3,7 +3,7 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use crate::backend::{ClaimTickParams, Claimed, EnqueueParams, GroupParams};
+use crate::backend::params::{ClaimTickParams, Claimed, EnqueueParams, GroupParams};
 use crate::clock::{add_micros, duration_micros, system_time_to_micros};
 use crate::error::{Error, Result};
 use crate::events::Event;
@@ -42,7 +42,7 @@ impl Queue {
         let now = self.now_micros();
         let prepared = self.prepare_all(jobs, now)?;
         let params: Vec<EnqueueParams<'_>> = params(&prepared, now);
-        let ids = self.inner.backend.enqueue_many(&params)?;
+        let ids = self.store().enqueue_many(&params)?;
         failpoint!("enqueue-after-commit");
         if self.inner.bus.has_listeners() {
             self.inner.bus.ring();
@@ -160,7 +160,7 @@ impl Queue {
                 .and_then(|p| params(std::slice::from_ref(p), claim.now).pop()),
             ..claim
         };
-        let claimed = self.inner.backend.claim_tick(&claim)?;
+        let claimed = self.store().claim_tick(&claim)?;
         if matches!(claimed, Claimed::Enqueued(_)) {
             failpoint!("claim-tick-after-commit");
         }

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::action::{self, Action};
 use crate::clock::duration_micros;
 use crate::error::{Error, Result};
 use crate::events::Event;
@@ -17,7 +18,7 @@ use super::Queue;
 impl Queue {
     /// A job by id, live or finished.
     pub fn get(&self, id: i64) -> Result<JobRecord> {
-        self.inner.backend.get(id, self.now_micros())
+        self.store().get(id, self.now_micros())
     }
 
     /// Waits until job `id` has finished (completed, dead, discarded or
@@ -35,10 +36,7 @@ impl Queue {
         let events = self.subscribe();
         // Polling: a file-notification thread per call would cost more than
         // a counter read every couple of milliseconds for a wait's span.
-        let mut watcher = self
-            .inner
-            .backend
-            .watch_changes(WAIT_WATCH_INTERVAL, false)?;
+        let mut watcher = self.store().watch_changes(WAIT_WATCH_INTERVAL, false)?;
         let watch = watcher.signal();
         let mut poll = WAIT_WATCH_INTERVAL;
         loop {
@@ -86,7 +84,7 @@ impl Queue {
                 "page limit must be at least 1".into(),
             ));
         }
-        self.inner.backend.list(filter, self.now_micros())
+        self.store().list(filter, self.now_micros())
     }
 
     /// How many jobs each queue holds in each state; empty states are left out.
@@ -114,7 +112,7 @@ impl Queue {
     /// [`JobState::Finished`]: crate::JobState::Finished
     /// [`JobState::is_finished`]: crate::JobState::is_finished
     pub fn counts(&self) -> Result<Vec<StateCount>> {
-        self.inner.backend.counts(self.now_micros())
+        self.store().counts(self.now_micros())
     }
 
     /// Runs a dead, discarded or cancelled job again: it moves back from
@@ -122,46 +120,54 @@ impl Queue {
     /// [`Error::InvalidState`] for a completed job, a live one (see
     /// [`Queue::run_now`]), or one whose unique key a live job now holds.
     pub fn retry(&self, id: i64) -> Result<()> {
-        let result = self.inner.backend.retry(id, self.now_micros());
-        self.not_a_member(id, result)
+        let result = self.store().retry(id, self.now_micros());
+        self.not_a_member(
+            id,
+            result.and_then(|acted| Action::Retry.verdict(id, acted, None)),
+        )
     }
 
     /// Makes a scheduled or retrying job due now (a manual trigger), keeping
     /// its attempts; a job already available keeps its place.
     /// [`Error::InvalidState`] for a running or finished job.
     pub fn run_now(&self, id: i64) -> Result<()> {
-        let result = self.inner.backend.run_now(id, self.now_micros());
-        self.not_a_member(id, result)
+        let result = self.store().run_now(id, self.now_micros());
+        self.not_a_member(
+            id,
+            result.and_then(|acted| Action::RunNow.verdict(id, acted, None)),
+        )
     }
 
     /// Cancels a job. One that is not running moves to history as `cancelled`
     /// at once; a running one is flagged and its handler told at the next
     /// heartbeat.
     pub fn cancel(&self, id: i64) -> Result<CancelOutcome> {
-        let result = self.inner.backend.cancel(id, self.now_micros());
-        self.not_a_member(id, result)
+        let result = self.store().cancel(id, self.now_micros());
+        self.not_a_member(
+            id,
+            result.and_then(|acted| Action::cancel_verdict(id, acted)),
+        )
     }
 
     /// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
     pub fn delete(&self, id: i64) -> Result<()> {
-        let result = self.inner.backend.delete(id);
-        self.not_a_member(id, result)
+        let result = self.store().delete(id);
+        self.not_a_member(
+            id,
+            result.and_then(|deleted| action::delete_verdict(id, deleted)),
+        )
     }
 
     /// Pauses a queue: leases skip it until it is resumed.
     pub fn pause(&self, queue: &str) -> Result<()> {
         validate::name("queue", queue)?;
-        self.inner
-            .backend
-            .set_paused(queue, true, self.now_micros())
+        self.store().set_paused(queue, true, self.now_micros())
     }
 
     /// Resumes a paused queue.
     pub fn resume(&self, queue: &str) -> Result<()> {
         validate::name("queue", queue)?;
-        self.inner
-            .backend
-            .set_paused(queue, false, self.now_micros())
+        self.store().set_paused(queue, false, self.now_micros())
     }
 
     /// Sets a queue's limits, replacing the ones it had; `QueueLimits::default()`
@@ -172,9 +178,7 @@ impl Queue {
     pub fn set_limits(&self, queue: &str, limits: QueueLimits) -> Result<()> {
         validate::name("queue", queue)?;
         limits.validate()?;
-        self.inner
-            .backend
-            .set_limits(queue, &limits, self.now_micros())
+        self.store().set_limits(queue, &limits, self.now_micros())
     }
 
     /// A queue's limits; `QueueLimits::default()` (none) for a queue never
@@ -191,12 +195,12 @@ impl Queue {
 
     /// Every queue that has a limit, with its limits, by name.
     pub fn all_limits(&self) -> Result<Vec<(String, QueueLimits)>> {
-        self.inner.backend.limits()
+        self.store().limits()
     }
 
     /// The names of the paused queues.
     pub fn paused_queues(&self) -> Result<Vec<String>> {
-        self.inner.backend.paused_queues()
+        self.store().paused_queues()
     }
 
     /// Deletes up to `limit` finished jobs per status that are older than
@@ -208,7 +212,7 @@ impl Queue {
         for status in FinalStatus::ALL {
             if let Some(keep) = retention.for_status(status) {
                 let cutoff = now.saturating_sub(duration_micros(keep)?);
-                let pruned = self.inner.backend.prune(status, cutoff, limit)?;
+                let pruned = self.store().prune(status, cutoff, limit)?;
                 if pruned > 0 {
                     failpoint!("prune");
                 }

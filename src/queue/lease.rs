@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{HeartbeatParams, LeaseParams, ProgressWrite, SettleParams};
+use crate::backend::params::{HeartbeatParams, LeaseParams, ProgressWrite, SettleParams};
 use crate::clock::{self, add_micros};
 use crate::error::{Error, Result};
 use crate::events::Event;
@@ -20,7 +20,7 @@ impl Queue {
     #[doc(hidden)]
     pub fn explain_lease(&self, request: &LeaseRequest) -> Result<Vec<String>> {
         let now = self.now_micros();
-        self.inner.backend.explain_lease(&LeaseParams {
+        self.store().explain_lease(&LeaseParams {
             queues: &request.queues,
             kinds: request.kinds.as_deref(),
             limit: request.limit,
@@ -40,7 +40,7 @@ impl Queue {
             return Ok(Vec::new());
         }
         let now = self.now_micros();
-        let jobs = self.inner.backend.lease(&LeaseParams {
+        let jobs = self.store().lease(&LeaseParams {
             queues: &queues,
             kinds: kinds.as_deref(),
             limit: request.limit,
@@ -114,7 +114,7 @@ impl Queue {
             return Ok(HeartbeatReport::default());
         }
         let now = self.now_micros();
-        self.inner.backend.heartbeat(&HeartbeatParams {
+        self.store().heartbeat(&HeartbeatParams {
             leases,
             lease_until: add_micros(now, ttl)?,
             now,
@@ -135,9 +135,10 @@ impl Queue {
     }
 
     pub(crate) fn write_progress(&self, writes: &[ProgressWrite], wait: bool) -> Result<Vec<i64>> {
-        self.inner
-            .backend
-            .write_progress(writes, self.now_micros(), wait)
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store().write_progress(writes, self.now_micros(), wait)
     }
 
     /// Makes up to `limit` jobs whose lease expired available again, in the
@@ -146,7 +147,7 @@ impl Queue {
     /// payloads. Call repeatedly until it reports fewer than `limit`.
     pub fn rescue(&self, limit: usize) -> Result<RescueReport> {
         let now = self.now_micros();
-        let done = self.inner.backend.rescue(now, limit, |expired| {
+        let done = self.store().rescue(now, limit, &|expired| {
             let error = AttemptError {
                 attempt: expired.attempts,
                 at: clock::at(now),

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::backend::sqlite::Connections;
-use crate::backend::Backend;
+use crate::backend::{Backend, Store};
 use crate::clock::ClockMicros;
 use crate::error::{Error, Result};
 use crate::events::Bus;
@@ -146,7 +146,7 @@ impl Queue {
 
     fn start(backend: Backend, options: QueueOptions, path: Option<PathBuf>) -> Result<Queue> {
         if options.migrate {
-            backend.migrate(options.write_deadline)?;
+            backend.store().migrate(options.write_deadline)?;
         }
         let bus = Bus::new(options.event_capacity);
         Ok(Queue {
@@ -165,9 +165,7 @@ impl Queue {
     /// Applies pending schema migrations (for queues opened with
     /// [`QueueOptions::migrate`]`(false)`).
     pub fn migrate(&self) -> Result<()> {
-        self.inner
-            .backend
-            .migrate(self.inner.options.write_deadline)
+        self.store().migrate(self.inner.options.write_deadline)
     }
 
     /// The schema migrations this version of backlog has that the database
@@ -176,7 +174,7 @@ impl Queue {
     /// [`QueueOptions::migrate`]`(false)` check here before using a database
     /// an older backlog created.
     pub fn pending_migrations(&self) -> Result<Vec<String>> {
-        self.inner.backend.pending_migrations()
+        self.store().pending_migrations()
     }
 
     /// The database file, for a queue on SQLite.
@@ -184,9 +182,15 @@ impl Queue {
         self.inner.path.as_deref()
     }
 
-    /// The backend, for the per-database modules.
+    /// The backend, for the per-database modules: typed access to what
+    /// only one database has.
     pub(crate) fn backend(&self) -> &Backend {
         &self.inner.backend
+    }
+
+    /// The database, as the engine uses every one of them.
+    pub(crate) fn store(&self) -> &dyn Store {
+        self.inner.backend.store()
     }
 
     /// The options the queue was opened with.
@@ -224,7 +228,7 @@ impl Queue {
     /// How many transactions were retried after a transient failure: SQLite's
     /// BUSY/LOCKED, or a server's deadlock or serialization failure.
     pub fn busy_retries(&self) -> u64 {
-        self.inner.backend.busy_retries()
+        self.store().busy_retries()
     }
 }
 

@@ -4,7 +4,8 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use crate::backend::UpdateParams;
+use crate::action::Action;
+use crate::backend::params::UpdateParams;
 use crate::clock::system_time_to_micros;
 use crate::error::{Error, Result};
 use crate::events::Event;
@@ -46,14 +47,15 @@ impl Queue {
             Some(at) if at < UNIX_EPOCH => Some(now),
             Some(at) => Some(system_time_to_micros(at)?.max(now)),
         };
-        let result = self.inner.backend.update(&UpdateParams {
+        let result = self.store().update(&UpdateParams {
             id,
             priority: update.priority,
             available_at,
             queue: update.queue.as_deref(),
             now,
         });
-        self.not_a_member(id, result)
+        let verdict = |acted| Action::Update.verdict(id, acted, update.queue.as_deref());
+        self.not_a_member(id, result.and_then(verdict))
     }
 
     /// An operator action's `NotFound` for a job waiting in its group:
@@ -86,7 +88,7 @@ impl Queue {
                 "aggregate needs a limit of at least 1".into(),
             ));
         }
-        let done = self.inner.backend.aggregate(self.now_micros(), limit)?;
+        let done = self.store().aggregate(self.now_micros(), limit)?;
         if !done.is_empty() && self.inner.bus.has_listeners() {
             self.inner.bus.ring();
             self.inner.bus.emit(done.iter().map(|a| Event::Enqueued {
@@ -103,7 +105,7 @@ impl Queue {
     /// How long until the next group is ready (zero when one is); `None`
     /// when no group has members waiting.
     pub(crate) fn next_group_ready_in(&self) -> Result<Option<Duration>> {
-        let due = self.inner.backend.next_group_ready(self.now_micros())?;
+        let due = self.store().next_group_ready(self.now_micros())?;
         Ok(due.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))))
     }
 
@@ -130,7 +132,7 @@ impl Queue {
                     ..QueueStats::default()
                 })
         }
-        for c in self.inner.backend.depth(now)? {
+        for c in self.store().depth(now)? {
             let stats = entry(&mut by_queue, &c.queue);
             match c.state {
                 JobState::Available => stats.available += c.count,
@@ -142,11 +144,7 @@ impl Queue {
                 JobState::Finished(_) => {}
             }
         }
-        for r in self
-            .inner
-            .backend
-            .recent_completions(hour_ago, minute_ago)?
-        {
+        for r in self.store().recent_completions(hour_ago, minute_ago)? {
             let stats = entry(&mut by_queue, &r.queue);
             stats.completed_last_hour = r.hour;
             stats.completed_last_minute = r.minute;
@@ -196,8 +194,7 @@ impl Queue {
         // The oldest minute reported is `minutes - 1` ago, in full.
         let since = now.saturating_sub(i64::from(minutes) * 60_000_000 - 1);
         let mut counts: Vec<FinishedCount> = self
-            .inner
-            .backend
+            .store()
             .finished_per_minute(since, now)?
             .into_iter()
             .filter_map(|row| {
@@ -240,8 +237,7 @@ impl Queue {
     /// ```
     pub fn find_by_unique_key(&self, queue: &str, key: &str) -> Result<Vec<JobRecord>> {
         let ids = self
-            .inner
-            .backend
+            .store()
             .find_unique(queue, key, FIND_UNIQUE_HISTORY as i64)?;
         let mut records = Vec::with_capacity(ids.len());
         for id in ids {
@@ -259,7 +255,7 @@ impl Queue {
     /// Live jobs per queue and state, and dead jobs per queue: the cheap
     /// part of [`Queue::counts`] that metrics scrape.
     pub(crate) fn depth(&self) -> Result<Vec<StateCount>> {
-        self.inner.backend.depth(self.now_micros())
+        self.store().depth(self.now_micros())
     }
 
     /// Discards a job that is waiting to run (available, scheduled or
@@ -269,8 +265,11 @@ impl Queue {
     /// [`Error::NotFound`], or [`Error::InvalidState`] for a running job
     /// (see [`Queue::cancel`]) or a finished one.
     pub fn discard_job(&self, id: i64, reason: &str) -> Result<()> {
-        let result = self.inner.backend.discard(id, reason, self.now_micros());
-        self.not_a_member(id, result)
+        let result = self.store().discard(id, reason, self.now_micros());
+        self.not_a_member(
+            id,
+            result.and_then(|acted| Action::Discard.verdict(id, acted, None)),
+        )
     }
 
     /// Discards every waiting job matching `filter`, page by page; see

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::backend::{LeaseParams, SettleParams};
+use crate::backend::params::{LeaseParams, SettleParams};
 use crate::clock::{self, add_micros};
 use crate::error::{Error, Result};
 use crate::events::Event;
@@ -100,10 +100,9 @@ impl Queue {
             })
             .collect::<Result<_>>()?;
         let params: Vec<&SettleParams> = items.iter().map(|(_, _, p)| p).collect();
-        let (results, jobs) =
-            self.inner
-                .backend
-                .settle_and_lease(&params, lease.as_ref(), until)?;
+        let (results, jobs) = self
+            .store()
+            .settle_and_lease(&params, lease.as_ref(), until)?;
         // A job made runnable again at some time (a retry, a snooze) may be
         // due before whatever this process's fetchers are sleeping toward;
         // no server notification says so (PostgreSQL notifies enqueues only).

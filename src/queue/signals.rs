@@ -30,7 +30,7 @@ impl Queue {
     /// `None` when neither. The fetcher sleeps until then.
     pub(crate) fn next_due_in(&self, queues: &[String]) -> Result<Option<Duration>> {
         let now = self.now_micros();
-        let due = self.inner.backend.next_due(queues, now)?;
+        let due = self.store().next_due(queues, now)?;
         let window = crate::limits::next_window_in(
             self.all_limits()?
                 .iter()
@@ -57,14 +57,14 @@ impl Queue {
         &self,
         interval: Duration,
     ) -> Result<crate::backend::ChangeWatcher> {
-        self.inner.backend.watch_changes(interval, true)
+        self.store().watch_changes(interval, true)
     }
 
     /// Checkpoints the write-ahead log without waiting on other connections
     /// (the worker's maintenance, when idle). True when the whole log was
     /// copied back.
     pub(crate) fn checkpoint(&self) -> Result<bool> {
-        self.inner.backend.checkpoint()
+        self.store().checkpoint()
     }
 
     /// Records that `lease` was settled inside a caller's transaction (which

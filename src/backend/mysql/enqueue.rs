@@ -8,7 +8,7 @@ use mysql::{params, Params, Value};
 
 use super::queries::Sql;
 use super::Now;
-use crate::backend::EnqueueParams;
+use crate::backend::params::EnqueueParams;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 

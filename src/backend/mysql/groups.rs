@@ -7,7 +7,7 @@ use mysql::{params, Row};
 
 use super::queries::Sql;
 use super::{take, Now};
-use crate::backend::{Aggregated, EnqueueParams, GroupParams};
+use crate::backend::params::{Aggregated, EnqueueParams, GroupParams};
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 
@@ -87,7 +87,7 @@ pub(crate) fn aggregate(
             }
         }
         if let Some((priority, max_attempts)) = first {
-            let payload = crate::backend::combined_payload(payloads.iter().map(String::as_str));
+            let payload = crate::group::combined_payload(payloads.iter().map(String::as_str));
             let job = EnqueueParams {
                 queue: &queue,
                 kind: &kind,

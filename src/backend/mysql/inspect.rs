@@ -6,10 +6,11 @@ use mysql::{params, Params, Row};
 
 use super::queries::Sql;
 use super::{jobs, take, Now};
-use crate::backend::{FinishedInMinute, RecentCompletions, UpdateParams};
+use crate::action::Action;
+use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
+use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
 
 /// A job by id, live or finished.
@@ -116,108 +117,74 @@ fn count_by_state(rows: Vec<Row>) -> Result<Vec<StateCount>> {
     Ok(out)
 }
 
+/// Where job `id` stands: live (leased or not), finished, or nowhere. Locks
+/// the live row.
+fn look(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Found> {
+    let live: Option<Row> = q.exec_first(&sql.live_lease, params! { "id" => id })?;
+    if let Some(mut row) = live {
+        return Ok(match take::<Option<i64>>(&mut row, 0)? {
+            Some(_) => Found::Running,
+            None => Found::Waiting,
+        });
+    }
+    let status: Option<String> = q.exec_first(&sql.history_status, params! { "id" => id })?;
+    Ok(match status.as_deref().and_then(FinalStatus::parse) {
+        Some(status) => Found::Finished(status),
+        None => Found::Nothing,
+    })
+}
+
 /// Makes a dead, discarded or cancelled job live again with attempts reset.
-pub(crate) fn retry(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<()> {
-    match live_lease(sql, q, id)? {
-        Some(Some(_)) => return Err(live_job(id, "running")),
-        Some(None) => return Err(live_job(id, "waiting to run; run_now makes it due at once")),
-        None => {}
+pub(crate) fn retry(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<Acted> {
+    let found = look(sql, q, id)?;
+    if !Action::Retry.applies_to(found) {
+        return Ok(Acted::refused(found));
     }
-    match history_status(sql, q, id)? {
-        None => Err(Error::NotFound { job_id: id }),
-        Some(FinalStatus::Completed) => Err(Error::InvalidState {
-            job_id: id,
-            reason: "job completed; only dead, discarded or cancelled jobs can be retried".into(),
-        }),
-        Some(_) => {
-            let moved = q
-                .exec_iter(
-                    &sql.retry_from_history,
-                    params! { "id" => id, "now" => now.param() },
-                )?
-                .affected_rows();
-            if moved == 0 {
-                return Err(Error::InvalidState {
-                    job_id: id,
-                    reason: "a live job already holds its unique key".into(),
-                });
-            }
-            q.exec_drop(&sql.delete_history, params! { "id" => id })?;
-            Ok(())
-        }
+    let moved = q
+        .exec_iter(
+            &sql.retry_from_history,
+            params! { "id" => id, "now" => now.param() },
+        )?
+        .affected_rows();
+    if moved == 0 {
+        return Ok(Acted::refused(found));
     }
+    q.exec_drop(&sql.delete_history, params! { "id" => id })?;
+    Ok(Acted::applied(found))
 }
 
 /// Makes a scheduled or retrying job (one not running) due now, keeping its
 /// attempts.
-pub(crate) fn run_now(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<()> {
-    match live_lease(sql, q, id)? {
-        Some(Some(_)) => Err(live_job(id, "running")),
-        Some(None) => {
-            q.exec_drop(&sql.run_now, params! { "id" => id, "now" => now.param() })?;
-            Ok(())
-        }
-        None => match history_status(sql, q, id)? {
-            None => Err(Error::NotFound { job_id: id }),
-            Some(status) => Err(Error::InvalidState {
-                job_id: id,
-                reason: format!(
-                    "job already finished ({}); retry brings a finished job back",
-                    status.as_str()
-                ),
-            }),
-        },
+pub(crate) fn run_now(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<Acted> {
+    let found = look(sql, q, id)?;
+    if !Action::RunNow.applies_to(found) {
+        return Ok(Acted::refused(found));
     }
-}
-
-fn live_job(id: i64, what: &str) -> Error {
-    Error::InvalidState {
-        job_id: id,
-        reason: format!("job is {what}"),
-    }
+    q.exec_drop(&sql.run_now, params! { "id" => id, "now" => now.param() })?;
+    Ok(Acted::applied(found))
 }
 
 /// Cancels a job: at once when it is not running, by request when it is.
-pub(crate) fn cancel(
-    sql: &Sql,
-    q: &mut impl Queryable,
-    id: i64,
-    now: Now,
-) -> Result<CancelOutcome> {
-    match live_lease(sql, q, id)? {
-        Some(Some(_)) => {
+pub(crate) fn cancel(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<Acted> {
+    let found = look(sql, q, id)?;
+    match found {
+        _ if !Action::Cancel.applies_to(found) => return Ok(Acted::refused(found)),
+        Found::Running => {
             q.exec_drop(
                 &sql.request_cancel,
                 params! { "id" => id, "now" => now.param() },
             )?;
-            Ok(CancelOutcome::Requested)
         }
-        Some(None) => {
-            let error = AttemptError {
-                attempt: 0,
-                at: clock::at(0), // the server's now, set in SQL
-                message: "cancelled by request".into(),
-            };
-            jobs::finish(
-                sql,
-                q,
-                id,
-                None,
-                FinalStatus::Cancelled,
-                None,
-                Some(&error),
-                now,
-            )?;
-            Ok(CancelOutcome::Cancelled)
-        }
-        None => match history_status(sql, q, id)? {
-            None => Err(Error::NotFound { job_id: id }),
-            Some(status) => Err(Error::InvalidState {
-                job_id: id,
-                reason: format!("job already finished ({})", status.as_str()),
-            }),
-        },
+        _ => finish_by_operator(
+            sql,
+            q,
+            id,
+            FinalStatus::Cancelled,
+            "cancelled by request",
+            now,
+        )?,
     }
+    Ok(Acted::applied(found))
 }
 
 /// Moves a job that is not running to history as `discarded`, with
@@ -228,60 +195,43 @@ pub(crate) fn discard(
     id: i64,
     reason: &str,
     now: Now,
-) -> Result<()> {
-    match live_lease(sql, q, id)? {
-        Some(Some(_)) => Err(live_job(id, "running; cancel asks its handler to stop")),
-        Some(None) => {
-            let error = AttemptError {
-                attempt: 0,
-                at: clock::at(0), // the server's now, set in SQL
-                message: reason.to_owned(),
-            };
-            jobs::finish(
-                sql,
-                q,
-                id,
-                None,
-                FinalStatus::Discarded,
-                None,
-                Some(&error),
-                now,
-            )
-        }
-        None => match history_status(sql, q, id)? {
-            None => Err(Error::NotFound { job_id: id }),
-            Some(status) => Err(Error::InvalidState {
-                job_id: id,
-                reason: format!("job already finished ({})", status.as_str()),
-            }),
-        },
+) -> Result<Acted> {
+    let found = look(sql, q, id)?;
+    if !Action::Discard.applies_to(found) {
+        return Ok(Acted::refused(found));
     }
+    finish_by_operator(sql, q, id, FinalStatus::Discarded, reason, now)?;
+    Ok(Acted::applied(found))
 }
 
-/// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
-pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<()> {
+/// Moves a job that is not leased, its row locked, to history as `status`,
+/// `message` its error of attempt 0.
+fn finish_by_operator(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    id: i64,
+    status: FinalStatus,
+    message: &str,
+    now: Now,
+) -> Result<()> {
+    let error = AttemptError {
+        attempt: 0,
+        at: clock::at(0), // the server's now, set in SQL
+        message: message.to_owned(),
+    };
+    jobs::finish(sql, q, id, None, status, None, Some(&error), now)
+}
+
+/// Deletes a job, live or finished; whether there was one. A worker running
+/// it gets `LeaseLost`.
+pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<bool> {
     let live = q
         .exec_iter(&sql.delete_live, params! { "id" => id })?
         .affected_rows();
     let finished = q
         .exec_iter(&sql.delete_history, params! { "id" => id })?
         .affected_rows();
-    if live + finished == 0 {
-        return Err(Error::NotFound { job_id: id });
-    }
-    Ok(())
-}
-
-/// `Some(token)` for a live job (token `None` when not leased), `None` when
-/// there is no live job with this id. Locks the row.
-fn live_lease(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Option<Option<i64>>> {
-    let row: Option<Row> = q.exec_first(&sql.live_lease, params! { "id" => id })?;
-    row.map(|mut r| take::<Option<i64>>(&mut r, 0)).transpose()
-}
-
-fn history_status(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Option<FinalStatus>> {
-    let status: Option<String> = q.exec_first(&sql.history_status, params! { "id" => id })?;
-    Ok(status.as_deref().and_then(FinalStatus::parse))
+    Ok(live + finished > 0)
 }
 
 /// Inserts jobs copied from another database (see [`crate::copy()`]), keeping
@@ -415,43 +365,29 @@ pub(crate) fn update(
     q: &mut impl Queryable,
     p: &UpdateParams<'_>,
     now: Now,
-) -> Result<()> {
-    match live_lease(sql, q, p.id)? {
-        Some(Some(_)) => Err(live_job(p.id, "running; only a waiting job can be updated")),
-        Some(None) => {
-            let updated = q.exec_drop(
-                &sql.update_waiting,
-                params! {
-                    "id" => p.id, "priority" => p.priority,
-                    "available_in" => p.available_at.map(|t| now.offset(t)),
-                    "queue" => p.queue, "now" => now.param(),
-                },
-            );
-            match updated {
-                Ok(()) => Ok(()),
-                // ER_DUP_ENTRY (ER_DUP_ENTRY_WITH_KEY_NAME on some paths of
-                // MySQL): the row is unleased and locked by `live_lease`, the
-                // id is unchanged, so only `jobs_unique` can refuse it. The
-                // statement alone was rolled back.
-                Err(mysql::Error::MySqlError(e)) if matches!(e.code, 1062 | 1586) => {
-                    Err(Error::InvalidState {
-                        job_id: p.id,
-                        reason: format!(
-                            "a live job in queue {:?} already holds its unique key",
-                            p.queue.unwrap_or_default()
-                        ),
-                    })
-                }
-                Err(e) => Err(e.into()),
-            }
-        }
-        None => match history_status(sql, q, p.id)? {
-            None => Err(Error::NotFound { job_id: p.id }),
-            Some(status) => Err(Error::InvalidState {
-                job_id: p.id,
-                reason: format!("job already finished ({})", status.as_str()),
-            }),
+) -> Result<Acted> {
+    let found = look(sql, q, p.id)?;
+    if !Action::Update.applies_to(found) {
+        return Ok(Acted::refused(found));
+    }
+    let updated = q.exec_drop(
+        &sql.update_waiting,
+        params! {
+            "id" => p.id, "priority" => p.priority,
+            "available_in" => p.available_at.map(|t| now.offset(t)),
+            "queue" => p.queue, "now" => now.param(),
         },
+    );
+    match updated {
+        Ok(()) => Ok(Acted::applied(found)),
+        // ER_DUP_ENTRY (ER_DUP_ENTRY_WITH_KEY_NAME on some paths of MySQL):
+        // the row is unleased and locked by `look`, the id is unchanged, so
+        // only `jobs_unique` can refuse it. The statement alone was rolled
+        // back.
+        Err(mysql::Error::MySqlError(e)) if matches!(e.code, 1062 | 1586) => {
+            Ok(Acted::refused(found))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -516,6 +452,7 @@ pub(crate) fn prune(
 mod tests {
     use super::*;
     use crate::backend::mysql::Db;
+    use crate::backend::Store;
     use crate::options::QueueOptions;
 
     /// Tables under a prefix of the test's own on `BACKLOG_TEST_MYSQL_URL`,
@@ -568,7 +505,7 @@ mod tests {
             "V6__schedules",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
-        t.db.migrate()?;
+        t.db.migrate(std::time::Duration::ZERO)?;
         assert!(t.db.pending_migrations()?.is_empty());
         t.db.conn()?.query_drop(format!(
             "DELETE FROM {} WHERE version = 2",
@@ -585,7 +522,7 @@ mod tests {
         let Some(t) = Tables::connect()? else {
             return Ok(());
         };
-        t.db.migrate()?;
+        t.db.migrate(std::time::Duration::ZERO)?;
         let mut conn = t.db.conn()?;
         let plan = |conn: &mut mysql::PooledConn, sql: &str, params: Params| -> Result<_> {
             let rows: Vec<Row> = conn.exec(format!("EXPLAIN {sql}"), params)?;

@@ -10,7 +10,9 @@ use mysql::{params, Params, Row, Value};
 pub(crate) use super::enqueue::enqueue_all;
 use super::queries::Sql;
 use super::{take, Now};
-use crate::backend::{ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams};
+use crate::backend::params::{
+    ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
+};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::{HeartbeatReport, Job, Lease};

@@ -11,7 +11,7 @@ use mysql::{params, Params, Row, Value};
 
 use super::queries::Sql;
 use super::{jobs, take, Now};
-use crate::backend::LeaseParams;
+use crate::backend::params::LeaseParams;
 use crate::error::Result;
 use crate::lease::Job;
 use crate::limits::{LimitState, QueueLimits};

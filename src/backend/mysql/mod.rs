@@ -26,20 +26,22 @@ pub(crate) mod version;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mysql::prelude::FromValue;
 use mysql::{Opts, Pool, Row};
 
 pub(crate) use poller::Poller;
 
-use crate::backend::{
-    Aggregated, EnqueueParams, ExpiredLease, FinishedInMinute, HeartbeatParams, LeaseParams,
-    ProgressWrite, RecentCompletions, SettleParams, UpdateParams,
+use crate::backend::params::{
+    Acted, Aggregated, ClaimTickParams, Claimed, EnqueueParams, ExpiredLease, FinishedInMinute,
+    HeartbeatParams, LeaseParams, ProgressWrite, RecentCompletions, RegisterScheduleParams,
+    ScheduleRow, SettleParams, UpdateParams,
 };
+use crate::backend::{ChangeWatcher, Changes, Store};
 use crate::clock::{Clock, ClockMicros};
 use crate::error::{Error, Result};
-use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
+use crate::inspect::{JobFilter, JobRecord, Page, StateCount};
 use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job, Lease};
 use crate::limits::{LimitedQueues, QueueLimits};
@@ -115,25 +117,6 @@ impl Db {
         Now::new(engine, self.clock.is_manual())
     }
 
-    pub(crate) fn migrate(&self) -> Result<()> {
-        self.refuse_inside()?;
-        migrate::migrate(self)
-    }
-
-    pub(crate) fn pending_migrations(&self) -> Result<Vec<String>> {
-        migrate::pending(self)
-    }
-
-    pub(crate) fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
-        let now = self.now(jobs.first().map_or(0, |j| j.now));
-        self.write(|tx| jobs::enqueue_all(&self.sql, tx, jobs, now))
-    }
-
-    pub(crate) fn lease(&self, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
-        let limited = self.may_be_limited(p)?;
-        self.write(|tx| self.lease_in(tx, p, limited))
-    }
-
     /// Leases in the caller's transaction: the limited path (which locks the
     /// limited queues' rows) when `limited`.
     fn lease_in(
@@ -158,64 +141,6 @@ impl Db {
         self.limited.any_of(p.queues, || {
             Ok(self.limits()?.into_iter().map(|(name, _)| name).collect())
         })
-    }
-
-    pub(crate) fn set_limits(&self, queue: &str, limits: &QueueLimits, now: i64) -> Result<()> {
-        self.write(|tx| limits::set_limits(&self.sql, tx, queue, limits, self.now(now)))?;
-        self.limited.forget();
-        Ok(())
-    }
-
-    pub(crate) fn limits(&self) -> Result<Vec<(String, QueueLimits)>> {
-        self.read(|conn| limits::limits(&self.sql, conn))
-    }
-
-    pub(crate) fn aggregate(&self, now: i64, limit: usize) -> Result<Vec<Aggregated>> {
-        self.write(|tx| groups::aggregate(&self.sql, tx, self.now(now), limit))
-    }
-
-    pub(crate) fn next_group_ready(&self, now: i64) -> Result<Option<i64>> {
-        self.read(|conn| groups::next_ready(&self.sql, conn, self.now(now)))
-    }
-
-    pub(crate) fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>> {
-        self.read(|conn| jobs::next_due(&self.sql, conn, queues, self.now(now)))
-    }
-
-    pub(crate) fn explain_lease(&self, p: &LeaseParams<'_>) -> Result<Vec<String>> {
-        self.read(|conn| jobs::explain_lease(&self.sql, conn, p, self.now(p.now)))
-    }
-
-    /// Applies many transitions, then a lease with `lease` when given, in
-    /// one transaction: one commit where there were two. The claim's walk
-    /// skips locked rows, so holding the settled rows adds no lock wait to
-    /// it; a failure of either half rolls back both (as on SQLite), and a
-    /// retried transaction runs both again.
-    pub(crate) fn settle_and_lease(
-        &self,
-        items: &[&SettleParams],
-        lease: Option<&LeaseParams<'_>>,
-    ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
-        let limited = match lease {
-            Some(p) => self.may_be_limited(p)?,
-            None => false,
-        };
-        let done = self.write(|tx| {
-            let results = if items.is_empty() {
-                Vec::new()
-            } else {
-                self.settle_in(tx, items)?
-            };
-            let jobs = match lease {
-                Some(p) => self.lease_in(tx, p, limited)?,
-                None => Vec::new(),
-            };
-            Ok((results, jobs))
-        })?;
-        if has_reschedules(items) {
-            self.rescheduled();
-        }
-        Ok(done)
     }
 
     /// Applies `items` in the caller's transaction. A lost lease fails only
@@ -262,20 +187,90 @@ impl Db {
             .collect())
     }
 
-    pub(crate) fn write_progress(
+    /// Notes a commit that made a job runnable at some time.
+    fn rescheduled(&self) {
+        self.bells.ring();
+    }
+}
+
+impl Store for Db {
+    fn migrate(&self, _write_deadline: Duration) -> Result<()> {
+        self.refuse_inside()?;
+        migrate::migrate(self)
+    }
+
+    fn pending_migrations(&self) -> Result<Vec<String>> {
+        migrate::pending(self)
+    }
+
+    fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
+        let now = self.now(jobs.first().map_or(0, |j| j.now));
+        self.write(|tx| jobs::enqueue_all(&self.sql, tx, jobs, now))
+    }
+
+    fn aggregate(&self, now: i64, limit: usize) -> Result<Vec<Aggregated>> {
+        self.write(|tx| groups::aggregate(&self.sql, tx, self.now(now), limit))
+    }
+
+    fn next_group_ready(&self, now: i64) -> Result<Option<i64>> {
+        self.read(|conn| groups::next_ready(&self.sql, conn, self.now(now)))
+    }
+
+    fn lease(&self, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
+        let limited = self.may_be_limited(p)?;
+        self.write(|tx| self.lease_in(tx, p, limited))
+    }
+
+    fn explain_lease(&self, p: &LeaseParams<'_>) -> Result<Vec<String>> {
+        self.read(|conn| jobs::explain_lease(&self.sql, conn, p, self.now(p.now)))
+    }
+
+    fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>> {
+        self.read(|conn| jobs::next_due(&self.sql, conn, queues, self.now(now)))
+    }
+
+    /// Applies many transitions, then a lease with `lease` when given, in
+    /// one transaction: one commit where there were two. The claim's walk
+    /// skips locked rows, so holding the settled rows adds no lock wait to
+    /// it; a failure of either half rolls back both (as on SQLite), and a
+    /// retried transaction runs both again.
+    fn settle_and_lease(
         &self,
-        writes: &[ProgressWrite],
-        now: i64,
-        wait: bool,
-    ) -> Result<Vec<i64>> {
+        items: &[&SettleParams],
+        lease: Option<&LeaseParams<'_>>,
+        _until: Option<Instant>,
+    ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
+        let limited = match lease {
+            Some(p) => self.may_be_limited(p)?,
+            None => false,
+        };
+        let done = self.write(|tx| {
+            let results = if items.is_empty() {
+                Vec::new()
+            } else {
+                self.settle_in(tx, items)?
+            };
+            let jobs = match lease {
+                Some(p) => self.lease_in(tx, p, limited)?,
+                None => Vec::new(),
+            };
+            Ok((results, jobs))
+        })?;
+        if has_reschedules(items) {
+            self.rescheduled();
+        }
+        Ok(done)
+    }
+
+    fn write_progress(&self, writes: &[ProgressWrite], now: i64, wait: bool) -> Result<Vec<i64>> {
         self.write(|tx| jobs::write_progress(&self.sql, tx, writes, self.now(now), wait))
     }
 
-    pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
+    fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
         self.write(|tx| jobs::heartbeat(&self.sql, tx, p, self.now(p.now)))
     }
 
-    pub(crate) fn rescue(
+    fn rescue(
         &self,
         now: i64,
         limit: usize,
@@ -288,19 +283,56 @@ impl Db {
         Ok(done)
     }
 
-    pub(crate) fn get(&self, id: i64, now: i64) -> Result<JobRecord> {
+    fn get(&self, id: i64, now: i64) -> Result<JobRecord> {
         self.read(|conn| inspect::get(&self.sql, conn, id, self.now(now)))
     }
 
-    pub(crate) fn list(&self, filter: &JobFilter, now: i64) -> Result<Page> {
+    fn list(&self, filter: &JobFilter, now: i64) -> Result<Page> {
         self.read(|conn| inspect::list(&self.sql, conn, filter, self.now(now)))
     }
 
-    pub(crate) fn counts(&self, now: i64) -> Result<Vec<StateCount>> {
+    fn counts(&self, now: i64) -> Result<Vec<StateCount>> {
         self.read(|conn| inspect::counts(&self.sql, conn, self.now(now)))
     }
 
-    pub(crate) fn depth(&self, now: i64) -> Result<Vec<StateCount>> {
+    fn retry(&self, id: i64, now: i64) -> Result<Acted> {
+        let acted = self.write(|tx| inspect::retry(&self.sql, tx, id, self.now(now)))?;
+        if acted.applied {
+            self.rescheduled();
+        }
+        Ok(acted)
+    }
+
+    fn run_now(&self, id: i64, now: i64) -> Result<Acted> {
+        let acted = self.write(|tx| inspect::run_now(&self.sql, tx, id, self.now(now)))?;
+        if acted.applied {
+            self.rescheduled();
+        }
+        Ok(acted)
+    }
+
+    fn cancel(&self, id: i64, now: i64) -> Result<Acted> {
+        self.write(|tx| inspect::cancel(&self.sql, tx, id, self.now(now)))
+    }
+
+    fn discard(&self, id: i64, reason: &str, now: i64) -> Result<Acted> {
+        self.write(|tx| inspect::discard(&self.sql, tx, id, reason, self.now(now)))
+    }
+
+    fn delete(&self, id: i64) -> Result<bool> {
+        self.write(|tx| inspect::delete(&self.sql, tx, id))
+    }
+
+    /// Wakes this process's fetchers too: the job may have come due.
+    fn update(&self, p: &UpdateParams<'_>) -> Result<Acted> {
+        let acted = self.write(|tx| inspect::update(&self.sql, tx, p, self.now(p.now)))?;
+        if acted.applied {
+            self.rescheduled();
+        }
+        Ok(acted)
+    }
+
+    fn depth(&self, now: i64) -> Result<Vec<StateCount>> {
         self.read(|conn| inspect::depth(&self.sql, conn, self.now(now)))
     }
 
@@ -310,7 +342,7 @@ impl Db {
     /// node whose clock is off still counts the server's last hour. (The
     /// microseconds between the engine's read and this one widen both
     /// windows by as much; a manual clock reads the same value twice.)
-    pub(crate) fn recent_completions(
+    fn recent_completions(
         &self,
         hour_since: i64,
         minute_since: i64,
@@ -323,43 +355,12 @@ impl Db {
 
     /// Finished jobs per minute since the engine's `since` (an offset from
     /// this clock's now, applied to the server's).
-    pub(crate) fn finished_per_minute(&self, since: i64) -> Result<Vec<FinishedInMinute>> {
+    fn finished_per_minute(&self, since: i64, _now: i64) -> Result<Vec<FinishedInMinute>> {
         let now = self.now(self.clock.now_micros());
         self.read(|conn| inspect::finished_per_minute(&self.sql, conn, since, now))
     }
 
-    pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {
-        self.write(|tx| inspect::retry(&self.sql, tx, id, self.now(now)))?;
-        self.rescheduled();
-        Ok(())
-    }
-
-    pub(crate) fn run_now(&self, id: i64, now: i64) -> Result<()> {
-        self.write(|tx| inspect::run_now(&self.sql, tx, id, self.now(now)))?;
-        self.rescheduled();
-        Ok(())
-    }
-
-    pub(crate) fn cancel(&self, id: i64, now: i64) -> Result<CancelOutcome> {
-        self.write(|tx| inspect::cancel(&self.sql, tx, id, self.now(now)))
-    }
-
-    pub(crate) fn discard(&self, id: i64, reason: &str, now: i64) -> Result<()> {
-        self.write(|tx| inspect::discard(&self.sql, tx, id, reason, self.now(now)))
-    }
-
-    pub(crate) fn delete(&self, id: i64) -> Result<()> {
-        self.write(|tx| inspect::delete(&self.sql, tx, id))
-    }
-
-    /// Wakes this process's fetchers too: the job may have come due.
-    pub(crate) fn update(&self, p: &UpdateParams<'_>) -> Result<()> {
-        self.write(|tx| inspect::update(&self.sql, tx, p, self.now(p.now)))?;
-        self.rescheduled();
-        Ok(())
-    }
-
-    pub(crate) fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {
+    fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {
         self.write(|tx| inspect::set_paused(&self.sql, tx, queue, paused, self.now(now)))?;
         if !paused {
             self.rescheduled();
@@ -367,38 +368,73 @@ impl Db {
         Ok(())
     }
 
-    pub(crate) fn import(&self, records: &[JobRecord]) -> Result<usize> {
+    fn import(&self, records: &[JobRecord]) -> Result<usize> {
         let written = self.write(|tx| inspect::import(&self.sql, tx, records))?;
         self.rescheduled();
         Ok(written)
     }
 
-    pub(crate) fn find_unique(&self, queue: &str, key: &str, history: i64) -> Result<Vec<i64>> {
+    fn find_unique(&self, queue: &str, key: &str, history: i64) -> Result<Vec<i64>> {
         self.read(|conn| inspect::find_unique(&self.sql, conn, queue, key, history))
     }
 
-    pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
+    fn set_limits(&self, queue: &str, limits: &QueueLimits, now: i64) -> Result<()> {
+        self.write(|tx| limits::set_limits(&self.sql, tx, queue, limits, self.now(now)))?;
+        self.limited.forget();
+        Ok(())
+    }
+
+    fn limits(&self) -> Result<Vec<(String, QueueLimits)>> {
+        self.read(|conn| limits::limits(&self.sql, conn))
+    }
+
+    fn paused_queues(&self) -> Result<Vec<String>> {
         self.read(|conn| inspect::paused_queues(&self.sql, conn))
+    }
+
+    fn watch_changes(&self, _interval: Duration, notified: bool) -> Result<ChangeWatcher> {
+        // The poller says only that something was enqueued: a watcher that
+        // is not asked to be woken (a `wait` for a job to finish) would gain
+        // nothing from a connection and thread.
+        if !notified {
+            return Ok(ChangeWatcher::never());
+        }
+        let poller = Poller::start(self.opts.clone(), self.sql.clone(), &self.bells)?;
+        let signal = poller.signal();
+        Ok(ChangeWatcher::new(poller, signal))
     }
 
     /// `cutoff` comes without the engine's `now`; the queue's clock, read
     /// here, stands in for it (retention is measured in days).
-    pub(crate) fn prune(&self, status: FinalStatus, cutoff: i64, limit: usize) -> Result<usize> {
+    fn prune(&self, status: FinalStatus, cutoff: i64, limit: usize) -> Result<usize> {
         let now = self.now(self.clock.now_micros());
         self.write(|tx| inspect::prune(&self.sql, tx, status, cutoff, limit, now))
     }
 
-    pub(crate) fn busy_retries(&self) -> u64 {
+    fn register_schedule(&self, p: &RegisterScheduleParams<'_>) -> Result<()> {
+        Db::register_schedule(self, p)
+    }
+
+    fn claim_tick(&self, p: &ClaimTickParams<'_>) -> Result<Claimed> {
+        Db::claim_tick(self, p)
+    }
+
+    fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+        Db::schedules(self)
+    }
+
+    fn remove_schedule(&self, name: &str) -> Result<bool> {
+        Db::remove_schedule(self, name)
+    }
+
+    fn busy_retries(&self) -> u64 {
         self.busy_retries.load(Ordering::Relaxed)
     }
+}
 
-    pub(crate) fn watch_changes(&self) -> Result<Poller> {
-        Poller::start(self.opts.clone(), self.sql.clone(), &self.bells)
-    }
-
-    /// Notes a commit that made a job runnable at some time.
-    fn rescheduled(&self) {
-        self.bells.ring();
+impl Changes for Poller {
+    fn changed(&mut self) -> Result<bool> {
+        Poller::changed(self)
     }
 }
 

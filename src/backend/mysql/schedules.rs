@@ -11,7 +11,7 @@ use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
 use super::{jobs, take, Db};
-use crate::backend::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
+use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
 use crate::error::{Error, Result};
 
 /// As SQLite's `REGISTER`. Differs in that MySQL has no `ON CONFLICT ..

@@ -6,7 +6,7 @@ use postgres::GenericClient;
 
 use super::connection::Tx;
 use super::queries::Queries;
-use crate::backend::{Aggregated, EnqueueParams, GroupParams};
+use crate::backend::params::{Aggregated, EnqueueParams, GroupParams};
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 
@@ -86,7 +86,7 @@ pub(crate) fn aggregate<C: GenericClient>(
                 .iter()
                 .map(|m| m.try_get(2))
                 .collect::<std::result::Result<_, _>>()?;
-            let payload = crate::backend::combined_payload(payloads.iter().map(String::as_str));
+            let payload = crate::group::combined_payload(payloads.iter().map(String::as_str));
             let row = one(
                 tx,
                 &q.enqueue,

@@ -1,6 +1,7 @@
 //! Inspection and operator actions on PostgreSQL: get, list, counts, depth,
-//! retry, cancel, discard, delete, update, pause, prune. Same checks and errors as SQLite's; the
-//! rows an action changes are locked first (`FOR UPDATE`), since here a
+//! retry, cancel, discard, delete, update, pause, prune. The engine decides
+//! which state an action applies to (`crate::action`); the rows an action
+//! changes are locked first (`FOR UPDATE`), since here a
 //! lease on another node may run at the same moment.
 
 use postgres::types::ToSql;
@@ -9,10 +10,11 @@ use postgres::{GenericClient, Row};
 use super::connection::Tx;
 use super::jobs::{self, canonical_json, to_u32};
 use super::queries::{self, Queries};
-use crate::backend::{FinishedInMinute, RecentCompletions, UpdateParams};
+use crate::action::Action;
+use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
+use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
 
 /// A job by id, live or finished.
@@ -178,37 +180,43 @@ pub(crate) fn depth<C: GenericClient>(
     Ok(out)
 }
 
+/// Where job `id` stands: live (leased or not), finished, or nowhere. Locks
+/// the live row.
+fn look<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<Found> {
+    if let Some(row) = tx.query_opt(&q.live_lease, &[&id])? {
+        let token: Option<i64> = row.try_get(0)?;
+        return Ok(match token {
+            Some(_) => Found::Running,
+            None => Found::Waiting,
+        });
+    }
+    Ok(match tx.query_opt(&q.history_status, &[&id])? {
+        Some(row) => match FinalStatus::parse(&row.try_get::<_, String>(0)?) {
+            Some(status) => Found::Finished(status),
+            None => Found::Nothing,
+        },
+        None => Found::Nothing,
+    })
+}
+
 /// Makes a dead, discarded or cancelled job live again with attempts reset.
 pub(crate) fn retry<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     id: i64,
     now: i64,
-) -> Result<()> {
-    match live_lease(tx, q, id)? {
-        Some(Some(_)) => return Err(live_job(id, "running")),
-        Some(None) => return Err(live_job(id, "waiting to run; run_now makes it due at once")),
-        None => {}
+) -> Result<Acted> {
+    let found = look(tx, q, id)?;
+    if !Action::Retry.applies_to(found) {
+        return Ok(Acted::refused(found));
     }
-    match history_status(tx, q, id)? {
-        None => Err(Error::NotFound { job_id: id }),
-        Some(FinalStatus::Completed) => Err(Error::InvalidState {
-            job_id: id,
-            reason: "job completed; only dead, discarded or cancelled jobs can be retried".into(),
-        }),
-        Some(_) => {
-            let moved = tx.execute(&q.retry_from_history, &[&q.now_override(now), &id])?;
-            if moved == 0 {
-                return Err(Error::InvalidState {
-                    job_id: id,
-                    reason: "a live job already holds its unique key".into(),
-                });
-            }
-            tx.execute(&q.delete_history, &[&id])?;
-            tx.query(&q.notify, &[&q.channel])?;
-            Ok(())
-        }
+    let moved = tx.execute(&q.retry_from_history, &[&q.now_override(now), &id])?;
+    if moved == 0 {
+        return Ok(Acted::refused(found));
     }
+    tx.execute(&q.delete_history, &[&id])?;
+    tx.query(&q.notify, &[&q.channel])?;
+    Ok(Acted::applied(found))
 }
 
 /// Makes a scheduled or retrying job (one not running) due now, keeping its
@@ -218,32 +226,14 @@ pub(crate) fn run_now<C: GenericClient>(
     q: &Queries,
     id: i64,
     now: i64,
-) -> Result<()> {
-    match live_lease(tx, q, id)? {
-        Some(Some(_)) => Err(live_job(id, "running")),
-        Some(None) => {
-            tx.execute(&q.run_now, &[&q.now_override(now), &id])?;
-            tx.query(&q.notify, &[&q.channel])?;
-            Ok(())
-        }
-        None => match history_status(tx, q, id)? {
-            None => Err(Error::NotFound { job_id: id }),
-            Some(status) => Err(Error::InvalidState {
-                job_id: id,
-                reason: format!(
-                    "job already finished ({}); retry brings a finished job back",
-                    status.as_str()
-                ),
-            }),
-        },
+) -> Result<Acted> {
+    let found = look(tx, q, id)?;
+    if !Action::RunNow.applies_to(found) {
+        return Ok(Acted::refused(found));
     }
-}
-
-fn live_job(id: i64, what: &str) -> Error {
-    Error::InvalidState {
-        job_id: id,
-        reason: format!("job is {what}"),
-    }
+    tx.execute(&q.run_now, &[&q.now_override(now), &id])?;
+    tx.query(&q.notify, &[&q.channel])?;
+    Ok(Acted::applied(found))
 }
 
 /// Cancels a job: at once when it is not running, by request when it is.
@@ -252,29 +242,23 @@ pub(crate) fn cancel<C: GenericClient>(
     q: &Queries,
     id: i64,
     now: i64,
-) -> Result<CancelOutcome> {
-    match live_lease(tx, q, id)? {
-        Some(Some(_)) => {
+) -> Result<Acted> {
+    let found = look(tx, q, id)?;
+    match found {
+        _ if !Action::Cancel.applies_to(found) => return Ok(Acted::refused(found)),
+        Found::Running => {
             tx.execute(&q.request_cancel, &[&q.now_override(now), &id])?;
-            Ok(CancelOutcome::Requested)
         }
-        Some(None) => {
-            let error = AttemptError {
-                attempt: 0,
-                at: clock::at(now),
-                message: "cancelled by request".into(),
-            };
-            jobs::finish_one(tx, q, id, FinalStatus::Cancelled, Some(&error), now)?;
-            Ok(CancelOutcome::Cancelled)
-        }
-        None => match history_status(tx, q, id)? {
-            None => Err(Error::NotFound { job_id: id }),
-            Some(status) => Err(Error::InvalidState {
-                job_id: id,
-                reason: format!("job already finished ({})", status.as_str()),
-            }),
-        },
+        _ => finish_by_operator(
+            tx,
+            q,
+            id,
+            FinalStatus::Cancelled,
+            "cancelled by request",
+            now,
+        )?,
     }
+    Ok(Acted::applied(found))
 }
 
 /// Moves a job that is not running to history as `discarded`, with
@@ -285,60 +269,39 @@ pub(crate) fn discard<C: GenericClient>(
     id: i64,
     reason: &str,
     now: i64,
-) -> Result<()> {
-    match live_lease(tx, q, id)? {
-        Some(Some(_)) => Err(live_job(id, "running; cancel asks its handler to stop")),
-        Some(None) => {
-            let error = AttemptError {
-                attempt: 0,
-                at: clock::at(now),
-                message: reason.to_owned(),
-            };
-            // The row is locked and not leased: it moves.
-            jobs::finish_one(tx, q, id, FinalStatus::Discarded, Some(&error), now)
-        }
-        None => match history_status(tx, q, id)? {
-            None => Err(Error::NotFound { job_id: id }),
-            Some(status) => Err(Error::InvalidState {
-                job_id: id,
-                reason: format!("job already finished ({})", status.as_str()),
-            }),
-        },
+) -> Result<Acted> {
+    let found = look(tx, q, id)?;
+    if !Action::Discard.applies_to(found) {
+        return Ok(Acted::refused(found));
     }
+    finish_by_operator(tx, q, id, FinalStatus::Discarded, reason, now)?;
+    Ok(Acted::applied(found))
 }
 
-/// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
-pub(crate) fn delete<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<()> {
+/// Moves a job that is not leased, its row locked, to history as `status`,
+/// `message` its error of attempt 0.
+fn finish_by_operator<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    status: FinalStatus,
+    message: &str,
+    now: i64,
+) -> Result<()> {
+    let error = AttemptError {
+        attempt: 0,
+        at: clock::at(now),
+        message: message.to_owned(),
+    };
+    jobs::finish_one(tx, q, id, status, Some(&error), now)
+}
+
+/// Deletes a job, live or finished; whether there was one. A worker running
+/// it gets `LeaseLost`.
+pub(crate) fn delete<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<bool> {
     let live = tx.execute(&q.delete_live, &[&id])?;
     let finished = tx.execute(&q.delete_history, &[&id])?;
-    if live + finished == 0 {
-        return Err(Error::NotFound { job_id: id });
-    }
-    Ok(())
-}
-
-/// `Some(token)` for a live job (token `None` when not leased), `None` when
-/// there is no live job with this id. Locks the row.
-fn live_lease<C: GenericClient>(
-    tx: &mut Tx<'_, C>,
-    q: &Queries,
-    id: i64,
-) -> Result<Option<Option<i64>>> {
-    Ok(match tx.query_opt(&q.live_lease, &[&id])? {
-        Some(row) => Some(row.try_get(0)?),
-        None => None,
-    })
-}
-
-fn history_status<C: GenericClient>(
-    tx: &mut Tx<'_, C>,
-    q: &Queries,
-    id: i64,
-) -> Result<Option<FinalStatus>> {
-    Ok(match tx.query_opt(&q.history_status, &[&id])? {
-        Some(row) => FinalStatus::parse(&row.try_get::<_, String>(0)?),
-        None => None,
-    })
+    Ok(live + finished > 0)
 }
 
 /// Inserts jobs copied from another database (see `backlog::copy`), keeping
@@ -495,42 +458,30 @@ pub(crate) fn update<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     p: &UpdateParams<'_>,
-) -> Result<()> {
-    match live_lease(tx, q, p.id)? {
-        Some(Some(_)) => Err(live_job(p.id, "running; only a waiting job can be updated")),
-        Some(None) => {
-            let delay = p.available_at.map(|at| at.saturating_sub(p.now));
-            let held = || Error::InvalidState {
-                job_id: p.id,
-                reason: format!(
-                    "a live job in queue {:?} already holds its unique key",
-                    p.queue.unwrap_or_default()
-                ),
-            };
-            let changed = tx
-                .execute(
-                    &q.update_waiting,
-                    &[&q.now_override(p.now), &p.id, &p.priority, &delay, &p.queue],
-                )
-                .map_err(|e| if is_unique_violation(&e) { held() } else { e })?;
-            // The row is locked by this transaction and not leased: only
-            // the unique key check can have left it out.
-            if changed == 0 {
-                return Err(held());
-            }
-            if p.available_at.is_some() || p.queue.is_some() {
-                tx.query(&q.notify, &[&q.channel])?;
-            }
-            Ok(())
-        }
-        None => match history_status(tx, q, p.id)? {
-            None => Err(Error::NotFound { job_id: p.id }),
-            Some(status) => Err(Error::InvalidState {
-                job_id: p.id,
-                reason: format!("job already finished ({})", status.as_str()),
-            }),
-        },
+) -> Result<Acted> {
+    let found = look(tx, q, p.id)?;
+    if !Action::Update.applies_to(found) {
+        return Ok(Acted::refused(found));
     }
+    let delay = p.available_at.map(|at| at.saturating_sub(p.now));
+    let changed = match tx.execute(
+        &q.update_waiting,
+        &[&q.now_override(p.now), &p.id, &p.priority, &delay, &p.queue],
+    ) {
+        Ok(changed) => changed,
+        // The statement aborted the transaction; its commit rolls back.
+        Err(e) if is_unique_violation(&e) => 0,
+        Err(e) => return Err(e),
+    };
+    // The row is locked by this transaction and not leased: only the unique
+    // key check can have left it out.
+    if changed == 0 {
+        return Ok(Acted::refused(found));
+    }
+    if p.available_at.is_some() || p.queue.is_some() {
+        tx.query(&q.notify, &[&q.channel])?;
+    }
+    Ok(Acted::applied(found))
 }
 
 /// A `unique_violation` (23505): the only unique index an update can hit is

@@ -14,7 +14,7 @@ use postgres::{GenericClient, Row};
 
 use super::connection::Tx;
 use super::queries::Queries;
-use crate::backend::{
+use crate::backend::params::{
     EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
 };
 use crate::clock;

@@ -10,7 +10,7 @@ use postgres::GenericClient;
 use super::connection::Tx;
 use super::jobs;
 use super::queries::{Queries, Tables};
-use crate::backend::LeaseParams;
+use crate::backend::params::LeaseParams;
 use crate::error::Result;
 use crate::lease::Job;
 use crate::limits::{LimitState, QueueLimits};

@@ -21,19 +21,22 @@ pub(crate) mod target;
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub(crate) use listen::Listener;
 
 use self::connection::{Pool, Tx};
 use self::queries::{Queries, Tables};
 use self::target::Target;
-use crate::backend::{
-    Aggregated, EnqueueParams, ExpiredLease, FinishedInMinute, HeartbeatParams, LeaseParams,
-    ProgressWrite, RecentCompletions, SettleParams, UpdateParams,
+use crate::backend::params::{
+    Acted, Aggregated, ClaimTickParams, Claimed, EnqueueParams, ExpiredLease, FinishedInMinute,
+    HeartbeatParams, LeaseParams, ProgressWrite, RecentCompletions, RegisterScheduleParams,
+    ScheduleRow, SettleParams, UpdateParams,
 };
+use crate::backend::{ChangeWatcher, Changes, Store};
 use crate::clock::{Clock, ClockMicros};
 use crate::error::{Error, Result};
-use crate::inspect::{CancelOutcome, JobFilter, JobRecord, Page, StateCount};
+use crate::inspect::{JobFilter, JobRecord, Page, StateCount};
 use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job};
 use crate::limits::{LimitedQueues, QueueLimits};
@@ -98,20 +101,6 @@ impl Db {
         })))
     }
 
-    pub(crate) fn migrate(&self) -> Result<()> {
-        // On a connection of its own, but its DDL would wait for the locks
-        // of a transaction this thread holds.
-        self.pool.refuse_inside()?;
-        let mut client = self.pool.target.connect()?;
-        migrate::migrate(&mut client, &self.q.tables)
-    }
-
-    /// The migrations of this build the database has not applied. Reads
-    /// only, on a pooled connection.
-    pub(crate) fn pending_migrations(&self) -> Result<Vec<String>> {
-        self.pool.read(|tx| migrate::pending(tx, &self.q.tables))
-    }
-
     /// The queue's SQL, for `backlog::postgres`.
     pub(crate) fn queries(&self) -> &Queries {
         &self.q
@@ -120,20 +109,6 @@ impl Db {
     /// The pool, for `backlog::postgres`'s transactions.
     pub(crate) fn pool(&self) -> &Pool {
         &self.pool
-    }
-
-    pub(crate) fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
-        self.pool.write(|tx| jobs::enqueue_all(tx, &self.q, jobs))
-    }
-
-    pub(crate) fn lease(&self, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
-        // One statement, committing alone. If its connection dies before the
-        // answer comes back, it runs again on another: the jobs a lost
-        // answer claimed stay leased until the rescuer frees them.
-        if self.may_be_limited(p)? {
-            return self.pool.write(|tx| limits::lease(tx, &self.q, p));
-        }
-        self.pool.autocommit(|tx| jobs::lease(tx, &self.q, p, true))
     }
 
     /// Whether `p` names a queue that had a limit at the last look: then its
@@ -148,38 +123,57 @@ impl Db {
         })
     }
 
-    pub(crate) fn set_limits(&self, queue: &str, limits: &QueueLimits, now: i64) -> Result<()> {
+    pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
         self.pool
-            .write(|tx| limits::set_limits(tx, &self.q, queue, limits, now))?;
-        self.limited.forget();
-        Ok(())
+            .write(|tx| jobs::settle_all(tx, &self.q, items, false))
+    }
+}
+
+impl Store for Db {
+    fn migrate(&self, _write_deadline: Duration) -> Result<()> {
+        // On a connection of its own, but its DDL would wait for the locks
+        // of a transaction this thread holds.
+        self.pool.refuse_inside()?;
+        let mut client = self.pool.target.connect()?;
+        migrate::migrate(&mut client, &self.q.tables)
     }
 
-    pub(crate) fn limits(&self) -> Result<Vec<(String, QueueLimits)>> {
-        self.pool.read(|tx| limits::limits(tx, &self.q))
+    /// The migrations of this build the database has not applied. Reads
+    /// only, on a pooled connection.
+    fn pending_migrations(&self) -> Result<Vec<String>> {
+        self.pool.read(|tx| migrate::pending(tx, &self.q.tables))
     }
 
-    pub(crate) fn aggregate(&self, now: i64, limit: usize) -> Result<Vec<Aggregated>> {
+    fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
+        self.pool.write(|tx| jobs::enqueue_all(tx, &self.q, jobs))
+    }
+
+    fn aggregate(&self, now: i64, limit: usize) -> Result<Vec<Aggregated>> {
         self.pool
             .write(|tx| groups::aggregate(tx, &self.q, now, limit))
     }
 
-    pub(crate) fn next_group_ready(&self, now: i64) -> Result<Option<i64>> {
+    fn next_group_ready(&self, now: i64) -> Result<Option<i64>> {
         self.pool.read(|tx| groups::next_ready(tx, &self.q, now))
     }
 
-    pub(crate) fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>> {
-        self.pool
-            .read(|tx| jobs::next_due(tx, &self.q, queues, now))
+    fn lease(&self, p: &LeaseParams<'_>) -> Result<Vec<Job>> {
+        // One statement, committing alone. If its connection dies before the
+        // answer comes back, it runs again on another: the jobs a lost
+        // answer claimed stay leased until the rescuer frees them.
+        if self.may_be_limited(p)? {
+            return self.pool.write(|tx| limits::lease(tx, &self.q, p));
+        }
+        self.pool.autocommit(|tx| jobs::lease(tx, &self.q, p, true))
     }
 
-    pub(crate) fn explain_lease(&self, p: &LeaseParams<'_>) -> Result<Vec<String>> {
+    fn explain_lease(&self, p: &LeaseParams<'_>) -> Result<Vec<String>> {
         self.pool.read(|tx| jobs::explain_lease(tx, &self.q, p))
     }
 
-    pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
+    fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>> {
         self.pool
-            .write(|tx| jobs::settle_all(tx, &self.q, items, false))
+            .read(|tx| jobs::next_due(tx, &self.q, queues, now))
     }
 
     /// Settles `items` and then leases with `lease`, in one transaction: one
@@ -187,10 +181,11 @@ impl Db {
     /// LOCKED`, so it waits on no row the settle (or anyone) locked, and a
     /// failure of either half rolls back both and is retried whole: each
     /// settle is fenced on its lease token, so a retry applies it once.
-    pub(crate) fn settle_and_lease(
+    fn settle_and_lease(
         &self,
         items: &[&SettleParams],
         lease: Option<&LeaseParams<'_>>,
+        _until: Option<Instant>,
     ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
         match (items.is_empty(), lease) {
             (true, None) => Ok((Vec::new(), Vec::new())),
@@ -211,21 +206,16 @@ impl Db {
         }
     }
 
-    pub(crate) fn write_progress(
-        &self,
-        writes: &[ProgressWrite],
-        now: i64,
-        wait: bool,
-    ) -> Result<Vec<i64>> {
+    fn write_progress(&self, writes: &[ProgressWrite], now: i64, wait: bool) -> Result<Vec<i64>> {
         self.pool
             .autocommit(|tx| jobs::write_progress(tx, &self.q, writes, now, wait))
     }
 
-    pub(crate) fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
+    fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport> {
         self.pool.autocommit(|tx| jobs::heartbeat(tx, &self.q, p))
     }
 
-    pub(crate) fn rescue(
+    fn rescue(
         &self,
         now: i64,
         limit: usize,
@@ -246,21 +236,46 @@ impl Db {
         })
     }
 
-    pub(crate) fn get(&self, id: i64, now: i64) -> Result<JobRecord> {
+    fn get(&self, id: i64, now: i64) -> Result<JobRecord> {
         self.pool.read(|tx| inspect::get(tx, &self.q, id, now))
     }
 
-    pub(crate) fn list(&self, filter: &JobFilter, now: i64) -> Result<Page> {
+    fn list(&self, filter: &JobFilter, now: i64) -> Result<Page> {
         self.pool.read(|tx| inspect::list(tx, &self.q, filter, now))
     }
 
-    pub(crate) fn counts(&self, now: i64) -> Result<Vec<StateCount>> {
+    fn counts(&self, now: i64) -> Result<Vec<StateCount>> {
         // One snapshot, so live and finished counts are of one moment.
         self.pool
             .read_snapshot(|tx| inspect::counts(tx, &self.q, now))
     }
 
-    pub(crate) fn depth(&self, now: i64) -> Result<Vec<StateCount>> {
+    fn retry(&self, id: i64, now: i64) -> Result<Acted> {
+        self.pool.write(|tx| inspect::retry(tx, &self.q, id, now))
+    }
+
+    fn run_now(&self, id: i64, now: i64) -> Result<Acted> {
+        self.pool.write(|tx| inspect::run_now(tx, &self.q, id, now))
+    }
+
+    fn cancel(&self, id: i64, now: i64) -> Result<Acted> {
+        self.pool.write(|tx| inspect::cancel(tx, &self.q, id, now))
+    }
+
+    fn discard(&self, id: i64, reason: &str, now: i64) -> Result<Acted> {
+        self.pool
+            .write(|tx| inspect::discard(tx, &self.q, id, reason, now))
+    }
+
+    fn delete(&self, id: i64) -> Result<bool> {
+        self.pool.write(|tx| inspect::delete(tx, &self.q, id))
+    }
+
+    fn update(&self, p: &UpdateParams<'_>) -> Result<Acted> {
+        self.pool.write(|tx| inspect::update(tx, &self.q, p))
+    }
+
+    fn depth(&self, now: i64) -> Result<Vec<StateCount>> {
         // One statement: its counts are of one snapshot.
         self.pool.read(|tx| inspect::depth(tx, &self.q, now))
     }
@@ -268,7 +283,7 @@ impl Db {
     /// `hour_since` and `minute_since` are absolute times of the engine's
     /// clock: turned into offsets from that clock's now, and applied to the
     /// server's (as [`Db::prune`]'s cutoff).
-    pub(crate) fn recent_completions(
+    fn recent_completions(
         &self,
         hour_since: i64,
         minute_since: i64,
@@ -280,70 +295,86 @@ impl Db {
 
     /// Finished jobs per minute since the engine's `since`: an offset from
     /// this clock's now, applied to the server's (as `recent_completions`).
-    pub(crate) fn finished_per_minute(&self, since: i64) -> Result<Vec<FinishedInMinute>> {
+    fn finished_per_minute(&self, since: i64, _now: i64) -> Result<Vec<FinishedInMinute>> {
         let now = self.clock.now_micros();
         self.pool
             .read(|tx| inspect::finished_per_minute(tx, &self.q, since, now))
     }
 
-    pub(crate) fn retry(&self, id: i64, now: i64) -> Result<()> {
-        self.pool.write(|tx| inspect::retry(tx, &self.q, id, now))
-    }
-
-    pub(crate) fn run_now(&self, id: i64, now: i64) -> Result<()> {
-        self.pool.write(|tx| inspect::run_now(tx, &self.q, id, now))
-    }
-
-    pub(crate) fn cancel(&self, id: i64, now: i64) -> Result<CancelOutcome> {
-        self.pool.write(|tx| inspect::cancel(tx, &self.q, id, now))
-    }
-
-    pub(crate) fn discard(&self, id: i64, reason: &str, now: i64) -> Result<()> {
-        self.pool
-            .write(|tx| inspect::discard(tx, &self.q, id, reason, now))
-    }
-
-    pub(crate) fn delete(&self, id: i64) -> Result<()> {
-        self.pool.write(|tx| inspect::delete(tx, &self.q, id))
-    }
-
-    pub(crate) fn update(&self, p: &UpdateParams<'_>) -> Result<()> {
-        self.pool.write(|tx| inspect::update(tx, &self.q, p))
-    }
-
-    pub(crate) fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {
+    fn set_paused(&self, queue: &str, paused: bool, now: i64) -> Result<()> {
         self.pool
             .write(|tx| inspect::set_paused(tx, &self.q, queue, paused, now))
     }
 
     /// Inserts jobs copied from another database, keeping their ids.
-    pub(crate) fn import(&self, records: &[JobRecord]) -> Result<usize> {
+    fn import(&self, records: &[JobRecord]) -> Result<usize> {
         self.pool.write(|tx| inspect::import(tx, &self.q, records))
     }
 
-    pub(crate) fn find_unique(&self, queue: &str, key: &str, history: i64) -> Result<Vec<i64>> {
+    fn find_unique(&self, queue: &str, key: &str, history: i64) -> Result<Vec<i64>> {
         self.pool
             .read(|tx| inspect::find_unique(tx, &self.q, queue, key, history))
     }
 
-    pub(crate) fn paused_queues(&self) -> Result<Vec<String>> {
+    fn set_limits(&self, queue: &str, limits: &QueueLimits, now: i64) -> Result<()> {
+        self.pool
+            .write(|tx| limits::set_limits(tx, &self.q, queue, limits, now))?;
+        self.limited.forget();
+        Ok(())
+    }
+
+    fn limits(&self) -> Result<Vec<(String, QueueLimits)>> {
+        self.pool.read(|tx| limits::limits(tx, &self.q))
+    }
+
+    fn paused_queues(&self) -> Result<Vec<String>> {
         self.pool.read(|tx| inspect::paused_queues(tx, &self.q))
+    }
+
+    fn watch_changes(&self, _interval: Duration, notified: bool) -> Result<ChangeWatcher> {
+        // The notifications say only that something was enqueued: a watcher
+        // that is not asked to be woken (a `wait` for a job to finish) would
+        // gain nothing from a connection and thread.
+        if !notified {
+            return Ok(ChangeWatcher::never());
+        }
+        let listener = Listener::open(self.pool.target.clone(), self.q.listen.clone())?;
+        let signal = listener.signal();
+        Ok(ChangeWatcher::new(listener, signal))
     }
 
     /// `cutoff` is an absolute time of the engine's clock: it is turned into
     /// an offset from that clock's now, and applied to the server's.
-    pub(crate) fn prune(&self, status: FinalStatus, cutoff: i64, limit: usize) -> Result<usize> {
+    fn prune(&self, status: FinalStatus, cutoff: i64, limit: usize) -> Result<usize> {
         let now = self.clock.now_micros();
         self.pool
             .write(|tx| inspect::prune(tx, &self.q, status, cutoff, limit, now))
     }
 
-    pub(crate) fn busy_retries(&self) -> u64 {
-        self.pool.busy_retries()
+    fn register_schedule(&self, p: &RegisterScheduleParams<'_>) -> Result<()> {
+        Db::register_schedule(self, p)
     }
 
-    pub(crate) fn watch_changes(&self) -> Result<Listener> {
-        Listener::open(self.pool.target.clone(), self.q.listen.clone())
+    fn claim_tick(&self, p: &ClaimTickParams<'_>) -> Result<Claimed> {
+        Db::claim_tick(self, p)
+    }
+
+    fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+        Db::schedules(self)
+    }
+
+    fn remove_schedule(&self, name: &str) -> Result<bool> {
+        Db::remove_schedule(self, name)
+    }
+
+    fn busy_retries(&self) -> u64 {
+        self.pool.busy_retries()
+    }
+}
+
+impl Changes for Listener {
+    fn changed(&mut self) -> Result<bool> {
+        Listener::changed(self)
     }
 }
 

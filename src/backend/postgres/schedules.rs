@@ -11,7 +11,7 @@ use postgres::GenericClient;
 use super::connection::Tx;
 use super::queries::Queries;
 use super::{jobs, Db};
-use crate::backend::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
+use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
 use crate::error::{Error, Result};
 
 /// As SQLite's `REGISTER`.

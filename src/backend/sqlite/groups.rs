@@ -5,7 +5,7 @@
 use rusqlite::{params, Connection};
 
 use super::queries;
-use crate::backend::{Aggregated, EnqueueParams, GroupParams};
+use crate::backend::params::{Aggregated, EnqueueParams, GroupParams};
 use crate::error::Result;
 use crate::job::Enqueued;
 
@@ -62,7 +62,7 @@ pub(crate) fn aggregate(conn: &Connection, now: i64, limit: usize) -> Result<Vec
             .collect::<rusqlite::Result<_>>()?;
         if let Some(&(_, priority, _, max_attempts)) = members.first() {
             let last = members.last().map_or(0, |m| m.0);
-            let payload = super::super::combined_payload(members.iter().map(|m| m.2.as_str()));
+            let payload = crate::group::combined_payload(members.iter().map(|m| m.2.as_str()));
             conn.prepare_cached(queries::ENQUEUE)?.execute(params![
                 queue,
                 kind,

@@ -4,10 +4,11 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{jobs, queries};
-use crate::backend::{FinishedInMinute, RecentCompletions, UpdateParams};
+use crate::action::Action;
+use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, StateCount};
+use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
 
 /// A job by id, live or finished.
@@ -215,159 +216,113 @@ fn count_by_state(conn: &Connection, queries: &[(&str, Vec<i64>)]) -> Result<Vec
     Ok(out)
 }
 
-/// Makes a dead, discarded or cancelled job live again with attempts reset.
-pub(crate) fn retry(conn: &Connection, id: i64, now: i64) -> Result<()> {
-    match live_lease(conn, id)? {
-        Some(Some(_)) => return Err(live_job(id, "running")),
-        Some(None) => return Err(live_job(id, "waiting to run; run_now makes it due at once")),
-        None => {}
-    }
-    match history_status(conn, id)? {
-        None => Err(Error::NotFound { job_id: id }),
-        Some(FinalStatus::Completed) => Err(Error::InvalidState {
-            job_id: id,
-            reason: "job completed; only dead, discarded or cancelled jobs can be retried".into(),
-        }),
-        Some(_) => {
-            let moved = conn
-                .prepare_cached(queries::RETRY_FROM_HISTORY)?
-                .execute(params![id, now])?;
-            if moved == 0 {
-                return Err(Error::InvalidState {
-                    job_id: id,
-                    reason: "a live job already holds its unique key".into(),
-                });
+/// Where job `id` stands: live (leased or not), finished, or nowhere.
+fn look(conn: &Connection, id: i64) -> Result<Found> {
+    let live: Option<Option<i64>> = conn
+        .prepare_cached(queries::LIVE_LEASE)?
+        .query_row([id], |r| r.get(0))
+        .optional()?;
+    Ok(match live {
+        Some(Some(_)) => Found::Running,
+        Some(None) => Found::Waiting,
+        None => {
+            let status: Option<String> = conn
+                .prepare_cached(queries::HISTORY_STATUS)?
+                .query_row([id], |r| r.get(0))
+                .optional()?;
+            match status.as_deref().and_then(FinalStatus::parse) {
+                Some(status) => Found::Finished(status),
+                None => Found::Nothing,
             }
-            conn.prepare_cached(queries::DELETE_HISTORY)?
-                .execute([id])?;
-            Ok(())
         }
+    })
+}
+
+/// Makes a dead, discarded or cancelled job live again with attempts reset.
+pub(crate) fn retry(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
+    let found = look(conn, id)?;
+    if !Action::Retry.applies_to(found) {
+        return Ok(Acted::refused(found));
     }
+    let moved = conn
+        .prepare_cached(queries::RETRY_FROM_HISTORY)?
+        .execute(params![id, now])?;
+    if moved == 0 {
+        return Ok(Acted::refused(found));
+    }
+    conn.prepare_cached(queries::DELETE_HISTORY)?
+        .execute([id])?;
+    Ok(Acted::applied(found))
 }
 
 /// Makes a scheduled or retrying job (one not running) due now, keeping its
 /// attempts.
-pub(crate) fn run_now(conn: &Connection, id: i64, now: i64) -> Result<()> {
-    match live_lease(conn, id)? {
-        Some(Some(_)) => Err(live_job(id, "running")),
-        Some(None) => {
-            conn.prepare_cached(queries::RUN_NOW)?
-                .execute(params![id, now])?;
-            Ok(())
-        }
-        None => match history_status(conn, id)? {
-            None => Err(Error::NotFound { job_id: id }),
-            Some(status) => Err(Error::InvalidState {
-                job_id: id,
-                reason: format!(
-                    "job already finished ({}); retry brings a finished job back",
-                    status.as_str()
-                ),
-            }),
-        },
+pub(crate) fn run_now(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
+    let found = look(conn, id)?;
+    if !Action::RunNow.applies_to(found) {
+        return Ok(Acted::refused(found));
     }
-}
-
-fn live_job(id: i64, what: &str) -> Error {
-    Error::InvalidState {
-        job_id: id,
-        reason: format!("job is {what}"),
-    }
+    conn.prepare_cached(queries::RUN_NOW)?
+        .execute(params![id, now])?;
+    Ok(Acted::applied(found))
 }
 
 /// Cancels a job: at once when it is not running, by request when it is.
-pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<CancelOutcome> {
-    match live_lease(conn, id)? {
-        Some(Some(_)) => {
+pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
+    let found = look(conn, id)?;
+    match found {
+        _ if !Action::Cancel.applies_to(found) => return Ok(Acted::refused(found)),
+        Found::Running => {
             conn.prepare_cached(queries::REQUEST_CANCEL)?
                 .execute(params![id, now])?;
-            Ok(CancelOutcome::Requested)
         }
-        Some(None) => {
-            let error = AttemptError {
-                attempt: 0,
-                at: clock::at(now),
-                message: "cancelled by request".into(),
-            };
-            jobs::finish(
-                conn,
-                id,
-                None,
-                FinalStatus::Cancelled,
-                None,
-                Some(&error),
-                now,
-            )?;
-            Ok(CancelOutcome::Cancelled)
-        }
-        None => match history_status(conn, id)? {
-            None => Err(Error::NotFound { job_id: id }),
-            Some(status) => Err(Error::InvalidState {
-                job_id: id,
-                reason: format!("job already finished ({})", status.as_str()),
-            }),
-        },
+        _ => finish_by_operator(
+            conn,
+            id,
+            FinalStatus::Cancelled,
+            "cancelled by request",
+            now,
+        )?,
     }
+    Ok(Acted::applied(found))
 }
 
 /// Moves a job that is not running to history as `discarded`, with
 /// `reason` as its last error.
-pub(crate) fn discard(conn: &Connection, id: i64, reason: &str, now: i64) -> Result<()> {
-    match live_lease(conn, id)? {
-        Some(Some(_)) => Err(live_job(id, "running; cancel asks its handler to stop")),
-        Some(None) => {
-            let error = AttemptError {
-                attempt: 0,
-                at: clock::at(now),
-                message: reason.to_owned(),
-            };
-            jobs::finish(
-                conn,
-                id,
-                None,
-                FinalStatus::Discarded,
-                None,
-                Some(&error),
-                now,
-            )
-        }
-        None => match history_status(conn, id)? {
-            None => Err(Error::NotFound { job_id: id }),
-            Some(status) => Err(Error::InvalidState {
-                job_id: id,
-                reason: format!("job already finished ({})", status.as_str()),
-            }),
-        },
+pub(crate) fn discard(conn: &Connection, id: i64, reason: &str, now: i64) -> Result<Acted> {
+    let found = look(conn, id)?;
+    if !Action::Discard.applies_to(found) {
+        return Ok(Acted::refused(found));
     }
+    finish_by_operator(conn, id, FinalStatus::Discarded, reason, now)?;
+    Ok(Acted::applied(found))
 }
 
-/// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
-pub(crate) fn delete(conn: &Connection, id: i64) -> Result<()> {
+/// Moves a job that is not leased to history as `status`, `message` its
+/// error of attempt 0.
+fn finish_by_operator(
+    conn: &Connection,
+    id: i64,
+    status: FinalStatus,
+    message: &str,
+    now: i64,
+) -> Result<()> {
+    let error = AttemptError {
+        attempt: 0,
+        at: clock::at(now),
+        message: message.to_owned(),
+    };
+    jobs::finish(conn, id, None, status, None, Some(&error), now)
+}
+
+/// Deletes a job, live or finished; whether there was one. A worker running
+/// it gets `LeaseLost`.
+pub(crate) fn delete(conn: &Connection, id: i64) -> Result<bool> {
     let live = conn.prepare_cached(queries::DELETE_LIVE)?.execute([id])?;
     let finished = conn
         .prepare_cached(queries::DELETE_HISTORY)?
         .execute([id])?;
-    if live + finished == 0 {
-        return Err(Error::NotFound { job_id: id });
-    }
-    Ok(())
-}
-
-/// `Some(token)` for a live job (token `None` when not leased), `None` when
-/// there is no live job with this id.
-fn live_lease(conn: &Connection, id: i64) -> Result<Option<Option<i64>>> {
-    Ok(conn
-        .prepare_cached(queries::LIVE_LEASE)?
-        .query_row([id], |r| r.get(0))
-        .optional()?)
-}
-
-fn history_status(conn: &Connection, id: i64) -> Result<Option<FinalStatus>> {
-    let status: Option<String> = conn
-        .prepare_cached(queries::HISTORY_STATUS)?
-        .query_row([id], |r| r.get(0))
-        .optional()?;
-    Ok(status.as_deref().and_then(FinalStatus::parse))
+    Ok(live + finished > 0)
 }
 
 /// Inserts jobs copied from another database (see [`crate::copy()`]), keeping
@@ -490,34 +445,20 @@ pub(crate) fn finished_per_minute(
 }
 
 /// Changes priority, due time or queue of a job that is not running.
-pub(crate) fn update(conn: &Connection, p: &UpdateParams<'_>) -> Result<()> {
-    match live_lease(conn, p.id)? {
-        Some(Some(_)) => Err(live_job(p.id, "running; only a waiting job can be updated")),
-        Some(None) => {
-            let changed = conn
-                .prepare_cached(queries::UPDATE_WAITING)?
-                .execute(params![p.id, p.priority, p.available_at, p.queue, p.now])?;
-            // The job is unleased and this transaction holds the write lock:
-            // only the unique index can have ignored the row.
-            if changed == 0 {
-                return Err(Error::InvalidState {
-                    job_id: p.id,
-                    reason: format!(
-                        "a live job in queue {:?} already holds its unique key",
-                        p.queue.unwrap_or_default()
-                    ),
-                });
-            }
-            Ok(())
-        }
-        None => match history_status(conn, p.id)? {
-            None => Err(Error::NotFound { job_id: p.id }),
-            Some(status) => Err(Error::InvalidState {
-                job_id: p.id,
-                reason: format!("job already finished ({})", status.as_str()),
-            }),
-        },
+pub(crate) fn update(conn: &Connection, p: &UpdateParams<'_>) -> Result<Acted> {
+    let found = look(conn, p.id)?;
+    if !Action::Update.applies_to(found) {
+        return Ok(Acted::refused(found));
     }
+    let changed = conn
+        .prepare_cached(queries::UPDATE_WAITING)?
+        .execute(params![p.id, p.priority, p.available_at, p.queue, p.now])?;
+    // The job is unleased and this transaction holds the write lock: only
+    // the unique index can have ignored the row.
+    Ok(Acted {
+        found,
+        applied: changed > 0,
+    })
 }
 
 /// Backlog's tables (of 3) and all tables in the SQLite file at `path`,

@@ -5,7 +5,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{limits, queries};
-use crate::backend::{
+use crate::backend::params::{
     EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
 };
 use crate::clock;

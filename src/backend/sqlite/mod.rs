@@ -2,7 +2,8 @@
 //!
 //! Everything SQLite-specific lives in this folder: the schema
 //! (`migrations/sqlite/`), every statement ([`queries`]), and the operations
-//! that run them ([`jobs`], [`inspect`]). Operations take a plain
+//! that run them ([`jobs`], [`inspect`]), each operation of the engine's
+//! `Store` wrapped in its transaction in `store.rs`. Operations take a plain
 //! `&Connection` so the same code runs inside the queue's own write
 //! transaction or inside an application's transaction (`enqueue_in`,
 //! `complete_in`).
@@ -16,6 +17,7 @@ pub(crate) mod limits;
 pub(crate) mod migrate;
 pub(crate) mod queries;
 pub(crate) mod schedules;
+mod store;
 pub(crate) mod wal;
 pub(crate) mod write_path;
 

@@ -8,7 +8,7 @@
 use rusqlite::{params, Connection, Row};
 
 use super::jobs;
-use crate::backend::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
+use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
 use crate::error::{Error, Result};
 
 /// Inserts a schedule, or replaces its expression and next tick when the

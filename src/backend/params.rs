@@ -1,0 +1,225 @@
+//! What the engine hands a database and what it gets back: one `*Params`
+//! struct per operation, its times already decided by the engine (unix µs of
+//! the queue's clock; see the time rule in `backend/mod.rs`), and the small
+//! rows the operations return. Every backend imports these from here; none
+//! defines its own.
+
+use crate::job::Enqueued;
+use crate::lease::Lease;
+use crate::outcome::{FinalStatus, Transition};
+
+/// One job to insert, validated and encoded by the engine.
+#[derive(Debug)]
+pub(crate) struct EnqueueParams<'a> {
+    pub queue: &'a str,
+    pub kind: &'a str,
+    pub priority: i32,
+    pub unique_key: Option<&'a str>,
+    /// With a unique key: also match history rows finished at or after this
+    /// time (unix µs).
+    pub unique_history_since: Option<i64>,
+    pub payload: &'a str,
+    pub max_attempts: u32,
+    pub available_at: i64,
+    pub now: i64,
+    /// A grouped job: it waits in its group instead of being inserted live.
+    pub group: Option<GroupParams<'a>>,
+}
+
+/// The group a job joins, and the group's policy (µs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GroupParams<'a> {
+    pub key: &'a str,
+    pub max_size: u32,
+    pub grace_us: i64,
+    pub max_delay_us: i64,
+}
+
+/// A group combined into one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Aggregated {
+    pub job_id: i64,
+    pub queue: String,
+    pub kind: String,
+    pub members: usize,
+}
+
+/// One claim of up to `limit` jobs.
+#[derive(Debug)]
+pub(crate) struct LeaseParams<'a> {
+    pub queues: &'a [String],
+    /// `None` claims any kind.
+    pub kinds: Option<&'a [String]>,
+    pub limit: usize,
+    pub worker_id: &'a str,
+    pub now: i64,
+    pub lease_until: i64,
+    /// At most this many jobs of these queues (the caller's own cap, on top
+    /// of the queues' limits).
+    pub caps: &'a [(String, usize)],
+}
+
+/// One decided state change of a leased job, fenced on its lease.
+#[derive(Debug)]
+pub(crate) struct SettleParams {
+    pub lease: Lease,
+    pub transition: Transition,
+    pub now: i64,
+}
+
+/// Extends these leases to `lease_until`.
+#[derive(Debug)]
+pub(crate) struct HeartbeatParams<'a> {
+    pub leases: &'a [Lease],
+    pub lease_until: i64,
+    pub now: i64,
+}
+
+/// A running job's progress to write, fenced on its lease.
+#[derive(Debug, Clone)]
+pub(crate) struct ProgressWrite {
+    pub lease: Lease,
+    /// JSON text, validated and size-capped by the engine.
+    pub progress: String,
+}
+
+/// A leased job whose lease expired, as the rescuer sees it: no payload.
+#[derive(Debug)]
+pub(crate) struct ExpiredLease {
+    pub lease: Lease,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    /// When the job was due before it was claimed: its place in line.
+    pub available_at: i64,
+    /// `cancel(id)` was called while it ran: the rescue finishes it as
+    /// cancelled instead of running it again.
+    pub cancel_requested: bool,
+}
+
+/// A decided change to a job that is not leased; `None` fields keep their
+/// value. The engine validated every value.
+#[derive(Debug)]
+pub(crate) struct UpdateParams<'a> {
+    pub id: i64,
+    pub priority: Option<i32>,
+    pub available_at: Option<i64>,
+    pub queue: Option<&'a str>,
+    pub now: i64,
+}
+
+/// Completed jobs per queue since two points in time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RecentCompletions {
+    pub queue: String,
+    /// Completed at or after `recent_completions`' `hour_since`.
+    pub hour: u64,
+    /// Completed at or after `recent_completions`' `minute_since`.
+    pub minute: u64,
+}
+
+/// A periodic schedule as stored (`backlog_schedules`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ScheduleRow {
+    pub name: String,
+    pub expression: String,
+    /// The next tick not yet claimed (unix µs of the schedule's calendar).
+    pub next_tick: i64,
+    /// The last tick enqueued.
+    pub last_tick: Option<i64>,
+    pub updated_at: i64,
+}
+
+/// Registers a schedule: inserts its row, or when the stored expression
+/// differs, replaces it and its next tick (the last registration wins). A
+/// row with the same expression is left as it is, its next tick included:
+/// a tick missed while no scheduler ran is still seen as missed.
+#[derive(Debug)]
+pub(crate) struct RegisterScheduleParams<'a> {
+    pub name: &'a str,
+    pub expression: &'a str,
+    pub next_tick: i64,
+    pub now: i64,
+}
+
+/// Claims the due tick of a schedule: moves `next_tick` on from `seen`, only
+/// if the row still holds `seen` and `expression` (the compare-and-set that
+/// makes a tick once across schedulers), and in the same transaction
+/// enqueues `job` and records `tick` as the last tick; without a job the
+/// missed tick is skipped.
+#[derive(Debug)]
+pub(crate) struct ClaimTickParams<'a> {
+    pub name: &'a str,
+    pub expression: &'a str,
+    pub seen: i64,
+    pub next_tick: i64,
+    pub tick: i64,
+    pub job: Option<EnqueueParams<'a>>,
+    pub now: i64,
+}
+
+/// What a claim did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claimed {
+    /// Another scheduler claimed it first, or the schedule was removed or
+    /// registered again with another expression: nothing was written.
+    Lost,
+    /// The tick was skipped (missed during downtime).
+    Skipped,
+    /// The tick's job was enqueued (or, `existed`, its unique key was held).
+    Enqueued(Enqueued),
+}
+
+/// Jobs of one queue that finished with one status in one minute: a row of
+/// [`Store::finished_per_minute`](super::Store::finished_per_minute).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FinishedInMinute {
+    pub queue: String,
+    pub status: String,
+    /// Whole minutes between `finished_at` and now (0: the last minute).
+    pub minutes_ago: i64,
+    pub count: i64,
+}
+
+/// Where an operator's action (retry, run_now, cancel, discard, update)
+/// found its job, read in the action's own transaction (on the servers with
+/// the live row locked), so the engine's verdict is about the job the
+/// action saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// No live or finished job has this id.
+    Nothing,
+    /// Live and leased: a worker runs it.
+    Running,
+    /// Live and not leased: available, scheduled or retrying.
+    Waiting,
+    /// In history, finished with this status.
+    Finished(FinalStatus),
+}
+
+/// What an operator's action did. A backend applies an action only to a
+/// job the engine says it applies to
+/// ([`Action::applies_to`](crate::action::Action::applies_to)); `applied`
+/// is false then only when a live job holds the unique key the change needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Acted {
+    pub found: Found,
+    pub applied: bool,
+}
+
+impl Acted {
+    /// Nothing was changed: the action does not apply to a job found so.
+    pub(crate) fn refused(found: Found) -> Acted {
+        Acted {
+            found,
+            applied: false,
+        }
+    }
+
+    /// The action changed the job found so.
+    pub(crate) fn applied(found: Found) -> Acted {
+        Acted {
+            found,
+            applied: true,
+        }
+    }
+}
