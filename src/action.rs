@@ -8,9 +8,13 @@
 //! the caller's answer.
 
 use crate::backend::params::{Acted, Found};
+use crate::clock;
 use crate::error::{Error, Result};
 use crate::inspect::CancelOutcome;
-use crate::outcome::FinalStatus;
+use crate::outcome::{AttemptError, FinalStatus};
+
+/// The error a cancel of a waiting job records.
+pub(crate) const CANCELLED: &str = "cancelled by request";
 
 /// An operator's action on one job, by id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +40,14 @@ impl Action {
             (_, Found::Waiting) => self != Action::Retry,
             _ => false,
         }
+    }
+
+    /// Runs `apply` when this action applies to a job found so; `apply`
+    /// says whether it changed the job (false: a unique key refused it).
+    /// A backend calls this in the transaction that found the job.
+    pub(crate) fn act(self, found: Found, apply: impl FnOnce() -> Result<bool>) -> Result<Acted> {
+        let applied = self.applies_to(found) && apply()?;
+        Ok(Acted { found, applied })
     }
 
     /// `Ok` when the action was applied; otherwise the error that says why
@@ -83,6 +95,16 @@ impl Action {
     }
 }
 
+/// The error an operator's cancel or discard records for a waiting job: of
+/// attempt 0 (no attempt ran it), at `now`.
+pub(crate) fn operator_error(message: &str, now: i64) -> AttemptError {
+    AttemptError {
+        attempt: 0,
+        at: clock::at(now),
+        message: message.to_owned(),
+    }
+}
+
 /// A delete's answer: [`Error::NotFound`] when there was no job to delete.
 pub(crate) fn delete_verdict(id: i64, deleted: bool) -> Result<()> {
     if deleted {
@@ -97,7 +119,11 @@ mod tests {
     use super::*;
 
     fn message(action: Action, found: Found) -> String {
-        match action.verdict(7, Acted::refused(found), Some("mail")) {
+        let refused = Acted {
+            found,
+            applied: false,
+        };
+        match action.verdict(7, refused, Some("mail")) {
             Err(Error::InvalidState { reason, .. }) => reason,
             other => format!("{other:?}"),
         }
@@ -139,7 +165,14 @@ mod tests {
             "a live job already holds its unique key"
         );
         assert!(matches!(
-            Action::Cancel.verdict(7, Acted::refused(Found::Nothing), None),
+            Action::Cancel.verdict(
+                7,
+                Acted {
+                    found: Found::Nothing,
+                    applied: false
+                },
+                None
+            ),
             Err(Error::NotFound { job_id: 7 })
         ));
     }

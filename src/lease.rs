@@ -156,6 +156,27 @@ pub struct HeartbeatReport {
     pub cancel_requested: Vec<i64>,
 }
 
+impl HeartbeatReport {
+    /// The report of a heartbeat of `asked`, of which `extended` were
+    /// extended (each with whether its cancellation was requested): the
+    /// others are lost.
+    pub(crate) fn of(asked: &[Lease], extended: impl IntoIterator<Item = (Lease, bool)>) -> Self {
+        let mut report = HeartbeatReport::default();
+        for (lease, cancel) in extended {
+            if cancel {
+                report.cancel_requested.push(lease.job_id);
+            }
+            report.extended.push(lease);
+        }
+        report.lost = asked
+            .iter()
+            .filter(|l| !report.extended.contains(l))
+            .copied()
+            .collect();
+        report
+    }
+}
+
 /// What one rescue pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RescueReport {

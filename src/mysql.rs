@@ -67,7 +67,7 @@ use crate::error::{Error, Result};
 use crate::job::{Enqueued, IntoNewJob};
 use crate::lease::Job;
 use crate::outcome::Outcome;
-use crate::queue::{params, Queue};
+use crate::queue::{params, run_then_complete, Queue};
 use crate::worker::{JobContext, JobError};
 
 /// The `mysql` crate backlog is built with. Use it for the transactions you
@@ -236,13 +236,9 @@ impl JobContextExt for JobContext {
         self.complete_transactionally(|| {
             db.transaction(|tx| {
                 db::jobs::check_lease(&db.sql, tx, self.job().lease())?;
-                let value = f(tx)?;
-                let result = crate::worker::to_result(&value).map_err(JobError::from)?;
-                failpoint!("transaction-before-fence");
-                queue.complete_in(tx, self.job(), result)?;
-                failpoint!("transaction-before-commit");
-                self.mark_completing();
-                Ok::<T, JobError>(value)
+                run_then_complete(self, tx, f, |tx, result| {
+                    queue.complete_in(tx, self.job(), result)
+                })
             })
         })
     }

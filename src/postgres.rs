@@ -84,7 +84,7 @@ use crate::error::{Error, Result};
 use crate::job::{Enqueued, IntoNewJob};
 use crate::lease::Job;
 use crate::outcome::Outcome;
-use crate::queue::{params, Queue};
+use crate::queue::{params, run_then_complete, Queue};
 use crate::worker::{JobContext, JobError};
 
 /// The `postgres` crate backlog is built with. Use it for the transactions
@@ -265,23 +265,17 @@ impl JobContextExt for JobContext {
                 // this is the hot path of a transactional worker.
                 let lease = self.job().lease();
                 jobs::check_lease(&mut Tx::cached(tx, statements), db.queries(), lease)?;
-                let value = f(tx)?;
-                let result = crate::worker::to_result(&value).map_err(JobError::from)?;
-                failpoint!("transaction-before-fence");
-                let params = queue.settle_params(
-                    self.job(),
-                    Outcome::Complete(result),
-                    queue.now_micros(),
-                )?;
-                let mut tx = Tx::cached(tx, statements);
-                let mut settled = jobs::settle_all(&mut tx, db.queries(), &[&params], false)?;
-                settled
-                    .pop()
-                    .unwrap_or_else(|| Err(Error::Database("settle returned no result".into())))?;
-                queue.note_settled_in(lease);
-                failpoint!("transaction-before-commit");
-                self.mark_completing();
-                Ok::<T, JobError>(value)
+                run_then_complete(self, tx, f, |tx, result| {
+                    let now = queue.now_micros();
+                    let params = queue.settle_params(self.job(), Outcome::Complete(result), now)?;
+                    let mut tx = Tx::cached(tx, statements);
+                    let mut settled = jobs::settle_all(&mut tx, db.queries(), &[&params], false)?;
+                    settled.pop().unwrap_or_else(|| {
+                        Err(Error::Database("settle returned no result".into()))
+                    })?;
+                    queue.note_settled_in(lease);
+                    Ok(())
+                })
             })
         })
     }

@@ -53,15 +53,17 @@ use crate::limits::QueueLimits;
 use crate::outcome::FinalStatus;
 pub(crate) use params::ProgressWrite;
 use params::{
-    Acted, Aggregated, ClaimTickParams, Claimed, EnqueueParams, ExpiredLease, FinishedInMinute,
-    HeartbeatParams, LeaseParams, RecentCompletions, RegisterScheduleParams, ScheduleRow,
-    SettleParams, UpdateParams,
+    Acted, Aggregated, ClaimTickParams, Claimed, EnqueueParams, FinishedInMinute, HeartbeatParams,
+    LeaseParams, RecentCompletions, RegisterScheduleParams, RescueParams, Rescued, ScheduleRow,
+    SettleAndLeaseParams, SettledAndLeased, UpdateParams,
 };
 
 /// Everything a database must do for the engine. Each method is one
 /// operation, applied in one transaction unless it says otherwise; `now` is
-/// the engine's clock (see the time rule above).
-pub(crate) trait Store: Send + Sync + Debug {
+/// the engine's clock (see the time rule above). A concern with tables of
+/// its own is a part of its own ([`Schedules`]), implemented beside its SQL
+/// in each backend's file of that name.
+pub(crate) trait Store: Schedules + Send + Sync + Debug {
     /// Applies pending schema migrations. SQLite waits at most
     /// `write_deadline` for the write lock.
     fn migrate(&self, write_deadline: Duration) -> Result<()>;
@@ -92,18 +94,9 @@ pub(crate) trait Store: Send + Sync + Debug {
     /// comes due, in µs (server backends: measured on the server's clock).
     fn next_due(&self, queues: &[String], now: i64) -> Result<Option<i64>>;
 
-    /// Applies many transitions, then a lease with `lease` when given, in
-    /// one transaction (group commit for both halves). A lost lease fails
-    /// only its own item; an item's `Ok(true)` says a cancel requested while
-    /// the job ran won over its reschedule. With `until`, SQLite gives up
-    /// then (`Busy`) however long another process holds the write lock; the
-    /// servers have no such lock and keep their own bounds.
-    fn settle_and_lease(
-        &self,
-        items: &[&SettleParams],
-        lease: Option<&LeaseParams<'_>>,
-        until: Option<Instant>,
-    ) -> Result<(Vec<Result<bool>>, Vec<Job>)>;
+    /// Applies many transitions, then a lease when asked, in one transaction
+    /// (see [`SettleAndLeaseParams`]). A lost lease fails only its own item.
+    fn settle_and_lease(&self, p: &SettleAndLeaseParams<'_>) -> Result<SettledAndLeased>;
 
     /// Writes running jobs' progress (never none), fenced on their leases,
     /// in one transaction; returns the ids written. Without `wait`, a server
@@ -116,14 +109,9 @@ pub(crate) trait Store: Send + Sync + Debug {
     /// Extends leases, fenced on their tokens.
     fn heartbeat(&self, p: &HeartbeatParams<'_>) -> Result<HeartbeatReport>;
 
-    /// Lists up to `limit` expired leases and applies the engine's decision
-    /// for each, in one transaction.
-    fn rescue(
-        &self,
-        now: i64,
-        limit: usize,
-        decide: &dyn Fn(&ExpiredLease) -> SettleParams,
-    ) -> Result<Vec<(ExpiredLease, SettleParams)>>;
+    /// Lists expired leases and applies the engine's decision for each, in
+    /// one transaction (see [`RescueParams`]).
+    fn rescue(&self, p: &RescueParams<'_>) -> Result<Vec<Rescued>>;
 
     /// A job by id, live or finished: `NotFound` otherwise.
     fn get(&self, id: i64, now: i64) -> Result<JobRecord>;
@@ -216,6 +204,14 @@ pub(crate) trait Store: Send + Sync + Debug {
     /// `cutoff`; how many.
     fn prune(&self, status: FinalStatus, cutoff: i64, limit: usize) -> Result<usize>;
 
+    /// How many transactions were retried after a transient failure (SQLite
+    /// BUSY, a server's deadlock or serialization failure).
+    fn busy_retries(&self) -> u64;
+}
+
+/// Periodic schedules (`backlog_schedules`): the part of [`Store`] each
+/// backend implements in its `schedules.rs`.
+pub(crate) trait Schedules {
     /// Registers a periodic schedule (see [`RegisterScheduleParams`]).
     fn register_schedule(&self, p: &RegisterScheduleParams<'_>) -> Result<()>;
 
@@ -227,10 +223,6 @@ pub(crate) trait Store: Send + Sync + Debug {
 
     /// Deletes a schedule's row; whether there was one.
     fn remove_schedule(&self, name: &str) -> Result<bool>;
-
-    /// How many transactions were retried after a transient failure (SQLite
-    /// BUSY, a server's deadlock or serialization failure).
-    fn busy_retries(&self) -> u64;
 }
 
 /// The database behind a queue. A private enum rather than a generic, so the

@@ -4,8 +4,11 @@
 //! rows the operations return. Every backend imports these from here; none
 //! defines its own.
 
+use std::time::Instant;
+
+use crate::error::Result;
 use crate::job::Enqueued;
-use crate::lease::Lease;
+use crate::lease::{Job, Lease};
 use crate::outcome::{FinalStatus, Transition};
 
 /// One job to insert, validated and encoded by the engine.
@@ -59,6 +62,21 @@ pub(crate) struct LeaseParams<'a> {
     pub caps: &'a [(String, usize)],
 }
 
+/// Many decided state changes, then a claim of more jobs when `lease` is
+/// given, in one transaction: one commit for both halves.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SettleAndLeaseParams<'a> {
+    pub items: &'a [&'a SettleParams],
+    pub lease: Option<&'a LeaseParams<'a>>,
+    /// SQLite gives up then (`Busy`) however long another process holds the
+    /// write lock; the servers have no such lock and keep their own bounds.
+    pub until: Option<Instant>,
+}
+
+/// Each settle's result (`Ok(true)`: a cancel requested while the job ran
+/// won over its reschedule), and the jobs the claim leased.
+pub(crate) type SettledAndLeased = (Vec<Result<bool>>, Vec<Job>);
+
 /// One decided state change of a leased job, fenced on its lease.
 #[derive(Debug)]
 pub(crate) struct SettleParams {
@@ -95,6 +113,26 @@ pub(crate) struct ExpiredLease {
     /// cancelled instead of running it again.
     pub cancel_requested: bool,
 }
+
+/// Rescues up to `limit` leases expired at `now`, each settled as the
+/// engine's `decide` says, in one transaction.
+pub(crate) struct RescueParams<'a> {
+    pub now: i64,
+    pub limit: usize,
+    pub decide: &'a dyn Fn(&ExpiredLease) -> SettleParams,
+}
+
+impl std::fmt::Debug for RescueParams<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RescueParams")
+            .field("now", &self.now)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An expired lease and the settle the engine decided for it.
+pub(crate) type Rescued = (ExpiredLease, SettleParams);
 
 /// A decided change to a job that is not leased; `None` fields keep their
 /// value. The engine validated every value.
@@ -198,28 +236,10 @@ pub(crate) enum Found {
 
 /// What an operator's action did. A backend applies an action only to a
 /// job the engine says it applies to
-/// ([`Action::applies_to`](crate::action::Action::applies_to)); `applied`
-/// is false then only when a live job holds the unique key the change needs.
+/// ([`Action::act`](crate::action::Action::act)); `applied` is false then
+/// only when a live job holds the unique key the change needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Acted {
     pub found: Found,
     pub applied: bool,
-}
-
-impl Acted {
-    /// Nothing was changed: the action does not apply to a job found so.
-    pub(crate) fn refused(found: Found) -> Acted {
-        Acted {
-            found,
-            applied: false,
-        }
-    }
-
-    /// The action changed the job found so.
-    pub(crate) fn applied(found: Found) -> Acted {
-        Acted {
-            found,
-            applied: true,
-        }
-    }
 }

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::backend::params::{HeartbeatParams, LeaseParams, ProgressWrite, SettleParams};
+use crate::backend::params::{
+    ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, RescueParams, SettleParams,
+};
 use crate::clock::{self, add_micros};
 use crate::error::{Error, Result};
 use crate::events::Event;
@@ -147,7 +149,7 @@ impl Queue {
     /// payloads. Call repeatedly until it reports fewer than `limit`.
     pub fn rescue(&self, limit: usize) -> Result<RescueReport> {
         let now = self.now_micros();
-        let done = self.store().rescue(now, limit, &|expired| {
+        let decide = |expired: &ExpiredLease| {
             let error = AttemptError {
                 attempt: expired.attempts,
                 at: clock::at(now),
@@ -188,6 +190,11 @@ impl Queue {
                 transition,
                 now,
             }
+        };
+        let done = self.store().rescue(&RescueParams {
+            now,
+            limit,
+            decide: &decide,
         })?;
         if !done.is_empty() {
             failpoint!("rescue");

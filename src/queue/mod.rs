@@ -14,6 +14,7 @@ mod signals;
 pub(crate) use enqueue::params;
 pub use inspect::WAIT_MAX_POLL;
 pub use operate::FIND_UNIQUE_HISTORY;
+pub(crate) use settle::run_then_complete;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::backend::params::{LeaseParams, SettleParams};
+use crate::backend::params::{LeaseParams, SettleAndLeaseParams, SettleParams};
 use crate::clock::{self, add_micros};
 use crate::error::{Error, Result};
 use crate::events::Event;
@@ -100,9 +100,11 @@ impl Queue {
             })
             .collect::<Result<_>>()?;
         let params: Vec<&SettleParams> = items.iter().map(|(_, _, p)| p).collect();
-        let (results, jobs) = self
-            .store()
-            .settle_and_lease(&params, lease.as_ref(), until)?;
+        let (results, jobs) = self.store().settle_and_lease(&SettleAndLeaseParams {
+            items: &params,
+            lease: lease.as_ref(),
+            until,
+        })?;
         // A job made runnable again at some time (a retry, a snooze) may be
         // due before whatever this process's fetchers are sleeping toward;
         // no server notification says so (PostgreSQL notifies enqueues only).
@@ -175,4 +177,25 @@ fn settled_event(job: &Job, released: bool, transition: &Transition) -> Event {
             available_at: clock::at(*available_at),
         },
     }
+}
+
+/// The handler's half of every database's `JobContextExt::transaction`,
+/// once: in the caller's transaction `tx`, its lease already fenced, runs
+/// `f`, then completes the job with `f`'s value as its result (`complete`,
+/// the database's own completion in `tx`), and marks the job completing so
+/// the worker does not complete it again. The crash points of the
+/// reliability tests sit between the steps.
+pub(crate) fn run_then_complete<X, T: serde::Serialize>(
+    ctx: &crate::worker::JobContext,
+    tx: &mut X,
+    f: impl FnOnce(&mut X) -> std::result::Result<T, crate::worker::JobError>,
+    complete: impl FnOnce(&mut X, Option<Value>) -> Result<()>,
+) -> std::result::Result<T, crate::worker::JobError> {
+    let value = f(tx)?;
+    let result = crate::worker::to_result(&value).map_err(crate::worker::JobError::from)?;
+    failpoint!("transaction-before-fence");
+    complete(tx, result)?;
+    failpoint!("transaction-before-commit");
+    ctx.mark_completing();
+    Ok(value)
 }

@@ -74,7 +74,7 @@ use crate::error::{Error, Result};
 use crate::job::{Enqueued, IntoNewJob};
 use crate::lease::Job;
 use crate::outcome::Outcome;
-use crate::queue::{params, Queue};
+use crate::queue::{params, run_then_complete, Queue};
 use crate::worker::{JobContext, JobError};
 
 pub use diagnostics::{probe_sqlite_file, SqliteFile};
@@ -324,13 +324,14 @@ impl JobContextExt for JobContext {
             queue.transaction(|tx| {
                 check_caller_connection(queue, tx)?;
                 db::jobs::check_lease(tx, self.job().lease())?;
-                let value = f(tx)?;
-                let result = crate::worker::to_result(&value).map_err(JobError::from)?;
-                failpoint!("transaction-before-fence");
-                queue.complete_in(tx, self.job(), result)?;
-                failpoint!("transaction-before-commit");
-                self.mark_completing();
-                Ok::<T, JobError>(value)
+                // A shared `&Transaction` here: the helper takes it by `&mut`.
+                let mut tx = tx;
+                run_then_complete(
+                    self,
+                    &mut tx,
+                    |tx| f(tx),
+                    |tx, result| queue.complete_in(tx, self.job(), result),
+                )
             })
         })
     }

@@ -6,7 +6,7 @@ use mysql::{params, Params, Row};
 
 use super::queries::Sql;
 use super::{jobs, take, Now};
-use crate::action::Action;
+use crate::action::{self, Action};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
 use crate::error::{Error, Result};
@@ -137,54 +137,42 @@ fn look(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Found> {
 /// Makes a dead, discarded or cancelled job live again with attempts reset.
 pub(crate) fn retry(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<Acted> {
     let found = look(sql, q, id)?;
-    if !Action::Retry.applies_to(found) {
-        return Ok(Acted::refused(found));
-    }
-    let moved = q
-        .exec_iter(
-            &sql.retry_from_history,
-            params! { "id" => id, "now" => now.param() },
-        )?
-        .affected_rows();
-    if moved == 0 {
-        return Ok(Acted::refused(found));
-    }
-    q.exec_drop(&sql.delete_history, params! { "id" => id })?;
-    Ok(Acted::applied(found))
+    Action::Retry.act(found, || {
+        let moved = q
+            .exec_iter(
+                &sql.retry_from_history,
+                params! { "id" => id, "now" => now.param() },
+            )?
+            .affected_rows();
+        if moved > 0 {
+            q.exec_drop(&sql.delete_history, params! { "id" => id })?;
+        }
+        Ok(moved > 0)
+    })
 }
 
 /// Makes a scheduled or retrying job (one not running) due now, keeping its
 /// attempts.
 pub(crate) fn run_now(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<Acted> {
     let found = look(sql, q, id)?;
-    if !Action::RunNow.applies_to(found) {
-        return Ok(Acted::refused(found));
-    }
-    q.exec_drop(&sql.run_now, params! { "id" => id, "now" => now.param() })?;
-    Ok(Acted::applied(found))
+    Action::RunNow.act(found, || {
+        q.exec_drop(&sql.run_now, params! { "id" => id, "now" => now.param() })?;
+        Ok(true)
+    })
 }
 
 /// Cancels a job: at once when it is not running, by request when it is.
 pub(crate) fn cancel(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<Acted> {
     let found = look(sql, q, id)?;
-    match found {
-        _ if !Action::Cancel.applies_to(found) => return Ok(Acted::refused(found)),
-        Found::Running => {
-            q.exec_drop(
-                &sql.request_cancel,
-                params! { "id" => id, "now" => now.param() },
-            )?;
+    Action::Cancel.act(found, || {
+        if found == Found::Running {
+            let cancel = params! { "id" => id, "now" => now.param() };
+            q.exec_drop(&sql.request_cancel, cancel)?;
+        } else {
+            finish_waiting(sql, q, id, FinalStatus::Cancelled, action::CANCELLED, now)?;
         }
-        _ => finish_by_operator(
-            sql,
-            q,
-            id,
-            FinalStatus::Cancelled,
-            "cancelled by request",
-            now,
-        )?,
-    }
-    Ok(Acted::applied(found))
+        Ok(true)
+    })
 }
 
 /// Moves a job that is not running to history as `discarded`, with
@@ -197,16 +185,15 @@ pub(crate) fn discard(
     now: Now,
 ) -> Result<Acted> {
     let found = look(sql, q, id)?;
-    if !Action::Discard.applies_to(found) {
-        return Ok(Acted::refused(found));
-    }
-    finish_by_operator(sql, q, id, FinalStatus::Discarded, reason, now)?;
-    Ok(Acted::applied(found))
+    Action::Discard.act(found, || {
+        finish_waiting(sql, q, id, FinalStatus::Discarded, reason, now)?;
+        Ok(true)
+    })
 }
 
 /// Moves a job that is not leased, its row locked, to history as `status`,
-/// `message` its error of attempt 0.
-fn finish_by_operator(
+/// with the operator's `message`; its time is the server's now, set in SQL.
+fn finish_waiting(
     sql: &Sql,
     q: &mut impl Queryable,
     id: i64,
@@ -214,11 +201,7 @@ fn finish_by_operator(
     message: &str,
     now: Now,
 ) -> Result<()> {
-    let error = AttemptError {
-        attempt: 0,
-        at: clock::at(0), // the server's now, set in SQL
-        message: message.to_owned(),
-    };
+    let error = action::operator_error(message, 0);
     jobs::finish(sql, q, id, None, status, None, Some(&error), now)
 }
 
@@ -367,28 +350,25 @@ pub(crate) fn update(
     now: Now,
 ) -> Result<Acted> {
     let found = look(sql, q, p.id)?;
-    if !Action::Update.applies_to(found) {
-        return Ok(Acted::refused(found));
-    }
-    let updated = q.exec_drop(
-        &sql.update_waiting,
-        params! {
-            "id" => p.id, "priority" => p.priority,
-            "available_in" => p.available_at.map(|t| now.offset(t)),
-            "queue" => p.queue, "now" => now.param(),
-        },
-    );
-    match updated {
-        Ok(()) => Ok(Acted::applied(found)),
-        // ER_DUP_ENTRY (ER_DUP_ENTRY_WITH_KEY_NAME on some paths of MySQL):
-        // the row is unleased and locked by `look`, the id is unchanged, so
-        // only `jobs_unique` can refuse it. The statement alone was rolled
-        // back.
-        Err(mysql::Error::MySqlError(e)) if matches!(e.code, 1062 | 1586) => {
-            Ok(Acted::refused(found))
+    Action::Update.act(found, || {
+        let updated = q.exec_drop(
+            &sql.update_waiting,
+            params! {
+                "id" => p.id, "priority" => p.priority,
+                "available_in" => p.available_at.map(|t| now.offset(t)),
+                "queue" => p.queue, "now" => now.param(),
+            },
+        );
+        match updated {
+            Ok(()) => Ok(true),
+            // ER_DUP_ENTRY (ER_DUP_ENTRY_WITH_KEY_NAME on some paths of
+            // MySQL): the row is unleased and locked by `look`, the id is
+            // unchanged, so only `jobs_unique` can refuse it. The statement
+            // alone was rolled back.
+            Err(mysql::Error::MySqlError(e)) if matches!(e.code, 1062 | 1586) => Ok(false),
+            Err(e) => Err(e.into()),
         }
-        Err(e) => Err(e.into()),
-    }
+    })
 }
 
 /// Pauses (`true`) or resumes (`false`) a queue.

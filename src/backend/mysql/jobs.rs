@@ -435,7 +435,6 @@ pub(crate) fn heartbeat(
             })
             .collect()
     };
-    let mut report = HeartbeatReport::default();
     let locked = read(q.exec(&sql.heartbeat_lock, params! { "leases" => json(p.leases)? })?)?;
     if !locked.is_empty() {
         let leases: Vec<Lease> = locked.iter().map(|(l, _)| *l).collect();
@@ -447,18 +446,8 @@ pub(crate) fn heartbeat(
             },
         )?;
     }
-    for (lease, cancel) in &locked {
-        if *cancel {
-            report.cancel_requested.push(lease.job_id);
-        }
-        report.extended.push(*lease);
-    }
-    let skipped: Vec<Lease> = p
-        .leases
-        .iter()
-        .filter(|l| !report.extended.contains(l))
-        .copied()
-        .collect();
+    let mut report = HeartbeatReport::of(p.leases, locked);
+    let skipped = std::mem::take(&mut report.lost);
     if skipped.is_empty() {
         return Ok(report);
     }

@@ -26,7 +26,7 @@ pub(crate) mod version;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mysql::prelude::FromValue;
 use mysql::{Opts, Pool, Row};
@@ -34,9 +34,9 @@ use mysql::{Opts, Pool, Row};
 pub(crate) use poller::Poller;
 
 use crate::backend::params::{
-    Acted, Aggregated, ClaimTickParams, Claimed, EnqueueParams, ExpiredLease, FinishedInMinute,
-    HeartbeatParams, LeaseParams, ProgressWrite, RecentCompletions, RegisterScheduleParams,
-    ScheduleRow, SettleParams, UpdateParams,
+    Acted, Aggregated, EnqueueParams, FinishedInMinute, HeartbeatParams, LeaseParams,
+    ProgressWrite, RecentCompletions, RescueParams, Rescued, SettleAndLeaseParams, SettleParams,
+    SettledAndLeased, UpdateParams,
 };
 use crate::backend::{ChangeWatcher, Changes, Store};
 use crate::clock::{Clock, ClockMicros};
@@ -234,12 +234,8 @@ impl Store for Db {
     /// skips locked rows, so holding the settled rows adds no lock wait to
     /// it; a failure of either half rolls back both (as on SQLite), and a
     /// retried transaction runs both again.
-    fn settle_and_lease(
-        &self,
-        items: &[&SettleParams],
-        lease: Option<&LeaseParams<'_>>,
-        _until: Option<Instant>,
-    ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
+    fn settle_and_lease(&self, p: &SettleAndLeaseParams<'_>) -> Result<SettledAndLeased> {
+        let SettleAndLeaseParams { items, lease, .. } = *p;
         let limited = match lease {
             Some(p) => self.may_be_limited(p)?,
             None => false,
@@ -270,12 +266,8 @@ impl Store for Db {
         self.write(|tx| jobs::heartbeat(&self.sql, tx, p, self.now(p.now)))
     }
 
-    fn rescue(
-        &self,
-        now: i64,
-        limit: usize,
-        decide: &dyn Fn(&ExpiredLease) -> SettleParams,
-    ) -> Result<Vec<(ExpiredLease, SettleParams)>> {
+    fn rescue(&self, p: &RescueParams<'_>) -> Result<Vec<Rescued>> {
+        let RescueParams { now, limit, decide } = *p;
         let done = self.write(|tx| jobs::rescue(&self.sql, tx, self.now(now), limit, decide))?;
         if !done.is_empty() {
             self.rescheduled();
@@ -409,22 +401,6 @@ impl Store for Db {
     fn prune(&self, status: FinalStatus, cutoff: i64, limit: usize) -> Result<usize> {
         let now = self.now(self.clock.now_micros());
         self.write(|tx| inspect::prune(&self.sql, tx, status, cutoff, limit, now))
-    }
-
-    fn register_schedule(&self, p: &RegisterScheduleParams<'_>) -> Result<()> {
-        Db::register_schedule(self, p)
-    }
-
-    fn claim_tick(&self, p: &ClaimTickParams<'_>) -> Result<Claimed> {
-        Db::claim_tick(self, p)
-    }
-
-    fn schedules(&self) -> Result<Vec<ScheduleRow>> {
-        Db::schedules(self)
-    }
-
-    fn remove_schedule(&self, name: &str) -> Result<bool> {
-        Db::remove_schedule(self, name)
     }
 
     fn busy_retries(&self) -> u64 {

@@ -12,6 +12,7 @@ use mysql::{params, Row};
 
 use super::{jobs, take, Db};
 use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
+use crate::backend::Schedules;
 use crate::error::{Error, Result};
 
 /// As SQLite's `REGISTER`. Differs in that MySQL has no `ON CONFLICT ..
@@ -46,8 +47,8 @@ FROM {schedules} ORDER BY name";
 /// As SQLite's `REMOVE`.
 pub const REMOVE: &str = "DELETE FROM {schedules} WHERE name = :name";
 
-impl Db {
-    pub(crate) fn register_schedule(&self, p: &RegisterScheduleParams<'_>) -> Result<()> {
+impl Schedules for Db {
+    fn register_schedule(&self, p: &RegisterScheduleParams<'_>) -> Result<()> {
         let sql = self.sql.tables.render(REGISTER);
         let now = self.now(p.now);
         self.write(|tx| {
@@ -66,7 +67,7 @@ impl Db {
 
     /// The claim and the enqueue commit together; a retried transaction
     /// finds the tick claimed and enqueues nothing.
-    pub(crate) fn claim_tick(&self, p: &ClaimTickParams<'_>) -> Result<Claimed> {
+    fn claim_tick(&self, p: &ClaimTickParams<'_>) -> Result<Claimed> {
         let sql = self.sql.tables.render(CLAIM_TICK);
         let now = self.now(p.now);
         let last_tick = p.job.as_ref().map(|_| p.tick);
@@ -97,7 +98,7 @@ impl Db {
         })
     }
 
-    pub(crate) fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+    fn schedules(&self) -> Result<Vec<ScheduleRow>> {
         let sql = self.sql.tables.render(LIST);
         self.read(|conn| {
             let rows: Vec<Row> = conn.exec(&sql, ())?;
@@ -115,7 +116,7 @@ impl Db {
         })
     }
 
-    pub(crate) fn remove_schedule(&self, name: &str) -> Result<bool> {
+    fn remove_schedule(&self, name: &str) -> Result<bool> {
         let sql = self.sql.tables.render(REMOVE);
         self.write(|tx| {
             let removed = tx

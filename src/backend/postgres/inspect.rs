@@ -10,7 +10,7 @@ use postgres::{GenericClient, Row};
 use super::connection::Tx;
 use super::jobs::{self, canonical_json, to_u32};
 use super::queries::{self, Queries};
-use crate::action::Action;
+use crate::action::{self, Action};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
 use crate::error::{Error, Result};
@@ -207,16 +207,14 @@ pub(crate) fn retry<C: GenericClient>(
     now: i64,
 ) -> Result<Acted> {
     let found = look(tx, q, id)?;
-    if !Action::Retry.applies_to(found) {
-        return Ok(Acted::refused(found));
-    }
-    let moved = tx.execute(&q.retry_from_history, &[&q.now_override(now), &id])?;
-    if moved == 0 {
-        return Ok(Acted::refused(found));
-    }
-    tx.execute(&q.delete_history, &[&id])?;
-    tx.query(&q.notify, &[&q.channel])?;
-    Ok(Acted::applied(found))
+    Action::Retry.act(found, || {
+        let moved = tx.execute(&q.retry_from_history, &[&q.now_override(now), &id])?;
+        if moved > 0 {
+            tx.execute(&q.delete_history, &[&id])?;
+            tx.query(&q.notify, &[&q.channel])?;
+        }
+        Ok(moved > 0)
+    })
 }
 
 /// Makes a scheduled or retrying job (one not running) due now, keeping its
@@ -228,12 +226,11 @@ pub(crate) fn run_now<C: GenericClient>(
     now: i64,
 ) -> Result<Acted> {
     let found = look(tx, q, id)?;
-    if !Action::RunNow.applies_to(found) {
-        return Ok(Acted::refused(found));
-    }
-    tx.execute(&q.run_now, &[&q.now_override(now), &id])?;
-    tx.query(&q.notify, &[&q.channel])?;
-    Ok(Acted::applied(found))
+    Action::RunNow.act(found, || {
+        tx.execute(&q.run_now, &[&q.now_override(now), &id])?;
+        tx.query(&q.notify, &[&q.channel])?;
+        Ok(true)
+    })
 }
 
 /// Cancels a job: at once when it is not running, by request when it is.
@@ -244,21 +241,15 @@ pub(crate) fn cancel<C: GenericClient>(
     now: i64,
 ) -> Result<Acted> {
     let found = look(tx, q, id)?;
-    match found {
-        _ if !Action::Cancel.applies_to(found) => return Ok(Acted::refused(found)),
-        Found::Running => {
+    Action::Cancel.act(found, || {
+        if found == Found::Running {
             tx.execute(&q.request_cancel, &[&q.now_override(now), &id])?;
+        } else {
+            let error = action::operator_error(action::CANCELLED, now);
+            jobs::finish_one(tx, q, id, FinalStatus::Cancelled, Some(&error), now)?;
         }
-        _ => finish_by_operator(
-            tx,
-            q,
-            id,
-            FinalStatus::Cancelled,
-            "cancelled by request",
-            now,
-        )?,
-    }
-    Ok(Acted::applied(found))
+        Ok(true)
+    })
 }
 
 /// Moves a job that is not running to history as `discarded`, with
@@ -271,29 +262,12 @@ pub(crate) fn discard<C: GenericClient>(
     now: i64,
 ) -> Result<Acted> {
     let found = look(tx, q, id)?;
-    if !Action::Discard.applies_to(found) {
-        return Ok(Acted::refused(found));
-    }
-    finish_by_operator(tx, q, id, FinalStatus::Discarded, reason, now)?;
-    Ok(Acted::applied(found))
-}
-
-/// Moves a job that is not leased, its row locked, to history as `status`,
-/// `message` its error of attempt 0.
-fn finish_by_operator<C: GenericClient>(
-    tx: &mut Tx<'_, C>,
-    q: &Queries,
-    id: i64,
-    status: FinalStatus,
-    message: &str,
-    now: i64,
-) -> Result<()> {
-    let error = AttemptError {
-        attempt: 0,
-        at: clock::at(now),
-        message: message.to_owned(),
-    };
-    jobs::finish_one(tx, q, id, status, Some(&error), now)
+    Action::Discard.act(found, || {
+        // The row is locked and not leased: it moves.
+        let error = action::operator_error(reason, now);
+        jobs::finish_one(tx, q, id, FinalStatus::Discarded, Some(&error), now)?;
+        Ok(true)
+    })
 }
 
 /// Deletes a job, live or finished; whether there was one. A worker running
@@ -460,28 +434,24 @@ pub(crate) fn update<C: GenericClient>(
     p: &UpdateParams<'_>,
 ) -> Result<Acted> {
     let found = look(tx, q, p.id)?;
-    if !Action::Update.applies_to(found) {
-        return Ok(Acted::refused(found));
-    }
-    let delay = p.available_at.map(|at| at.saturating_sub(p.now));
-    let changed = match tx.execute(
-        &q.update_waiting,
-        &[&q.now_override(p.now), &p.id, &p.priority, &delay, &p.queue],
-    ) {
-        Ok(changed) => changed,
-        // The statement aborted the transaction; its commit rolls back.
-        Err(e) if is_unique_violation(&e) => 0,
-        Err(e) => return Err(e),
-    };
-    // The row is locked by this transaction and not leased: only the unique
-    // key check can have left it out.
-    if changed == 0 {
-        return Ok(Acted::refused(found));
-    }
-    if p.available_at.is_some() || p.queue.is_some() {
-        tx.query(&q.notify, &[&q.channel])?;
-    }
-    Ok(Acted::applied(found))
+    Action::Update.act(found, || {
+        let delay = p.available_at.map(|at| at.saturating_sub(p.now));
+        let changed = match tx.execute(
+            &q.update_waiting,
+            &[&q.now_override(p.now), &p.id, &p.priority, &delay, &p.queue],
+        ) {
+            Ok(changed) => changed,
+            // The statement aborted the transaction; its commit rolls back.
+            Err(e) if is_unique_violation(&e) => 0,
+            Err(e) => return Err(e),
+        };
+        // The row is locked by this transaction and not leased: only the
+        // unique key check can have left it out.
+        if changed > 0 && (p.available_at.is_some() || p.queue.is_some()) {
+            tx.query(&q.notify, &[&q.channel])?;
+        }
+        Ok(changed > 0)
+    })
 }
 
 /// A `unique_violation` (23505): the only unique index an update can hit is

@@ -538,24 +538,17 @@ pub(crate) fn heartbeat<C: GenericClient>(
     let tokens: Vec<i64> = p.leases.iter().map(|l| l.token).collect();
     let ttl = p.lease_until.saturating_sub(p.now);
     let rows = tx.query(&q.heartbeat, &[&q.now_override(p.now), &ttl, &ids, &tokens])?;
-    let mut report = HeartbeatReport::default();
-    for r in &rows {
-        let lease = Lease {
-            job_id: r.try_get(0)?,
-            token: r.try_get(1)?,
-        };
-        if r.try_get::<_, bool>(2)? {
-            report.cancel_requested.push(lease.job_id);
-        }
-        report.extended.push(lease);
-    }
-    report.lost = p
-        .leases
+    let extended = rows
         .iter()
-        .filter(|l| !report.extended.contains(l))
-        .copied()
-        .collect();
-    Ok(report)
+        .map(|r| {
+            let lease = Lease {
+                job_id: r.try_get(0)?,
+                token: r.try_get(1)?,
+            };
+            Ok((lease, r.try_get::<_, bool>(2)?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(HeartbeatReport::of(p.leases, extended))
 }
 
 /// Writes each job's progress, fenced on its lease; returns the ids written

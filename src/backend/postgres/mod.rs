@@ -21,7 +21,7 @@ pub(crate) mod target;
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub(crate) use listen::Listener;
 
@@ -29,9 +29,9 @@ use self::connection::{Pool, Tx};
 use self::queries::{Queries, Tables};
 use self::target::Target;
 use crate::backend::params::{
-    Acted, Aggregated, ClaimTickParams, Claimed, EnqueueParams, ExpiredLease, FinishedInMinute,
-    HeartbeatParams, LeaseParams, ProgressWrite, RecentCompletions, RegisterScheduleParams,
-    ScheduleRow, SettleParams, UpdateParams,
+    Acted, Aggregated, EnqueueParams, FinishedInMinute, HeartbeatParams, LeaseParams,
+    ProgressWrite, RecentCompletions, RescueParams, Rescued, SettleAndLeaseParams, SettleParams,
+    SettledAndLeased, UpdateParams,
 };
 use crate::backend::{ChangeWatcher, Changes, Store};
 use crate::clock::{Clock, ClockMicros};
@@ -181,12 +181,8 @@ impl Store for Db {
     /// LOCKED`, so it waits on no row the settle (or anyone) locked, and a
     /// failure of either half rolls back both and is retried whole: each
     /// settle is fenced on its lease token, so a retry applies it once.
-    fn settle_and_lease(
-        &self,
-        items: &[&SettleParams],
-        lease: Option<&LeaseParams<'_>>,
-        _until: Option<Instant>,
-    ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
+    fn settle_and_lease(&self, p: &SettleAndLeaseParams<'_>) -> Result<SettledAndLeased> {
+        let SettleAndLeaseParams { items, lease, .. } = *p;
         match (items.is_empty(), lease) {
             (true, None) => Ok((Vec::new(), Vec::new())),
             (true, Some(p)) => Ok((Vec::new(), self.lease(p)?)),
@@ -215,12 +211,8 @@ impl Store for Db {
         self.pool.autocommit(|tx| jobs::heartbeat(tx, &self.q, p))
     }
 
-    fn rescue(
-        &self,
-        now: i64,
-        limit: usize,
-        decide: &dyn Fn(&ExpiredLease) -> SettleParams,
-    ) -> Result<Vec<(ExpiredLease, SettleParams)>> {
+    fn rescue(&self, p: &RescueParams<'_>) -> Result<Vec<Rescued>> {
+        let RescueParams { now, limit, decide } = *p;
         self.pool.write(|tx| {
             let expired = jobs::expired_leases(tx, &self.q, now, limit)?;
             let decided: Vec<SettleParams> = expired.iter().map(decide).collect();
@@ -349,22 +341,6 @@ impl Store for Db {
         let now = self.clock.now_micros();
         self.pool
             .write(|tx| inspect::prune(tx, &self.q, status, cutoff, limit, now))
-    }
-
-    fn register_schedule(&self, p: &RegisterScheduleParams<'_>) -> Result<()> {
-        Db::register_schedule(self, p)
-    }
-
-    fn claim_tick(&self, p: &ClaimTickParams<'_>) -> Result<Claimed> {
-        Db::claim_tick(self, p)
-    }
-
-    fn schedules(&self) -> Result<Vec<ScheduleRow>> {
-        Db::schedules(self)
-    }
-
-    fn remove_schedule(&self, name: &str) -> Result<bool> {
-        Db::remove_schedule(self, name)
     }
 
     fn busy_retries(&self) -> u64 {

@@ -12,6 +12,7 @@ use super::connection::Tx;
 use super::queries::Queries;
 use super::{jobs, Db};
 use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
+use crate::backend::Schedules;
 use crate::error::{Error, Result};
 
 /// As SQLite's `REGISTER`.
@@ -41,8 +42,8 @@ FROM {schedules} ORDER BY name";
 /// As SQLite's `REMOVE`.
 pub const REMOVE: &str = "DELETE FROM {schedules} WHERE name = $1";
 
-impl Db {
-    pub(crate) fn register_schedule(&self, p: &RegisterScheduleParams<'_>) -> Result<()> {
+impl Schedules for Db {
+    fn register_schedule(&self, p: &RegisterScheduleParams<'_>) -> Result<()> {
         let sql = self.q.tables.render(REGISTER);
         self.pool.write(|tx| {
             tx.execute(
@@ -60,12 +61,12 @@ impl Db {
 
     /// The claim and the enqueue commit together; a retried transaction
     /// (a lost connection) finds the tick claimed and enqueues nothing.
-    pub(crate) fn claim_tick(&self, p: &ClaimTickParams<'_>) -> Result<Claimed> {
+    fn claim_tick(&self, p: &ClaimTickParams<'_>) -> Result<Claimed> {
         let sql = self.q.tables.render(CLAIM_TICK);
         self.pool.write(|tx| claim_tick(tx, &self.q, &sql, p))
     }
 
-    pub(crate) fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+    fn schedules(&self) -> Result<Vec<ScheduleRow>> {
         let sql = self.q.tables.render(LIST);
         self.pool.read(|tx| {
             tx.query(&sql, &[])?
@@ -83,7 +84,7 @@ impl Db {
         })
     }
 
-    pub(crate) fn remove_schedule(&self, name: &str) -> Result<bool> {
+    fn remove_schedule(&self, name: &str) -> Result<bool> {
         let sql = self.q.tables.render(REMOVE);
         self.pool.write(|tx| Ok(tx.execute(&sql, &[&name])? > 0))
     }

@@ -4,7 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{jobs, queries};
-use crate::action::Action;
+use crate::action::{self, Action};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
 use crate::error::{Error, Result};
@@ -240,78 +240,61 @@ fn look(conn: &Connection, id: i64) -> Result<Found> {
 
 /// Makes a dead, discarded or cancelled job live again with attempts reset.
 pub(crate) fn retry(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
-    let found = look(conn, id)?;
-    if !Action::Retry.applies_to(found) {
-        return Ok(Acted::refused(found));
-    }
-    let moved = conn
-        .prepare_cached(queries::RETRY_FROM_HISTORY)?
-        .execute(params![id, now])?;
-    if moved == 0 {
-        return Ok(Acted::refused(found));
-    }
-    conn.prepare_cached(queries::DELETE_HISTORY)?
-        .execute([id])?;
-    Ok(Acted::applied(found))
+    Action::Retry.act(look(conn, id)?, || {
+        let moved = conn
+            .prepare_cached(queries::RETRY_FROM_HISTORY)?
+            .execute(params![id, now])?;
+        if moved > 0 {
+            conn.prepare_cached(queries::DELETE_HISTORY)?
+                .execute([id])?;
+        }
+        Ok(moved > 0)
+    })
 }
 
 /// Makes a scheduled or retrying job (one not running) due now, keeping its
 /// attempts.
 pub(crate) fn run_now(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
-    let found = look(conn, id)?;
-    if !Action::RunNow.applies_to(found) {
-        return Ok(Acted::refused(found));
-    }
-    conn.prepare_cached(queries::RUN_NOW)?
-        .execute(params![id, now])?;
-    Ok(Acted::applied(found))
+    Action::RunNow.act(look(conn, id)?, || {
+        conn.prepare_cached(queries::RUN_NOW)?
+            .execute(params![id, now])?;
+        Ok(true)
+    })
 }
 
 /// Cancels a job: at once when it is not running, by request when it is.
 pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
     let found = look(conn, id)?;
-    match found {
-        _ if !Action::Cancel.applies_to(found) => return Ok(Acted::refused(found)),
-        Found::Running => {
+    Action::Cancel.act(found, || {
+        if found == Found::Running {
             conn.prepare_cached(queries::REQUEST_CANCEL)?
                 .execute(params![id, now])?;
+        } else {
+            finish_waiting(conn, id, FinalStatus::Cancelled, action::CANCELLED, now)?;
         }
-        _ => finish_by_operator(
-            conn,
-            id,
-            FinalStatus::Cancelled,
-            "cancelled by request",
-            now,
-        )?,
-    }
-    Ok(Acted::applied(found))
+        Ok(true)
+    })
 }
 
 /// Moves a job that is not running to history as `discarded`, with
 /// `reason` as its last error.
 pub(crate) fn discard(conn: &Connection, id: i64, reason: &str, now: i64) -> Result<Acted> {
-    let found = look(conn, id)?;
-    if !Action::Discard.applies_to(found) {
-        return Ok(Acted::refused(found));
-    }
-    finish_by_operator(conn, id, FinalStatus::Discarded, reason, now)?;
-    Ok(Acted::applied(found))
+    Action::Discard.act(look(conn, id)?, || {
+        finish_waiting(conn, id, FinalStatus::Discarded, reason, now)?;
+        Ok(true)
+    })
 }
 
-/// Moves a job that is not leased to history as `status`, `message` its
-/// error of attempt 0.
-fn finish_by_operator(
+/// Moves a job that is not leased to history as `status`, with the
+/// operator's `message`.
+fn finish_waiting(
     conn: &Connection,
     id: i64,
     status: FinalStatus,
     message: &str,
     now: i64,
 ) -> Result<()> {
-    let error = AttemptError {
-        attempt: 0,
-        at: clock::at(now),
-        message: message.to_owned(),
-    };
+    let error = action::operator_error(message, now);
     jobs::finish(conn, id, None, status, None, Some(&error), now)
 }
 
@@ -446,18 +429,13 @@ pub(crate) fn finished_per_minute(
 
 /// Changes priority, due time or queue of a job that is not running.
 pub(crate) fn update(conn: &Connection, p: &UpdateParams<'_>) -> Result<Acted> {
-    let found = look(conn, p.id)?;
-    if !Action::Update.applies_to(found) {
-        return Ok(Acted::refused(found));
-    }
-    let changed = conn
-        .prepare_cached(queries::UPDATE_WAITING)?
-        .execute(params![p.id, p.priority, p.available_at, p.queue, p.now])?;
-    // The job is unleased and this transaction holds the write lock: only
-    // the unique index can have ignored the row.
-    Ok(Acted {
-        found,
-        applied: changed > 0,
+    Action::Update.act(look(conn, p.id)?, || {
+        let changed = conn
+            .prepare_cached(queries::UPDATE_WAITING)?
+            .execute(params![p.id, p.priority, p.available_at, p.queue, p.now])?;
+        // The job is unleased and this transaction holds the write lock:
+        // only the unique index can have ignored the row.
+        Ok(changed > 0)
     })
 }
 

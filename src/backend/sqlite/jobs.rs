@@ -328,7 +328,6 @@ pub(crate) fn heartbeat(conn: &Connection, p: &HeartbeatParams<'_>) -> Result<He
     let pairs: Vec<[i64; 2]> = p.leases.iter().map(|l| [l.job_id, l.token]).collect();
     let pairs = serde_json::to_string(&pairs)?;
     let mut stmt = conn.prepare_cached(queries::HEARTBEAT)?;
-    let mut report = HeartbeatReport::default();
     let rows = stmt.query_map(params![p.lease_until, p.now, pairs], |r| {
         Ok((
             Lease {
@@ -338,20 +337,8 @@ pub(crate) fn heartbeat(conn: &Connection, p: &HeartbeatParams<'_>) -> Result<He
             r.get::<_, bool>(2)?,
         ))
     })?;
-    for row in rows {
-        let (lease, cancel) = row?;
-        if cancel {
-            report.cancel_requested.push(lease.job_id);
-        }
-        report.extended.push(lease);
-    }
-    report.lost = p
-        .leases
-        .iter()
-        .filter(|l| !report.extended.contains(l))
-        .copied()
-        .collect();
-    Ok(report)
+    let extended = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(HeartbeatReport::of(p.leases, extended))
 }
 
 /// Writes each job's progress, fenced on its lease; returns the ids of the

@@ -7,8 +7,9 @@
 
 use rusqlite::{params, Connection, Row};
 
-use super::jobs;
+use super::{jobs, Connections};
 use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
+use crate::backend::Schedules;
 use crate::error::{Error, Result};
 
 /// Inserts a schedule, or replaces its expression and next tick when the
@@ -88,4 +89,26 @@ fn row(r: &Row<'_>) -> rusqlite::Result<ScheduleRow> {
         last_tick: r.get(3)?,
         updated_at: r.get(4)?,
     })
+}
+
+impl Schedules for Connections {
+    fn register_schedule(&self, p: &RegisterScheduleParams<'_>) -> Result<()> {
+        self.write(|tx| register(tx, p))
+    }
+
+    fn claim_tick(&self, p: &ClaimTickParams<'_>) -> Result<Claimed> {
+        self.write(|tx| {
+            let claimed = claim_tick(tx, p)?;
+            failpoint!("claim-tick-before-commit");
+            Ok(claimed)
+        })
+    }
+
+    fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+        self.read(list)
+    }
+
+    fn remove_schedule(&self, name: &str) -> Result<bool> {
+        self.write(|tx| remove(tx, name))
+    }
 }

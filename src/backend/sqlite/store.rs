@@ -1,17 +1,18 @@
 //! [`Store`] on SQLite: each operation is one transaction on the write path
 //! (`BEGIN IMMEDIATE` behind the process's write gate) or one read on a
 //! pooled connection, running the statements of [`jobs`], [`inspect`],
-//! [`groups`], [`limits`] and [`schedules`]. The crash points of the
+//! [`groups`] and [`limits`] ([`Schedules`](crate::backend::Schedules) is
+//! in `schedules.rs`). The crash points of the
 //! reliability tests (`failpoint!`) sit between a transaction's writes and
 //! its commit.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{groups, inspect, jobs, limits, migrate, schedules, wal, Connections, DataVersion};
+use super::{groups, inspect, jobs, limits, migrate, wal, Connections, DataVersion};
 use crate::backend::params::{
-    Acted, Aggregated, ClaimTickParams, Claimed, EnqueueParams, ExpiredLease, FinishedInMinute,
-    HeartbeatParams, LeaseParams, ProgressWrite, RecentCompletions, RegisterScheduleParams,
-    ScheduleRow, SettleParams, UpdateParams,
+    Acted, Aggregated, EnqueueParams, FinishedInMinute, HeartbeatParams, LeaseParams,
+    ProgressWrite, RecentCompletions, RescueParams, Rescued, SettleAndLeaseParams,
+    SettledAndLeased, UpdateParams,
 };
 use crate::backend::{ChangeWatcher, Changes, Store};
 use crate::error::Result;
@@ -64,12 +65,12 @@ impl Store for Connections {
         self.read(|c| jobs::next_due(c, queues, now))
     }
 
-    fn settle_and_lease(
-        &self,
-        items: &[&SettleParams],
-        lease: Option<&LeaseParams<'_>>,
-        until: Option<Instant>,
-    ) -> Result<(Vec<Result<bool>>, Vec<Job>)> {
+    fn settle_and_lease(&self, p: &SettleAndLeaseParams<'_>) -> Result<SettledAndLeased> {
+        let SettleAndLeaseParams {
+            items,
+            lease,
+            until,
+        } = *p;
         let apply = |tx: &rusqlite::Transaction<'_>| {
             let results = items
                 .iter()
@@ -99,12 +100,8 @@ impl Store for Connections {
         self.write(|tx| jobs::heartbeat(tx, p))
     }
 
-    fn rescue(
-        &self,
-        now: i64,
-        limit: usize,
-        decide: &dyn Fn(&ExpiredLease) -> SettleParams,
-    ) -> Result<Vec<(ExpiredLease, SettleParams)>> {
+    fn rescue(&self, p: &RescueParams<'_>) -> Result<Vec<Rescued>> {
+        let RescueParams { now, limit, decide } = *p;
         self.write(|tx| {
             let mut done = Vec::new();
             for expired in jobs::expired_leases(tx, now, limit)? {
@@ -211,26 +208,6 @@ impl Store for Connections {
 
     fn prune(&self, status: FinalStatus, cutoff: i64, limit: usize) -> Result<usize> {
         self.write(|tx| inspect::prune(tx, status, cutoff, limit))
-    }
-
-    fn register_schedule(&self, p: &RegisterScheduleParams<'_>) -> Result<()> {
-        self.write(|tx| schedules::register(tx, p))
-    }
-
-    fn claim_tick(&self, p: &ClaimTickParams<'_>) -> Result<Claimed> {
-        self.write(|tx| {
-            let claimed = schedules::claim_tick(tx, p)?;
-            failpoint!("claim-tick-before-commit");
-            Ok(claimed)
-        })
-    }
-
-    fn schedules(&self) -> Result<Vec<ScheduleRow>> {
-        self.read(schedules::list)
-    }
-
-    fn remove_schedule(&self, name: &str) -> Result<bool> {
-        self.write(|tx| schedules::remove(tx, name))
     }
 
     fn busy_retries(&self) -> u64 {
