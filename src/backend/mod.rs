@@ -51,6 +51,7 @@ use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job};
 use crate::limits::QueueLimits;
 use crate::outcome::FinalStatus;
+// The worker's progress writes name it from here.
 pub(crate) use params::ProgressWrite;
 use params::{
     Acted, Aggregated, ClaimTickParams, Claimed, EnqueueParams, FinishedInMinute, HeartbeatParams,
@@ -113,8 +114,8 @@ pub(crate) trait Store: Schedules + Send + Sync + Debug {
     /// one transaction (see [`RescueParams`]).
     fn rescue(&self, p: &RescueParams<'_>) -> Result<Vec<Rescued>>;
 
-    /// A job by id, live or finished: `NotFound` otherwise.
-    fn get(&self, id: i64, now: i64) -> Result<JobRecord>;
+    /// A job by id, live, finished or grouped.
+    fn get(&self, id: i64, now: i64) -> Result<Option<JobRecord>>;
 
     /// One page of jobs matching `filter`.
     fn list(&self, filter: &JobFilter, now: i64) -> Result<Page>;

@@ -18,7 +18,9 @@ use super::Queue;
 impl Queue {
     /// A job by id, live or finished.
     pub fn get(&self, id: i64) -> Result<JobRecord> {
-        self.store().get(id, self.now_micros())
+        self.store()
+            .get(id, self.now_micros())?
+            .ok_or(Error::NotFound { job_id: id })
     }
 
     /// Waits until job `id` has finished (completed, dead, discarded or

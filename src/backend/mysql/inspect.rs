@@ -13,21 +13,24 @@ use crate::error::{Error, Result};
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
 
-/// A job by id, live or finished.
-pub(crate) fn get(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<JobRecord> {
+/// A job by id, live, finished or grouped.
+pub(crate) fn get(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    id: i64,
+    now: Now,
+) -> Result<Option<JobRecord>> {
     let live: Option<Row> =
         q.exec_first(&sql.get_live, params! { "id" => id, "now" => now.param() })?;
     if let Some(row) = live {
-        return record(row);
+        return record(row).map(Some);
     }
     let finished: Option<Row> = q.exec_first(&sql.get_history, params! { "id" => id })?;
     if let Some(row) = finished {
-        return record(row);
+        return record(row).map(Some);
     }
     let grouped: Option<Row> = q.exec_first(&sql.get_grouped, params! { "id" => id })?;
-    grouped
-        .map(record)
-        .unwrap_or(Err(Error::NotFound { job_id: id }))
+    grouped.map(record).transpose()
 }
 
 /// One page of jobs in a state, by ascending id.

@@ -275,7 +275,7 @@ impl Store for Db {
         Ok(done)
     }
 
-    fn get(&self, id: i64, now: i64) -> Result<JobRecord> {
+    fn get(&self, id: i64, now: i64) -> Result<Option<JobRecord>> {
         self.read(|conn| inspect::get(&self.sql, conn, id, self.now(now)))
     }
 

@@ -17,35 +17,34 @@ use crate::error::{Error, Result};
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
 
-/// A job by id, live or finished.
+/// A job by id, live, finished or grouped.
 pub(crate) fn get<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     id: i64,
     now: i64,
-) -> Result<JobRecord> {
+) -> Result<Option<JobRecord>> {
     let live = q.tables.render(&format!(
         "SELECT {} FROM {{jobs}} WHERE id = $2",
         queries::LIVE_COLUMNS
     ));
     if let Some(row) = tx.query_opt(&live, &[&q.now_override(now), &id])? {
-        return record(&row);
+        return record(&row).map(Some);
     }
     let finished = q.tables.render(&format!(
         "SELECT {} FROM {{history}} WHERE id = $1",
         queries::HISTORY_COLUMNS
     ));
     if let Some(row) = tx.query_opt(&finished, &[&id])? {
-        return record(&row);
+        return record(&row).map(Some);
     }
     let grouped = q.tables.render(&format!(
         "SELECT {} FROM {{group_members}} WHERE id = $1",
         queries::GROUPED_COLUMNS
     ));
-    match tx.query_opt(&grouped, &[&id])? {
-        Some(row) => record(&row),
-        None => Err(Error::NotFound { job_id: id }),
-    }
+    tx.query_opt(&grouped, &[&id])?
+        .map(|row| record(&row))
+        .transpose()
 }
 
 /// One page of jobs in a state, by ascending id.

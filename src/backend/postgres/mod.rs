@@ -228,7 +228,7 @@ impl Store for Db {
         })
     }
 
-    fn get(&self, id: i64, now: i64) -> Result<JobRecord> {
+    fn get(&self, id: i64, now: i64) -> Result<Option<JobRecord>> {
         self.pool.read(|tx| inspect::get(tx, &self.q, id, now))
     }
 

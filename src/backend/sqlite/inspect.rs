@@ -7,12 +7,12 @@ use super::{jobs, queries};
 use crate::action::{self, Action};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
 
-/// A job by id, live or finished.
-pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<JobRecord> {
+/// A job by id, live, finished or grouped.
+pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<Option<JobRecord>> {
     let live = format!(
         "SELECT {} FROM backlog_jobs WHERE id = ?2",
         queries::LIVE_COLUMNS
@@ -22,7 +22,7 @@ pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<JobRecord> {
         .query_row(params![now, id], record)
         .optional()?
     {
-        return Ok(record);
+        return Ok(Some(record));
     }
     let finished = format!(
         "SELECT {} FROM backlog_history WHERE id = ?1",
@@ -33,16 +33,16 @@ pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<JobRecord> {
         .query_row(params![id], record)
         .optional()?
     {
-        return Ok(record);
+        return Ok(Some(record));
     }
     let grouped = format!(
         "SELECT {} FROM backlog_group_members WHERE id = ?1",
         queries::GROUPED_COLUMNS
     );
-    conn.prepare_cached(&grouped)?
+    Ok(conn
+        .prepare_cached(&grouped)?
         .query_row(params![id], record)
-        .optional()?
-        .ok_or(Error::NotFound { job_id: id })
+        .optional()?)
 }
 
 /// One page of jobs in a state, by ascending id.
@@ -488,6 +488,7 @@ pub(crate) fn prune(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use crate::options::QueueOptions;
 
     /// A scrape must not read every payload or the whole history: each count

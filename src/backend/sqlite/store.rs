@@ -113,7 +113,7 @@ impl Store for Connections {
         })
     }
 
-    fn get(&self, id: i64, now: i64) -> Result<JobRecord> {
+    fn get(&self, id: i64, now: i64) -> Result<Option<JobRecord>> {
         self.read(|c| inspect::get(c, id, now))
     }
 
