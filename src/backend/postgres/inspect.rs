@@ -454,8 +454,9 @@ pub(crate) fn update<C: GenericClient>(
 }
 
 /// A `unique_violation` (23505): the only unique index an update can hit is
-/// the live jobs' unique key. The transaction is aborted; the caller's error
-/// rolls it back.
+/// the live jobs' unique key. The transaction is aborted, and its COMMIT
+/// rolls it back (PostgreSQL answers the commit of an aborted transaction
+/// with a rollback, not an error): nothing is written.
 fn is_unique_violation(e: &Error) -> bool {
     matches!(e, Error::Database(inner)
         if inner.downcast_ref::<postgres::Error>()
