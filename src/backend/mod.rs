@@ -23,6 +23,8 @@ pub(crate) mod inside;
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod room;
 pub(crate) mod sqlite;
 
 use crate::lease::Lease;

@@ -15,6 +15,7 @@ pub(crate) mod jobs;
 pub(crate) mod limits;
 pub(crate) mod listen;
 pub(crate) mod migrate;
+pub(crate) mod pool;
 pub(crate) mod queries;
 pub(crate) mod schedules;
 pub(crate) mod target;
@@ -78,7 +79,7 @@ impl Db {
     pub(crate) fn connect(url: &str, options: &QueueOptions) -> Result<Db> {
         options.check_common()?;
         let target = Target::parse(url, options)?;
-        let mut client = target.connect()?;
+        let mut client = connection::connect_waiting(&target, options.connect_deadline)?;
         let version: i32 = client
             .query_one("SELECT current_setting('server_version_num')::int4", &[])?
             .try_get(0)?;
@@ -90,8 +91,10 @@ impl Db {
             )));
         }
         let q = Queries::render(Tables::new(options), options.clock.is_manual());
+        let pool = Pool::new(target, options)?;
+        pool.adopt(client)?;
         Ok(Db(Box::new(Inner {
-            pool: Pool::new(target, options)?,
+            pool,
             q,
             clock: options.clock.clone(),
             limited: LimitedQueues::default(),
@@ -99,11 +102,10 @@ impl Db {
     }
 
     pub(crate) fn migrate(&self) -> Result<()> {
-        // On a connection of its own, but its DDL would wait for the locks
-        // of a transaction this thread holds.
-        self.pool.refuse_inside()?;
-        let mut client = self.pool.target.connect()?;
-        migrate::migrate(&mut client, &self.q.tables)
+        // Refused inside this queue's transaction: its DDL would wait for
+        // that transaction's locks.
+        self.pool
+            .migrating(|client| migrate::migrate(client, &self.q.tables))
     }
 
     /// The migrations of this build the database has not applied. Reads
