@@ -132,9 +132,11 @@ impl QueueOptions {
     /// BUSY/LOCKED from connections that do not take turns (an
     /// application's own); a single try's `busy_timeout` is cut to what is
     /// left. On a server it bounds the retries of deadlocks and
-    /// serialization failures, and each statement's wait for a lock another
+    /// serialization failures, each statement's wait for a lock another
     /// session holds (PostgreSQL `lock_timeout`, MySQL
-    /// `innodb_lock_wait_timeout`, whole seconds from 1 to 50).
+    /// `innodb_lock_wait_timeout`, whole seconds from 1 to 50), and the wait
+    /// for a connection when the server refuses new ones for lack of room
+    /// (see [`connect_deadline`](QueueOptions::connect_deadline)).
     pub fn write_deadline(mut self, deadline: Duration) -> Self {
         self.write_deadline = deadline;
         self

@@ -6,17 +6,20 @@
 //! simulated with one the server enforces the same way: a login of its own
 //! with a connection limit (PostgreSQL `CREATE ROLE .. CONNECTION LIMIT`,
 //! refused with SQLSTATE 53300; MariaDB `CREATE USER .. WITH
-//! MAX_USER_CONNECTIONS`, refused with error 1203). The limit is
-//! [`CONNECTIONS_PER_NODE`] per node: each node's default budget (the pool
-//! and its listener or probe) is more, so the nodes cannot all hold theirs
-//! at once, and must wait for room instead of failing.
+//! MAX_USER_CONNECTIONS`, refused with error 1226). The limit, 36 for 24
+//! nodes ([`limit`]), is far below their default budget (five each: the
+//! pool and the listener or probe), so the nodes cannot all hold theirs at
+//! once, and must wait for room instead of failing; it leaves each the one
+//! connection it needs to make progress.
 //!
 //! The parent sets the queue up and enqueues as the limited login, then
 //! watches as an unlimited one (the server's superuser or root). A child is
 //! this test binary re-run as `budget_child` with the node's URL in
 //! `BACKLOG_BUDGET_URL`. The servers run when `BACKLOG_TEST_POSTGRES_URL` /
 //! `BACKLOG_TEST_MYSQL_URL` are set (and the features built); otherwise
-//! they print `SKIPPED`. Size knob: `BACKLOG_BUDGET_JOBS` (default 3000).
+//! they print `SKIPPED`. Knobs: `BACKLOG_BUDGET_JOBS` (default 3000),
+//! `BACKLOG_BUDGET_NODES` (24), `BACKLOG_BUDGET_LIMIT` (1.5 per node); one
+//! node under a limit of 100 measures what a default node holds.
 
 #[path = "conformance/harness.rs"]
 #[macro_use]

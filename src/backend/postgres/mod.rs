@@ -74,8 +74,9 @@ impl fmt::Debug for Db {
 
 impl Db {
     /// Connects to `url` (one connection, to fail now on a wrong address,
-    /// password or server) and sets up the pool. Migrations are the
-    /// caller's next step.
+    /// password or server, waiting for room on a full server up to the
+    /// connect deadline) and sets up the pool, that connection its first.
+    /// Migrations are the caller's next step.
     pub(crate) fn connect(url: &str, options: &QueueOptions) -> Result<Db> {
         options.check_common()?;
         let target = Target::parse(url, options)?;
