@@ -192,9 +192,9 @@ fn with_user(url: &str, user: &str) -> TestResult<String> {
 mod pg {
     use backlog::postgres::postgres::{Client, NoTls};
 
-    use super::{fresh_name, limit, with_user, Server, TestResult};
+    use super::{fresh_name, with_user, Server, TestResult};
 
-    /// A role limited to [`limit`] connections, owning a schema of its own.
+    /// A role limited to `limit` connections, owning a schema of its own.
     pub struct Limited {
         admin: Client,
         admin_url: String,
@@ -203,7 +203,7 @@ mod pg {
     }
 
     impl Limited {
-        pub fn create(admin_url: &str) -> TestResult<Limited> {
+        pub fn create(admin_url: &str, limit: usize) -> TestResult<Limited> {
             let name = fresh_name();
             let mut admin = Client::connect(admin_url, NoTls)?;
             let database: String = admin.query_one("SELECT current_database()", &[])?.get(0);
@@ -211,7 +211,7 @@ mod pg {
                 "CREATE ROLE {name} LOGIN CONNECTION LIMIT {limit}; \
                  GRANT CREATE ON DATABASE {database} TO {name}; \
                  CREATE SCHEMA {name} AUTHORIZATION {name}",
-                limit = limit()
+                limit = limit
             ))?;
             Ok(Limited {
                 admin,
@@ -275,9 +275,9 @@ mod my {
     use backlog::mysql::mysql::prelude::Queryable;
     use backlog::mysql::mysql::{Conn, Opts};
 
-    use super::{fresh_name, limit, with_user, Server, TestResult};
+    use super::{fresh_name, with_user, Server, TestResult};
 
-    /// A user limited to [`limit`] connections, with a database of its own.
+    /// A user limited to `limit` connections, with a database of its own.
     pub struct Limited {
         admin: Conn,
         name: String,
@@ -285,13 +285,12 @@ mod my {
     }
 
     impl Limited {
-        pub fn create(admin_url: &str) -> TestResult<Limited> {
+        pub fn create(admin_url: &str, limit: usize) -> TestResult<Limited> {
             let name = fresh_name();
             let mut admin = Conn::new(Opts::from_url(admin_url)?)?;
             admin.query_drop(format!("CREATE DATABASE {name}"))?;
             admin.query_drop(format!(
-                "CREATE USER '{name}'@'%' WITH MAX_USER_CONNECTIONS {}",
-                limit()
+                "CREATE USER '{name}'@'%' WITH MAX_USER_CONNECTIONS {limit}"
             ))?;
             admin.query_drop(format!("GRANT ALL ON {name}.* TO '{name}'@'%'"))?;
             // Over TCP, so that the user's host '%' is the one that matches.
@@ -347,8 +346,61 @@ mod my {
     }
 }
 
+/// Opening a queue on a server with no room waits up to the connect
+/// deadline and then returns the refusal; an unknown database fails at
+/// once. `full` is the limited login's URL, with its one connection taken.
+fn refusals_wait_up_to_the_connect_deadline(full: &str, unknown: &str) -> TestResult {
+    let deadline = Duration::from_secs(2);
+    let start = Instant::now();
+    let refused = QueueOptions::new().connect_deadline(deadline).connect(full);
+    let waited = start.elapsed();
+    let error = refused.err().ok_or("connected to a full server")?;
+    println!("refused after {waited:?}: {error}");
+    assert!(waited >= deadline, "gave up after {waited:?}: {error}");
+    assert!(waited < deadline * 3, "waited {waited:?}: {error}");
+
+    let start = Instant::now();
+    let error = QueueOptions::new()
+        .connect(unknown)
+        .err()
+        .ok_or("connected to an unknown database")?;
+    assert!(
+        start.elapsed() < deadline,
+        "an unknown database took {:?}: {error}",
+        start.elapsed()
+    );
+    Ok(())
+}
+
+/// `url` naming the database `database` instead.
+fn on_database(url: &str, database: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, ""), |(b, q)| (b, q));
+    let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
+    if query.is_empty() {
+        format!("{root}/{database}")
+    } else {
+        format!("{root}/{database}?{query}")
+    }
+}
+
 mod postgres {
     use super::*;
+
+    #[test]
+    fn refusals_wait_up_to_the_connect_deadline() -> TestResult {
+        Backend::Postgres.run(|_| {
+            #[cfg(feature = "postgres")]
+            {
+                let url = std::env::var("BACKLOG_TEST_POSTGRES_URL")?;
+                // A role allowed no connection at all: always refused (53300).
+                let server = super::pg::Limited::create(&url, 0)?;
+                let unknown = on_database(&url, "bt_budget_no_such_database");
+                super::refusals_wait_up_to_the_connect_deadline(&server.node_url(), &unknown)
+            }
+            #[cfg(not(feature = "postgres"))]
+            Ok(())
+        })
+    }
 
     #[test]
     fn nodes_wait_for_room_and_drain_the_queue() -> TestResult {
@@ -356,7 +408,7 @@ mod postgres {
             #[cfg(feature = "postgres")]
             {
                 let url = std::env::var("BACKLOG_TEST_POSTGRES_URL")?;
-                let mut server = super::pg::Limited::create(&url)?;
+                let mut server = super::pg::Limited::create(&url, limit())?;
                 // The nodes are killed before the role is dropped.
                 super::nodes_wait_for_room_and_drain_the_queue(Backend::Postgres, &mut server)
             }
@@ -370,12 +422,30 @@ mod mysql {
     use super::*;
 
     #[test]
+    fn refusals_wait_up_to_the_connect_deadline() -> TestResult {
+        Backend::Mysql.run(|_| {
+            #[cfg(feature = "mysql")]
+            {
+                use backlog::mysql::mysql::{Conn, Opts};
+                let url = std::env::var("BACKLOG_TEST_MYSQL_URL")?;
+                // One connection allowed (0 would be unlimited), and taken.
+                let server = super::my::Limited::create(&url, 1)?;
+                let _taken = Conn::new(Opts::from_url(&server.node_url())?)?;
+                let unknown = on_database(&url, "bt_budget_no_such_database");
+                super::refusals_wait_up_to_the_connect_deadline(&server.node_url(), &unknown)
+            }
+            #[cfg(not(feature = "mysql"))]
+            Ok(())
+        })
+    }
+
+    #[test]
     fn nodes_wait_for_room_and_drain_the_queue() -> TestResult {
         Backend::Mysql.run(|_| {
             #[cfg(feature = "mysql")]
             {
                 let url = std::env::var("BACKLOG_TEST_MYSQL_URL")?;
-                let mut server = super::my::Limited::create(&url)?;
+                let mut server = super::my::Limited::create(&url, limit())?;
                 super::nodes_wait_for_room_and_drain_the_queue(Backend::Mysql, &mut server)
             }
             #[cfg(not(feature = "mysql"))]
