@@ -59,6 +59,7 @@ pub struct QueueOptions {
     pub(crate) table_prefix: String,
     pub(crate) schema: Option<String>,
     pub(crate) connect_timeout: Duration,
+    pub(crate) connect_deadline: Duration,
     pub(crate) event_capacity: usize,
 }
 
@@ -85,6 +86,7 @@ impl Default for QueueOptions {
             table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
             schema: None,
             connect_timeout: Duration::from_secs(10),
+            connect_deadline: Duration::from_secs(60),
             event_capacity: DEFAULT_EVENT_CAPACITY,
         }
     }
@@ -130,9 +132,11 @@ impl QueueOptions {
     /// BUSY/LOCKED from connections that do not take turns (an
     /// application's own); a single try's `busy_timeout` is cut to what is
     /// left. On a server it bounds the retries of deadlocks and
-    /// serialization failures, and each statement's wait for a lock another
+    /// serialization failures, each statement's wait for a lock another
     /// session holds (PostgreSQL `lock_timeout`, MySQL
-    /// `innodb_lock_wait_timeout`, whole seconds from 1 to 50).
+    /// `innodb_lock_wait_timeout`, whole seconds from 1 to 50), and the wait
+    /// for a connection when the server refuses new ones for lack of room
+    /// (see [`connect_deadline`](QueueOptions::connect_deadline)).
     pub fn write_deadline(mut self, deadline: Duration) -> Self {
         self.write_deadline = deadline;
         self
@@ -204,6 +208,26 @@ impl QueueOptions {
     /// Defaults to 10 seconds.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// The bound on [`Queue::connect`]'s wait for room on a full server:
+    /// while the server refuses connections for lack of room (PostgreSQL
+    /// `too_many_connections` or `cannot_connect_now` while it starts,
+    /// MySQL/MariaDB errors 1040 and 1203), opening the queue waits for one
+    /// to free up and tries again, with jittered backoff of up to a second,
+    /// and returns the server's refusal once this bound has passed. Defaults
+    /// to 60 seconds: long enough for the old nodes of a rolling deploy to
+    /// let go of theirs.
+    ///
+    /// Every other connection error (a wrong password, an unknown database,
+    /// an unreachable server) is returned at once. Once the queue is open,
+    /// its calls wait for room within their own bound, the
+    /// [`write_deadline`](QueueOptions::write_deadline), and a worker keeps
+    /// running and tries again; see the README's "Connection budget" for how
+    /// many connections a node opens.
+    pub fn connect_deadline(mut self, deadline: Duration) -> Self {
+        self.connect_deadline = deadline;
         self
     }
 

@@ -67,6 +67,16 @@
 //! jittered backoff until the write deadline, then reported as
 //! [`Error::Busy`]. PostgreSQL 12 or newer is required (tested on 15).
 //!
+//! A connection is opened when a call needs one and none is idle, and the
+//! ones beyond the first are closed after 10 s unused. When the server
+//! refuses one for lack of room (`too_many_connections`), a call waits for
+//! one of the pool's own, or for room, up to the write deadline; opening
+//! the queue waits up to
+//! [`QueueOptions::connect_deadline`](crate::QueueOptions::connect_deadline).
+//! A worker adds one connection, its listener's (`LISTEN`), which a full
+//! server may leave out for a while: it retries every few seconds, and the
+//! idle poll finds the jobs meanwhile. See the README's "Connection budget".
+//!
 //! ## Time
 //!
 //! Lease expiries and schedules are computed by the database server's clock,

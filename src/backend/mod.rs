@@ -40,6 +40,8 @@ pub(crate) mod mysql;
 pub(crate) mod params;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod room;
 pub(crate) mod sqlite;
 
 use std::fmt::Debug;

@@ -345,7 +345,9 @@ fn is_unreachable(error: &crate::error::Error) -> bool {
         return true;
     }
     #[cfg(feature = "mysql")]
-    if crate::backend::mysql::connection::is_connectivity(error) {
+    if crate::backend::mysql::connection::is_connectivity(error)
+        || crate::backend::mysql::connection::is_refused(error)
+    {
         return true;
     }
     let _ = error;

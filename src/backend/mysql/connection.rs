@@ -12,6 +12,7 @@ use super::queries::{self, Sql, Tables};
 use super::version::Server;
 use super::Db;
 use crate::backend::inside::{self, Inside};
+use crate::backend::room;
 use crate::error::{Error, Result};
 use crate::options::QueueOptions;
 use crate::validate::redact_url;
@@ -126,10 +127,15 @@ impl Db {
         options.check_common()?;
         let (opts, database) = opts(url, options)?;
         let redacted = redact_url(url);
-        let pool = Pool::new(opts.clone()).map_err(|e| connect_error(&redacted, e))?;
-        let mut conn = pool
-            .try_get_conn(options.connect_timeout)
-            .map_err(|e| connect_error(&redacted, e))?;
+        let pool = Pool::new(opts.clone()).map_err(|e| connect_error(&redacted, e.into()))?;
+        let mut conn = room::wait_for_room(
+            "a connection",
+            &redacted,
+            options.connect_deadline,
+            is_refused,
+            || Ok(pool.try_get_conn(options.connect_timeout)?),
+        )
+        .map_err(|e| connect_error(&redacted, e))?;
         let version: Option<String> = conn.query_first(queries::VERSION)?;
         let server = Server::parse(version.as_deref().unwrap_or_default())?.check()?;
         drop(conn);
@@ -165,7 +171,9 @@ impl Db {
     }
 
     /// A pooled connection, waiting for a free one up to the write deadline
-    /// ([`Error::Busy`] then). A thread inside this queue's transaction
+    /// ([`Error::Busy`] then), and for room on a full server (a new
+    /// connection refused, [`is_refused`]) up to the write deadline too; a
+    /// connection another call returns meanwhile ends that wait. A thread inside this queue's transaction
     /// holds one connection already, and the others may be held by calls
     /// waiting for that transaction's locks: it takes an idle connection or
     /// opens one while the pool has room, and otherwise gets
@@ -178,9 +186,17 @@ impl Db {
                 e => e.into(),
             });
         }
-        Ok(self
-            .pool
-            .try_get_conn(self.write_deadline.max(Duration::from_secs(1)))?)
+        let start = Instant::now();
+        room::wait_for_room(
+            "a pooled connection",
+            &self.url,
+            self.write_deadline,
+            is_refused,
+            || {
+                let left = self.write_deadline.saturating_sub(start.elapsed());
+                Ok(self.pool.try_get_conn(left.max(Duration::from_secs(1)))?)
+            },
+        )
     }
 
     /// Runs `f` in a transaction on a pooled connection and commits. The
@@ -340,9 +356,25 @@ pub(crate) fn is_connectivity(e: &Error) -> bool {
     }
 }
 
+/// True when the server refused a new connection for lack of room: its
+/// `max_connections` (ER_CON_COUNT_ERROR, 1040), the global
+/// `max_user_connections` (ER_TOO_MANY_USER_CONNECTIONS, 1203), or the
+/// account's `MAX_USER_CONNECTIONS` (ER_USER_LIMIT_REACHED, 1226, which
+/// MariaDB answers for it). A session ending elsewhere makes room: worth
+/// waiting for.
+pub(crate) fn is_refused(e: &Error) -> bool {
+    let Error::Database(inner) = e else {
+        return false;
+    };
+    matches!(
+        inner.downcast_ref::<mysql::Error>(),
+        Some(mysql::Error::MySqlError(e)) if matches!(e.code, 1040 | 1203 | 1226)
+    )
+}
+
 /// A failure to reach the server, naming it without its password.
-fn connect_error(redacted_url: &str, e: mysql::Error) -> Error {
-    match Error::from(e) {
+fn connect_error(redacted_url: &str, e: Error) -> Error {
+    match e {
         Error::Database(inner) => {
             Error::Database(format!("connecting to {redacted_url}: {inner}").into())
         }

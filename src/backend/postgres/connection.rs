@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 use postgres::types::ToSql;
 use postgres::{Client, GenericClient, Row, Statement};
 
+use super::pool::{ConnPool, Pooled};
 use super::target::Target;
 use crate::backend::inside::{self, Inside};
+use crate::backend::room;
 use crate::error::{Error, Result};
 use crate::options::QueueOptions;
 
@@ -28,6 +30,14 @@ pub(crate) struct PgConnection {
     broken: bool,
 }
 
+impl PgConnection {
+    /// Whether the connection must not be used again: an operation found it
+    /// dead, or the driver saw it close.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken || self.client.is_closed()
+    }
+}
+
 /// Opens the pool's connections.
 pub(crate) struct Manager {
     target: Target,
@@ -37,12 +47,14 @@ pub(crate) struct Manager {
     lock_timeout: Duration,
 }
 
-impl r2d2::ManageConnection for Manager {
-    type Connection = PgConnection;
-    type Error = postgres::Error;
+impl Manager {
+    /// Opens one connection for the pool.
+    pub(crate) fn open(&self) -> Result<PgConnection> {
+        self.prepare(self.target.connect()?)
+    }
 
-    fn connect(&self) -> std::result::Result<PgConnection, postgres::Error> {
-        let mut client = self.target.config.connect(self.target.tls.clone())?;
+    /// Sets up `client`, open already, for the pool.
+    pub(crate) fn prepare(&self, mut client: Client) -> Result<PgConnection> {
         client.batch_execute(&format!(
             "SET lock_timeout = {}",
             self.lock_timeout.as_millis().max(1)
@@ -52,14 +64,6 @@ impl r2d2::ManageConnection for Manager {
             statements: Statements::new(),
             broken: false,
         })
-    }
-
-    fn is_valid(&self, conn: &mut PgConnection) -> std::result::Result<(), postgres::Error> {
-        conn.client.simple_query("").map(|_| ())
-    }
-
-    fn has_broken(&self, conn: &mut PgConnection) -> bool {
-        conn.broken || conn.client.is_closed()
     }
 }
 
@@ -127,7 +131,9 @@ impl<'a, C: GenericClient> Tx<'a, C> {
 /// The pool of one queue, its retry loop and its counters.
 pub(crate) struct Pool {
     pub target: Target,
-    pool: r2d2::Pool<Manager>,
+    pool: ConnPool,
+    /// How long taking a connection waits for a free one, per try.
+    checkout_timeout: Duration,
     deadline: Duration,
     busy_retries: AtomicU64,
 }
@@ -142,26 +148,46 @@ impl fmt::Debug for Pool {
 
 impl Pool {
     /// A pool of up to `options.pool_size` connections. Opens none: the
-    /// caller checks the server on a connection of its own first.
+    /// caller checks the server on a connection of its own first, and
+    /// hands it over ([`Pool::adopt`]).
     pub(crate) fn new(target: Target, options: &QueueOptions) -> Result<Pool> {
-        let pool = r2d2::Pool::builder()
-            .max_size(options.pool_size)
-            .min_idle(Some(0))
-            .connection_timeout(options.connect_timeout.max(Duration::from_millis(100)))
-            // A round trip per checkout would cost as much as the lease
-            // itself. A dead connection is found by the operation instead,
-            // marked broken, and the operation retried on a fresh one.
-            .test_on_check_out(false)
-            .build_unchecked(Manager {
+        let pool = ConnPool::new(
+            Manager {
                 target: target.clone(),
                 lock_timeout: options.write_deadline,
-            });
+            },
+            options.pool_size,
+        );
         Ok(Pool {
             target,
             pool,
+            checkout_timeout: options.connect_timeout.max(Duration::from_millis(100)),
             deadline: options.write_deadline,
             busy_retries: AtomicU64::new(0),
         })
+    }
+
+    /// Keeps `client`, the connection the server was checked on at
+    /// connect, as the pool's first: a node that starts on a full server
+    /// waits for room once, not once more for its migrations and again for
+    /// its first call.
+    pub(crate) fn adopt(&self, client: Client) -> Result<()> {
+        self.pool.adopt(client)
+    }
+
+    /// Runs `f` (the migrations) once, on a pooled connection's client. Its
+    /// DDL may change what the connection's prepared statements return:
+    /// they are dropped after, and the connection too when `f` failed (it
+    /// may still hold the migration lock).
+    pub(crate) fn migrating<T>(&self, f: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+        inside::refuse(self.id())?;
+        let mut conn = self.retrying(|| self.pool.get(self.checkout_timeout))?;
+        let result = f(&mut conn.client);
+        conn.statements.clear();
+        if result.is_err() {
+            conn.broken = true;
+        }
+        result
     }
 
     pub(crate) fn busy_retries(&self) -> u64 {
@@ -172,12 +198,6 @@ impl Pool {
     /// the queue's `Db`, at one address for the queue's life.
     fn id(&self) -> usize {
         inside::id_of(self)
-    }
-
-    /// [`Error::InsideTransaction`] on a thread inside this queue's
-    /// transaction ([`Pool::transaction`]).
-    pub(crate) fn refuse_inside(&self) -> Result<()> {
-        inside::refuse(self.id())
     }
 
     /// Runs `f` in a transaction on a pooled connection and commits. Retried
@@ -195,7 +215,7 @@ impl Pool {
     ) -> Result<T> {
         inside::refuse(self.id())?;
         self.retrying(|| {
-            let mut conn = self.pool.get()?;
+            let mut conn = self.pool.get(self.checkout_timeout)?;
             let result = (|| {
                 let PgConnection {
                     client, statements, ..
@@ -313,7 +333,7 @@ impl Pool {
         // the server closed while it sat in the pool is replaced, not handed
         // to `f` to fail on.
         let mut conn = self.retrying(|| {
-            let mut conn = self.pool.get()?;
+            let mut conn = self.pool.get(self.checkout_timeout)?;
             if let Err(e) = conn.client.simple_query("") {
                 conn.broken = true;
                 return Err(Error::from(e));
@@ -342,15 +362,15 @@ impl Pool {
     /// connection or opens one while the pool has room, and otherwise gets
     /// [`Error::InsideTransaction`] at once instead of waiting (always with
     /// `pool_size(1)`).
-    fn checkout(&self) -> Result<r2d2::PooledConnection<Manager>> {
+    fn checkout(&self) -> Result<Pooled> {
         if !inside::is_inside(self.id()) {
-            return Ok(self.pool.get()?);
+            return self.pool.get(self.checkout_timeout);
         }
         if let Some(conn) = self.pool.try_get() {
             return Ok(conn);
         }
-        if self.pool.state().connections < self.pool.max_size() {
-            return Ok(self.pool.get()?);
+        if self.pool.connections() < self.pool.max_size() {
+            return self.pool.get(self.checkout_timeout);
         }
         Err(Error::InsideTransaction)
     }
@@ -364,14 +384,25 @@ impl Pool {
                 Err(e) if retriable(&e) && start.elapsed() < self.deadline => {
                     if e.is_busy() {
                         self.busy_retries.fetch_add(1, Ordering::Relaxed);
+                    } else if is_refused(&e) {
+                        // No connection at all, and no room for one: wait
+                        // for a session elsewhere to end, without knocking
+                        // at the server more than a few times a second.
+                        room::warn_refused("a pooled connection", &self.target.redacted, &e);
+                        backoff = backoff.max(Duration::from_millis(250));
                     } else {
                         // A dead connection or an unreachable server: wait
                         // longer than for a lock (a restart takes seconds).
                         backoff = backoff.max(Duration::from_millis(50));
                     }
-                    let jittered = backoff.mul_f64(rand::random_range(0.5..=1.5));
+                    let longest = if is_refused(&e) {
+                        Duration::from_secs(1)
+                    } else {
+                        Duration::from_millis(250)
+                    };
+                    let jittered = room::jittered(backoff);
                     thread::sleep(jittered.min(self.deadline.saturating_sub(start.elapsed())));
-                    backoff = (backoff * 2).min(Duration::from_millis(250));
+                    backoff = (backoff * 2).min(longest);
                 }
                 other => return other,
             }
@@ -379,26 +410,43 @@ impl Pool {
     }
 }
 
+/// Opens one connection to `target`, waiting for room on a full server up
+/// to `bound` ([`is_refused`]); any other failure is returned at once.
+pub(crate) fn connect_waiting(target: &Target, bound: Duration) -> Result<Client> {
+    room::wait_for_room("a connection", &target.redacted, bound, is_refused, || {
+        target.connect()
+    })
+}
+
+/// True when the server refused a new connection for lack of room: the
+/// connection limit of the server, the database or the role
+/// (`too_many_connections`, 53300, "sorry, too many clients already"), or
+/// a server still starting (`cannot_connect_now`, 57P03). A session ending
+/// elsewhere, or the start completing, makes room: worth waiting for.
+pub(crate) fn is_refused(e: &Error) -> bool {
+    let Error::Database(inner) = e else {
+        return false;
+    };
+    inner
+        .downcast_ref::<postgres::Error>()
+        .and_then(|pg| pg.code())
+        .is_some_and(|code| matches!(code.code(), "53300" | "57P03"))
+}
+
 /// Whether an operation may simply run again.
 fn retriable(e: &Error) -> bool {
-    e.is_busy() || is_connection_lost(e) || is_pool_timeout(e)
+    e.is_busy() || is_connection_lost(e) || is_refused(e)
 }
 
 /// True when the server could not be reached: the connection was lost
-/// (also during a COMMIT, whose outcome is then unknown) or no connection
-/// could be opened. The worker's completer keeps its outcomes for when the
-/// server answers again; a repeated settle is fenced on its lease tokens.
+/// (also during a COMMIT, whose outcome is then unknown), or no connection
+/// could be opened (the server is down, restarting, or refuses one for lack
+/// of room). The worker's completer keeps its outcomes for when the server
+/// answers again; a repeated settle is fenced on its lease tokens.
 pub(crate) fn is_unreachable(e: &Error) -> bool {
     is_connection_lost(e)
-        || is_pool_timeout(e)
+        || is_refused(e)
         || matches!(e, Error::Database(inner) if inner.is::<CommitUnknown>())
-}
-
-/// The pool could not open a connection by its timeout (the reason is in
-/// the error: the server is restarting, unreachable); a pool with no free
-/// connection is [`Error::Busy`] already.
-fn is_pool_timeout(e: &Error) -> bool {
-    matches!(e, Error::Database(inner) if inner.is::<r2d2::Error>())
 }
 
 /// True for an error that says the connection is gone: closed, reset, or

@@ -18,7 +18,9 @@ use crossbeam_channel::{Receiver, Sender};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 
+use super::connection::is_refused;
 use super::target::Target;
+use crate::backend::room;
 use crate::error::{Error, Result};
 
 /// How long one blocking read waits before the thread looks at its stop
@@ -37,6 +39,10 @@ const PING_TIMEOUT: Duration = Duration::from_secs(1);
 /// After a failed reconnect, how long until the next try (meanwhile the
 /// fetcher's idle poll still runs).
 const RECONNECT_EVERY: Duration = Duration::from_secs(1);
+
+/// After the server refused the listener's connection for lack of room,
+/// how long until the next try (jittered).
+const REFUSED_RETRY: Duration = Duration::from_secs(5);
 
 /// The longest a reconnect may take; with [`PING_TIMEOUT`] and
 /// [`READ_SLICE`], it bounds how long dropping a listener waits for its
@@ -76,7 +82,13 @@ impl Listener {
     /// connection. `listen` is the rendered `LISTEN`. Fails when the first
     /// connection fails (later losses are reconnected by the thread).
     pub(crate) fn open(mut target: Target, listen: String) -> Result<Listener> {
-        let client = subscribe(&target, &listen)?;
+        // A full server: the thread listens once there is room (meanwhile
+        // the fetcher's idle poll finds the jobs).
+        let client = match subscribe(&target, &listen) {
+            Ok(client) => Some(client),
+            Err(e) if is_refused(&e) => None,
+            Err(e) => return Err(e),
+        };
         // A reconnect holds up a dropping owner: keep it short.
         let timeout = target
             .config
@@ -85,7 +97,7 @@ impl Listener {
         target.config.connect_timeout(timeout);
         let shared = Arc::new(Shared {
             changed: AtomicBool::new(false),
-            connected: AtomicBool::new(true),
+            connected: AtomicBool::new(client.is_some()),
         });
         // One slot: wake-ups coalesce while the fetcher is busy.
         let (wake, signal) = crossbeam_channel::bounded(1);
@@ -97,7 +109,7 @@ impl Listener {
             stopped,
             target,
             listen,
-            client: Some(client),
+            client,
             last_heard: Instant::now(),
             next_connect: Instant::now(),
         };
@@ -239,6 +251,11 @@ impl Reader {
                 self.client = Some(client);
                 self.shared.connected.store(true, Ordering::SeqCst);
                 self.notify();
+            }
+            Err(error) if is_refused(&error) => {
+                // The pool's connections matter more: leave them the room.
+                self.next_connect = Instant::now() + room::jittered(REFUSED_RETRY);
+                room::warn_refused("the listener's connection", &self.target.redacted, &error);
             }
             Err(error) => {
                 tracing::debug!(%error, url = %self.target.redacted, "listener reconnect failed");

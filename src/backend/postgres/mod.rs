@@ -15,6 +15,7 @@ pub(crate) mod jobs;
 pub(crate) mod limits;
 pub(crate) mod listen;
 pub(crate) mod migrate;
+pub(crate) mod pool;
 pub(crate) mod queries;
 pub(crate) mod schedules;
 pub(crate) mod target;
@@ -76,12 +77,13 @@ impl fmt::Debug for Db {
 
 impl Db {
     /// Connects to `url` (one connection, to fail now on a wrong address,
-    /// password or server) and sets up the pool. Migrations are the
-    /// caller's next step.
+    /// password or server, waiting for room on a full server up to the
+    /// connect deadline) and sets up the pool, that connection its first.
+    /// Migrations are the caller's next step.
     pub(crate) fn connect(url: &str, options: &QueueOptions) -> Result<Db> {
         options.check_common()?;
         let target = Target::parse(url, options)?;
-        let mut client = target.connect()?;
+        let mut client = connection::connect_waiting(&target, options.connect_deadline)?;
         let version: i32 = client
             .query_one("SELECT current_setting('server_version_num')::int4", &[])?
             .try_get(0)?;
@@ -93,8 +95,10 @@ impl Db {
             )));
         }
         let q = Queries::render(Tables::new(options), options.clock.is_manual());
+        let pool = Pool::new(target, options)?;
+        pool.adopt(client)?;
         Ok(Db(Box::new(Inner {
-            pool: Pool::new(target, options)?,
+            pool,
             q,
             clock: options.clock.clone(),
             limited: LimitedQueues::default(),
@@ -131,11 +135,10 @@ impl Db {
 
 impl Store for Db {
     fn migrate(&self, _write_deadline: Duration) -> Result<()> {
-        // On a connection of its own, but its DDL would wait for the locks
-        // of a transaction this thread holds.
-        self.pool.refuse_inside()?;
-        let mut client = self.pool.target.connect()?;
-        migrate::migrate(&mut client, &self.q.tables)
+        // Refused inside this queue's transaction: its DDL would wait for
+        // that transaction's locks.
+        self.pool
+            .migrating(|client| migrate::migrate(client, &self.q.tables))
     }
 
     /// The migrations of this build the database has not applied. Reads
