@@ -78,6 +78,59 @@ fn a_retry_starts_when_its_backoff_passes(b: &Backend) -> TestResult {
     Ok(())
 }
 
+/// The race of 2adc942, made certain: the retry's commit lands while the
+/// fetcher already sleeps toward its idle poll, having asked when the next
+/// job is due before the retry existed. A job held in the other slot keeps
+/// the completer collecting for its whole batch delay (a second), so the
+/// freed slot wakes the fetcher, which finds nothing due and goes back to
+/// sleep, long before the retry commits. Nothing from the server says a job
+/// became due (PostgreSQL notifies enqueues only): only this process's
+/// doorbell, rung by the settle, can wake the fetcher before its 30 s poll.
+fn a_retry_committed_while_the_fetcher_sleeps_starts_when_its_backoff_passes(
+    b: &Backend,
+) -> TestResult {
+    const BACKOFF: Duration = Duration::from_millis(200);
+    const COLLECT: Duration = Duration::from_secs(1);
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let events = h.queue.subscribe();
+    let (release, released) = crossbeam_channel::bounded::<()>(0);
+    let worker = sleepy(&h.queue)
+        .completer_batch(64, COLLECT)
+        .handle_raw("hold", move |_: Value, _| {
+            // Holds its slot (and the completer's batch open) until the end.
+            let _ = released.recv_timeout(BOUND * 2);
+            Ok(())
+        })
+        .handle_raw("flaky", |_: Value, ctx| {
+            if ctx.attempt() == 1 {
+                Err(JobError::retry_after(BACKOFF, "not yet"))
+            } else {
+                Ok(())
+            }
+        })
+        .start()?;
+    let hold = h.queue.enqueue(NewJob::new("hold", json!(0)))?;
+    started(&events, hold.id, 1)?;
+    let flaky = h.queue.enqueue(NewJob::new("flaky", json!(1)))?;
+    let first = started(&events, flaky.id, 1)?;
+    let second = started(&events, flaky.id, 2);
+    drop(release);
+    worker.shutdown(Duration::from_secs(5))?;
+    let second = second.map_err(|e| {
+        format!("the retry did not start within {BOUND:?} of the first attempt's: {e}")
+    })?;
+    // Committed at the end of the completer's collection, due a backoff
+    // later; sooner, and the scenario no longer commits the retry while the
+    // fetcher sleeps.
+    assert!(
+        second - first >= COLLECT + BACKOFF - Duration::from_millis(5),
+        "the retry started {:?} after the first attempt, before the completer's \
+         collection and the backoff had passed",
+        second - first
+    );
+    Ok(())
+}
+
 fn a_job_another_process_scheduled_wakes_the_worker_when_due(b: &Backend) -> TestResult {
     let h = b.harness_on_real_time(QueueOptions::new())?;
     let other = h.handle_with(QueueOptions::new())?;
@@ -117,5 +170,6 @@ conformance!(
     a_sooner_job_wakes_a_worker_sleeping_toward_a_later_one,
     a_delayed_job_starts_when_due_not_at_the_idle_poll,
     a_retry_starts_when_its_backoff_passes,
+    a_retry_committed_while_the_fetcher_sleeps_starts_when_its_backoff_passes,
     a_job_another_process_scheduled_wakes_the_worker_when_due,
 );

@@ -8,7 +8,7 @@
 //! The cut is a TCP proxy in this process between the worker's queue and
 //! the server; the test's own handle goes straight to the server.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -188,19 +188,23 @@ fn cut_once(
     runs: &Mutex<HashMap<i64, u32>>,
 ) -> TestResult<(usize, usize, Duration)> {
     proxy.cut();
+    let cut_at = Instant::now();
     // What the worker held when cut off: leased jobs, on the server's side.
-    // A commit already on its way when the cut came may still land.
+    // A commit already on its way when the cut came may still land, later
+    // than this first look on a loaded machine: the second, just before the
+    // restore, sees every lease committed while the worker was cut off.
     thread::sleep(Duration::from_millis(300));
     let running = JobFilter::new(JobState::Running).limit(1000);
-    let at_cut: Vec<i64> = h.queue.list(&running)?.jobs.iter().map(|j| j.id).collect();
-    thread::sleep(CUT);
+    let mut leased: BTreeSet<i64> = h.queue.list(&running)?.jobs.iter().map(|j| j.id).collect();
+    thread::sleep(CUT.saturating_sub(cut_at.elapsed()));
+    leased.extend(h.queue.list(&running)?.jobs.iter().map(|j| j.id));
     // The jobs the worker holds have all started by now (their handlers
     // need no database). A job leased on the server that never started was
     // leased by a commit whose answer the cut lost: the worker never got it,
     // and only its lease expiry frees it.
     let (held, orphaned): (Vec<i64>, Vec<i64>) = {
         let runs = runs.lock().unwrap_or_else(|p| p.into_inner());
-        at_cut.iter().partition(|id| runs.contains_key(id))
+        leased.iter().partition(|id| runs.contains_key(id))
     };
     proxy.restore();
     let restored = Instant::now();

@@ -4,12 +4,13 @@
 //!
 //! A thread of its own (`backlog-probe`) reads `MAX(id)` of the jobs table
 //! on a connection of its own (not one of the pool's, which handler
-//! transactions may all hold): every [`FAST`] while jobs flow, backing off
-//! (doubling) to [`SLOW`] when nothing new arrives. While jobs flow, a job
-//! another node enqueued is seen within a few milliseconds; an idle worker
-//! costs the server one primary-key seek every [`SLOW`]. The thread signals
-//! the fetcher only when something changed, and is joined when the poller
-//! is dropped.
+//! transactions may all hold): every [`FAST`] right after a new job,
+//! backing off (doubling) to [`FLOWING`] while jobs keep coming (the last
+//! one less than [`STAY`] ago), and on to [`SLOW`] once they stopped. While
+//! jobs flow, even a few a second, a job another node enqueued is seen
+//! within [`FLOWING`]; an idle worker costs the server one primary-key seek
+//! every [`SLOW`]. The thread signals the fetcher only when something
+//! changed, and is joined when the poller is dropped.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,8 +27,17 @@ use crate::error::{Error, Result};
 /// The probe interval while jobs flow: right after a probe saw a new job.
 pub(crate) const FAST: Duration = Duration::from_millis(2);
 
-/// The probe interval when idle, reached by doubling from [`FAST`] after
-/// each probe that saw nothing new.
+/// The longest probe interval while jobs flow: between two jobs of a
+/// trickle (say 20 a second), the probe backs off no further, so the next
+/// one waits at most this long to be seen (a plain 10 ms poll: 10 ms).
+pub(crate) const FLOWING: Duration = Duration::from_millis(5);
+
+/// How long after the last new job the probe stays within [`FLOWING`]:
+/// jobs a second or less apart count as flowing.
+pub(crate) const STAY: Duration = Duration::from_secs(1);
+
+/// The probe interval when idle (no new job for [`STAY`]), reached by
+/// doubling after each probe that saw nothing new.
 pub(crate) const SLOW: Duration = Duration::from_millis(25);
 
 /// After a failed probe (the server unreachable), how long until the next;
@@ -149,6 +159,7 @@ struct Prober {
 impl Prober {
     fn run(mut self) {
         let mut interval = Duration::ZERO;
+        let mut last_new = Instant::now();
         loop {
             crossbeam_channel::select! {
                 recv(self.stopped) -> _ => return,
@@ -160,10 +171,16 @@ impl Prober {
             }
             interval = match self.probe() {
                 Ok(latest) if self.latest.is_some_and(|l| l == latest) => {
-                    interval.saturating_mul(2).clamp(FAST, SLOW)
+                    let max = if last_new.elapsed() < STAY {
+                        FLOWING
+                    } else {
+                        SLOW
+                    };
+                    interval.saturating_mul(2).clamp(FAST, max)
                 }
                 Ok(latest) => {
                     self.latest = Some(latest);
+                    last_new = Instant::now();
                     self.notify();
                     FAST
                 }
