@@ -23,6 +23,7 @@ pub(crate) mod inside;
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod registry;
 pub(crate) mod sqlite;
 
 use crate::lease::Lease;
@@ -612,6 +613,43 @@ impl Backend {
     /// BUSY, a server's deadlock or serialization failure).
     pub(crate) fn busy_retries(&self) -> u64 {
         dispatch!(self, db => db.busy_retries(), server => db.busy_retries())
+    }
+
+    // ---- the live-worker registry (`backlog_workers`, `*/workers.rs`) ----
+
+    /// Inserts or refreshes a worker's row (see [`registry::RegisterWorkerParams`]).
+    pub(crate) fn register_worker(&self, p: &registry::RegisterWorkerParams<'_>) -> Result<()> {
+        dispatch!(self, db => db.write(|tx| sqlite::workers::register(tx, p)),
+            server => db.register_worker(p))
+    }
+
+    /// Deletes a worker's row; whether there was one.
+    pub(crate) fn deregister_worker(&self, id: &str) -> Result<bool> {
+        dispatch!(self, db => db.write(|tx| sqlite::workers::deregister(tx, id)),
+            server => db.deregister_worker(id))
+    }
+
+    /// The workers whose row has not expired at `now`, by id.
+    pub(crate) fn workers(&self, now: i64) -> Result<Vec<registry::WorkerRow>> {
+        dispatch!(self, db => db.read(|c| sqlite::workers::live(c, now)),
+            server => db.workers(now))
+    }
+
+    /// Every leased job and the worker holding it, by id.
+    pub(crate) fn held_jobs(&self) -> Result<Vec<registry::HeldJob>> {
+        dispatch!(self, db => db.read(sqlite::workers::held_jobs), server => db.held_jobs())
+    }
+
+    /// Deletes the rows expired at `now` (crashed workers); how many.
+    pub(crate) fn prune_workers(&self, now: i64) -> Result<usize> {
+        dispatch!(self, db => db.write(|tx| sqlite::workers::prune(tx, now)),
+            server => db.prune_workers(now))
+    }
+
+    /// Due jobs per queue and kind at `now`.
+    pub(crate) fn due_by_kind(&self, now: i64) -> Result<Vec<registry::DueCount>> {
+        dispatch!(self, db => db.read(|c| sqlite::workers::due_by_kind(c, now)),
+            server => db.due_by_kind(now))
     }
 }
 

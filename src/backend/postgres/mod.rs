@@ -18,6 +18,7 @@ pub(crate) mod migrate;
 pub(crate) mod queries;
 pub(crate) mod schedules;
 pub(crate) mod target;
+pub(crate) mod workers;
 
 use std::fmt;
 use std::sync::Arc;

@@ -17,6 +17,7 @@ pub(crate) mod migrate;
 pub(crate) mod queries;
 pub(crate) mod schedules;
 pub(crate) mod wal;
+pub(crate) mod workers;
 pub(crate) mod write_path;
 
 pub(crate) use connection::Connections;
