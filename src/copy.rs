@@ -28,6 +28,9 @@ pub struct CopyReport {
 /// stop the workers on `from` first, or they may finish a job that then also
 /// runs on `to`. Paused queues stay paused.
 ///
+/// The worker registry is not copied: it is live state, and the workers
+/// started on `to` register there themselves.
+///
 /// Copying again is safe: a job the target already has (same id) is skipped
 /// and counted in [`CopyReport::skipped`]. After the copy the target hands
 /// out ids above every copied one.

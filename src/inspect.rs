@@ -467,6 +467,11 @@ pub struct QueueStats {
     pub paused: bool,
     /// The queue's limits ([`Queue::set_limits`](crate::Queue::set_limits)).
     pub limits: crate::limits::QueueLimits,
+    /// Its due jobs of kinds no live worker handles on this queue, by kind:
+    /// they wait until a worker for them starts (see
+    /// [`Queue::unhandled`](crate::Queue::unhandled)). Empty when every due
+    /// job has a worker.
+    pub unhandled: Vec<crate::worker::UnhandledJobs>,
 }
 
 /// How many jobs of one queue finished with one status in one minute: what

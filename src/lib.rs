@@ -174,8 +174,9 @@ pub use redact::redact_url;
 pub use retry::RetryPolicy;
 pub use validate::{MAX_JSON_DEPTH, MAX_NAME_BYTES, MAX_PROGRESS_BYTES, MAX_UNIQUE_KEY_BYTES};
 pub use worker::{
-    Action, CancelReason, JobContext, JobError, ShutdownReport, Worker, WorkerBuilder,
-    DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFETCH, SHUTDOWN_MARGIN,
+    Action, CancelReason, JobContext, JobError, RunningJob, ShutdownReport, UnhandledJobs, Worker,
+    WorkerBuilder, WorkerInfo, DEFAULT_CONCURRENCY, EXPIRY_HEARTBEATS, MAX_CONCURRENCY,
+    MAX_PREFETCH, SHUTDOWN_MARGIN,
 };
 
 /// The README's code blocks, compiled as doctests so the tour stays true.

@@ -6,7 +6,9 @@
 //!
 //! - **Gauges read from the database at each scrape**, the same on every
 //!   process: jobs per queue and live state, the dead-letter count, paused
-//!   queues, queue limits, and on SQLite the size of the write-ahead log. [`Queue::metrics`]
+//!   queues, queue limits, live workers (`backlog_workers`), due jobs no
+//!   live worker handles (`backlog_unhandled_jobs{queue,kind}`), and on
+//!   SQLite the size of the write-ahead log. [`Queue::metrics`]
 //!   renders these alone (what `backlog metrics` prints).
 //! - **What this process did**, counted from [`Queue::subscribe`] events by a
 //!   [`Metrics`] recorder from its creation on: jobs enqueued (by queue and
@@ -240,6 +242,33 @@ impl Collector for Gauges {
                 "Each rate-limited queue's period (a fixed window)",
                 Some(&Unit::Seconds),
                 period.metric_type(),
+            )?)?;
+        }
+        // The worker registry: a failed read leaves these out (and the
+        // next scrape tries again); `backlog_database_up` speaks for the
+        // database.
+        if let Ok(workers) = self.queue.workers() {
+            let live = ConstGauge::new(i64::try_from(workers.len()).unwrap_or(i64::MAX));
+            live.encode(encoder.encode_descriptor(
+                "backlog_workers",
+                "Live workers on this database: started, not shut down, heartbeat not expired",
+                None,
+                live.metric_type(),
+            )?)?;
+        }
+        if let Ok(unhandled) = self.queue.unhandled() {
+            let family = Family::<Labels, Gauge>::default();
+            for u in unhandled {
+                family
+                    .get_or_create(&labels(&u.queue, &u.kind))
+                    .set(i64::try_from(u.due).unwrap_or(i64::MAX));
+            }
+            family.encode(encoder.encode_descriptor(
+                "backlog_unhandled_jobs",
+                "Due jobs per queue and kind that no live worker handles: they wait until a \
+                 worker with a handler for the kind serves the queue",
+                None,
+                family.metric_type(),
             )?)?;
         }
         if let Ok(bytes) = crate::sqlite::QueueExt::wal_size(&self.queue) {

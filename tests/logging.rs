@@ -311,3 +311,28 @@ fn a_job_run_inline_by_drain_logs_the_same_span_and_events() -> TestResult {
     assert_eq!(messages, ["job started", "job finished"]);
     Ok(())
 }
+
+#[test]
+fn a_worker_warns_once_about_due_jobs_no_live_worker_handles() -> TestResult {
+    let capture = Capture::default();
+    let _guard = capture.install();
+    let db = Db::new()?;
+    let queue = db.queue()?;
+    queue.enqueue(NewJob::new("orphan", json!({})))?;
+    let worker = Worker::builder(queue.clone())
+        .lease_ttl(Duration::from_millis(600))
+        .heartbeat_interval(Duration::from_millis(30))
+        .handle_raw("k", |_, _| Ok(()))
+        .start()?;
+    let unhandled = |e: &Captured| e.message.contains("no live worker handles");
+    let warned = capture.wait_for("the unhandled warning", unhandled)?;
+    assert_eq!(warned.level, Level::WARN);
+    assert_eq!(warned.field("queue"), Some("default"));
+    assert_eq!(warned.field("kind"), Some("orphan"));
+    assert_eq!(warned.field("due"), Some("1"));
+    // Many more ticks, still one warning.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(capture.events().iter().filter(|e| unhandled(e)).count(), 1);
+    worker.shutdown(PATIENCE)?;
+    Ok(())
+}

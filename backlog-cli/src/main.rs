@@ -12,6 +12,7 @@ mod output;
 mod schedules;
 mod target;
 mod watch;
+mod workers;
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
@@ -178,6 +179,9 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         remove: Option<String>,
     },
+    /// Live workers: host, pid, queues, kinds, threads, the jobs each runs,
+    /// its last heartbeat; then the due jobs no live worker handles.
+    Workers,
     /// Serve the web dashboard: queues, jobs, the dead letter, and actions on them.
     #[cfg(feature = "dashboard")]
     #[command(after_help = dashboard::LIMITS_HELP)]
@@ -439,6 +443,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         }
         Command::Metrics => out.raw(&queue.metrics()?),
         Command::Schedules { remove } => schedules::run(&out, &queue, remove.as_deref()),
+        Command::Workers => workers::run(&out, &queue),
         Command::Watch { interval, count } => {
             watch::run(&queue, duration_arg(interval)?, *count, out.json)
         }

@@ -132,9 +132,11 @@ pub fn limits_json(queue: &str, limits: &QueueLimits) -> Value {
 }
 
 /// The stats table of `backlog stats` and `backlog watch`; a LIMITS column
-/// when a queue has limits.
+/// when a queue has limits, a NO WORKER column (due jobs per kind that no
+/// live worker handles) when a queue has such jobs.
 pub fn stats_table(stats: &[QueueStats]) -> String {
     let limited = stats.iter().any(|s| !s.limits.is_unlimited());
+    let unhandled = stats.iter().any(|s| !s.unhandled.is_empty());
     let mut columns = vec![
         ("QUEUE", false),
         ("AVAILABLE", true),
@@ -149,6 +151,9 @@ pub fn stats_table(stats: &[QueueStats]) -> String {
     ];
     if limited {
         columns.push(("LIMITS", false));
+    }
+    if unhandled {
+        columns.push(("NO WORKER", false));
     }
     let mut table = Table::new(&columns);
     for s in stats {
@@ -171,12 +176,27 @@ pub fn stats_table(stats: &[QueueStats]) -> String {
                 limits_text(&s.limits)
             });
         }
+        if unhandled {
+            row.push(unhandled_text(&s.unhandled));
+        }
         table.row(row);
     }
     if stats.is_empty() {
         return "no queues yet: nothing enqueued, nothing in history\n".into();
     }
     table.render()
+}
+
+/// A queue's due jobs no live worker handles: `email 2, resize 1`, or `-`.
+fn unhandled_text(unhandled: &[backlog::UnhandledJobs]) -> String {
+    if unhandled.is_empty() {
+        return "-".into();
+    }
+    unhandled
+        .iter()
+        .map(|u| format!("{} {}", u.kind, u.due))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub fn stats_json(stats: &[QueueStats]) -> Value {
@@ -198,6 +218,13 @@ pub fn stats_json(stats: &[QueueStats]) -> Value {
                 });
                 if !s.limits.is_unlimited() {
                     value["limits"] = limits_json(&s.queue, &s.limits);
+                }
+                if !s.unhandled.is_empty() {
+                    value["unhandled"] = s
+                        .unhandled
+                        .iter()
+                        .map(|u| json!({"kind": u.kind, "due": u.due}))
+                        .collect();
                 }
                 value
             })

@@ -168,7 +168,7 @@ fn migrate_creates_a_new_queue_that_stats_then_reads() -> TestResult {
     let db = dir.path().join("new.db");
     let run = backlog(&db, &["migrate"])?.ok()?;
     assert!(
-        run.stdout.contains("applied 6 migration(s): V1__initial"),
+        run.stdout.contains("applied 7 migration(s): V1__initial"),
         "{}",
         run.stdout
     );
@@ -266,14 +266,16 @@ fn stats_prints_a_table_and_json_per_queue() -> TestResult {
     assert_eq!(lines.len(), 3, "{}", run.stdout);
     assert!(lines[0].starts_with("QUEUE"), "{}", lines[0]);
     let default: Vec<&str> = lines[1].split_whitespace().collect();
+    // No worker runs: the due jobs are flagged, per kind.
+    assert!(lines[0].ends_with("NO WORKER"), "{}", lines[0]);
     assert_eq!(
         default,
-        ["default", "1", "0", "1", "1", "0", "1", "1", "1", "-"]
+        ["default", "1", "0", "1", "1", "0", "1", "1", "1", "-", "email", "1"]
     );
     let media: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(
         media,
-        ["media", "1", "1", "0", "0", "0", "0", "0", "0", "-"]
+        ["media", "1", "1", "0", "0", "0", "0", "0", "0", "-", "resize", "1"]
     );
 
     let stats = fixture.run(&["--json", "stats"])?.ok()?.json()?;
@@ -281,7 +283,8 @@ fn stats_prints_a_table_and_json_per_queue() -> TestResult {
         stats[0],
         json!({"queue": "default", "available": 1, "scheduled": 0, "retrying": 1,
                "running": 1, "grouped": 0, "dead": 1, "completed_last_hour": 1,
-               "completed_last_minute": 1, "paused": false})
+               "completed_last_minute": 1, "paused": false,
+               "unhandled": [{"kind": "email", "due": 1}]})
     );
     let only = fixture
         .run(&["--json", "stats", "--queue", "media"])?
@@ -906,6 +909,7 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          ALTER TABLE backlog_history DROP COLUMN progress;
          DROP TABLE backlog_groups; DROP TABLE backlog_group_members;
          DROP TABLE backlog_schedules;
+         DROP TABLE backlog_workers;
          DROP INDEX backlog_jobs_running;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_start;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_count;
@@ -961,5 +965,117 @@ fn schedules_lists_last_and_next_ticks_and_removes_one() -> TestResult {
         .fails_with(exit::NOT_FOUND, "no schedule named \"nightly\"")?;
     let listed = backlog(&db, &["--json", "schedules"])?.ok()?.json()?;
     assert_eq!(listed.as_array().map(Vec::len), Some(1));
+    Ok(())
+}
+
+#[test]
+fn workers_lists_each_live_worker_its_running_jobs_and_the_unhandled_kinds() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("app.db");
+    let run = backlog(&db, &["migrate"])?.ok()?;
+    drop(run);
+    let queue = Queue::open(&db)?;
+    let run = backlog(&db, &["workers"])?.ok()?;
+    assert_eq!(run.stdout, "no live workers\n");
+
+    let events = queue.subscribe();
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let held = std::sync::Mutex::new(held);
+    let worker = backlog::Worker::builder(queue.clone())
+        .worker_id("cli-worker")
+        .queues(["default", "mail"])
+        .concurrency(2)
+        .handle_raw("email", move |_, _| {
+            let _ = held
+                .lock()
+                .map(|rx| rx.recv_timeout(Duration::from_secs(30)));
+            Ok(())
+        })
+        .start()?;
+    let id = queue.enqueue(NewJob::new("email", json!({})))?.id;
+    queue.enqueue(NewJob::new("resize", json!({})).queue("media"))?;
+    while !matches!(
+        events.recv_timeout(Duration::from_secs(20))?,
+        backlog::Event::Started { job_id, .. } if job_id == id
+    ) {}
+
+    let run = backlog(&db, &["workers"])?.ok()?;
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(lines[0].starts_with("ID "), "{}", run.stdout);
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(row[0], "cli-worker", "{}", run.stdout);
+    assert_eq!(row[2], std::process::id().to_string());
+    assert_eq!(
+        &row[3..8],
+        ["default,mail", "email", "2", "1:", &format!("#{id}")]
+    );
+    assert!(
+        run.stdout.contains("due jobs no live worker handles"),
+        "{}",
+        run.stdout
+    );
+    let last: Vec<&str> = lines.last().ok_or("no lines")?.split_whitespace().collect();
+    assert_eq!(last, ["media", "resize", "1"]);
+
+    let listed = backlog(&db, &["--json", "workers"])?.ok()?.json()?;
+    let w = &listed["workers"][0];
+    assert_eq!(w["id"], json!("cli-worker"));
+    assert_eq!(w["queues"], json!(["default", "mail"]));
+    assert_eq!(w["kinds"], json!(["email"]));
+    assert_eq!(w["concurrency"], json!(2));
+    assert_eq!(w["pid"], json!(std::process::id()));
+    assert_eq!(
+        w["running"],
+        json!([{"id": id, "queue": "default", "kind": "email"}])
+    );
+    assert!(w["heartbeat_at"].as_str().is_some());
+    assert_eq!(
+        listed["unhandled"],
+        json!([{"queue": "media", "kind": "resize", "due": 1}])
+    );
+
+    release.send(())?;
+    worker.shutdown(Duration::from_secs(10))?;
+    let run = backlog(&db, &["workers"])?.ok()?;
+    assert!(
+        run.stdout.starts_with("no live workers\n"),
+        "{}",
+        run.stdout
+    );
+    Ok(())
+}
+
+#[test]
+fn workers_prints_what_a_worker_row_carries_without_control_characters() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("app.db");
+    backlog(&db, &["migrate"])?.ok()?;
+    // A row no worker would write (its names are checked): written by hand.
+    let far = 4_000_000_000_000_000_i64;
+    rusqlite::Connection::open(&db)?.execute(
+        "INSERT INTO backlog_workers
+             (id, host, pid, queues, kinds, concurrency, started_at, heartbeat_at, expires_at)
+         VALUES (?1, ?2, 1, ?3, ?4, 1, 0, 0, ?5)",
+        rusqlite::params![
+            "w\x1b]0;PWNED\x07",
+            "host\x1b[2J",
+            r#"["q\u001b[31m"]"#,
+            r#"["k\u009b1m"]"#,
+            far
+        ],
+    )?;
+    let run = backlog(&db, &["workers"])?.ok()?;
+    assert!(
+        !run.stdout.chars().any(|c| c.is_control() && c != '\n'),
+        "{:?}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("w\\u{1b}]0;PWNED\\u{7}"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("host\\u{1b}[2J"), "{}", run.stdout);
+    assert!(run.stdout.contains("q\\u{1b}[31m"), "{}", run.stdout);
     Ok(())
 }

@@ -50,6 +50,7 @@ on_every_backend!(
     bad_requests_get_4xx_with_a_message_and_the_server_keeps_serving,
     read_only_mode_refuses_every_action,
     a_token_guards_every_route_but_healthz,
+    the_workers_page_lists_live_workers_their_jobs_and_unhandled_kinds,
 );
 
 struct Setup {
@@ -671,5 +672,70 @@ fn a_token_guards_every_route_but_healthz(s: &Setup) -> TestResult {
         b"{}",
     )?
     .fails(403, "CSRF")?;
+    Ok(())
+}
+
+fn the_workers_page_lists_live_workers_their_jobs_and_unhandled_kinds(s: &Setup) -> TestResult {
+    let d = Dashboard::start(&s.db.target, &[])?;
+    let none = d.get("/api/workers")?.expect(200)?;
+    assert_eq!(none["workers"], json!([]));
+    // Nobody runs: every due job waits for nobody.
+    let flagged: Vec<(&str, &str)> = none["unhandled"]
+        .as_array()
+        .ok_or("no unhandled")?
+        .iter()
+        .filter_map(|u| Some((u["queue"].as_str()?, u["kind"].as_str()?)))
+        .collect();
+    assert!(flagged.contains(&("emails", "send_digest")), "{none}");
+
+    // The worker the seeded leases name, back with a handler for another
+    // kind: it holds the two running emails and leases nothing.
+    let worker = Worker::builder(s.db.open()?)
+        .worker_id("web-1.prod:4121")
+        .queues(["emails", "webhooks"])
+        .concurrency(4)
+        .handle_raw("send_sms", |_, _| Ok(()))
+        .start()?;
+    let page = d.get("/workers")?;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("href=\"/workers\""), "the nav links it");
+    let listed = d.get("/api/workers")?.expect(200)?;
+    let w = &listed["workers"][0];
+    assert_eq!(w["id"], json!("web-1.prod:4121"));
+    assert_eq!(w["queues"], json!(["emails", "webhooks"]));
+    assert_eq!(w["kinds"], json!(["send_sms"]));
+    assert_eq!(w["concurrency"], json!(4));
+    let held: Vec<i64> = w["running"]
+        .as_array()
+        .ok_or("no running")?
+        .iter()
+        .filter_map(|j| j["id"].as_i64())
+        .collect();
+    assert_eq!(held.len(), 2, "{w}");
+    assert!(held.contains(&s.seeded.running), "{w}");
+    let emails = listed["unhandled"]
+        .as_array()
+        .ok_or("no unhandled")?
+        .iter()
+        .find(|u| u["queue"] == json!("emails"))
+        .ok_or("emails not flagged")?;
+    assert_eq!(emails["kind"], json!("send_digest"));
+    assert_eq!(emails["due"], json!(12));
+    // The overview's queue rows carry the flag too.
+    let overview = d.get("/api/overview")?.expect(200)?;
+    let row = overview["queues"]
+        .as_array()
+        .ok_or("no queues")?
+        .iter()
+        .find(|q| q["queue"] == json!("emails"))
+        .ok_or("no emails")?;
+    assert_eq!(
+        row["unhandled"],
+        json!([{"kind": "send_digest", "due": 12}])
+    );
+    let js = d.get("/assets/app.js")?.body;
+    assert!(js.contains("async function workersPage()"));
+    worker.shutdown(Duration::from_secs(10))?;
+    assert_eq!(d.get("/api/workers")?.expect(200)?["workers"], json!([]));
     Ok(())
 }

@@ -133,6 +133,64 @@ fn operator_retries_a_dead_job_and_pauses_a_queue_in_chromium() -> TestResult {
     Ok(())
 }
 
+#[test]
+#[ignore = "needs chromium and chromedriver; .ci/run installs them and runs it"]
+fn operator_sees_live_workers_and_unhandled_kinds_in_chromium() -> TestResult {
+    for binary in [CHROMIUM, CHROMEDRIVER] {
+        if !std::path::Path::new(binary).exists() {
+            return Err(format!(
+                "{binary} is missing: apt-get install -y chromium chromium-driver"
+            )
+            .into());
+        }
+    }
+    let db = Database::new(Backend::Sqlite)?.ok_or("no SQLite database")?;
+    seed(&db, true)?;
+    let queue = db.open()?;
+    // The worker the seeded leases name (it holds the two running emails),
+    // and one serving webhooks and reports.
+    let web = backlog::Worker::builder(queue.clone())
+        .worker_id("web-1.prod:4121")
+        .queues(["emails", "billing"])
+        .concurrency(8)
+        .handle_raw("send_welcome_email", |_, _| Ok(()))
+        .handle_raw("charge_invoice", |_, _| Ok(()))
+        .start()?;
+    let hooks = backlog::Worker::builder(queue.clone())
+        .worker_id("hooks-2.prod:977")
+        .queues(["webhooks", "reports"])
+        .concurrency(4)
+        .handle_raw("deliver_webhook", |_, _| Ok(()))
+        .start()?;
+    let dashboard = Dashboard::start(&db.target, &[])?;
+    let browser = Browser::start()?;
+    browser.open(&format!("{}/", dashboard.url()))?;
+    browser.wait_text("tr[data-queue=\"emails\"]", |t| {
+        t.contains("no worker: send_digest")
+    })?;
+    browser.click("nav a[data-nav=\"workers\"]")?;
+    browser.wait_text("h1", |t| t == "Workers")?;
+    let web_row = browser.wait_text("tr[data-worker=\"web-1.prod:4121\"]", |t| {
+        t.contains("send_welcome_email")
+    })?;
+    assert!(
+        web_row.contains("emails, billing") || web_row.contains("billing, emails"),
+        "{web_row}"
+    );
+    browser.text("tr[data-worker=\"hooks-2.prod:977\"]")?;
+    let unhandled = browser.wait_text("#unhandled", |t| t.contains("send_digest"))?;
+    assert!(unhandled.contains("build_report"), "{unhandled}");
+    if let Some(dir) = std::env::var_os("BACKLOG_DASHBOARD_SCREENSHOTS").map(PathBuf::from) {
+        browser.resize(1360, 800)?;
+        browser.screenshot(&dir.join("dashboard-workers.png"))?;
+    }
+    // A worker that shuts down leaves the page at the next refresh.
+    hooks.shutdown(Duration::from_secs(10))?;
+    browser.wait_text("#workers", |t| !t.contains("hooks-2.prod:977"))?;
+    web.shutdown(Duration::from_secs(10))?;
+    Ok(())
+}
+
 /// A headless chromium session through chromedriver; both end on drop.
 struct Browser {
     driver: Child,

@@ -40,6 +40,7 @@ pub(crate) mod mysql;
 pub(crate) mod params;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod registry;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod room;
 pub(crate) mod sqlite;
@@ -66,7 +67,7 @@ use params::{
 /// the engine's clock (see the time rule above). A concern with tables of
 /// its own is a part of its own ([`Schedules`]), implemented beside its SQL
 /// in each backend's file of that name.
-pub(crate) trait Store: Schedules + Send + Sync + Debug {
+pub(crate) trait Store: Schedules + Workers + Send + Sync + Debug {
     /// Applies pending schema migrations. SQLite waits at most
     /// `write_deadline` for the write lock.
     fn migrate(&self, write_deadline: Duration) -> Result<()>;
@@ -226,6 +227,29 @@ pub(crate) trait Schedules {
 
     /// Deletes a schedule's row; whether there was one.
     fn remove_schedule(&self, name: &str) -> Result<bool>;
+}
+
+/// The live-worker registry (`backlog_workers`, see [`registry`]): the part
+/// of [`Store`] each backend implements in its `workers.rs`.
+pub(crate) trait Workers {
+    /// Inserts or refreshes a worker's row (see
+    /// [`registry::RegisterWorkerParams`]).
+    fn register_worker(&self, p: &registry::RegisterWorkerParams<'_>) -> Result<()>;
+
+    /// Deletes a worker's row; whether there was one.
+    fn deregister_worker(&self, id: &str) -> Result<bool>;
+
+    /// The workers whose row has not expired at `now`, by id.
+    fn workers(&self, now: i64) -> Result<Vec<registry::WorkerRow>>;
+
+    /// Every leased job and the worker holding it, by id.
+    fn held_jobs(&self) -> Result<Vec<registry::HeldJob>>;
+
+    /// Deletes the rows expired at `now` (crashed workers); how many.
+    fn prune_workers(&self, now: i64) -> Result<usize>;
+
+    /// Due jobs per queue and kind at `now`.
+    fn due_by_kind(&self, now: i64) -> Result<Vec<registry::DueCount>>;
 }
 
 /// The database behind a queue. A private enum rather than a generic, so the

@@ -111,7 +111,8 @@ impl Queue {
 
     /// Every queue at a glance, by name: its live jobs by state, its dead
     /// jobs, completions in the last hour and minute, whether it is paused,
-    /// and its limits. A queue is listed when it has live or dead jobs,
+    /// its limits, and its due jobs no live worker handles
+    /// ([`QueueStats::unhandled`]). A queue is listed when it has live or dead jobs,
     /// completed one in the last hour, is paused or has a limit.
     ///
     /// Counts the live jobs (a scan of the live table) and reads the dead
@@ -155,6 +156,11 @@ impl Queue {
         }
         for (queue, limits) in self.all_limits()? {
             entry(&mut by_queue, &queue).limits = limits;
+        }
+        for unhandled in self.unhandled()? {
+            entry(&mut by_queue, &unhandled.queue.clone())
+                .unhandled
+                .push(unhandled);
         }
         Ok(by_queue.into_values().collect())
     }

@@ -588,7 +588,18 @@ fn at_most_a_year(name: &str, d: Duration) -> Result<()> {
 
 /// `host-pid-random`, e.g. `web-1-4242-3f9a1c07`.
 fn default_worker_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+    format!(
+        "{}-{}-{:08x}",
+        host_name(),
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+/// This host's name, printable ASCII, at most 64 bytes; `host` when it
+/// cannot be read.
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|h| {
@@ -599,10 +610,5 @@ fn default_worker_id() -> String {
                 .collect::<String>()
         })
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".to_owned());
-    format!(
-        "{host}-{}-{:08x}",
-        std::process::id(),
-        rand::random::<u32>()
-    )
+        .unwrap_or_else(|| "host".to_owned())
 }

@@ -1,7 +1,9 @@
 //! The heartbeater: extends the leases of every job this worker holds, in one
 //! statement per tick, and sets the cancellation flag of jobs whose lease was
 //! lost or whose cancellation was requested. It also watches job timeouts,
-//! waking at the earliest deadline to set that job's flag.
+//! waking at the earliest deadline to set that job's flag. Each tick also
+//! refreshes the worker's row in the worker registry and looks for due jobs
+//! no live worker handles; on stop it deregisters the worker.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,6 +12,7 @@ use crossbeam_channel::{after, select, Receiver};
 
 use crate::events::Event;
 use crate::worker::context::CancelReason;
+use crate::worker::registry::Registration;
 use crate::worker::Shared;
 
 /// After a failed heartbeat, the next try comes this much sooner than a tick.
@@ -20,10 +23,13 @@ pub(crate) struct Heartbeater {
     pub stop: Receiver<()>,
     /// Rung when a job with a deadline starts.
     pub deadline_set: Receiver<()>,
+    /// The worker's row in the registry, registered before this thread
+    /// started.
+    pub registration: Registration,
 }
 
 impl Heartbeater {
-    pub(crate) fn run(self) {
+    pub(crate) fn run(mut self) {
         let interval = self.shared.config.heartbeat_interval;
         let mut next_beat = Instant::now() + interval;
         loop {
@@ -31,10 +37,16 @@ impl Heartbeater {
             let next_deadline = self.shared.inflight.check_deadlines(now);
             if now >= next_beat {
                 next_beat = now + self.beat().map_or(interval / RETRY_DIVISOR, |()| interval);
+                self.registration.beat(&self.shared.queue);
+                self.registration.check_unhandled(&self.shared.queue);
             }
             let wake = next_deadline.map_or(next_beat, |d| d.min(next_beat));
             select! {
-                recv(self.stop) -> _ => return,
+                recv(self.stop) -> _ => {
+                    // Stopped after the completer flushed: nothing is held.
+                    self.registration.deregister(&self.shared.queue);
+                    return;
+                }
                 recv(self.deadline_set) -> _ => {}
                 recv(after(wake.saturating_duration_since(Instant::now()))) -> _ => {}
             }

@@ -1,5 +1,6 @@
 //! Maintenance, on every worker: rescue expired leases, prune history by
-//! retention, and checkpoint the WAL when idle.
+//! retention, delete the registry rows of workers gone without a shutdown,
+//! and checkpoint the WAL when idle.
 //!
 //! Each step is one short, bounded transaction fenced like every other write,
 //! so any number of worker processes on one file can run it at once: two
@@ -62,6 +63,11 @@ impl Maintenance {
         match queue.prune_history(&self.shared.config.retention, PRUNE_BATCH) {
             Ok(_) => queue.note_maintenance_write(),
             Err(error) => warn_failed("pruning history", &error),
+        }
+        match queue.prune_workers() {
+            Ok(0) => {}
+            Ok(_) => queue.note_maintenance_write(),
+            Err(error) => warn_failed("pruning expired workers", &error),
         }
         if self.shared.inflight.is_empty() {
             if let Err(error) = queue.checkpoint() {

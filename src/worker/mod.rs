@@ -56,9 +56,12 @@
 //! - `backlog-complete`: applies outcomes in batches, one transaction each.
 //! - `backlog-heartbeat`: extends every held lease in one statement per tick;
 //!   sets the cancellation flag of jobs whose lease was lost, whose cancel was
-//!   requested, or whose timeout passed.
-//! - `backlog-maint`: rescues expired leases, prunes history, checkpoints the
-//!   WAL when idle. Safe to run in many processes on one file.
+//!   requested, or whose timeout passed; refreshes the worker's row in the
+//!   [worker registry](registry) and warns about due jobs no live worker
+//!   handles.
+//! - `backlog-maint`: rescues expired leases, prunes history and the rows of
+//!   workers gone without a shutdown, checkpoints the WAL when idle. Safe to
+//!   run in many processes on one file.
 //!
 //! ## Outcomes
 //!
@@ -89,6 +92,7 @@ mod heartbeater;
 mod inflight;
 mod lookahead;
 mod maintenance;
+pub mod registry;
 
 pub use builder::{WorkerBuilder, DEFAULT_CONCURRENCY, MAX_CONCURRENCY, MAX_PREFETCH};
 pub(crate) use context::to_result;
@@ -96,6 +100,7 @@ pub use context::{CancelReason, JobContext};
 pub use error::{Action, JobError};
 pub(crate) use executor::run_handler;
 pub use lookahead::{CAP as LOOKAHEAD_CAP, HORIZON as LOOKAHEAD_HORIZON};
+pub use registry::{RunningJob, UnhandledJobs, WorkerInfo, EXPIRY_HEARTBEATS};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -355,6 +360,17 @@ impl Worker {
             queue_caps: Vec::new(),
         };
         let slots = config.slots();
+        // Listed from the moment `start` returns; refreshed by the
+        // heartbeat thread, which retries a registration that failed here.
+        let registration = registry::Registration::new(
+            &queue,
+            &config.worker_id,
+            &config.queues,
+            &handlers.kinds(),
+            config.concurrency,
+            config.heartbeat_interval,
+        );
+        registration.beat(&queue);
         let shared = Arc::new(Shared {
             queue,
             handlers,
@@ -369,7 +385,7 @@ impl Worker {
             lease_gate: std::sync::Mutex::new(()),
             config,
         });
-        Self::spawn(shared, request, watcher)
+        Self::spawn(shared, request, watcher, registration)
     }
 }
 
@@ -380,6 +396,7 @@ impl Worker {
         shared: Arc<Shared>,
         request: LeaseRequest,
         watcher: crate::backend::ChangeWatcher,
+        registration: registry::Registration,
     ) -> Result<Worker> {
         let concurrency = shared.config.concurrency;
         let slots = shared.config.slots();
@@ -428,6 +445,7 @@ impl Worker {
                 shared: shared.clone(),
                 stop: stop_background_rx.clone(),
                 deadline_set: deadline_set_rx,
+                registration,
             };
             running.heartbeater = Some(spawn("backlog-heartbeat".into(), move || {
                 heartbeater.run()

@@ -33,3 +33,4 @@ mod sqlite_diagnostics;
 mod transactional;
 mod wait;
 mod wake_up;
+mod workers;

@@ -161,6 +161,8 @@ fn stats_report_each_queue_with_recent_completions_and_pauses(b: &Backend) -> Te
                 completed_last_minute: 0,
                 paused: false,
                 limits: Default::default(),
+                // No worker runs: every due job waits for nobody.
+                unhandled: vec![unhandled("a", "k", 2)],
             },
             QueueStats {
                 queue: "b".into(),
@@ -170,6 +172,7 @@ fn stats_report_each_queue_with_recent_completions_and_pauses(b: &Backend) -> Te
             QueueStats {
                 queue: "c".into(),
                 available: 1,
+                unhandled: vec![unhandled("c", "k", 1)],
                 ..QueueStats::default()
             },
         ]
@@ -180,6 +183,14 @@ fn stats_report_each_queue_with_recent_completions_and_pauses(b: &Backend) -> Te
     assert_eq!((a.completed_last_minute, a.completed_last_hour), (1, 3));
     assert_eq!(a.running, 0);
     Ok(())
+}
+
+fn unhandled(queue: &str, kind: &str, due: u64) -> backlog::UnhandledJobs {
+    backlog::UnhandledJobs {
+        queue: queue.into(),
+        kind: kind.into(),
+        due,
+    }
 }
 
 fn stats_of_an_empty_database_is_empty(b: &Backend) -> TestResult {

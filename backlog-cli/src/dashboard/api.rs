@@ -74,6 +74,24 @@ pub fn overview(queue: &Queue, config: &Config) -> Reply {
     )
 }
 
+/// The live workers, each with the jobs it holds, and the due jobs no live
+/// worker handles, as the Workers page renders them (`workersPage` in
+/// app.js): the JSON of `backlog --json workers`, with the server's now.
+pub fn workers(queue: &Queue) -> Reply {
+    let read = queue.workers().and_then(|w| Ok((w, queue.unhandled()?)));
+    match read {
+        Ok((workers, unhandled)) => Reply::json(
+            200,
+            &json!({
+                "now": output::time_json(Some(queue.now())),
+                "workers": workers.iter().map(crate::workers::to_json).collect::<Vec<_>>(),
+                "unhandled": unhandled.iter().map(crate::workers::unhandled_json).collect::<Vec<_>>(),
+            }),
+        ),
+        Err(e) => failure(e.into()),
+    }
+}
+
 /// The throughput chart: one bar per minute.
 const CHART_MINUTES: u32 = 60;
 

@@ -240,7 +240,7 @@ impl Server {
             }
         };
         match segments.as_slice() {
-            [""] | ["jobs"] | ["dead"] => only("GET", get, &|| self.shell()),
+            [""] | ["jobs"] | ["dead"] | ["workers"] => only("GET", get, &|| self.shell()),
             ["jobs", id] => only("GET", get, &|| match id.parse::<i64>() {
                 Ok(_) => self.shell(),
                 Err(_) => error(404, format!("{id:?} is not a job id")),
@@ -257,6 +257,7 @@ impl Server {
             }),
             ["api", "overview"] => only("GET", get, &|| api::overview(&self.queue, &self.config)),
             ["api", "jobs"] => only("GET", get, &|| api::jobs(&self.queue, r.query)),
+            ["api", "workers"] => only("GET", get, &|| api::workers(&self.queue)),
             ["api", "jobs", id] => only("GET", get, &|| api::job(&self.queue, id)),
             ["api", "jobs", id, action] => only("POST", post, &|| {
                 self.action(|| api::job_action(&self.queue, id, action, r.body))

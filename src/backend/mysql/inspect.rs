@@ -486,6 +486,7 @@ mod tests {
             "V4__groups",
             "V5__limits",
             "V6__schedules",
+            "V7__workers",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate(std::time::Duration::ZERO)?;

@@ -33,6 +33,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V6__schedules",
         include_str!("../../../migrations/mysql/V6__schedules.sql"),
     ),
+    (
+        "V7__workers",
+        include_str!("../../../migrations/mysql/V7__workers.sql"),
+    ),
 ];
 
 /// Applies pending migrations.
@@ -100,6 +104,7 @@ fn render(template: &str, prefix: &str) -> String {
         .replace("{groups}", &format!("{prefix}groups"))
         .replace("{group_members}", &format!("{prefix}group_members"))
         .replace("{schedules}", &format!("{prefix}schedules"))
+        .replace("{workers}", &format!("{prefix}workers"))
 }
 
 /// The server lock's name for one queue's tables. Names are at most 64

@@ -23,6 +23,7 @@ pub(crate) mod poller;
 pub(crate) mod queries;
 pub(crate) mod schedules;
 pub(crate) mod version;
+pub(crate) mod workers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

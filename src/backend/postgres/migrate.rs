@@ -39,6 +39,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V6__schedules",
         include_str!("../../../migrations/postgres/V6__schedules.sql"),
     ),
+    (
+        "V7__workers",
+        include_str!("../../../migrations/postgres/V7__workers.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

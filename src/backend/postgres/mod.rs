@@ -19,6 +19,7 @@ pub(crate) mod pool;
 pub(crate) mod queries;
 pub(crate) mod schedules;
 pub(crate) mod target;
+pub(crate) mod workers;
 
 use std::fmt;
 use std::sync::Arc;

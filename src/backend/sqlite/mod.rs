@@ -19,6 +19,7 @@ pub(crate) mod queries;
 pub(crate) mod schedules;
 mod store;
 pub(crate) mod wal;
+pub(crate) mod workers;
 pub(crate) mod write_path;
 
 pub(crate) use connection::Connections;

@@ -152,6 +152,7 @@ function route() {
   if (path === "/") { view = () => overview(); nav = "overview"; }
   else if (path === "/jobs") { view = () => jobs(params); nav = "jobs"; }
   else if (path === "/dead") { view = () => dead(params); nav = "dead"; }
+  else if (path === "/workers") { view = () => workersPage(); nav = "workers"; }
   else if ((m = path.match(/^\/jobs\/(-?\d+)$/))) { view = () => job(m[1]); nav = "jobs"; }
   else { view = async () => [h("h1", {}, "Not found")]; nav = ""; }
   for (const a of document.querySelectorAll("nav a")) {
@@ -310,7 +311,13 @@ function queuesTable(queues) {
         h("td", {class: "num"}, num(row.completed_last_minute)),
         h("td", {class: "num" + (age > 300 ? " warn" : "")}, age === null ? "—" : duration(age)),
         h("td", {}, row.paused ? h("span", {class: "badge paused"}, "paused")
-          : h("span", {class: "badge s-running"}, "active")),
+          : h("span", {class: "badge s-running"}, "active"),
+          (row.unhandled || []).length === 0 ? null : " ",
+          (row.unhandled || []).length === 0 ? null : link("/workers",
+            h("span", {class: "badge no-worker",
+              title: "due jobs no live worker handles: " +
+                row.unhandled.map((u) => u.kind + " " + u.due).join(", ")},
+            "no worker: " + row.unhandled.map((u) => u.kind).join(", ")))),
         READ_ONLY ? null : h("td", {class: "actions"}, row.paused
           ? button("Resume", () => act(`Resume queue ${row.queue}? Workers lease from it again.`,
             "Resume", `/api/queues/${q(row.queue)}/resume`))
@@ -345,6 +352,59 @@ function renderFlowControl(flow) {
     h("div", {class: "panel-head"}, h("h2", {}, "Schedules and limits")),
     h("h3", {}, "Periodic schedules"), schedules,
     h("h3", {}, "Queue limits"), limits);
+}
+
+// ---- workers ----------------------------------------------------------------
+
+// The live workers (each registered in the database by a running Worker,
+// refreshed by its heartbeat) with the jobs each holds, and the due jobs no
+// live worker handles.
+async function workersPage() {
+  const data = await api("/api/workers");
+  const q = encodeURIComponent;
+  const list = data.workers.length === 0
+    ? h("p", {class: "empty"}, "No live workers: none started, or every one shut down " +
+      "(a crashed worker counts as gone three heartbeat intervals after its last heartbeat).")
+    : h("table", {class: "grid-table", id: "workers"},
+      h("thead", {}, h("tr", {},
+        h("th", {}, "Worker"), h("th", {}, "Host"), h("th", {class: "num"}, "Pid"),
+        h("th", {}, "Queues"), h("th", {}, "Kinds"), h("th", {class: "num"}, "Threads"),
+        h("th", {}, "Running"), h("th", {}, "Started"), h("th", {}, "Heartbeat"))),
+      h("tbody", {}, data.workers.map((w) => h("tr", {"data-worker": w.id},
+        h("td", {class: "mono nowrap"}, w.id),
+        h("td", {class: "mono"}, w.host),
+        h("td", {class: "num"}, String(w.pid)),
+        h("td", {}, w.queues.flatMap((name, i) => [i ? ", " : null,
+          link(`/jobs?queue=${q(name)}`, name)])),
+        h("td", {class: "mono"}, w.kinds.join(", ")),
+        h("td", {class: "num"}, num(w.concurrency)),
+        h("td", {}, w.running.length === 0 ? h("span", {class: "muted"}, "idle")
+          : w.running.flatMap((j, i) => [i ? " " : null,
+            link(`/jobs/${j.id}`, h("span", {class: "badge s-running", title: j.queue + " · " + j.kind},
+              "#" + j.id + " " + j.kind))])),
+        h("td", {class: "nowrap"}, h("span", {title: w.started_at}, ago(w.started_at))),
+        h("td", {class: "nowrap"}, h("span", {title: "counts as gone " + ago(w.expires_at)},
+          ago(w.heartbeat_at)))))));
+  const unhandled = data.unhandled.length === 0
+    ? h("p", {class: "muted"}, "Every due job has a live worker for its queue and kind.")
+    : h("table", {class: "grid-table", id: "unhandled"},
+      h("thead", {}, h("tr", {}, h("th", {}, "Queue"), h("th", {}, "Kind"),
+        h("th", {class: "num"}, "Due"))),
+      h("tbody", {}, data.unhandled.map((u) => h("tr", {},
+        h("td", {}, link(`/jobs?queue=${q(u.queue)}`, u.queue)),
+        h("td", {class: "mono"}, u.kind),
+        h("td", {class: "num warn"},
+          link(`/jobs?state=available&queue=${q(u.queue)}&kind=${q(u.kind)}`, num(u.due)))))));
+  const running = data.workers.reduce((n, w) => n + w.running.length, 0);
+  return [h("h1", {}, "Workers"),
+    h("section", {class: "panel"},
+      h("div", {class: "panel-head"}, h("h2", {}, "Live workers"),
+        h("span", {class: "muted"}, data.workers.length + " worker(s) · " + running + " job(s) held")),
+      list),
+    h("section", {class: "panel"},
+      h("div", {class: "panel-head"}, h("h2", {}, "Due jobs no live worker handles"),
+        h("span", {class: "muted"}, "they wait until a worker with a handler for the kind serves the queue")),
+      unhandled)];
 }
 
 // ---- jobs list --------------------------------------------------------------
