@@ -528,6 +528,11 @@ fn limits(
 ) -> BoxResult<()> {
     let processes = sizes.processes.iter().copied().max().unwrap_or(1);
     let all = u32::try_from(processes * threads).unwrap_or(u32::MAX);
+    // A limit of all the threads binds after all: the default worker leases
+    // ahead of its threads (its look-ahead), and a leased job counts as
+    // running, so that limit keeps it from leasing ahead. The high limit
+    // never binds: what it costs is the bookkeeping alone.
+    let high = Some(NEVER_BINDS);
     let variants = [
         ("no limit", QueueLimits::default()),
         (
@@ -544,8 +549,22 @@ fn limits(
                 rate: Some(Rate::new(10_000_000, Duration::from_secs(1))),
             },
         ),
+        (
+            "concurrency limit 1,000,000 (never binds)",
+            QueueLimits {
+                concurrency: high,
+                rate: None,
+            },
+        ),
+        (
+            "concurrency 1,000,000 + rate limit (never binds)",
+            QueueLimits {
+                concurrency: high,
+                rate: Some(Rate::new(10_000_000, Duration::from_secs(1))),
+            },
+        ),
     ];
-    let mut rates = [0.0f64; 3];
+    let mut rates = [0.0f64; 5];
     for k in 0..variants.len() {
         let i = (k + run) % variants.len();
         let b = BurnDown {
@@ -569,6 +588,9 @@ fn limits(
     }
     Ok(())
 }
+
+/// A concurrency limit above anything the workers of the limits mode hold.
+const NEVER_BINDS: u32 = 1_000_000;
 
 // ---- lease-depth ---------------------------------------------------------------
 

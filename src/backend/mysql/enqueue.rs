@@ -1,8 +1,6 @@
 //! Enqueueing on MySQL: one insert per job, or on MariaDB many jobs per
 //! multi-row insert; a unique key already held returns its job's id.
 
-use std::collections::HashMap;
-
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Value};
 
@@ -14,8 +12,11 @@ use crate::job::Enqueued;
 
 /// Rows per multi-row insert, largest first: a batch goes out in chunks of
 /// these sizes, so a handful of statement texts serve every batch size (each
-/// is prepared once per connection).
-const ROWS_PER_INSERT: [usize; 4] = [128, 32, 8, 1];
+/// is prepared once per connection). `enqueue_many(1000)` goes out in two
+/// statements (with 128 rows at most it took eleven; the raw ceiling sends
+/// one). A 500-row statement has 5,000 placeholders, well under the
+/// protocol's 65,535.
+const ROWS_PER_INSERT: [usize; 5] = [500, 100, 20, 5, 1];
 
 /// Payload bytes per multi-row insert, well under the server's default
 /// `max_allowed_packet` (16 MiB on MariaDB).
@@ -80,23 +81,25 @@ fn insert_rows(
     out: &mut [Option<Enqueued>],
     now: Now,
 ) -> Result<()> {
-    let mut named: HashMap<Vec<u8>, Value> = HashMap::new();
-    for (row, &i) in chunk.iter().enumerate() {
+    // Positional, in `enqueue_rows`'s order: ten values a row.
+    let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 10);
+    for &i in chunk {
         let p = &jobs[i];
-        let mut put = |name: &str, value: Value| {
-            named.insert(format!("{name}{row}").into_bytes(), value);
-        };
-        put("queue", p.queue.into());
-        put("kind", p.kind.into());
-        put("priority", p.priority.into());
-        put("unique_key", p.unique_key.into());
-        put("payload", p.payload.into());
-        put("max_attempts", p.max_attempts.into());
-        put("available_in", now.offset(p.available_at).into());
+        values.extend([
+            p.queue.into(),
+            p.kind.into(),
+            p.priority.into(),
+            p.unique_key.into(),
+            p.payload.into(),
+            p.max_attempts.into(),
+            now.param().into(),
+            now.offset(p.available_at).into(),
+            now.param().into(),
+            now.param().into(),
+        ]);
     }
-    named.insert(b"now".to_vec(), now.param().into());
     let rows: Vec<(i64, String, Option<String>)> =
-        q.exec(sql.enqueue_rows(chunk.len()), Params::Named(named))?;
+        q.exec(sql.enqueue_rows(chunk.len()), Params::Positional(values))?;
     // Rows come back in input order, refused ones left out: match them up.
     let mut inserted = rows.into_iter().peekable();
     for &i in chunk {

@@ -84,6 +84,50 @@ pub(crate) fn lease(
         .into_iter()
         .map(candidate)
         .collect::<Result<Vec<_>>>()?;
+    claim(sql, q, p, now, candidates)
+}
+
+/// [`lease`] of one limited queue whose row this transaction holds locked:
+/// claims no more than `concurrency` minus its running jobs, counted by the
+/// walk itself. Candidates beyond that stay locked, unclaimed, until the
+/// commit; every other lease of this queue waits for its row meanwhile.
+pub(crate) fn lease_limited(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &LeaseParams<'_>,
+    now: Now,
+    concurrency: i64,
+) -> Result<Vec<Job>> {
+    let walk = LeaseParams {
+        limit: p
+            .limit
+            .min(usize::try_from(concurrency).unwrap_or(usize::MAX)),
+        ..*p
+    };
+    if walk.queues.len() != 1 || walk.limit == 0 {
+        return Ok(Vec::new());
+    }
+    let kinds = walk.kinds.map_or(0, <[String]>::len);
+    let rows: Vec<Row> = q.exec(sql.lease_counting(kinds), lease_params(&walk, now, false))?;
+    let mut running = 0;
+    let mut candidates = Vec::with_capacity(rows.len());
+    for mut r in rows {
+        running = take::<i64>(&mut r, 11)?;
+        candidates.push(candidate(r)?);
+    }
+    let room = usize::try_from(concurrency.saturating_sub(running)).unwrap_or(0);
+    candidates.truncate(room);
+    claim(sql, q, p, now, candidates)
+}
+
+/// Claims the locked candidates in one update; the jobs in claim order.
+fn claim(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &LeaseParams<'_>,
+    now: Now,
+    candidates: Vec<Candidate>,
+) -> Result<Vec<Job>> {
     let Some(server_now) = candidates.first().map(|c| c.server_now) else {
         return Ok(Vec::new());
     };

@@ -49,11 +49,6 @@ fn lock_limited(queue_count: usize) -> String {
     )
 }
 
-/// The running jobs of queue `:queue`, read from `jobs_running`.
-const COUNT_QUEUE_RUNNING: &str = "
-SELECT count(*) FROM {jobs} FORCE INDEX (jobs_running)
-WHERE queue = :queue AND lease_token IS NOT NULL";
-
 /// Stores a queue's rate window: its start (unix µs) and count.
 const SET_RATE_WINDOW: &str = "
 UPDATE {queues} SET rate_window_start = :start, rate_window_count = :count WHERE name = :name";
@@ -126,11 +121,18 @@ pub(crate) fn lease(
         // Limits set since this lease began are skipped by `skip_limited`.
         return jobs::lease(sql, q, p, now, true);
     }
-    let count = sql.tables.render(COUNT_QUEUE_RUNNING);
-    for state in &mut limited {
-        let running: Option<i64> = q.exec_first(&count, params! { "queue" => &state.queue })?;
-        state.running = running.unwrap_or(0);
-    }
+    // The engine sees the rate limits and the caps; each limited queue's
+    // walk counts its own concurrency room (`jobs::lease_limited`).
+    let by_rate: Vec<LimitState> = limited
+        .iter()
+        .map(|s| LimitState {
+            limits: QueueLimits {
+                concurrency: None,
+                ..s.limits
+            },
+            ..s.clone()
+        })
+        .collect();
     // Every claim of this lease at the now the limits were read at, so a
     // job's start time falls in the window that counted it. (A cap alone
     // needs no clock.)
@@ -138,11 +140,14 @@ pub(crate) fn lease(
     let (jobs, windows) = crate::limits::lease_within(
         p.queues,
         p.limit,
-        &limited,
+        &by_rate,
         p.caps,
         at,
         |queues, limit, t| {
-            let one_limited = queues.len() == 1 && limited.iter().any(|s| s.queue == queues[0]);
+            let one_limited = match queues {
+                [one] => limited.iter().find(|s| &s.queue == one),
+                _ => None,
+            };
             let (pinned, lease_until) = match server_now {
                 Some(_) => (
                     Now::new(t, true),
@@ -157,9 +162,14 @@ pub(crate) fn lease(
                 lease_until,
                 ..*p
             };
-            // This transaction holds a limited queue's row: its claim may
-            // take it; the others' claims skip any queue limited meanwhile.
-            jobs::lease(sql, q, &part, pinned, !one_limited)
+            match one_limited.map(|s| s.limits.concurrency) {
+                // This transaction holds the queue's row: its claim may
+                // take it, up to the room its concurrency limit leaves.
+                Some(Some(n)) => jobs::lease_limited(sql, q, &part, pinned, i64::from(n)),
+                Some(None) => jobs::lease(sql, q, &part, pinned, false),
+                // The others' claims skip any queue limited meanwhile.
+                None => jobs::lease(sql, q, &part, pinned, true),
+            }
         },
     )?;
     let set_window = sql.tables.render(SET_RATE_WINDOW);

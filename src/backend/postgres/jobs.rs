@@ -186,6 +186,33 @@ pub(crate) fn lease_at<C: GenericClient>(
         return Ok(Vec::new());
     };
     let rows = tx.query(args.sql, &params)?;
+    sorted_jobs(&rows)
+}
+
+/// [`lease_at`] of one limited queue whose row this transaction holds
+/// locked: the claim stops at the room `concurrency` leaves (`None`: no
+/// concurrency limit), counting the queue's running jobs itself.
+pub(crate) fn lease_limited_at<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+    concurrency: Option<i64>,
+    at: Option<i64>,
+) -> Result<Vec<Job>> {
+    let mut args = LeaseArgs::new(q, p, false);
+    if at.is_some() {
+        args.now = at;
+    }
+    let Some(params) = args.params() else {
+        return Ok(Vec::new());
+    };
+    let params: Vec<&(dyn ToSql + Sync)> = params.into_iter().chain([&concurrency as _]).collect();
+    let rows = tx.query(&q.limits.lease_limited, &params)?;
+    sorted_jobs(&rows)
+}
+
+/// Leased rows in claim order.
+fn sorted_jobs(rows: &[Row]) -> Result<Vec<Job>> {
     let mut jobs = rows.iter().map(leased_job).collect::<Result<Vec<Job>>>()?;
     jobs.sort_by(|a, b| {
         b.priority

@@ -44,9 +44,38 @@ WHERE name = ANY($2::text[]) AND NOT paused
 ORDER BY name
 FOR UPDATE";
 
-/// The running jobs of queue `$1`, read from `{prefix}jobs_running`.
-const COUNT_QUEUE_RUNNING: &str = "
-SELECT count(*) FROM {jobs} WHERE queue = $1 AND lease_token IS NOT NULL";
+/// `LEASE` of one limited queue (`$4`) whose claim stops at the queue's
+/// room under its concurrency limit (`$8`, NULL for none): the limit minus
+/// its running jobs, counted from `{prefix}jobs_running` by this statement.
+/// Parameters otherwise as `LEASE`'s.
+///
+/// The count is in the claim, not in [`LOCK_LIMITED`], because under READ
+/// COMMITTED a statement reads the snapshot taken when it began: a count in
+/// the statement that waited for the queue's row would miss the claims its
+/// previous holder committed meanwhile, and over-admit. This statement
+/// begins after the lock is held, so it counts every claim committed before
+/// it, in one round trip fewer than a separate count (each round trip here
+/// is paid with the queue's row locked, by every lease of the queue in
+/// turn).
+///
+/// PostgreSQL only: SQLite's single writer counts in the lease's
+/// transaction without a lock.
+const LEASE_LIMITED: &str = "
+WITH picked AS MATERIALIZED (
+    SELECT id FROM {jobs}
+    WHERE queue = $4 AND lease_token IS NULL AND available_at <= {now}
+      AND ($5::text[] IS NULL OR kind = ANY($5::text[]))
+      AND NOT EXISTS (SELECT 1 FROM {queues} WHERE name = $4
+              AND (paused OR ($7::bool AND (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL))))
+    ORDER BY priority DESC, available_at, id
+    LIMIT GREATEST(0, LEAST($6, $8::int8
+        - (SELECT count(*) FROM {jobs} WHERE queue = $4 AND lease_token IS NOT NULL)))
+    FOR UPDATE SKIP LOCKED)
+UPDATE {jobs}
+SET attempts = attempts + 1, lease_token = {token}, lease_until = {now} + $2, locked_by = $3,
+    first_leased_at = COALESCE(first_leased_at, {now}), updated_at = {now}
+WHERE id IN (SELECT id FROM picked)
+RETURNING {leased_columns}";
 
 /// Stores queue `$1`'s rate window: start `$2` (unix µs), count `$3`.
 const SET_RATE_WINDOW: &str = "
@@ -58,7 +87,7 @@ pub(crate) struct LimitQueries {
     set_limits: String,
     limits: String,
     lock_limited: String,
-    count_queue_running: String,
+    pub(crate) lease_limited: String,
     set_rate_window: String,
 }
 
@@ -68,7 +97,7 @@ impl LimitQueries {
             set_limits: tables.render(SET_LIMITS),
             limits: tables.render(LIMITS),
             lock_limited: tables.render(LOCK_LIMITED),
-            count_queue_running: tables.render(COUNT_QUEUE_RUNNING),
+            lease_limited: tables.render(LEASE_LIMITED),
             set_rate_window: tables.render(SET_RATE_WINDOW),
         }
     }
@@ -139,20 +168,29 @@ pub(crate) fn lease<C: GenericClient>(
         // Limits set since this lease began are skipped by `skip_limited`.
         return jobs::lease(tx, q, p, true);
     }
-    for state in &mut limited {
-        state.running = match tx.query_opt(&q.limits.count_queue_running, &[&state.queue])? {
-            Some(row) => row.try_get(0)?,
-            None => 0,
-        };
-    }
+    // The engine sees the rate limits and the caps; each limited queue's
+    // claim counts its own concurrency room (`LEASE_LIMITED`).
+    let by_rate: Vec<LimitState> = limited
+        .iter()
+        .map(|s| LimitState {
+            limits: QueueLimits {
+                concurrency: None,
+                ..s.limits
+            },
+            ..s.clone()
+        })
+        .collect();
     let (jobs, windows) = crate::limits::lease_within(
         p.queues,
         p.limit,
-        &limited,
+        &by_rate,
         p.caps,
         now,
         |queues, limit, at| {
-            let one_limited = queues.len() == 1 && limited.iter().any(|s| s.queue == queues[0]);
+            let one_limited = match queues {
+                [one] => limited.iter().find(|s| &s.queue == one),
+                _ => None,
+            };
             let part = LeaseParams {
                 queues,
                 limit,
@@ -161,9 +199,19 @@ pub(crate) fn lease<C: GenericClient>(
             // A claim moved past the transaction's now (`lease_time`) is
             // stamped at that time.
             let pin = (at != now).then_some(at);
-            // This transaction holds a limited queue's row: its claim may
-            // take it; the others' claims skip any queue limited meanwhile.
-            jobs::lease_at(tx, q, &part, !one_limited, pin)
+            match one_limited {
+                // This transaction holds the queue's row: its claim may
+                // take it, up to the room its concurrency limit leaves.
+                Some(state) => jobs::lease_limited_at(
+                    tx,
+                    q,
+                    &part,
+                    state.limits.concurrency.map(i64::from),
+                    pin,
+                ),
+                // The others' claims skip any queue limited meanwhile.
+                None => jobs::lease_at(tx, q, &part, true, pin),
+            }
         },
     )?;
     for w in &windows {

@@ -199,6 +199,11 @@ impl Sql {
         self.tables.render(&lease(queue_count, kinds))
     }
 
+    /// The lease walk of one limited queue, counting its running jobs.
+    pub fn lease_counting(&self, kinds: usize) -> String {
+        self.tables.render(&lease_candidates_counting(kinds))
+    }
+
     /// One page of jobs in a state: history by status, or live by derived
     /// state.
     pub fn list(&self, state: Option<&str>) -> String {

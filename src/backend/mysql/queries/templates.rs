@@ -19,9 +19,12 @@
 /// the usual `UNIX_TIMESTAMP(NOW(6))` in that no session `time_zone` enters
 /// it: `UTC_TIMESTAMP` ignores it and `TIMESTAMPDIFF` is plain arithmetic,
 /// so it is right on a caller's connection too (`enqueue_in`). Constant
-/// within one statement.
+/// within one statement. The epoch is a typed literal, converted once when
+/// the statement is prepared: as a string MariaDB 10.11 parses it again on
+/// every evaluation, three per row of a multi-row insert, which cost about
+/// a third of `enqueue_many`'s time (BENCHMARKS.md, issue 20's enqueue).
 pub const NOW: &str =
-    "COALESCE(:now, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)))";
+    "COALESCE(:now, TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', UTC_TIMESTAMP(6)))";
 
 // ---- enqueue ---------------------------------------------------------------
 
@@ -38,27 +41,27 @@ VALUES (:queue, :kind, :priority, :unique_key, :payload, '[]', :max_attempts,
 
 /// Inserts `rows` jobs in one statement and returns the inserted rows'
 /// `id, queue, unique_key` in input order; a row refused for its unique key
-/// returns nothing. Parameters as [`ENQUEUE`], suffixed by the row's index
-/// (`:queue0`, `:kind0`, ..). Only on MariaDB (10.5+ has `INSERT ..
-/// RETURNING`; MySQL has no way to read the ids of a multi-row insert, whose
-/// AUTO_INCREMENT values need not be consecutive): one round trip for many
-/// jobs where MySQL takes one per job.
+/// returns nothing. Parameters are positional, ten per row: queue, kind,
+/// priority, unique key, payload, max attempts, then the now override and
+/// the delay (µs from now), then the now override twice more. Only on
+/// MariaDB (10.5+ has `INSERT .. RETURNING`; MySQL has no way to read the
+/// ids of a multi-row insert, whose AUTO_INCREMENT values need not be
+/// consecutive): one round trip for many jobs where MySQL takes one per job.
+///
+/// Differs from the other statements in that its parameters are positional
+/// (`?`): the driver matches named parameters to positions in time
+/// quadratic in their number (each occurrence looks for a later one), which
+/// for a 128-row statement (1,280 placeholders) cost more than the insert.
 pub fn enqueue_rows(rows: usize) -> String {
-    let values: Vec<String> = (0..rows)
-        .map(|i| {
-            format!(
-                "(:queue{i}, :kind{i}, :priority{i}, :unique_key{i}, :payload{i}, '[]', \
-                 :max_attempts{i}, {{now}} + :available_in{i}, {{now}}, {{now}})"
-            )
-        })
-        .collect();
+    let now = NOW.replace(":now", "?");
+    let row = format!("(?, ?, ?, ?, ?, '[]', ?, {now} + ?, {now}, {now})");
     format!(
         "INSERT IGNORE INTO {{jobs}}
     (queue, kind, priority, unique_key, payload, errors, max_attempts, available_at,
      created_at, updated_at)
 VALUES {}
 RETURNING id, queue, unique_key",
-        values.join(",\n       ")
+        vec![row; rows].join(",\n       ")
     )
 }
 
@@ -112,6 +115,23 @@ pub fn lease_candidates(queue: usize, kinds: usize) -> String {
                     AND (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL))))
          ORDER BY priority DESC, available_at, id LIMIT :limit
          FOR UPDATE SKIP LOCKED"
+    )
+}
+
+/// [`lease_candidates`] of one limited queue (`:q0`) whose row the lease's
+/// transaction holds locked, with the queue's running jobs counted
+/// (`jobs_running`) as one more column: the caller claims no more than its
+/// concurrency limit leaves. The count is a plain read, not a locking one
+/// (checked on MariaDB 10.11: it does not wait for a running job another
+/// transaction holds), and reads the commits made before this statement
+/// began, so every claim of the lock's previous holders. One round trip
+/// fewer with the queue's row locked than a separate count.
+pub fn lease_candidates_counting(kinds: usize) -> String {
+    lease_candidates(0, kinds).replacen(
+        " AS now FROM",
+        " AS now, (SELECT count(*) FROM {jobs} FORCE INDEX (jobs_running)
+             WHERE queue = :q0 AND lease_token IS NOT NULL) AS running FROM",
+        1,
     )
 }
 
