@@ -338,3 +338,19 @@ impl QueueOptions {
         self.retry_policies.get(kind).unwrap_or(&self.retry_policy)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key is for a SQLite file: a server backend refuses it rather than
+    /// leave the application believing its data encrypted by backlog.
+    #[test]
+    fn a_server_backend_refuses_a_sqlite_key() {
+        let options = QueueOptions::new().sqlite_key("s3cret");
+        let error = options.check_common().expect_err("a server takes no key");
+        assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+        assert!(!error.to_string().contains("s3cret"), "{error}");
+        assert!(options.check_sqlite().is_ok());
+    }
+}
