@@ -194,6 +194,26 @@ mod encrypted {
         Ok(())
     }
 
+    /// The README's word: the application's own connection to the file
+    /// needs the same key, as its first statement, and then joins the queue.
+    #[test]
+    fn an_application_connection_with_the_key_enqueues_in_its_transaction() -> TestResult {
+        use backlog::sqlite::QueueExt;
+
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("q.db");
+        let queue = keyed(KEY).open(&path)?;
+        let mut conn = backlog::sqlite::open_connection(&path)?;
+        conn.pragma_update(None, "key", KEY)?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let id = queue
+            .enqueue_in(&tx, NewJob::new("k", json!({ "note": MARKER })))?
+            .id;
+        tx.commit()?;
+        assert_eq!(queue.get(id)?.state, JobState::Available);
+        Ok(())
+    }
+
     #[test]
     fn a_key_does_not_open_a_plaintext_queue_file() -> TestResult {
         let dir = tempfile::tempdir()?;
