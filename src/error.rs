@@ -185,7 +185,10 @@ impl Error {
 
     /// True when a SQLite file is damaged or is not a database at all
     /// (SQLite's `SQLITE_CORRUPT`, `SQLITE_NOTADB`): retrying cannot help,
-    /// and the file should not be written to.
+    /// and the file should not be written to. An encrypted file opened
+    /// without its key or with a wrong one
+    /// ([`QueueOptions::sqlite_key`](crate::QueueOptions::sqlite_key)) is
+    /// refused so, with a message that names the key.
     pub fn is_corrupt(&self) -> bool {
         let Error::Database(e) = self else {
             return false;

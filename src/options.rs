@@ -61,6 +61,25 @@ pub struct QueueOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) connect_deadline: Duration,
     pub(crate) event_capacity: usize,
+    pub(crate) sqlite_key: Option<SqliteKey>,
+}
+
+/// The key of an encrypted SQLite file ([`QueueOptions::sqlite_key`]): a
+/// secret, shown as `***` by `Debug`.
+#[derive(Clone)]
+pub(crate) struct SqliteKey(Arc<str>);
+
+impl SqliteKey {
+    /// The key as given, for `PRAGMA key` and nothing else.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SqliteKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
 }
 
 /// How many unread events a [`Queue::subscribe`] subscription holds by
@@ -88,6 +107,7 @@ impl Default for QueueOptions {
             connect_timeout: Duration::from_secs(10),
             connect_deadline: Duration::from_secs(60),
             event_capacity: DEFAULT_EVENT_CAPACITY,
+            sqlite_key: None,
         }
     }
 }
@@ -242,9 +262,42 @@ impl QueueOptions {
         self
     }
 
+    /// The key of an encrypted SQLite file, for a build with the `sqlcipher`
+    /// feature (SQLCipher compiled in SQLite's place). Backlog runs
+    /// `PRAGMA key` with it as the first statement of every connection it
+    /// opens to the file, and reads the schema back: a file that does not
+    /// open with it (a wrong key, or a file that is not encrypted) is
+    /// refused at open with an error whose
+    /// [`is_corrupt`](crate::Error::is_corrupt) is true, and nothing is
+    /// written. A new file is created encrypted. The key is a SQLCipher
+    /// passphrase (SQLCipher derives the key from it); `Debug` shows `***`.
+    ///
+    /// Where the SQLite linked in is not SQLCipher (a build without the
+    /// feature), opening with a key is [`Error::InvalidArgument`] before
+    /// the file is created or touched, since the file would be written in
+    /// plaintext; so is an empty key. The application's own connections to
+    /// the file need the same key (their own `PRAGMA key`). Defaults to
+    /// none: a plaintext file. The server backends refuse it.
+    pub fn sqlite_key(mut self, key: impl Into<String>) -> Self {
+        self.sqlite_key = Some(SqliteKey(Arc::from(key.into())));
+        self
+    }
+
     /// Checks the options every backend shares, and the ones that only a
-    /// server backend takes.
+    /// server backend takes; a server backend's open calls it.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) fn check_common(&self) -> Result<()> {
+        self.check_shared()?;
+        if self.sqlite_key.is_some() {
+            return Err(Error::InvalidArgument(
+                "sqlite_key applies to an encrypted SQLite file, not to a server backend".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the options every backend shares.
+    fn check_shared(&self) -> Result<()> {
         if self.pool_size == 0 {
             return Err(Error::InvalidArgument(
                 "pool_size must be at least 1".into(),
@@ -264,7 +317,7 @@ impl QueueOptions {
 
     /// Refuses options that SQLite cannot honour.
     pub(crate) fn check_sqlite(&self) -> Result<()> {
-        self.check_common()?;
+        self.check_shared()?;
         if self.table_prefix != DEFAULT_TABLE_PREFIX || self.schema.is_some() {
             return Err(Error::InvalidArgument(
                 "table_prefix and schema apply to the server backends; SQLite uses the default \
@@ -272,10 +325,32 @@ impl QueueOptions {
                     .into(),
             ));
         }
+        // SQLCipher takes an empty key as no key: the file would be plaintext.
+        if self.sqlite_key.as_ref().is_some_and(|k| k.0.is_empty()) {
+            return Err(Error::InvalidArgument(
+                "sqlite_key must not be empty".into(),
+            ));
+        }
         Ok(())
     }
 
     pub(crate) fn policy_for(&self, kind: &str) -> &RetryPolicy {
         self.retry_policies.get(kind).unwrap_or(&self.retry_policy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key is for a SQLite file: a server backend refuses it rather than
+    /// leave the application believing its data encrypted by backlog.
+    #[test]
+    fn a_server_backend_refuses_a_sqlite_key() {
+        let options = QueueOptions::new().sqlite_key("s3cret");
+        let error = options.check_common().expect_err("a server takes no key");
+        assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+        assert!(!error.to_string().contains("s3cret"), "{error}");
+        assert!(options.check_sqlite().is_ok());
     }
 }

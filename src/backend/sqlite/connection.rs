@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::config::DbConfig;
-use rusqlite::{Connection, OpenFlags, Transaction};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction};
 
 use super::wal;
 use super::write_path::last_write_hold;
 use super::write_path::{retry_busy, vfs, WriteGate, WritePath};
 use crate::error::{Error, Result};
-use crate::options::{Durability, QueueOptions};
+use crate::options::{Durability, QueueOptions, SqliteKey};
 
 /// The WAL is truncated back to this size after checkpoints.
 const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
@@ -78,6 +78,74 @@ impl Pragmas {
     }
 }
 
+/// Opens `path` as every connection of a queue to it does: with its key, when
+/// the file has one, as the first statement, and the schema read back, so
+/// that a file that does not open says so here and not at some later read.
+pub(crate) fn open_keyed(
+    path: &Path,
+    flags: OpenFlags,
+    key: Option<&SqliteKey>,
+) -> Result<Connection> {
+    let conn = Connection::open_with_flags(path, flags)?;
+    unlock(&conn, key)?;
+    Ok(conn)
+}
+
+/// [`apply_key`], then [`check_opens`].
+fn unlock(conn: &Connection, key: Option<&SqliteKey>) -> Result<()> {
+    apply_key(conn, key)?;
+    check_opens(conn, key.is_some())
+}
+
+/// `PRAGMA key` (SQLCipher), which must come before anything reads the file.
+fn apply_key(conn: &Connection, key: Option<&SqliteKey>) -> Result<()> {
+    if let Some(key) = key {
+        conn.pragma_update(None, "key", key.expose())?;
+    }
+    Ok(())
+}
+
+/// Reads the schema: the file's first read, where a wrong or missing key
+/// shows, as `SQLITE_NOTADB` with a message that says what to check.
+fn check_opens(conn: &Connection, keyed: bool) -> Result<()> {
+    match conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+        r.get::<_, i64>(0)
+    }) {
+        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) => {
+            let why = if keyed {
+                "the file does not open with the key given (QueueOptions::sqlite_key): the key \
+                 is wrong, or the file is not encrypted or not a database"
+            } else {
+                "the file is not a database: it is encrypted (give its key with \
+                 QueueOptions::sqlite_key), damaged, or not SQLite"
+            };
+            Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
+                Some(why.to_owned()),
+            )
+            .into())
+        }
+        other => other.map(drop).map_err(Error::from),
+    }
+}
+
+/// Refuses a key where the SQLite linked in is not SQLCipher: plain SQLite
+/// ignores `PRAGMA key`, and the "encrypted" file would be plaintext.
+fn require_sqlcipher() -> Result<()> {
+    let conn = Connection::open_in_memory()?;
+    let version: Option<String> = conn
+        .query_row("PRAGMA cipher_version", [], |r| r.get(0))
+        .optional()?;
+    match version {
+        Some(_) => Ok(()),
+        None => Err(Error::InvalidArgument(
+            "sqlite_key needs SQLCipher, and this build links plain SQLite, which would write \
+             the file unencrypted: build backlog with its `sqlcipher` feature"
+                .into(),
+        )),
+    }
+}
+
 /// A pool-init failure that is not itself a SQLite error (a pragma mismatch).
 fn mismatch(message: String) -> rusqlite::Error {
     rusqlite::Error::SqliteFailure(
@@ -106,6 +174,7 @@ fn expect<T: PartialEq + ToString>(name: &'static str, expected: T, actual: T) -
 /// behind its gate, see [`super::write_path`]) and a pool of readers.
 pub(crate) struct Connections {
     path: PathBuf,
+    key: Option<SqliteKey>,
     write: WritePath,
     readers: r2d2::Pool<SqliteConnectionManager>,
     /// How the checkpoints of this queue's connections ended.
@@ -131,6 +200,10 @@ impl Connections {
                 "pool_size must be at least 1".into(),
             ));
         }
+        let key = options.sqlite_key.clone();
+        if key.is_some() {
+            require_sqlcipher()?;
+        }
         create_private_file(path)?;
         let pragmas = Pragmas {
             durability: options.durability,
@@ -140,12 +213,16 @@ impl Connections {
         // Through the shim, by name: the write gate tells this writer's lock
         // from one this thread holds through another connection (see `vfs`).
         let writer = vfs::open(path, flags)?;
+        apply_key(&writer, key.as_ref())?;
         // Setting WAL needs a lock another process may hold: retry like a write.
         retry_busy(options.write_deadline, &AtomicU64::new(0), || {
+            check_opens(&writer, key.is_some())?;
             pragmas.apply(&writer)
         })?;
         let checkpoints = vfs::open(path, flags)?;
+        apply_key(&checkpoints, key.as_ref())?;
         retry_busy(options.write_deadline, &AtomicU64::new(0), || {
+            check_opens(&checkpoints, key.is_some())?;
             pragmas.apply(&checkpoints)
         })?;
         let write = WritePath::start(
@@ -156,16 +233,19 @@ impl Connections {
             options,
         )?;
 
+        let reader_key = key.clone();
         let manager = SqliteConnectionManager::file(path)
             .with_flags(flags)
             .with_init(move |conn| {
-                pragmas.apply(conn).map_err(|e| match e {
-                    Error::Database(inner) => match inner.downcast::<rusqlite::Error>() {
-                        Ok(sqlite) => *sqlite,
-                        Err(other) => mismatch(other.to_string()),
-                    },
-                    other => mismatch(other.to_string()),
-                })
+                unlock(conn, reader_key.as_ref())
+                    .and_then(|()| pragmas.apply(conn))
+                    .map_err(|e| match e {
+                        Error::Database(inner) => match inner.downcast::<rusqlite::Error>() {
+                            Ok(sqlite) => *sqlite,
+                            Err(other) => mismatch(other.to_string()),
+                        },
+                        other => mismatch(other.to_string()),
+                    })
             });
         let readers = r2d2::Pool::builder()
             .max_size(options.pool_size)
@@ -175,6 +255,7 @@ impl Connections {
 
         Ok(Connections {
             path: path.to_path_buf(),
+            key,
             checkpoint_stats: write.checkpoint_stats.clone(),
             write,
             readers,
@@ -184,6 +265,11 @@ impl Connections {
     /// The database file.
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The file's key, for every other connection the queue opens to it.
+    pub(crate) fn key(&self) -> Option<&SqliteKey> {
+        self.key.as_ref()
     }
 
     /// The `synchronous` pragma in force on the write connection.

@@ -27,9 +27,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use rusqlite::Connection;
 
-use super::connection::OPEN_FLAGS;
+use super::connection::{open_keyed, OPEN_FLAGS};
 use super::queries;
 use crate::error::Result;
+use crate::options::SqliteKey;
 
 /// A dedicated connection that reports whether the database changed since it
 /// last looked, and a signal telling when to look.
@@ -53,10 +54,14 @@ impl std::fmt::Debug for DataVersion {
 }
 
 impl DataVersion {
-    /// Opens a watcher on the (existing) database at `path` that polls every
-    /// `interval`.
-    pub(crate) fn polling(path: &Path, interval: Duration) -> Result<Self> {
-        let (conn, last) = open(path)?;
+    /// Opens a watcher on the (existing) database at `path`, with its `key`,
+    /// that polls every `interval`.
+    pub(crate) fn polling(
+        path: &Path,
+        key: Option<&SqliteKey>,
+        interval: Duration,
+    ) -> Result<Self> {
+        let (conn, last) = open(path, key)?;
         Ok(DataVersion {
             conn,
             last,
@@ -69,10 +74,10 @@ impl DataVersion {
 
     /// Opens a watcher woken by file notifications, or polling every
     /// `interval` where they are not available.
-    pub(crate) fn open(path: &Path, interval: Duration) -> Result<Self> {
+    pub(crate) fn open(path: &Path, key: Option<&SqliteKey>, interval: Duration) -> Result<Self> {
         #[cfg(feature = "file-events")]
         if let Some((files, signal)) = notifications(path) {
-            let (conn, last) = open(path)?;
+            let (conn, last) = open(path, key)?;
             return Ok(DataVersion {
                 conn,
                 last,
@@ -81,7 +86,7 @@ impl DataVersion {
                 notified: true,
             });
         }
-        Self::polling(path, interval)
+        Self::polling(path, key, interval)
     }
 
     /// Fires when it is time to call [`DataVersion::changed`].
@@ -104,8 +109,8 @@ impl DataVersion {
     }
 }
 
-fn open(path: &Path) -> Result<(Connection, i64)> {
-    let conn = Connection::open_with_flags(path, OPEN_FLAGS)?;
+fn open(path: &Path, key: Option<&SqliteKey>) -> Result<(Connection, i64)> {
+    let conn = open_keyed(path, OPEN_FLAGS, key)?;
     // A read only waits while another connection recovers the WAL.
     conn.busy_timeout(Duration::from_millis(100))?;
     let last = read(&conn)?;

@@ -191,9 +191,9 @@ impl Store for Connections {
 
     fn watch_changes(&self, interval: Duration, notified: bool) -> Result<ChangeWatcher> {
         let version = if notified {
-            DataVersion::open(self.path(), interval)?
+            DataVersion::open(self.path(), self.key(), interval)?
         } else {
-            DataVersion::polling(self.path(), interval)?
+            DataVersion::polling(self.path(), self.key(), interval)?
         };
         let signal = version.signal();
         Ok(ChangeWatcher::new(version, signal))
