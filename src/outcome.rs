@@ -139,6 +139,26 @@ pub(crate) enum Transition {
     },
 }
 
+/// Where a claim that never reached a handler takes its job (a lease whose
+/// answer the worker lost): back to waiting, due at once in the place in
+/// line it had, with the attempt given back as a release gives it back. A
+/// cancel requested meanwhile finishes it as cancelled, like a cancel of a
+/// waiting job (attempt 0: nothing ran it).
+pub(crate) fn unclaim(available_at: i64, cancel_requested: bool, now: i64) -> Transition {
+    if cancel_requested {
+        return Transition::Finish {
+            status: FinalStatus::Cancelled,
+            result: None,
+            error: Some(crate::action::operator_error(crate::action::CANCELLED, now)),
+        };
+    }
+    Transition::Reschedule {
+        available_at: available_at.min(now),
+        error: None,
+        refund_attempt: true,
+    }
+}
+
 /// Decides where `outcome` takes `job` at `now`.
 pub(crate) fn decide(
     job: &Job,

@@ -58,8 +58,8 @@ use crate::outcome::FinalStatus;
 pub(crate) use params::ProgressWrite;
 use params::{
     Acted, Aggregated, ClaimTickParams, Claimed, EnqueueParams, FinishedInMinute, HeartbeatParams,
-    LeaseParams, RecentCompletions, RegisterScheduleParams, RescueParams, Rescued, ScheduleRow,
-    SettleAndLeaseParams, SettledAndLeased, UpdateParams,
+    LeaseParams, RecentCompletions, RegisterScheduleParams, ReleaseUnheldParams, RescueParams,
+    Rescued, ScheduleRow, SettleAndLeaseParams, SettledAndLeased, UpdateParams,
 };
 
 /// Everything a database must do for the engine. Each method is one
@@ -116,6 +116,11 @@ pub(crate) trait Store: Schedules + Workers + Send + Sync + Debug {
     /// Lists expired leases and applies the engine's decision for each, in
     /// one transaction (see [`RescueParams`]).
     fn rescue(&self, p: &RescueParams<'_>) -> Result<Vec<Rescued>>;
+
+    /// Lists the leases of a worker that it does not hold and applies the
+    /// engine's decision for each, in one transaction (see
+    /// [`ReleaseUnheldParams`]).
+    fn release_unheld(&self, p: &ReleaseUnheldParams<'_>) -> Result<Vec<Rescued>>;
 
     /// A job by id, live, finished or grouped.
     fn get(&self, id: i64, now: i64) -> Result<Option<JobRecord>>;

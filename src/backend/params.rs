@@ -101,7 +101,8 @@ pub(crate) struct ProgressWrite {
     pub progress: String,
 }
 
-/// A leased job whose lease expired, as the rescuer sees it: no payload.
+/// A leased job as the rescuer (its lease expired) or a release of unheld
+/// leases (its worker never got it) sees it: no payload.
 #[derive(Debug)]
 pub(crate) struct ExpiredLease {
     pub lease: Lease,
@@ -133,6 +134,29 @@ impl std::fmt::Debug for RescueParams<'_> {
 
 /// An expired lease and the settle the engine decided for it.
 pub(crate) type Rescued = (ExpiredLease, SettleParams);
+
+/// Gives back every live job leased by `worker_id` whose id is not in
+/// `held`, each settled as the engine's `decide` says, in one transaction:
+/// the claims of a lease whose commit reached the server but whose answer
+/// never reached the worker. Fenced twice: a held job is left alone, and so
+/// is a job another worker id leased (`locked_by` differs). Server backends
+/// lock the rows, skipping one another transaction holds.
+pub(crate) struct ReleaseUnheldParams<'a> {
+    pub worker_id: &'a str,
+    pub held: &'a [i64],
+    pub now: i64,
+    pub decide: &'a dyn Fn(&ExpiredLease) -> SettleParams,
+}
+
+impl std::fmt::Debug for ReleaseUnheldParams<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReleaseUnheldParams")
+            .field("worker_id", &self.worker_id)
+            .field("held", &self.held)
+            .field("now", &self.now)
+            .finish_non_exhaustive()
+    }
+}
 
 /// A decided change to a job that is not leased; `None` fields keep their
 /// value. The engine validated every value.

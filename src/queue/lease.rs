@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::backend::params::{
-    ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, RescueParams, SettleParams,
+    ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, ReleaseUnheldParams, RescueParams,
+    SettleParams,
 };
 use crate::clock::{self, add_micros};
 use crate::error::{Error, Result};
@@ -141,6 +142,49 @@ impl Queue {
             return Ok(Vec::new());
         }
         self.store().write_progress(writes, self.now_micros(), wait)
+    }
+
+    /// Releases every job leased under `worker_id` whose id is not in
+    /// `held`, and returns their ids: the claims of a lease whose commit
+    /// reached the database while its answer was lost (a network cut), so
+    /// that nobody runs them. Each goes back to waiting, due at once in the
+    /// place in line it had, its attempt given back (nothing ran it); one
+    /// whose cancel was requested meanwhile is cancelled. A job in `held` and
+    /// a job leased under another worker id are left alone.
+    ///
+    /// A [`Worker`](crate::Worker) calls this itself when the server answers
+    /// again after a lease failed for want of it. Call it only while no
+    /// lease of `worker_id` is on its way, with every job that worker holds:
+    /// a job missing from `held` loses its lease.
+    pub fn release_unheld(&self, worker_id: &str, held: &[i64]) -> Result<Vec<i64>> {
+        let now = self.now_micros();
+        let decide = |unheld: &ExpiredLease| SettleParams {
+            lease: unheld.lease,
+            transition: crate::outcome::unclaim(unheld.available_at, unheld.cancel_requested, now),
+            now,
+        };
+        let done = self.store().release_unheld(&ReleaseUnheldParams {
+            worker_id,
+            held,
+            now,
+            decide: &decide,
+        })?;
+        for (unheld, _) in &done {
+            tracing::warn!(
+                job_id = unheld.lease.job_id,
+                worker_id,
+                "released a job leased by a lease whose answer was lost; \
+                 it runs again without losing an attempt"
+            );
+        }
+        self.inner.bus.emit(done.iter().map(|(unheld, p)| {
+            let job_id = unheld.lease.job_id;
+            match p.transition {
+                Transition::Finish { .. } => Event::Cancelled { job_id },
+                Transition::Reschedule { .. } => Event::Released { job_id },
+            }
+        }));
+        Ok(done.iter().map(|(unheld, _)| unheld.lease.job_id).collect())
     }
 
     /// Makes up to `limit` jobs whose lease expired available again, in the

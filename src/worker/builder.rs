@@ -354,7 +354,11 @@ impl WorkerBuilder {
     }
 
     /// The name this worker's leases are recorded under (`locked_by`, and
-    /// `processed_by` in history). Defaults to `host-pid-random`.
+    /// `processed_by` in history). It must be unique among running workers:
+    /// after a lease whose answer a lost connection took, a worker gives back
+    /// every job leased under its id that it does not hold
+    /// ([`Queue::release_unheld`](crate::Queue::release_unheld)). Defaults to
+    /// `host-pid-random`.
     pub fn worker_id(mut self, id: impl Into<String>) -> Self {
         self.worker_id = Some(id.into());
         self

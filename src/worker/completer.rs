@@ -191,6 +191,7 @@ impl Completer {
         };
         let mut request = self.refill.clone();
         request.limit = claimed;
+        let leasing = (claimed > 0).then(|| shared.lease_on_its_way());
         // Held until the jobs are in `inflight`, which the caps count.
         let gate = match (claimed > 0).then(|| shared.queue_caps()).flatten() {
             Some((gate, caps)) => {
@@ -241,6 +242,9 @@ impl Completer {
                 Err(error) => error,
             };
             let unreachable = is_unreachable(&error);
+            if refill.is_some() {
+                shared.lease_failed(&error);
+            }
             if unreachable {
                 unreachable_since.get_or_insert_with(Instant::now);
                 wait = wait.min(UNREACHABLE_RETRY_MAX);
@@ -294,6 +298,8 @@ impl Completer {
         batch.clear();
         let handed = self.hand_over(leased);
         drop(gate);
+        drop(leasing);
+        shared.release_unheld_if_lost();
         shared.give_back(claimed - handed);
         if shared.claimable() > 0 {
             // Slots this batch did not refill: the fetcher's now.
@@ -339,7 +345,7 @@ impl Completer {
 /// lost or refused, a pool that could not open one): the batch is kept for
 /// when it answers again. Other errors (a lock wait, a bad statement) are not
 /// the network's and keep the bounded retries.
-fn is_unreachable(error: &crate::error::Error) -> bool {
+pub(crate) fn is_unreachable(error: &crate::error::Error) -> bool {
     #[cfg(feature = "postgres")]
     if crate::backend::postgres::connection::is_unreachable(error) {
         return true;

@@ -102,6 +102,7 @@ impl Fetcher {
             if self.shared.stopping.load(Ordering::SeqCst) {
                 return;
             }
+            self.shared.release_unheld_if_lost();
             if self.shared.claimable() >= self.shared.refill_at() && !self.completer_refills() {
                 match self.lease() {
                     Some((n, claimed)) if n == claimed => continue, // maybe more waiting
@@ -149,6 +150,7 @@ impl Fetcher {
             return Some((0, 0)); // the completer took them
         }
         self.request.limit = claimed;
+        let _leasing = self.shared.lease_on_its_way();
         // Held until the jobs are in `inflight`, which the caps count.
         let _gate = self.shared.queue_caps().map(|(gate, caps)| {
             self.request.queue_caps = caps;
@@ -162,6 +164,7 @@ impl Fetcher {
                     busy = error.is_busy(),
                     "leasing jobs failed; retrying after the idle wait"
                 );
+                self.shared.lease_failed(&error);
                 self.shared.give_back(claimed);
                 return None;
             }

@@ -119,6 +119,11 @@ impl InFlight {
         self.notify_finished();
     }
 
+    /// The ids of every job held, in any stage.
+    pub(crate) fn ids(&self) -> Vec<i64> {
+        self.lock().keys().copied().collect()
+    }
+
     /// The leases to extend: every job held whose lease is not known lost.
     pub(crate) fn leases(&self) -> Vec<Lease> {
         self.lock()

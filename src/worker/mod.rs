@@ -183,6 +183,14 @@ pub(crate) struct Shared {
     /// Held from counting a capped queue's jobs to handing the leased ones
     /// over, so the fetcher and the completer never both fill one cap.
     pub lease_gate: std::sync::Mutex<()>,
+    /// Read by every lease from its call until its jobs are in `inflight`;
+    /// written by [`Shared::release_unheld_if_lost`], so that a lease on its
+    /// way, whose jobs are not held yet, never has them released.
+    pub leasing: std::sync::RwLock<()>,
+    /// Set when a lease failed for want of the server: its commit may have
+    /// reached the server and leased jobs this worker never got. Cleared
+    /// once [`Shared::release_unheld_if_lost`] gave them back.
+    pub lease_answer_lost: AtomicBool,
 }
 
 impl Shared {
@@ -256,6 +264,53 @@ impl Shared {
             .map(|(q, n)| (q.clone(), n.saturating_sub(self.inflight.held_of(q))))
             .collect();
         Some((gate, caps))
+    }
+
+    /// Taken by a lease from its call until its jobs are in `inflight`
+    /// (see [`Shared::leasing`]).
+    pub(crate) fn lease_on_its_way(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.leasing.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes a lease that failed: when the server could not be reached, its
+    /// commit may have happened with only the answer lost.
+    pub(crate) fn lease_failed(&self, error: &Error) {
+        if completer::is_unreachable(error) {
+            self.lease_answer_lost.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// After a lease's answer may have been lost, gives back the jobs leased
+    /// under this worker's id that it does not hold, so they run at once
+    /// instead of after lease expiry and the rescuer. Only while no lease of
+    /// this worker is on its way (else at the next call); on failure (the
+    /// server still away) the next call tries again.
+    pub(crate) fn release_unheld_if_lost(&self) {
+        if !self.lease_answer_lost.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(_leasing) = self.leasing.try_write() else {
+            return;
+        };
+        self.lease_answer_lost.store(false, Ordering::SeqCst);
+        let held = self.inflight.ids();
+        match self.queue.release_unheld(&self.config.worker_id, &held) {
+            Ok(released) if !released.is_empty() => tracing::warn!(
+                jobs = released.len(),
+                job_ids = ?released,
+                "a lease's answer was lost with the connection; released the jobs \
+                 it leased for this worker, which never got them"
+            ),
+            Ok(_) => {}
+            Err(error) => {
+                self.lease_answer_lost.store(true, Ordering::SeqCst);
+                tracing::debug!(
+                    %error,
+                    "could not release the jobs of a lease whose answer was lost yet; \
+                     trying again later"
+                );
+            }
+        }
     }
 
     /// Frees `n` claimed slots.
@@ -383,6 +438,8 @@ impl Worker {
             unsettled: AtomicUsize::new(0),
             handoff: std::sync::Mutex::new(None),
             lease_gate: std::sync::Mutex::new(()),
+            leasing: std::sync::RwLock::new(()),
+            lease_answer_lost: AtomicBool::new(false),
             config,
         });
         Self::spawn(shared, request, watcher, registration)

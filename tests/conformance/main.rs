@@ -31,6 +31,7 @@ mod reconnect;
 mod settle;
 mod sqlite_diagnostics;
 mod transactional;
+mod unheld;
 mod wait;
 mod wake_up;
 mod workers;

@@ -524,6 +524,36 @@ pub(crate) fn rescue(
         &sql.expired_leases,
         params! { "limit" => limit, "now" => now.param() },
     )?;
+    settle_listed(sql, q, rows, now, decide)
+}
+
+/// The leases of `worker_id` whose ids are not in `held`, locked (rows
+/// another transaction holds skipped), each settled as `decide` says, in
+/// its place in line when rescheduled.
+pub(crate) fn release_unheld(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    worker_id: &str,
+    held: &[i64],
+    now: Now,
+    decide: &dyn Fn(&ExpiredLease) -> SettleParams,
+) -> Result<Vec<(ExpiredLease, SettleParams)>> {
+    let rows: Vec<Row> = q.exec(
+        &sql.unheld_leases,
+        params! { "worker_id" => worker_id, "held" => serde_json::to_string(held)? },
+    )?;
+    settle_listed(sql, q, rows, now, decide)
+}
+
+/// Settles each row of `EXPIRED_LEASES` or `UNHELD_LEASES` as `decide`
+/// says: a rescue's or a release of unheld leases' second half.
+fn settle_listed(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    rows: Vec<Row>,
+    now: Now,
+    decide: &dyn Fn(&ExpiredLease) -> SettleParams,
+) -> Result<Vec<(ExpiredLease, SettleParams)>> {
     let mut done = Vec::with_capacity(rows.len());
     for mut r in rows {
         let expired = ExpiredLease {

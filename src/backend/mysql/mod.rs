@@ -36,8 +36,8 @@ pub(crate) use poller::Poller;
 
 use crate::backend::params::{
     Acted, Aggregated, EnqueueParams, FinishedInMinute, HeartbeatParams, LeaseParams,
-    ProgressWrite, RecentCompletions, RescueParams, Rescued, SettleAndLeaseParams, SettleParams,
-    SettledAndLeased, UpdateParams,
+    ProgressWrite, RecentCompletions, ReleaseUnheldParams, RescueParams, Rescued,
+    SettleAndLeaseParams, SettleParams, SettledAndLeased, UpdateParams,
 };
 use crate::backend::{ChangeWatcher, Changes, Store};
 use crate::clock::{Clock, ClockMicros};
@@ -270,6 +270,23 @@ impl Store for Db {
     fn rescue(&self, p: &RescueParams<'_>) -> Result<Vec<Rescued>> {
         let RescueParams { now, limit, decide } = *p;
         let done = self.write(|tx| jobs::rescue(&self.sql, tx, self.now(now), limit, decide))?;
+        if !done.is_empty() {
+            self.rescheduled();
+        }
+        Ok(done)
+    }
+
+    fn release_unheld(&self, p: &ReleaseUnheldParams<'_>) -> Result<Vec<Rescued>> {
+        let done = self.write(|tx| {
+            jobs::release_unheld(
+                &self.sql,
+                tx,
+                p.worker_id,
+                p.held,
+                self.now(p.now),
+                p.decide,
+            )
+        })?;
         if !done.is_empty() {
             self.rescheduled();
         }

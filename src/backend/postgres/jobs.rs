@@ -609,20 +609,54 @@ pub(crate) fn expired_leases<C: GenericClient>(
 ) -> Result<Vec<ExpiredLease>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows = tx.query(&q.expired_leases, &[&q.now_override(now), &limit])?;
-    rows.iter()
-        .map(|r| {
-            Ok(ExpiredLease {
-                lease: Lease {
-                    job_id: r.try_get(0)?,
-                    token: r.try_get(1)?,
-                },
-                attempts: to_u32(r.try_get(2)?),
-                max_attempts: to_u32(r.try_get(3)?),
-                available_at: r.try_get(4)?,
-                cancel_requested: r.try_get(5)?,
-            })
-        })
-        .collect()
+    rows.iter().map(leased_row).collect()
+}
+
+/// The leases of `worker_id` whose ids are not in `held`, by id, locked
+/// (rows another transaction holds skipped) until the transaction ends.
+pub(crate) fn unheld_leases<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    worker_id: &str,
+    held: &[i64],
+) -> Result<Vec<ExpiredLease>> {
+    let rows = tx.query(&q.unheld_leases, &[&worker_id, &held])?;
+    rows.iter().map(leased_row).collect()
+}
+
+/// Reads a row of `EXPIRED_LEASES` or `UNHELD_LEASES`.
+fn leased_row(r: &Row) -> Result<ExpiredLease> {
+    Ok(ExpiredLease {
+        lease: Lease {
+            job_id: r.try_get(0)?,
+            token: r.try_get(1)?,
+        },
+        attempts: to_u32(r.try_get(2)?),
+        max_attempts: to_u32(r.try_get(3)?),
+        available_at: r.try_get(4)?,
+        cancel_requested: r.try_get(5)?,
+    })
+}
+
+/// Settles each listed lease as `decide` says, each in its place in line
+/// when rescheduled, and wakes the listeners when any was: a rescue's or
+/// a release of unheld leases' second half.
+pub(crate) fn settle_listed<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    listed: Vec<ExpiredLease>,
+    decide: &dyn Fn(&ExpiredLease) -> SettleParams,
+) -> Result<Vec<(ExpiredLease, SettleParams)>> {
+    let decided: Vec<SettleParams> = listed.iter().map(decide).collect();
+    let refs: Vec<&SettleParams> = decided.iter().collect();
+    // The rows are locked by this transaction: every item applies.
+    for result in settle_all(tx, q, &refs, true)? {
+        result?;
+    }
+    if !listed.is_empty() {
+        tx.query(&q.notify, &[&q.channel])?;
+    }
+    Ok(listed.into_iter().zip(decided).collect())
 }
 
 /// JSON text as the engine writes it (serde_json's compact form), from

@@ -32,8 +32,8 @@ use self::queries::{Queries, Tables};
 use self::target::Target;
 use crate::backend::params::{
     Acted, Aggregated, EnqueueParams, FinishedInMinute, HeartbeatParams, LeaseParams,
-    ProgressWrite, RecentCompletions, RescueParams, Rescued, SettleAndLeaseParams, SettleParams,
-    SettledAndLeased, UpdateParams,
+    ProgressWrite, RecentCompletions, ReleaseUnheldParams, RescueParams, Rescued,
+    SettleAndLeaseParams, SettleParams, SettledAndLeased, UpdateParams,
 };
 use crate::backend::{ChangeWatcher, Changes, Store};
 use crate::clock::{Clock, ClockMicros};
@@ -219,16 +219,14 @@ impl Store for Db {
         let RescueParams { now, limit, decide } = *p;
         self.pool.write(|tx| {
             let expired = jobs::expired_leases(tx, &self.q, now, limit)?;
-            let decided: Vec<SettleParams> = expired.iter().map(decide).collect();
-            let refs: Vec<&SettleParams> = decided.iter().collect();
-            // The rows are locked by this transaction: every item applies.
-            for result in jobs::settle_all(tx, &self.q, &refs, true)? {
-                result?;
-            }
-            if !expired.is_empty() {
-                tx.query(&self.q.notify, &[&self.q.channel])?;
-            }
-            Ok(expired.into_iter().zip(decided).collect())
+            jobs::settle_listed(tx, &self.q, expired, decide)
+        })
+    }
+
+    fn release_unheld(&self, p: &ReleaseUnheldParams<'_>) -> Result<Vec<Rescued>> {
+        self.pool.write(|tx| {
+            let unheld = jobs::unheld_leases(tx, &self.q, p.worker_id, p.held)?;
+            jobs::settle_listed(tx, &self.q, unheld, p.decide)
         })
     }
 

@@ -366,17 +366,32 @@ pub(crate) fn expired_leases(
 ) -> Result<Vec<ExpiredLease>> {
     let mut stmt = conn.prepare_cached(queries::EXPIRED_LEASES)?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = stmt.query_map(params![now, limit], |r| {
-        Ok(ExpiredLease {
-            lease: Lease {
-                job_id: r.get(0)?,
-                token: r.get(1)?,
-            },
-            attempts: r.get(2)?,
-            max_attempts: r.get(3)?,
-            available_at: r.get(4)?,
-            cancel_requested: r.get(5)?,
-        })
-    })?;
+    let rows = stmt.query_map(params![now, limit], leased_row)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The leases of `worker_id` whose ids are not in `held`, by id.
+pub(crate) fn unheld_leases(
+    conn: &Connection,
+    worker_id: &str,
+    held: &[i64],
+) -> Result<Vec<ExpiredLease>> {
+    let mut stmt = conn.prepare_cached(queries::UNHELD_LEASES)?;
+    let held = serde_json::to_string(held)?;
+    let rows = stmt.query_map(params![worker_id, held], leased_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Reads a row of [`queries::EXPIRED_LEASES`] or [`queries::UNHELD_LEASES`].
+fn leased_row(r: &Row<'_>) -> rusqlite::Result<ExpiredLease> {
+    Ok(ExpiredLease {
+        lease: Lease {
+            job_id: r.get(0)?,
+            token: r.get(1)?,
+        },
+        attempts: r.get(2)?,
+        max_attempts: r.get(3)?,
+        available_at: r.get(4)?,
+        cancel_requested: r.get(5)?,
+    })
 }

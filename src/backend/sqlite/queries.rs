@@ -215,6 +215,16 @@ SELECT id, lease_token, attempts, max_attempts, available_at, cancel_requested F
 WHERE lease_token IS NOT NULL AND lease_until < ?1
 ORDER BY lease_until LIMIT ?2";
 
+/// The leases of worker `?1` whose ids are not in `?2` (a JSON array of the
+/// ids it holds), by id: claims whose answer never reached it. Read from
+/// `backlog_jobs_expiry`, which holds only leased jobs. No payloads.
+pub const UNHELD_LEASES: &str = "
+SELECT id, lease_token, attempts, max_attempts, available_at, cancel_requested
+FROM backlog_jobs INDEXED BY backlog_jobs_expiry
+WHERE lease_token IS NOT NULL AND locked_by = ?1
+  AND id NOT IN (SELECT value FROM json_each(?2))
+ORDER BY id";
+
 // ---- inspect ---------------------------------------------------------------
 
 /// A live job as a record; `state` is derived at `?1`.

@@ -11,8 +11,8 @@ use std::time::Duration;
 use super::{groups, inspect, jobs, limits, migrate, wal, Connections, DataVersion};
 use crate::backend::params::{
     Acted, Aggregated, EnqueueParams, FinishedInMinute, HeartbeatParams, LeaseParams,
-    ProgressWrite, RecentCompletions, RescueParams, Rescued, SettleAndLeaseParams,
-    SettledAndLeased, UpdateParams,
+    ProgressWrite, RecentCompletions, ReleaseUnheldParams, RescueParams, Rescued,
+    SettleAndLeaseParams, SettledAndLeased, UpdateParams,
 };
 use crate::backend::{ChangeWatcher, Changes, Store};
 use crate::error::Result;
@@ -108,6 +108,18 @@ impl Store for Connections {
                 let settle = decide(&expired);
                 jobs::settle(tx, &settle)?;
                 done.push((expired, settle));
+            }
+            Ok(done)
+        })
+    }
+
+    fn release_unheld(&self, p: &ReleaseUnheldParams<'_>) -> Result<Vec<Rescued>> {
+        self.write(|tx| {
+            let mut done = Vec::new();
+            for unheld in jobs::unheld_leases(tx, p.worker_id, p.held)? {
+                let settle = (p.decide)(&unheld);
+                jobs::settle(tx, &settle)?;
+                done.push((unheld, settle));
             }
             Ok(done)
         })

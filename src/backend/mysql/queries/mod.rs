@@ -89,6 +89,7 @@ pub struct Sql {
     pub heartbeat: String,
     pub heartbeat_held: String,
     pub expired_leases: String,
+    pub unheld_leases: String,
     pub get_live: String,
     pub get_history: String,
     pub count_live: String,
@@ -152,6 +153,7 @@ impl Sql {
             heartbeat: r(HEARTBEAT),
             heartbeat_held: r(HEARTBEAT_HELD),
             expired_leases: r(EXPIRED_LEASES),
+            unheld_leases: r(UNHELD_LEASES),
             get_live: r(&format!(
                 "SELECT {LIVE_COLUMNS} FROM {{jobs}} WHERE id = :id"
             )),

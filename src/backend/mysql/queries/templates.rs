@@ -361,6 +361,19 @@ WHERE lease_until < {now} AND lease_token IS NOT NULL
 ORDER BY lease_until LIMIT :limit
 FOR UPDATE SKIP LOCKED";
 
+/// The leases of worker `:worker_id` whose ids are not in `:held` (a JSON
+/// array of the ids it holds), by id: claims whose answer never reached it.
+/// No payloads. Differs from SQLite in that it locks them and skips rows
+/// another transaction holds (a handler's transactional completion), and in
+/// that the index is forced (a scan would lock what it reads).
+pub const UNHELD_LEASES: &str = "
+SELECT id, lease_token, attempts, max_attempts, available_at, cancel_requested
+FROM {jobs} FORCE INDEX (jobs_expiry)
+WHERE lease_until IS NOT NULL AND lease_token IS NOT NULL AND locked_by = :worker_id
+  AND id NOT IN (SELECT held.id FROM JSON_TABLE(:held, '$[*]' COLUMNS (id BIGINT PATH '$')) AS held)
+ORDER BY id
+FOR UPDATE SKIP LOCKED";
+
 // ---- inspect ---------------------------------------------------------------
 
 /// A live job as a record; `state` is derived at `{now}`.

@@ -344,6 +344,17 @@ WHERE lease_token IS NOT NULL AND lease_until < {now}
 ORDER BY lease_until LIMIT $2
 FOR UPDATE SKIP LOCKED";
 
+/// The leases of worker `$1` whose ids are not in `$2` (the ids it holds),
+/// by id: claims whose answer never reached it. No payloads.
+///
+/// Differs from SQLite in that the rows are locked, skipping locked ones: a
+/// job whose transactional completion holds its row is left to finish.
+pub const UNHELD_LEASES: &str = "
+SELECT id, lease_token, attempts, max_attempts, available_at, cancel_requested FROM {jobs}
+WHERE lease_token IS NOT NULL AND locked_by = $1 AND id <> ALL($2::int8[])
+ORDER BY id
+FOR UPDATE SKIP LOCKED";
+
 // ---- inspect ---------------------------------------------------------------
 
 /// A live job as a record; `state` is derived at now.
