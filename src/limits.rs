@@ -330,6 +330,19 @@ fn window_of(now: i64, period_ms: i64) -> i64 {
 }
 
 impl LimitState {
+    /// This state with its concurrency limit left out: for a server lease
+    /// whose claim statement counts the queue's running jobs itself, so the
+    /// engine applies only the rate limit and the caps.
+    pub(crate) fn rate_only(&self) -> LimitState {
+        LimitState {
+            limits: QueueLimits {
+                concurrency: None,
+                ..self.limits
+            },
+            ..self.clone()
+        }
+    }
+
     /// The time a lease at `now` counts and stamps this queue's starts at.
     /// `now` is read before the lease waited for the write lock (or the
     /// queue's row), so a lease that waited may find the window already

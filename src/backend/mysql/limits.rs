@@ -123,16 +123,7 @@ pub(crate) fn lease(
     }
     // The engine sees the rate limits and the caps; each limited queue's
     // walk counts its own concurrency room (`jobs::lease_limited`).
-    let by_rate: Vec<LimitState> = limited
-        .iter()
-        .map(|s| LimitState {
-            limits: QueueLimits {
-                concurrency: None,
-                ..s.limits
-            },
-            ..s.clone()
-        })
-        .collect();
+    let by_rate: Vec<LimitState> = limited.iter().map(LimitState::rate_only).collect();
     // Every claim of this lease at the now the limits were read at, so a
     // job's start time falls in the window that counted it. (A cap alone
     // needs no clock.)
