@@ -9,7 +9,7 @@ use postgres::GenericClient;
 
 use super::connection::Tx;
 use super::jobs;
-use super::queries::{Queries, Tables};
+use super::queries::{Queries, Tables, LEASE};
 use crate::backend::params::LeaseParams;
 use crate::error::Result;
 use crate::lease::Job;
@@ -44,9 +44,9 @@ WHERE name = ANY($2::text[]) AND NOT paused
 ORDER BY name
 FOR UPDATE";
 
-/// `LEASE` of one limited queue (`$4`) whose claim stops at the queue's
-/// room under its concurrency limit (`$8`, NULL for none): the limit minus
-/// its running jobs, counted from `{prefix}jobs_running` by this statement.
+/// The `LIMIT` of [`LEASE`] for one limited queue (`$4`): the claim stops
+/// at the queue's room under its concurrency limit (`$8`, NULL for none):
+/// the limit minus its running jobs, counted by this statement.
 /// Parameters otherwise as `LEASE`'s.
 ///
 /// The count is in the claim, not in [`LOCK_LIMITED`], because under READ
@@ -60,22 +60,14 @@ FOR UPDATE";
 ///
 /// PostgreSQL only: SQLite's single writer counts in the lease's
 /// transaction without a lock.
-const LEASE_LIMITED: &str = "
-WITH picked AS MATERIALIZED (
-    SELECT id FROM {jobs}
-    WHERE queue = $4 AND lease_token IS NULL AND available_at <= {now}
-      AND ($5::text[] IS NULL OR kind = ANY($5::text[]))
-      AND NOT EXISTS (SELECT 1 FROM {queues} WHERE name = $4
-              AND (paused OR ($7::bool AND (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL))))
-    ORDER BY priority DESC, available_at, id
-    LIMIT GREATEST(0, LEAST($6, $8::int8
-        - (SELECT count(*) FROM {jobs} WHERE queue = $4 AND lease_token IS NOT NULL)))
-    FOR UPDATE SKIP LOCKED)
-UPDATE {jobs}
-SET attempts = attempts + 1, lease_token = {token}, lease_until = {now} + $2, locked_by = $3,
-    first_leased_at = COALESCE(first_leased_at, {now}), updated_at = {now}
-WHERE id IN (SELECT id FROM picked)
-RETURNING {leased_columns}";
+const LIMITED_ROOM: &str = "LIMIT GREATEST(0, LEAST($6, $8::int8
+        - (SELECT count(*) FROM {jobs} WHERE queue = $4 AND lease_token IS NOT NULL)))";
+
+/// [`LEASE`] with its `LIMIT $6` replaced by [`LIMITED_ROOM`]: derived, not
+/// copied, so a change to the lease reaches limited queues too.
+fn lease_limited() -> String {
+    LEASE.replacen("LIMIT $6\n", &format!("{LIMITED_ROOM}\n"), 1)
+}
 
 /// Stores queue `$1`'s rate window: start `$2` (unix µs), count `$3`.
 const SET_RATE_WINDOW: &str = "
@@ -97,7 +89,7 @@ impl LimitQueries {
             set_limits: tables.render(SET_LIMITS),
             limits: tables.render(LIMITS),
             lock_limited: tables.render(LOCK_LIMITED),
-            lease_limited: tables.render(LEASE_LIMITED),
+            lease_limited: tables.render(&lease_limited()),
             set_rate_window: tables.render(SET_RATE_WINDOW),
         }
     }
@@ -169,17 +161,8 @@ pub(crate) fn lease<C: GenericClient>(
         return jobs::lease(tx, q, p, true);
     }
     // The engine sees the rate limits and the caps; each limited queue's
-    // claim counts its own concurrency room (`LEASE_LIMITED`).
-    let by_rate: Vec<LimitState> = limited
-        .iter()
-        .map(|s| LimitState {
-            limits: QueueLimits {
-                concurrency: None,
-                ..s.limits
-            },
-            ..s.clone()
-        })
-        .collect();
+    // claim counts its own concurrency room (`lease_limited`).
+    let by_rate: Vec<LimitState> = limited.iter().map(LimitState::rate_only).collect();
     let (jobs, windows) = crate::limits::lease_within(
         p.queues,
         p.limit,
@@ -218,4 +201,14 @@ pub(crate) fn lease<C: GenericClient>(
         tx.execute(&q.limits.set_rate_window, &[&w.queue, &w.start, &w.count])?;
     }
     Ok(jobs)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_limited_lease_is_the_lease_with_the_room_as_its_limit() {
+        let limited = super::lease_limited();
+        assert!(limited.contains(super::LIMITED_ROOM), "{limited}");
+        assert!(!limited.contains("LIMIT $6\n"), "{limited}");
+    }
 }
