@@ -54,7 +54,7 @@
 //! postgres::NoTls)` fails on `sslmode=require` (no TLS to offer), and
 //! rust-postgres alone knows neither `verify-ca`, `verify-full` nor
 //! `sslrootcert`. With sqlx, pass the URL to sqlx itself: it reads libpq's
-//! `sslmode` and `sslrootcert` (see [`crate::sqlx`], built with a TLS
+//! `sslmode` and `sslrootcert` (see `backlog::sqlx`, built with a TLS
 //! feature of sqlx's).
 //!
 //! [`QueueOptions::schema`](crate::QueueOptions::schema) and
@@ -86,6 +86,16 @@
 //! A worker adds one connection, its listener's (`LISTEN`), which a full
 //! server may leave out for a while: it retries every few seconds, and the
 //! idle poll finds the jobs meanwhile. See the README's "Connection budget".
+//!
+//! ## From async code
+//!
+//! The `postgres` driver blocks on a runtime of its own, and panics when a
+//! call of the queue's (opening it, `Worker::start`, `enqueue`, `wait`,
+//! `Worker::shutdown`...) runs on a thread that drives a tokio runtime:
+//! make them through `tokio::task::spawn_blocking`. Dropping the queue's
+//! last handle there is safe: its idle connections close on a thread of
+//! their own. To enqueue inside an async service's sqlx transaction, see
+//! `backlog::sqlx` (features `sqlx-postgres`, `sqlx-mysql`).
 //!
 //! ## Time
 //!

@@ -36,9 +36,15 @@ struct Plan {
 async fn main() -> Result<(), BoxError> {
     let smoke = std::env::args().any(|a| a == "--smoke");
     let plan = if smoke {
-        Plan { rounds: 1, per_round: 20 }
+        Plan {
+            rounds: 1,
+            per_round: 20,
+        }
     } else {
-        Plan { rounds: 9, per_round: 400 }
+        Plan {
+            rounds: 7,
+            per_round: 200,
+        }
     };
     match std::env::var("BACKLOG_TEST_POSTGRES_URL") {
         Ok(url) if !url.is_empty() => postgres(&url, &plan).await?,
@@ -125,7 +131,10 @@ async fn pg_enqueue(pool: &PgPool, queue: &Queue, i: usize) -> Result<(), BoxErr
 
 async fn mysql(url: &str, plan: &Plan) -> Result<(), BoxError> {
     let name = format!("bench_sqlx_{}", std::process::id());
-    let admin = MySqlPoolOptions::new().max_connections(1).connect(url).await?;
+    let admin = MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await?;
     sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&admin)
         .await?;
@@ -133,7 +142,10 @@ async fn mysql(url: &str, plan: &Plan) -> Result<(), BoxError> {
     let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
     let db_url = format!("{root}/{name}");
     let result = async {
-        let pool = MySqlPoolOptions::new().max_connections(1).connect(&db_url).await?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(&db_url)
+            .await?;
         sqlx::raw_sql(AssertSqlSafe(
             "CREATE TABLE raw (id BIGINT AUTO_INCREMENT PRIMARY KEY, queue VARCHAR(200) NOT NULL,
                  kind VARCHAR(200) NOT NULL, payload JSON NOT NULL,
@@ -214,7 +226,11 @@ where
     let mut ratios = Vec::new();
     for round in 0..plan.rounds {
         let mut times = [Duration::ZERO; 2];
-        let order = if round % 2 == 0 { [true, false] } else { [false, true] };
+        let order = if round % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
         for raw in order {
             let start = Instant::now();
             for i in 0..plan.per_round {

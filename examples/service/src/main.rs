@@ -87,7 +87,9 @@ fn args() -> Result<Args, BoxError> {
                 }
                 args.schema = value;
             }
-            other => return Err(format!("unknown flag {other}; expected --bind or --schema").into()),
+            other => {
+                return Err(format!("unknown flag {other}; expected --bind or --schema").into())
+            }
         }
     }
     Ok(args)
@@ -96,7 +98,9 @@ fn args() -> Result<Args, BoxError> {
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let args = args()?;
-    let url = match std::env::var("DATABASE_URL").or_else(|_| std::env::var("BACKLOG_TEST_POSTGRES_URL")) {
+    let url = match std::env::var("DATABASE_URL")
+        .or_else(|_| std::env::var("BACKLOG_TEST_POSTGRES_URL"))
+    {
         Ok(url) if !url.is_empty() => url,
         _ => {
             println!("SKIPPED: set DATABASE_URL (or BACKLOG_TEST_POSTGRES_URL) to a PostgreSQL database to run this example");
@@ -133,14 +137,15 @@ async fn main() -> Result<(), BoxError> {
     // `start` connects with backlog's synchronous driver, whose `postgres`
     // crate panics on a runtime thread: started off them too.
     let mark_paid = format!("UPDATE {schema}.orders SET paid = true WHERE id = $1");
-    let builder = Worker::builder(queue.clone())
-        .concurrency(4)
-        .handle(move |job: ChargeCard, ctx| {
-            ctx.transaction(|tx| {
-                tx.execute(mark_paid.as_str(), &[&job.order])?;
-                Ok(json!({ "charged_cents": job.cents }))
-            })
-        });
+    let builder =
+        Worker::builder(queue.clone())
+            .concurrency(4)
+            .handle(move |job: ChargeCard, ctx| {
+                ctx.transaction(|tx| {
+                    tx.execute(mark_paid.as_str(), &[&job.order])?;
+                    Ok(json!({ "charged_cents": job.cents }))
+                })
+            });
     let worker = tokio::task::spawn_blocking(move || builder.start()).await??;
 
     let app = Arc::new(App {
@@ -162,7 +167,8 @@ async fn main() -> Result<(), BoxError> {
 
     // `Worker::shutdown` blocks until running jobs finish (bounded by the
     // grace): hand it to the blocking pool, never the runtime's threads.
-    let report = tokio::task::spawn_blocking(move || worker.shutdown(Duration::from_secs(10))).await??;
+    let report =
+        tokio::task::spawn_blocking(move || worker.shutdown(Duration::from_secs(10))).await??;
     println!("stopped: {report:?}");
     Ok(())
 }
@@ -174,7 +180,10 @@ async fn create_order(
     Json(order): Json<NewOrder>,
 ) -> Result<(StatusCode, Json<Value>), (StatusCode, String)> {
     if order.cents <= 0 {
-        return Err((StatusCode::UNPROCESSABLE_ENTITY, "cents must be positive".into()));
+        return Err((
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "cents must be positive".into(),
+        ));
     }
     let mut tx = app.pool.begin().await.map_err(internal)?;
     let id: i64 = sqlx::query(AssertSqlSafe(app.insert_order.as_str()))
@@ -186,11 +195,20 @@ async fn create_order(
         .map_err(internal)?;
     let job = app
         .queue
-        .enqueue_in(&mut tx, ChargeCard { order: id, cents: order.cents })
+        .enqueue_in(
+            &mut tx,
+            ChargeCard {
+                order: id,
+                cents: order.cents,
+            },
+        )
         .await
         .map_err(internal)?;
     tx.commit().await.map_err(internal)?;
-    Ok((StatusCode::ACCEPTED, Json(json!({ "order": id, "job": job.id }))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "order": id, "job": job.id })),
+    ))
 }
 
 async fn show_order(
@@ -217,13 +235,14 @@ async fn stop_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

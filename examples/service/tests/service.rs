@@ -15,7 +15,12 @@ type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 const BIN: &str = env!("CARGO_BIN_EXE_backlog-example-service");
 
 /// Sends one HTTP/1.1 request and returns the status and the JSON body.
-fn http(addr: &str, method: &str, path: &str, body: &str) -> Result<(u16, Value), Box<dyn std::error::Error + Send + Sync>> {
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Result<(u16, Value), Box<dyn std::error::Error + Send + Sync>> {
     let mut stream = TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
@@ -29,11 +34,7 @@ fn http(addr: &str, method: &str, path: &str, body: &str) -> Result<(u16, Value)
     let (head, body) = response
         .split_once("\r\n\r\n")
         .ok_or_else(|| format!("no HTTP response: {response:?}"))?;
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .ok_or("no status")?
-        .parse()?;
+    let status: u16 = head.split(' ').nth(1).ok_or("no status")?.parse()?;
     let json = serde_json::from_str(body).unwrap_or(Value::String(body.to_owned()));
     Ok((status, json))
 }
@@ -100,19 +101,28 @@ fn run(url: &str, schema: &str) -> TestResult {
         if body["paid"] == Value::Bool(true) {
             break;
         }
-        assert!(Instant::now() < deadline, "order {order} not paid after 10 s");
+        assert!(
+            Instant::now() < deadline,
+            "order {order} not paid after 10 s"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 
     // SIGTERM: the server drains, the worker stops, the process exits 0.
     let pid = service.0.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status()?.success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()?
+        .success());
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
         if let Some(status) = service.0.try_wait()? {
             break status;
         }
-        assert!(Instant::now() < deadline, "the service did not stop on SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "the service did not stop on SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status:?}");

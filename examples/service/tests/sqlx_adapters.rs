@@ -221,12 +221,13 @@ async fn bad_job_is_refused_and_the_transaction_goes_on(f: Fixture) -> TestResul
     let queue = f.queue().await?;
     let mut tx = f.begin().await?;
     tx.insert_order(&f, 1).await?;
-    let bad = tx
-        .enqueue(&queue, NewJob::new("a\nkind", json!({})))
-        .await;
+    let bad = tx.enqueue(&queue, NewJob::new("a\nkind", json!({}))).await;
     assert!(matches!(bad, Err(Error::InvalidName { .. })), "{bad:?}");
     let grouped = tx
-        .enqueue(&queue, NewJob::new("charge", json!({})).group(Group::new("g")))
+        .enqueue(
+            &queue,
+            NewJob::new("charge", json!({})).group(Group::new("g")),
+        )
         .await;
     assert!(
         matches!(&grouped, Err(Error::InvalidArgument(why)) if why.contains("group")),
@@ -255,7 +256,9 @@ async fn many_jobs_in_one_transaction(f: Fixture) -> TestResult {
     let plain = tx
         .enqueue_many(
             &queue,
-            (0..3).map(|i| NewJob::new("charge", json!({ "i": i }))).collect(),
+            (0..3)
+                .map(|i| NewJob::new("charge", json!({ "i": i })))
+                .collect(),
         )
         .await?;
     assert_eq!(plain.len(), 3);
@@ -276,7 +279,10 @@ async fn many_jobs_in_one_transaction(f: Fixture) -> TestResult {
     assert_eq!(f.all_jobs().await?, 5);
     let first = plain[0].id;
     let record = tokio::task::spawn_blocking(move || queue.get(first)).await??;
-    assert_eq!(serde_json::from_str::<Value>(&record.payload)?, json!({"i": 0}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&record.payload)?,
+        json!({"i": 0})
+    );
     assert_eq!(record.state, JobState::Available);
     Ok(())
 }

@@ -172,7 +172,10 @@ impl Fixture {
     /// Jobs live or finished, in this scenario's tables.
     pub async fn all_jobs(&self) -> TestResult<i64> {
         let live = self
-            .count(&format!("SELECT count(*) FROM {}", self.table("backlog_jobs")))
+            .count(&format!(
+                "SELECT count(*) FROM {}",
+                self.table("backlog_jobs")
+            ))
             .await?;
         let done = self
             .count(&format!(
@@ -208,7 +211,11 @@ impl Drop for Fixture {
             rt.block_on(async move {
                 match server {
                     Server::Postgres => {
-                        if let Ok(pool) = PgPoolOptions::new().max_connections(1).connect(&admin).await {
+                        if let Ok(pool) = PgPoolOptions::new()
+                            .max_connections(1)
+                            .connect(&admin)
+                            .await
+                        {
                             let _ = sqlx::raw_sql(AssertSqlSafe(format!(
                                 "DROP SCHEMA IF EXISTS {name} CASCADE"
                             )))
@@ -217,7 +224,11 @@ impl Drop for Fixture {
                         }
                     }
                     Server::Mysql => {
-                        if let Ok(pool) = MySqlPoolOptions::new().max_connections(1).connect(&admin).await {
+                        if let Ok(pool) = MySqlPoolOptions::new()
+                            .max_connections(1)
+                            .connect(&admin)
+                            .await
+                        {
                             let _ = sqlx::raw_sql(AssertSqlSafe(format!(
                                 "DROP DATABASE IF EXISTS {name}"
                             )))
@@ -240,7 +251,11 @@ pub enum AppTx {
 
 impl AppTx {
     /// `queue.enqueue_in(&mut tx, job)` through the server's adapter.
-    pub async fn enqueue(&mut self, queue: &Queue, job: impl IntoNewJob) -> backlog::Result<Enqueued> {
+    pub async fn enqueue(
+        &mut self,
+        queue: &Queue,
+        job: impl IntoNewJob,
+    ) -> backlog::Result<Enqueued> {
         match self {
             AppTx::Pg(tx) => {
                 use backlog::sqlx::postgres::QueueExt;
@@ -272,7 +287,10 @@ impl AppTx {
 
     /// The application's own write: an order row.
     pub async fn insert_order(&mut self, f: &Fixture, id: i64) -> TestResult {
-        let sql = format!("INSERT INTO {} (id, note) VALUES ({id}, 'new')", f.table("orders"));
+        let sql = format!(
+            "INSERT INTO {} (id, note) VALUES ({id}, 'new')",
+            f.table("orders")
+        );
         match self {
             AppTx::Pg(tx) => {
                 sqlx::query(AssertSqlSafe(sql)).execute(&mut **tx).await?;
