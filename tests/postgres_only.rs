@@ -379,8 +379,7 @@ fn the_applications_client_connects_with_the_queues_tls() -> TestResult {
         assert!(postgres::Client::connect(&trusted, NoTls).is_err());
         let mut verified = backlog::postgres::connect(&trusted)?;
         assert!(client_is_encrypted(&mut verified)?);
-        let wrong_host =
-            server.url_with(&format!("sslmode=verify-full&sslrootcert={SNAKEOIL}"));
+        let wrong_host = server.url_with(&format!("sslmode=verify-full&sslrootcert={SNAKEOIL}"));
         assert!(backlog::postgres::connect(&wrong_host).is_err());
     } else {
         println!("SKIPPED (verify-full): no {SNAKEOIL}");

@@ -52,7 +52,7 @@
 //! (`links = "sqlite3"`); Cargo refuses to build both.
 //!
 //! The transaction type must come from the same sqlx as backlog's
-//! (0.9, re-exported here as [`sqlx`](::sqlx)); these features need
+//! (0.9, re-exported here as [`sqlx`]); these features need
 //! sqlx's minimum Rust, 1.94. Pick the runtime and TLS in your own
 //! `sqlx` dependency (for example `runtime-tokio`, `tls-native-tls`); sqlx
 //! reads libpq's `sslmode` and `sslrootcert` from the URL itself.

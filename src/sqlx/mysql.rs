@@ -5,7 +5,7 @@
 //! The statements are the MySQL backend's own (`ENQUEUE`, the unique
 //! look-ups), rendered for the queue's tables. They are written with named
 //! parameters (`:queue`), which backlog's `mysql` driver rewrites to `?` on
-//! the client; sqlx has positional `?` only, so [`Positional`] rewrites
+//! the client; sqlx has positional `?` only, so `Positional` rewrites
 //! them here with that same driver's parser and binds each value by name,
 //! in order. Jobs go in one insert each (backlog's multi-row insert is
 //! MariaDB-only and matches rows up by `RETURNING`; one per job keeps the
@@ -177,8 +177,8 @@ impl Positional {
     fn parse(named: &str) -> Result<Positional> {
         let parsed = ParsedNamedParams::parse(named.as_bytes())
             .map_err(|e| Error::Database(format!("statement parameters: {e:?}").into()))?;
-        let sql = String::from_utf8(parsed.query().to_vec())
-            .map_err(|e| Error::Database(Box::new(e)))?;
+        let sql =
+            String::from_utf8(parsed.query().to_vec()).map_err(|e| Error::Database(Box::new(e)))?;
         let names = parsed
             .params()
             .iter()
