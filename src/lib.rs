@@ -148,6 +148,8 @@ mod queue;
 mod redact;
 mod retry;
 pub mod sqlite;
+#[cfg(any(feature = "sqlx-postgres", feature = "sqlx-mysql"))]
+pub mod sqlx;
 pub mod testing;
 mod validate;
 pub mod worker;

@@ -13,7 +13,8 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let url = "postgres://app@db.example/app?sslmode=verify-full";
 //! let queue = Queue::connect(url)?;
-//! let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+//! // Your client, with the same TLS as the queue's (see "Connecting").
+//! let mut client = backlog::postgres::connect(url)?;
 //!
 //! let mut tx = client.transaction()?;
 //! tx.execute("INSERT INTO orders (id) VALUES (7)", &[])?;
@@ -47,6 +48,15 @@
 //! `verify-full` (as `verify-ca`, and it must name the host). The URL's
 //! password never appears in an error or in `Debug` output.
 //!
+//! Connect your own client with [`connect`] (or, for a pool of your own,
+//! [`client_config`]): the same URL then means the same TLS for your
+//! transactions as for the queue's. `postgres::Client::connect(url,
+//! postgres::NoTls)` fails on `sslmode=require` (no TLS to offer), and
+//! rust-postgres alone knows neither `verify-ca`, `verify-full` nor
+//! `sslrootcert`. With sqlx, pass the URL to sqlx itself: it reads libpq's
+//! `sslmode` and `sslrootcert` (see `backlog::sqlx`, built with a TLS
+//! feature of sqlx's).
+//!
 //! [`QueueOptions::schema`](crate::QueueOptions::schema) and
 //! [`QueueOptions::table_prefix`](crate::QueueOptions::table_prefix) place
 //! the tables, so several applications can share one database; every
@@ -77,6 +87,16 @@
 //! server may leave out for a while: it retries every few seconds, and the
 //! idle poll finds the jobs meanwhile. See the README's "Connection budget".
 //!
+//! ## From async code
+//!
+//! The `postgres` driver blocks on a runtime of its own, and panics when a
+//! call of the queue's (opening it, `Worker::start`, `enqueue`, `wait`,
+//! `Worker::shutdown`...) runs on a thread that drives a tokio runtime:
+//! make them through `tokio::task::spawn_blocking`. Dropping the queue's
+//! last handle there is safe: its idle connections close on a thread of
+//! their own. To enqueue inside an async service's sqlx transaction, see
+//! `backlog::sqlx` (features `sqlx-postgres`, `sqlx-mysql`).
+//!
 //! ## Time
 //!
 //! Lease expiries and schedules are computed by the database server's clock,
@@ -88,6 +108,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::backend::postgres::connection::Tx;
+use crate::backend::postgres::target::Target;
 use crate::backend::postgres::{self as db, jobs, Db};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -100,6 +121,41 @@ use crate::worker::{JobContext, JobError};
 /// The `postgres` crate backlog is built with. Use it for the transactions
 /// you pass to [`QueueExt::enqueue_in`] and friends, so the types match.
 pub use ::postgres;
+
+/// The TLS glue between `postgres` and `native-tls` backlog is built with:
+/// the connector type [`client_config`] returns.
+pub use ::postgres_native_tls;
+
+/// Connects a `postgres` client to `url` as backlog connects its own: TLS
+/// as `sslmode` and `sslrootcert` say (see "Connecting" above), TCP
+/// keepalives and a 10 s `TCP_USER_TIMEOUT` unless the URL sets them, and a
+/// 10 s connect timeout unless it sets `connect_timeout`. Use it for the
+/// client whose transactions you pass to [`QueueExt::enqueue_in`].
+///
+/// A bad URL, an unknown `sslmode` or an unreadable `sslrootcert` is
+/// [`Error::InvalidArgument`]; a server that refuses is
+/// [`Error::Database`]. The password never appears in either.
+pub fn connect(url: &str) -> Result<postgres::Client> {
+    let target = Target::parse_for_client(url, &crate::QueueOptions::new())?;
+    target.connect()
+}
+
+/// The driver settings and the TLS connector backlog would connect to `url`
+/// with (see [`connect`]), for a pool of your own:
+///
+/// ```no_run
+/// # fn main() -> backlog::Result<()> {
+/// let (config, tls) = backlog::postgres::client_config("postgres://app@db/app?sslmode=require")?;
+/// let mut client = config.connect(tls).map_err(backlog::Error::from)?;
+/// # Ok(())
+/// # }
+/// ```
+pub fn client_config(
+    url: &str,
+) -> Result<(postgres::Config, postgres_native_tls::MakeTlsConnector)> {
+    let target = Target::parse_for_client(url, &crate::QueueOptions::new())?;
+    Ok((target.config, target.tls))
+}
 
 /// A transaction of the `postgres` crate: the application's, or the one
 /// [`QueueExt::transaction`] and [`JobContextExt::transaction`] hand to a

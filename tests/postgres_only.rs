@@ -330,6 +330,75 @@ fn verify_full_checks_the_certificate_and_the_host_name() -> TestResult {
     Ok(())
 }
 
+/// Whether a client's connection is encrypted, as the server sees it.
+fn client_is_encrypted(client: &mut postgres::Client) -> TestResult<bool> {
+    let row = client.query_one(
+        "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+        &[],
+    )?;
+    Ok(row.try_get(0)?)
+}
+
+#[test]
+fn the_applications_client_connects_with_the_queues_tls() -> TestResult {
+    let Some(server) = Server::new()? else {
+        return Ok(());
+    };
+    let url = server.url_with("sslmode=require");
+    let queue = server.options().connect(&url)?;
+    assert!(connection_is_encrypted(&queue)?);
+
+    // The trap: `sslmode=require` with `NoTls` cannot connect at all.
+    let no_tls = postgres::Client::connect(&url, NoTls);
+    assert!(no_tls.is_err(), "NoTls cannot honour sslmode=require");
+
+    // The same URL through backlog's settings: encrypted, and the
+    // application's transaction enqueues.
+    let mut client = backlog::postgres::connect(&url)?;
+    assert!(client_is_encrypted(&mut client)?);
+    let mut tx = client.transaction()?;
+    let job = queue.enqueue_in(&mut tx, NewJob::new("k", json!(1)))?;
+    tx.commit()?;
+    assert_eq!(queue.get(job.id)?.state, JobState::Available);
+
+    // For a pool of the application's own: the config and the connector.
+    let (config, tls) = backlog::postgres::client_config(&url)?;
+    let mut pooled = config.connect(tls)?;
+    assert!(client_is_encrypted(&mut pooled)?);
+
+    // `sslmode=disable` is honoured too.
+    let mut plain = backlog::postgres::connect(&server.url_with("sslmode=disable"))?;
+    assert!(!client_is_encrypted(&mut plain)?);
+
+    // verify-full with the server's (snakeoil, `localhost`) certificate,
+    // which rust-postgres alone cannot parse.
+    if std::path::Path::new(SNAKEOIL).exists() {
+        let localhost = server.url.replace("127.0.0.1", "localhost");
+        let sep = if localhost.contains('?') { '&' } else { '?' };
+        let trusted = format!("{localhost}{sep}sslmode=verify-full&sslrootcert={SNAKEOIL}");
+        assert!(postgres::Client::connect(&trusted, NoTls).is_err());
+        let mut verified = backlog::postgres::connect(&trusted)?;
+        assert!(client_is_encrypted(&mut verified)?);
+        let wrong_host = server.url_with(&format!("sslmode=verify-full&sslrootcert={SNAKEOIL}"));
+        assert!(backlog::postgres::connect(&wrong_host).is_err());
+    } else {
+        println!("SKIPPED (verify-full): no {SNAKEOIL}");
+    }
+
+    // Bad settings are typed errors, without the password.
+    let bad = backlog::postgres::connect("postgres://u:s3cret@127.0.0.1/db?sslmode=sometimes");
+    match bad {
+        Err(backlog::Error::InvalidArgument(why)) => assert!(!why.contains("s3cret"), "{why}"),
+        other => panic!("expected InvalidArgument, got {:?}", other.map(|_| ())),
+    }
+    // The application's connections are its own, not named `backlog`.
+    let name: String = backlog::postgres::connect(&server.url)?
+        .query_one("SHOW application_name", &[])?
+        .try_get(0)?;
+    assert_ne!(name, "backlog");
+    Ok(())
+}
+
 // ---- passwords -----------------------------------------------------------------
 
 #[test]

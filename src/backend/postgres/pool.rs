@@ -161,6 +161,29 @@ impl Shared {
     }
 }
 
+impl Drop for Shared {
+    /// Closes the idle connections on a thread of their own: the `postgres`
+    /// driver closes a connection by blocking on a runtime of its own, which
+    /// panics on a thread that drives an async runtime (a tokio application
+    /// dropping its last handle of the queue there). Waits for them, so the
+    /// connections are closed when the last handle is gone, as before.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let idle = std::mem::take(&mut state.idle);
+        if idle.is_empty() {
+            return;
+        }
+        // Should the thread not start, the closure and the connections in
+        // it are dropped here instead.
+        if let Ok(closer) = std::thread::Builder::new()
+            .name("backlog-close".into())
+            .spawn(move || drop(idle))
+        {
+            let _ = closer.join();
+        }
+    }
+}
+
 impl State {
     /// Takes out the connections idle longer than [`IDLE_TIMEOUT`], oldest
     /// first, keeping one: the caller closes them once it let go of the

@@ -83,6 +83,16 @@ impl Target {
     /// Parses `url`. `sslmode` and `sslrootcert` are taken out of the query
     /// string and applied here; every other parameter goes to rust-postgres.
     pub(crate) fn parse(url: &str, options: &QueueOptions) -> Result<Target> {
+        let mut target = Target::parse_for_client(url, options)?;
+        if target.config.get_application_name().is_none() {
+            target.config.application_name("backlog");
+        }
+        Ok(target)
+    }
+
+    /// [`Target::parse`] without naming the connections `backlog`: the
+    /// application's own client (`backlog::postgres::connect`).
+    pub(crate) fn parse_for_client(url: &str, options: &QueueOptions) -> Result<Target> {
         let redacted = redact_url(url);
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut kept = Vec::new();
@@ -139,9 +149,6 @@ impl Target {
         }
         if config.get_tcp_user_timeout().is_none() {
             config.tcp_user_timeout(Duration::from_secs(10));
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("backlog");
         }
         let tls = tls_connector(mode, root_cert.as_deref())?;
         Ok(Target {
