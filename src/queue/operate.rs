@@ -141,6 +141,7 @@ impl Queue {
                 JobState::Retrying => stats.retrying += c.count,
                 JobState::Running => stats.running += c.count,
                 JobState::Grouped => stats.grouped += c.count,
+                JobState::Pending => stats.pending += c.count,
                 JobState::Finished(FinalStatus::Dead) => stats.dead += c.count,
                 JobState::Finished(_) => {}
             }
