@@ -1,0 +1,234 @@
+//! Job dependencies: a job enqueued with `depends_on` waits as `pending`,
+//! outside the lease, until every job it depends on has finished; the
+//! transaction that finishes the last one makes it available. A dependency
+//! that does not complete cancels what waits on it (in cascade) unless the
+//! dependent runs anyway.
+
+use backlog::{Error, JobFilter, JobState, NewJob, Outcome};
+use serde_json::json;
+
+use crate::harness::{Backend, Harness, TestResult};
+
+fn job(kind: &str) -> NewJob {
+    NewJob::new(kind, json!({}))
+}
+
+fn enqueue(h: &Harness, job: NewJob) -> TestResult<i64> {
+    Ok(h.queue.enqueue(job)?.id)
+}
+
+/// Leases every available job and returns their ids, sorted.
+fn lease_all(h: &Harness) -> TestResult<Vec<i64>> {
+    let mut ids: Vec<i64> = h.lease("w", 100)?.into_iter().map(|j| j.id).collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Leases job `id` (it must be available) and settles it with `outcome`.
+fn run(h: &Harness, id: i64, outcome: Outcome) -> TestResult {
+    let jobs = h.lease("w", 100)?;
+    let job = jobs
+        .iter()
+        .find(|j| j.id == id)
+        .ok_or_else(|| format!("job {id} was not leased"))?;
+    h.queue.settle(job, outcome)?;
+    for other in jobs.iter().filter(|j| j.id != id) {
+        h.queue.release(other)?;
+    }
+    Ok(())
+}
+
+fn a_dependent_is_pending_and_never_leased_until_its_dependency_completes(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness()?;
+    let a = enqueue(&h, job("a"))?;
+    let dependent = enqueue(&h, job("b").depends_on([a]))?;
+    assert_eq!(h.state(dependent)?, JobState::Pending);
+    assert_eq!(h.live_rows()?, 1, "a pending job is not a live row");
+    let leased = h.lease("w", 10)?;
+    assert_eq!(leased.iter().map(|j| j.id).collect::<Vec<_>>(), vec![a]);
+    h.queue.complete(&leased[0], None)?;
+    assert_eq!(h.state(dependent)?, JobState::Available);
+    assert_eq!(lease_all(&h)?, vec![dependent]);
+    Ok(())
+}
+
+fn fan_in_waits_for_every_dependency_and_fan_out_releases_every_dependent(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness()?;
+    let roots: Vec<i64> = (0..3)
+        .map(|_| enqueue(&h, job("root")))
+        .collect::<TestResult<_>>()?;
+    let join = enqueue(&h, job("join").depends_on(roots.clone()))?;
+    let fan: Vec<i64> = (0..2)
+        .map(|_| enqueue(&h, job("fan").depends_on([roots[0]])))
+        .collect::<TestResult<_>>()?;
+    run(&h, roots[0], Outcome::Complete(None))?;
+    for id in &fan {
+        assert_eq!(h.state(*id)?, JobState::Available, "fan-out job {id}");
+    }
+    run(&h, roots[1], Outcome::Complete(None))?;
+    assert_eq!(h.state(join)?, JobState::Pending, "one dependency left");
+    run(&h, roots[2], Outcome::Complete(None))?;
+    assert_eq!(h.state(join)?, JobState::Available);
+    Ok(())
+}
+
+fn a_dependency_finished_at_enqueue_counts_at_once(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let done = enqueue(&h, job("a"))?;
+    run(&h, done, Outcome::Complete(None))?;
+    let failed = enqueue(&h, job("a"))?;
+    run(&h, failed, Outcome::Discard("no".into()))?;
+
+    let after_done = enqueue(&h, job("b").depends_on([done]))?;
+    assert_eq!(h.state(after_done)?, JobState::Available);
+    let anyway = enqueue(&h, job("b").depends_on([failed]).run_anyway())?;
+    assert_eq!(h.state(anyway)?, JobState::Available);
+    let cancelled = enqueue(&h, job("b").depends_on([done, failed]))?;
+    let record = h.record(cancelled)?;
+    assert_eq!(record.state, JobState::CANCELLED);
+    assert_eq!(record.attempts, 0);
+    let message = &record.errors.last().ok_or("no error")?.message;
+    assert!(
+        message.contains(&failed.to_string()) && message.contains("discarded"),
+        "{message}"
+    );
+    Ok(())
+}
+
+fn a_dependency_that_does_not_complete_cancels_its_dependents_in_cascade(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness()?;
+    let a = enqueue(&h, job("a").max_attempts(1))?;
+    let b1 = enqueue(&h, job("b").depends_on([a]))?;
+    let c = enqueue(&h, job("c").depends_on([b1]))?;
+    let other = enqueue(&h, job("other"))?;
+    let d = enqueue(&h, job("d").depends_on([c, other]))?;
+    run(&h, a, Outcome::fail("boom"))?;
+    assert_eq!(h.state(a)?, JobState::DEAD);
+    for id in [b1, c, d] {
+        assert_eq!(h.state(id)?, JobState::CANCELLED, "job {id}");
+    }
+    assert_eq!(h.state(other)?, JobState::Available, "not a dependent");
+    assert_eq!(h.count("SELECT count(*) FROM backlog_pending")?, 0);
+    Ok(())
+}
+
+fn run_anyway_releases_the_dependent_whatever_its_dependency_ended(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let a = enqueue(&h, job("a"))?;
+    let cleanup = enqueue(&h, job("cleanup").depends_on([a]).run_anyway())?;
+    let strict = enqueue(&h, job("strict").depends_on([a]))?;
+    run(&h, a, Outcome::Discard("gave up".into()))?;
+    assert_eq!(h.state(cleanup)?, JobState::Available);
+    assert_eq!(h.state(strict)?, JobState::CANCELLED);
+    Ok(())
+}
+
+fn an_unknown_dependency_is_refused_and_nothing_is_written(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let a = enqueue(&h, job("a"))?;
+    let unknown = a + 1000;
+    let err = h
+        .queue
+        .enqueue_many([job("x"), job("y").depends_on([a, unknown])])
+        .expect_err("an unknown id is refused");
+    assert!(
+        matches!(err, Error::UnknownDependency { job_id } if job_id == unknown),
+        "{err:?}"
+    );
+    assert_eq!(h.live_rows()?, 1, "only the first job, enqueued before");
+    assert_eq!(h.count("SELECT count(*) FROM backlog_pending")?, 0);
+    assert_eq!(h.count("SELECT count(*) FROM backlog_dependencies")?, 0);
+    Ok(())
+}
+
+fn a_dependency_with_a_unique_key_or_a_group_is_refused(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let a = enqueue(&h, job("a"))?;
+    for bad in [
+        job("b").depends_on([a]).unique_key("k"),
+        job("b").depends_on([a]).group(backlog::Group::new("g")),
+    ] {
+        let err = h.queue.enqueue(bad).expect_err("refused");
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    }
+    assert_eq!(h.live_rows()?, 1);
+    Ok(())
+}
+
+fn an_operator_cancel_or_delete_of_a_waiting_job_cancels_what_waits_on_it(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness()?;
+    let a = enqueue(&h, job("a"))?;
+    let p = enqueue(&h, job("p").depends_on([a]))?;
+    let q = enqueue(&h, job("q").depends_on([p]))?;
+    h.queue.cancel(p)?;
+    assert_eq!(h.state(p)?, JobState::CANCELLED);
+    assert_eq!(h.state(q)?, JobState::CANCELLED);
+
+    let r = enqueue(&h, job("r").depends_on([a]))?;
+    let s = enqueue(&h, job("s").depends_on([r]))?;
+    h.queue.delete(r)?;
+    assert!(matches!(h.queue.get(r), Err(Error::NotFound { .. })));
+    assert_eq!(h.state(s)?, JobState::CANCELLED);
+
+    let t = enqueue(&h, job("t").depends_on([a]))?;
+    h.queue.delete(a)?;
+    assert_eq!(h.state(t)?, JobState::CANCELLED, "a deleted dependency");
+    Ok(())
+}
+
+fn pending_jobs_are_listed_and_counted(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let a = enqueue(&h, job("a"))?;
+    let p = enqueue(&h, job("p").depends_on([a]))?;
+    let page = h.queue.list(&JobFilter::new(JobState::Pending))?;
+    assert_eq!(page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![p]);
+    let counts = h.queue.counts()?;
+    let pending = counts
+        .iter()
+        .find(|c| c.state == JobState::Pending)
+        .map_or(0, |c| c.count);
+    assert_eq!(pending, 1);
+    assert_eq!(h.queue.stats()?.iter().map(|s| s.pending).sum::<u64>(), 1);
+    Ok(())
+}
+
+fn a_retried_dependency_brings_back_the_dependents_it_cancelled(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let a = enqueue(&h, job("a"))?;
+    let other = enqueue(&h, job("other"))?;
+    let b1 = enqueue(&h, job("b").depends_on([a, other]))?;
+    let c = enqueue(&h, job("c").depends_on([b1]))?;
+    run(&h, other, Outcome::Complete(None))?;
+    run(&h, a, Outcome::Discard("bad input".into()))?;
+    assert_eq!(h.state(c)?, JobState::CANCELLED);
+    h.queue.retry(a)?;
+    assert_eq!(h.state(a)?, JobState::Available);
+    assert_eq!(h.state(b1)?, JobState::Pending);
+    assert_eq!(h.state(c)?, JobState::Pending);
+    run(&h, a, Outcome::Complete(None))?;
+    assert_eq!(h.state(b1)?, JobState::Available, "`other` counted already");
+    run(&h, b1, Outcome::Complete(None))?;
+    assert_eq!(h.state(c)?, JobState::Available);
+    Ok(())
+}
+
+conformance!(
+    a_dependent_is_pending_and_never_leased_until_its_dependency_completes,
+    fan_in_waits_for_every_dependency_and_fan_out_releases_every_dependent,
+    a_dependency_finished_at_enqueue_counts_at_once,
+    a_dependency_that_does_not_complete_cancels_its_dependents_in_cascade,
+    run_anyway_releases_the_dependent_whatever_its_dependency_ended,
+    an_unknown_dependency_is_refused_and_nothing_is_written,
+    a_dependency_with_a_unique_key_or_a_group_is_refused,
+    an_operator_cancel_or_delete_of_a_waiting_job_cancels_what_waits_on_it,
+    pending_jobs_are_listed_and_counted,
+    a_retried_dependency_brings_back_the_dependents_it_cancelled,
+);
