@@ -37,3 +37,14 @@ CREATE TABLE {workflow_steps} (
     PRIMARY KEY (workflow_id, step),
     UNIQUE INDEX workflow_steps_job (job_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- Differs from SQLite in this table: MySQL has no LISTEN/NOTIFY, and other
+-- nodes' pollers watch the newest job id, which a released job (keeping the
+-- id it got at enqueue) does not move. Each transaction that releases jobs
+-- bumps `n`, which the pollers read with the id.
+CREATE TABLE {releases} (
+    one TINYINT NOT NULL PRIMARY KEY,
+    n   BIGINT  NOT NULL
+) ENGINE = InnoDB;
+
+INSERT INTO {releases} (one, n) VALUES (1, 0);

@@ -113,6 +113,7 @@ fn render(template: &str, prefix: &str) -> String {
         .replace("{dependencies}", &format!("{prefix}dependencies"))
         .replace("{workflows}", &format!("{prefix}workflows"))
         .replace("{workflow_steps}", &format!("{prefix}workflow_steps"))
+        .replace("{releases}", &format!("{prefix}releases"))
 }
 
 /// The server lock's name for one queue's tables. Names are at most 64
