@@ -4,10 +4,14 @@
 //! that does not complete cancels what waits on it (in cascade) unless the
 //! dependent runs anyway.
 
-use backlog::{Error, JobFilter, JobState, NewJob, Outcome};
-use serde_json::json;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::harness::{Backend, Harness, TestResult};
+use backlog::{Error, JobFilter, JobState, LeaseRequest, NewJob, Outcome, QueueOptions, Worker};
+use serde_json::{json, Value};
+
+use crate::harness::{child_queue, Backend, Harness, TestResult};
 
 fn job(kind: &str) -> NewJob {
     NewJob::new(kind, json!({}))
@@ -220,7 +224,165 @@ fn a_retried_dependency_brings_back_the_dependents_it_cancelled(b: &Backend) -> 
     Ok(())
 }
 
+// ---- wake-ups ------------------------------------------------------------
+//
+// As `wake_up.rs` for an enqueue: the workers' idle poll is 10 s, and a
+// dependency is completed (here, or by another process) 3.5 s after they
+// started, between two idle polls 4 s apart. Its dependent must start
+// within a second: only the release's wake-up can explain that. Each
+// dependent has a queue and a worker of its own (see `wake_up.rs`).
+
+/// When the child starts completing (unix µs, the machine's clock).
+const RELEASE_AT: &str = "BACKLOG_RELEASE_AT";
+const CHAINS: usize = 8;
+const POLL: Duration = Duration::from_secs(10);
+const COMPLETE_AFTER: Duration = Duration::from_millis(3_500);
+const SPACING: Duration = Duration::from_millis(250);
+const BOUND: Duration = Duration::from_secs(1);
+
+fn unix_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+/// Completes the roots one by one from `at`, each printed with the time
+/// just before its completion: here or in the child process.
+fn complete_roots(queue: &backlog::Queue, at: i64) -> TestResult<Vec<(i64, i64)>> {
+    let wait = u64::try_from(at - unix_micros()).unwrap_or(0);
+    thread::sleep(Duration::from_micros(wait));
+    let mut done = Vec::new();
+    for _ in 0..CHAINS {
+        let job = queue
+            .lease(&LeaseRequest::new("releaser", 1).queues(["roots"]))?
+            .pop()
+            .ok_or("no root left")?;
+        let before = unix_micros();
+        queue.complete(&job, None)?;
+        println!("completed {} {before}", job.id);
+        done.push((job.id, before));
+        thread::sleep(SPACING);
+    }
+    Ok(done)
+}
+
+/// The child's entry point; without [`RELEASE_AT`] it returns at once.
+#[test]
+#[ignore = "a child process of the release wake-up scenario"]
+fn releaser_child() -> TestResult {
+    let Ok(at) = std::env::var(RELEASE_AT) else {
+        return Ok(());
+    };
+    let (queue, _) = child_queue(QueueOptions::new())?.ok_or("no database given")?;
+    complete_roots(&queue, at.parse()?)?;
+    Ok(())
+}
+
+/// Enqueues the chains, starts a worker per dependent, lets `release`
+/// complete the roots from 3.5 s on, and checks that each dependent started
+/// within the bound of its root's completion.
+fn released_jobs_start_within_the_bound(
+    b: &Backend,
+    release: impl FnOnce(&Harness, i64) -> TestResult<Vec<(i64, i64)>>,
+) -> TestResult {
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let mut dependent_of = Vec::new();
+    for i in 0..CHAINS {
+        let root = h.queue.enqueue(job("root").queue("roots"))?.id;
+        let dependent = h
+            .queue
+            .enqueue(job("k").queue(format!("released-{i}")).depends_on([root]))?
+            .id;
+        dependent_of.push((root, dependent));
+    }
+    let (started, starts) = crossbeam_channel::unbounded();
+    let workers = (0..CHAINS)
+        .map(|i| {
+            let started = started.clone();
+            Worker::builder(h.queue.clone())
+                .queues([format!("released-{i}")])
+                .poll_interval(POLL)
+                .concurrency(1)
+                .handle_raw("k", move |_: Value, ctx| {
+                    let _ = started.send((ctx.id(), unix_micros()));
+                    Ok(())
+                })
+                .start()
+        })
+        .collect::<backlog::Result<Vec<_>>>()?;
+    let worker_started = unix_micros();
+    let completed = release(&h, worker_started + i64::try_from(COMPLETE_AFTER.as_micros())?)?;
+    assert_eq!(completed.len(), CHAINS);
+    let last = completed.iter().map(|c| c.1).max().unwrap_or(0);
+    assert!(
+        last - worker_started < 6_000_000,
+        "the roots completed too late; the scenario proves nothing"
+    );
+    let mut seen = Vec::new();
+    while seen.len() < CHAINS {
+        seen.push(starts.recv_timeout(Duration::from_secs(15))?);
+    }
+    for worker in workers {
+        worker.shutdown(Duration::from_secs(5))?;
+    }
+    for (root, completed_at) in completed {
+        let dependent = dependent_of
+            .iter()
+            .find(|(r, _)| *r == root)
+            .ok_or("unknown root")?
+            .1;
+        let (_, started_at) = seen
+            .iter()
+            .find(|(s, _)| *s == dependent)
+            .ok_or("a dependent never started")?;
+        let waited = Duration::from_micros(u64::try_from(started_at - completed_at)?);
+        assert!(
+            waited < BOUND,
+            "job {dependent} started {waited:?} after its dependency completed: \
+             it waited for the idle poll"
+        );
+    }
+    Ok(())
+}
+
+fn a_job_released_in_this_process_starts_before_the_idle_poll(b: &Backend) -> TestResult {
+    released_jobs_start_within_the_bound(b, |h, at| complete_roots(&h.queue, at))
+}
+
+fn a_job_released_by_another_process_starts_before_the_idle_poll(b: &Backend) -> TestResult {
+    released_jobs_start_within_the_bound(b, |h, at| {
+        let mut command = Command::new(std::env::current_exe()?);
+        command
+            .args([
+                "--exact",
+                "dependencies::releaser_child",
+                "--ignored",
+                "--nocapture",
+            ])
+            .args(["--test-threads", "1"])
+            .env(RELEASE_AT, at.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in h.child_env() {
+            command.env(k, v);
+        }
+        let output = command.spawn()?.wait_with_output()?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "releaser failed: {stdout}");
+        stdout
+            .lines()
+            .filter_map(|l| l.split_once("completed ").map(|(_, rest)| rest))
+            .map(|l| -> TestResult<(i64, i64)> {
+                let (id, at) = l.split_once(' ').ok_or("bad releaser line")?;
+                Ok((id.parse()?, at.parse()?))
+            })
+            .collect()
+    })
+}
+
 conformance!(
+    a_job_released_in_this_process_starts_before_the_idle_poll,
+    a_job_released_by_another_process_starts_before_the_idle_poll,
     a_dependent_is_pending_and_never_leased_until_its_dependency_completes,
     fan_in_waits_for_every_dependency_and_fan_out_releases_every_dependent,
     a_dependency_finished_at_enqueue_counts_at_once,
