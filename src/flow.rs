@@ -152,9 +152,8 @@ impl Workflow {
                 )));
             }
         }
-        let order = topological(&self.steps, &index).map_err(|cycle| {
-            invalid(format!("cycle: {}", cycle.join(" -> ")))
-        })?;
+        let order = topological(&self.steps, &index)
+            .map_err(|cycle| invalid(format!("cycle: {}", cycle.join(" -> "))))?;
         let mut position = vec![0; self.steps.len()];
         for (at, &i) in order.iter().enumerate() {
             position[i] = at;
@@ -162,7 +161,12 @@ impl Workflow {
         let after: Vec<Vec<usize>> = self
             .steps
             .iter()
-            .map(|s| s.after.iter().map(|a| position[index[a.as_str()]]).collect())
+            .map(|s| {
+                s.after
+                    .iter()
+                    .map(|a| position[index[a.as_str()]])
+                    .collect()
+            })
             .collect();
         let mut steps: Vec<Option<Step>> = self.steps.into_iter().map(Some).collect();
         let mut names = Vec::with_capacity(order.len());
@@ -209,7 +213,11 @@ impl PlannedWorkflow {
     pub(crate) fn enqueued(self, id: i64, ids: &[Enqueued]) -> EnqueuedWorkflow {
         EnqueuedWorkflow {
             id,
-            steps: self.steps.into_iter().zip(ids.iter().map(|e| e.id)).collect(),
+            steps: self
+                .steps
+                .into_iter()
+                .zip(ids.iter().map(|e| e.id))
+                .collect(),
         }
     }
 }

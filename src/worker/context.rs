@@ -393,7 +393,10 @@ impl JobContext {
             .into_iter()
             .find(|d| d.step.as_deref() == Some(step))
             .ok_or_else(|| {
-                Error::InvalidArgument(format!("job {} does not depend on step {step:?}", self.job.id))
+                Error::InvalidArgument(format!(
+                    "job {} does not depend on step {step:?}",
+                    self.job.id
+                ))
             })?
             .result()
     }

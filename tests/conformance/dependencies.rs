@@ -311,7 +311,10 @@ fn released_jobs_start_within_the_bound(
         })
         .collect::<backlog::Result<Vec<_>>>()?;
     let worker_started = unix_micros();
-    let completed = release(&h, worker_started + i64::try_from(COMPLETE_AFTER.as_micros())?)?;
+    let completed = release(
+        &h,
+        worker_started + i64::try_from(COMPLETE_AFTER.as_micros())?,
+    )?;
     assert_eq!(completed.len(), CHAINS);
     let last = completed.iter().map(|c| c.1).max().unwrap_or(0);
     assert!(

@@ -376,7 +376,9 @@ impl QueueTx<'_, '_> {
                 backlog::postgres::QueueExt::enqueue_workflow_in(queue, tx, workflow)
             }
             #[cfg(feature = "mysql")]
-            QueueTx::Mysql(tx) => backlog::mysql::QueueExt::enqueue_workflow_in(queue, tx, workflow),
+            QueueTx::Mysql(tx) => {
+                backlog::mysql::QueueExt::enqueue_workflow_in(queue, tx, workflow)
+            }
         }
     }
 

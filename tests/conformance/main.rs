@@ -35,5 +35,5 @@ mod transactional;
 mod unheld;
 mod wait;
 mod wake_up;
-mod workflows;
 mod workers;
+mod workflows;

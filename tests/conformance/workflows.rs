@@ -54,7 +54,9 @@ fn a_workflow_runs_each_step_after_the_steps_it_comes_after(b: &Backend) -> Test
     assert!(at("merge") > at("fetch-a") && at("merge") > at("fetch-b"));
 
     let worker = Worker::builder(h.queue.clone())
-        .handle_raw("fetch", |args: Value, _ctx: &JobContext| Ok(args["n"].clone()))
+        .handle_raw("fetch", |args: Value, _ctx: &JobContext| {
+            Ok(args["n"].clone())
+        })
         .handle_raw("merge", |_: Value, ctx: &JobContext| {
             let a: i64 = ctx.result_of("fetch-a")?.ok_or("no result of fetch-a")?;
             let b: i64 = ctx.result_of("fetch-b")?.ok_or("no result of fetch-b")?;

@@ -119,7 +119,8 @@ pub const DELETE_HISTORY: &str = "DELETE FROM {history} WHERE id = :id";
 // ---- workflows and inspection ----------------------------------------------
 
 /// As SQLite's.
-pub const INSERT_WORKFLOW: &str = "INSERT INTO {workflows} (name, created_at) VALUES (:name, {now})";
+pub const INSERT_WORKFLOW: &str =
+    "INSERT INTO {workflows} (name, created_at) VALUES (:name, {now})";
 
 /// As SQLite's.
 pub const INSERT_STEP: &str = "
@@ -155,8 +156,7 @@ pub const PENDING_COLUMNS: &str = "id, queue, kind, priority, NULL AS unique_key
      NULL AS progress, NULL AS group_key, NULL AS aggregated_into";
 
 /// As SQLite's.
-pub const COUNT_PENDING: &str =
-    "\nSELECT queue, 'pending', COUNT(*) FROM {pending} GROUP BY queue";
+pub const COUNT_PENDING: &str = "\nSELECT queue, 'pending', COUNT(*) FROM {pending} GROUP BY queue";
 
 /// The statements above, rendered once at connect.
 #[derive(Debug)]
@@ -216,7 +216,9 @@ impl FlowSql {
             steps: r(STEPS),
             dependencies: r(DEPENDENCIES),
             is_pending: r(IS_PENDING),
-            get_pending: r(&format!("SELECT {PENDING_COLUMNS} FROM {{pending}} WHERE id = :id")),
+            get_pending: r(&format!(
+                "SELECT {PENDING_COLUMNS} FROM {{pending}} WHERE id = :id"
+            )),
             list_pending: r(&format!(
                 "SELECT {PENDING_COLUMNS} FROM {{pending}}
                  WHERE (:queue IS NULL OR queue = :queue) AND (:kind IS NULL OR kind = :kind)
@@ -336,7 +338,8 @@ pub(crate) fn finished(
                 if counted == 0 {
                     continue;
                 }
-                let left: Option<i64> = q.exec_first(&f.remaining, params! { "id" => dependent })?;
+                let left: Option<i64> =
+                    q.exec_first(&f.remaining, params! { "id" => dependent })?;
                 if left == Some(0) {
                     q.exec_drop(
                         &f.release,
@@ -390,9 +393,10 @@ fn end_pending(
 
 /// As SQLite's.
 pub(crate) fn is_pending(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<bool> {
-    Ok(q
-        .exec_first::<i64, _, _>(&sql.flows.is_pending, params! { "id" => id })?
-        .is_some())
+    Ok(
+        q.exec_first::<i64, _, _>(&sql.flows.is_pending, params! { "id" => id })?
+            .is_some(),
+    )
 }
 
 /// As SQLite's.
@@ -479,10 +483,8 @@ fn workflow(
     id: Option<i64>,
     name: Option<&str>,
 ) -> Result<Option<WorkflowRow>> {
-    let Some(mut row) = q.exec_first::<Row, _, _>(
-        &sql.flows.workflow,
-        params! { "id" => id, "name" => name },
-    )?
+    let Some(mut row) =
+        q.exec_first::<Row, _, _>(&sql.flows.workflow, params! { "id" => id, "name" => name })?
     else {
         return Ok(None);
     };

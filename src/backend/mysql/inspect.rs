@@ -220,7 +220,14 @@ fn finish_waiting(
     now: Now,
 ) -> Result<()> {
     let error = action::operator_error(message, 0);
-    if flows::end_by_operator(sql, q, id, status, &action::operator_error(message, now.engine), now)? {
+    if flows::end_by_operator(
+        sql,
+        q,
+        id,
+        status,
+        &action::operator_error(message, now.engine),
+        now,
+    )? {
         return Ok(());
     }
     jobs::finish(sql, q, id, None, status, None, Some(&error), now)

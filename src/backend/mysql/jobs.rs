@@ -302,7 +302,10 @@ pub(crate) fn complete_many(
             },
         )?;
         q.exec_drop(&sql.delete_many_live, params! { "leases" => &leases })?;
-        let ended = held.iter().map(|&id| (id, FinalStatus::Completed)).collect();
+        let ended = held
+            .iter()
+            .map(|&id| (id, FinalStatus::Completed))
+            .collect();
         super::flows::finished(sql, q, ended, now)?;
     }
     Ok(items

@@ -188,7 +188,10 @@ pub(crate) fn render(tables: &Tables, template: &str) -> String {
             .replace("{pending}", &format!("{schema}{prefix}pending"))
             .replace("{dependencies}", &format!("{schema}{prefix}dependencies"))
             .replace("{workflows}", &format!("{schema}{prefix}workflows"))
-            .replace("{workflow_steps}", &format!("{schema}{prefix}workflow_steps")),
+            .replace(
+                "{workflow_steps}",
+                &format!("{schema}{prefix}workflow_steps"),
+            ),
     )
 }
 
@@ -215,7 +218,9 @@ impl FlowQueries {
             steps: r(STEPS),
             dependencies: r(DEPENDENCIES),
             is_pending: r(IS_PENDING),
-            get_pending: r(&format!("SELECT {PENDING_COLUMNS} FROM {{pending}} WHERE id = $1")),
+            get_pending: r(&format!(
+                "SELECT {PENDING_COLUMNS} FROM {{pending}} WHERE id = $1"
+            )),
             list_pending: r(&format!(
                 "SELECT {PENDING_COLUMNS} FROM {{pending}} WHERE ($1::text IS NULL OR queue = $1)
                  AND ($2::text IS NULL OR kind = $2) AND id > $3 ORDER BY id LIMIT $4"
@@ -266,10 +271,7 @@ fn wait<C: GenericClient>(
                 true
             }
         };
-        tx.execute(
-            &f.insert_edge,
-            &[&dependency, &e.id, &run_anyway, &cancels],
-        )?;
+        tx.execute(&f.insert_edge, &[&dependency, &e.id, &run_anyway, &cancels])?;
     }
     if let Some((dependency, status)) = cancelled_by {
         let error = crate::flow::cancelled_error(dependency, &status, p.now);
@@ -483,8 +485,7 @@ impl Flows for Db {
         w: &WorkflowParams<'_>,
         jobs: &[EnqueueParams<'_>],
     ) -> Result<(i64, Vec<Enqueued>)> {
-        self.pool
-            .write(|tx| enqueue_workflow(tx, &self.q, w, jobs))
+        self.pool.write(|tx| enqueue_workflow(tx, &self.q, w, jobs))
     }
 
     fn workflow(&self, id: Option<i64>, name: Option<&str>) -> Result<Option<WorkflowRow>> {

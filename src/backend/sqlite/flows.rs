@@ -231,8 +231,7 @@ pub(crate) fn finished(conn: &Connection, id: i64, status: FinalStatus, now: i64
                 if left == Some(0) {
                     conn.prepare_cached(RELEASE)?
                         .execute(params![dependent, now])?;
-                    conn.prepare_cached(DELETE_PENDING)?
-                        .execute([dependent])?;
+                    conn.prepare_cached(DELETE_PENDING)?.execute([dependent])?;
                     released += 1;
                 }
             } else {
@@ -258,9 +257,12 @@ fn end_pending(
     now: i64,
 ) -> Result<bool> {
     let errors = serde_json::to_string(&[error])?;
-    let moved = conn
-        .prepare_cached(PENDING_TO_HISTORY)?
-        .execute(params![id, now, status.as_str(), errors])?;
+    let moved = conn.prepare_cached(PENDING_TO_HISTORY)?.execute(params![
+        id,
+        now,
+        status.as_str(),
+        errors
+    ])?;
     if moved == 0 {
         return Ok(false);
     }
@@ -325,7 +327,11 @@ pub(crate) fn retried(conn: &Connection, id: i64) -> Result<()> {
         for dependent in dependents {
             conn.prepare_cached(UNMARK_CANCELLED)?
                 .execute([id, dependent])?;
-            if conn.prepare_cached(HISTORY_TO_PENDING)?.execute([dependent])? == 1 {
+            if conn
+                .prepare_cached(HISTORY_TO_PENDING)?
+                .execute([dependent])?
+                == 1
+            {
                 conn.prepare_cached(DELETE_HISTORY)?.execute([dependent])?;
                 back.push(dependent);
             }

@@ -189,7 +189,11 @@ impl Sql {
             paused_queues: r(PAUSED_QUEUES),
             find_unique: r(FIND_UNIQUE),
             update_waiting: r(UPDATE_WAITING),
-            depth: r(&format!("{}\nUNION ALL{}", depth(), super::flows::COUNT_PENDING)),
+            depth: r(&format!(
+                "{}\nUNION ALL{}",
+                depth(),
+                super::flows::COUNT_PENDING
+            )),
             count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
             count_finished_per_minute: r(COUNT_FINISHED_PER_MINUTE),
             import_live: r(IMPORT_LIVE),
