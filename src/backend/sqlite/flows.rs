@@ -416,3 +416,49 @@ impl crate::backend::Flows for super::Connections {
         self.read(|c| dependencies(c, job_id))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use crate::options::QueueOptions;
+
+    /// Every statement a release, an enqueue or a retry runs seeks by a key
+    /// or an index: none scans a table, so an edge costs the same however
+    /// many jobs wait.
+    #[test]
+    fn every_statement_seeks_by_a_key_or_an_index() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
+        let db = super::super::Connections::open(&dir.path().join("q.db"), &QueueOptions::new())?;
+        super::super::migrate::migrate(&mut *db.writer()?, std::time::Duration::from_secs(5))?;
+        let conn = db.writer()?;
+        let plan = |sql: &str, n: usize| -> Result<String> {
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+            let args = vec![1_i64; n];
+            let rows =
+                stmt.query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))
+        };
+        for (sql, n) in [
+            (DEPENDENCY_STATE, 1),
+            (LIVE_TO_PENDING, 2),
+            (DEPENDENTS, 1),
+            (COUNT_DOWN, 1),
+            (RELEASE, 2),
+            (DELETE_PENDING, 1),
+            (PENDING_TO_HISTORY, 4),
+            (MARK_CANCELLED, 2),
+            (CANCELLED_DEPENDENTS, 1),
+            (UNMARK_CANCELLED, 2),
+            (HISTORY_TO_PENDING, 1),
+            (WORKFLOW, 2),
+            (STEPS, 1),
+            (DEPENDENCIES, 1),
+            (IS_PENDING, 1),
+        ] {
+            let plan = plan(sql, n)?;
+            assert!(!plan.contains("SCAN"), "{sql}\n{plan}");
+        }
+        Ok(())
+    }
+}
