@@ -58,6 +58,21 @@ fn a_dependent_is_pending_and_never_leased_until_its_dependency_completes(
     Ok(())
 }
 
+fn a_released_job_with_a_delay_waits_for_its_time(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let a = enqueue(&h, job("a"))?;
+    let later = enqueue(
+        &h,
+        job("later").depends_on([a]).delay(Duration::from_secs(60)),
+    )?;
+    run(&h, a, Outcome::Complete(None))?;
+    assert_eq!(h.state(later)?, JobState::Scheduled);
+    assert!(h.lease("w", 10)?.is_empty(), "not due yet");
+    h.advance(Duration::from_secs(61));
+    assert_eq!(lease_all(&h)?, vec![later]);
+    Ok(())
+}
+
 fn fan_in_waits_for_every_dependency_and_fan_out_releases_every_dependent(
     b: &Backend,
 ) -> TestResult {
@@ -387,6 +402,7 @@ conformance!(
     a_job_released_in_this_process_starts_before_the_idle_poll,
     a_job_released_by_another_process_starts_before_the_idle_poll,
     a_dependent_is_pending_and_never_leased_until_its_dependency_completes,
+    a_released_job_with_a_delay_waits_for_its_time,
     fan_in_waits_for_every_dependency_and_fan_out_releases_every_dependent,
     a_dependency_finished_at_enqueue_counts_at_once,
     a_dependency_that_does_not_complete_cancels_its_dependents_in_cascade,

@@ -57,12 +57,14 @@ pub const COUNT_DOWN: &str = "
 UPDATE backlog_pending SET remaining = remaining - 1 WHERE id = ?1 RETURNING remaining";
 
 /// Moves a pending job (`?1`) whose dependencies all finished into the live
-/// table, due at its own time or now (`?2`), whichever is later; keeps its
-/// id. [`DELETE_PENDING`] then removes the pending row.
+/// table, due at its own time or now (`?2`), whichever is later (`due` as
+/// the enqueue sets it: a delayed job waits in the scheduled index); keeps
+/// its id. [`DELETE_PENDING`] then removes the pending row.
 pub const RELEASE: &str = "
 INSERT INTO backlog_jobs
     (id, queue, kind, priority, payload, max_attempts, available_at, due, created_at, updated_at)
-SELECT id, queue, kind, priority, payload, max_attempts, max(available_at, ?2), 1, created_at, ?2
+SELECT id, queue, kind, priority, payload, max_attempts, max(available_at, ?2),
+       available_at <= ?2, created_at, ?2
 FROM backlog_pending WHERE id = ?1";
 
 /// Removes a pending row after [`RELEASE`] or [`PENDING_TO_HISTORY`].
