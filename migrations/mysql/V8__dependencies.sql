@@ -11,7 +11,8 @@ CREATE TABLE {pending} (
     max_attempts INT            NOT NULL,
     available_at BIGINT         NOT NULL,
     remaining    INT            NOT NULL,
-    created_at   BIGINT         NOT NULL
+    created_at   BIGINT         NOT NULL,
+    INDEX pending_queue (queue, id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 CREATE TABLE {dependencies} (

@@ -16,6 +16,8 @@ CREATE TABLE {schema}{prefix}pending (
     created_at   BIGINT  NOT NULL
 );
 
+CREATE INDEX {prefix}pending_queue ON {schema}{prefix}pending (queue, id);
+
 CREATE TABLE {schema}{prefix}dependencies (
     dependency BIGINT  NOT NULL,
     dependent  BIGINT  NOT NULL,

@@ -18,6 +18,9 @@ CREATE TABLE backlog_pending (
     created_at   INTEGER NOT NULL
 );
 
+-- Counts per queue and lists by queue walk this, not the payloads.
+CREATE INDEX backlog_pending_queue ON backlog_pending (queue, id);
+
 -- One row per edge, written once at enqueue: `dependent` waits for
 -- `dependency`. Kept after the release, so a handler can read the results
 -- of what it depended on. `run_anyway` 1: any end of the dependency counts;

@@ -513,6 +513,7 @@ mod tests {
             "V5__limits",
             "V6__schedules",
             "V7__workers",
+            "V8__dependencies",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate(std::time::Duration::ZERO)?;
@@ -566,7 +567,8 @@ mod tests {
                 "jobs_scheduled",
                 "jobs_expiry",
                 "group_members_group",
-                "history_finished"
+                "history_finished",
+                "pending_queue"
             ],
             "{depth:?}"
         );
