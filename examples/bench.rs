@@ -20,6 +20,8 @@ mod chart;
 mod db;
 #[path = "bench/fairness.rs"]
 mod fairness;
+#[path = "bench/flows.rs"]
+mod flows;
 #[path = "bench/limits.rs"]
 mod limits;
 #[path = "bench/modes.rs"]
@@ -91,6 +93,9 @@ enum Mode {
     LeaseDepth(DepthArgs),
     /// Drain prefilled no-op jobs with a Worker, against the raw batch-100 drain.
     BurnDown(BurnDownArgs),
+    /// The cost of a dependency edge: enqueue and release, against plain
+    /// jobs in the same run.
+    Dependencies(DependenciesArgs),
     /// Burn-down with a global concurrency limit (and a rate limit) that
     /// does not bind, against no limit, in the same run.
     Limits(LimitsArgs),
@@ -156,6 +161,13 @@ struct BurnDownArgs {
     /// worker: its adaptive look-ahead).
     #[arg(long, value_delimiter = ',', default_values_t = [0usize, 128])]
     prefetch: Vec<usize>,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct DependenciesArgs {
+    /// Jobs per side (rounded up to batches of 500).
+    #[arg(long, default_value_t = 20_000)]
+    jobs: usize,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -264,6 +276,7 @@ struct Plan {
     depth: Option<DepthArgs>,
     burn_down: Option<BurnDownArgs>,
     limits: Option<LimitsArgs>,
+    dependencies: Option<DependenciesArgs>,
     latency: Option<LatencyArgs>,
     fairness: Option<fairness::FairnessArgs>,
     on_time: on_time::Plan,
@@ -295,6 +308,7 @@ impl Plan {
                 jobs: 2_000,
                 threads: 4,
             }),
+            dependencies: Some(DependenciesArgs { jobs: 1_000 }),
             latency: Some(LatencyArgs {
                 rate: 200.0,
                 secs: 1.0,
@@ -342,6 +356,7 @@ impl Plan {
                 jobs: 50_000,
                 threads: 4,
             }),
+            dependencies: Some(DependenciesArgs { jobs: 20_000 }),
             latency: Some(LatencyArgs {
                 rate: 500.0,
                 secs: 10.0,
@@ -401,6 +416,10 @@ fn run(cli: Cli) -> BoxResult<bool> {
         },
         Mode::LeaseDepth(a) => Plan {
             depth: Some(a),
+            ..Plan::default()
+        },
+        Mode::Dependencies(a) => Plan {
+            dependencies: Some(a),
             ..Plan::default()
         },
         Mode::BurnDown(a) => Plan {
@@ -561,6 +580,14 @@ fn run(cli: Cli) -> BoxResult<bool> {
         for run in 0..runs {
             for &d in &rotate(&durabilities, run) {
                 limits::limits(&mut report, &dir, d, &l, run)?;
+            }
+        }
+    }
+    if let Some(a) = &plan.dependencies {
+        let f = flows::Flows { jobs: a.jobs };
+        for run in 0..runs {
+            for &d in &rotate(&durabilities, run) {
+                flows::dependencies(&mut report, &dir, d, &f)?;
             }
         }
     }

@@ -29,7 +29,11 @@ pub struct CopyReport {
 /// runs on `to`. Paused queues stay paused.
 ///
 /// The worker registry is not copied: it is live state, and the workers
-/// started on `to` register there themselves.
+/// started on `to` register there themselves. Neither are dependencies and
+/// workflows (see [`crate::flow`]): a source with jobs still waiting for
+/// their dependencies is refused with [`Error::InvalidState`] before
+/// anything is written (let them run, or cancel them, first), and a copied
+/// job no longer reads what its dependencies returned.
 ///
 /// Copying again is safe: a job the target already has (same id) is skipped
 /// and counted in [`CopyReport::skipped`]. After the copy the target hands
@@ -53,8 +57,20 @@ pub fn copy(from: &Queue, to: &Queue) -> Result<CopyReport> {
             "copy needs two different databases".into(),
         ));
     }
+    let waiting = from.list(&JobFilter::new(JobState::Pending).limit(1))?;
+    if let Some(job) = waiting.jobs.first() {
+        return Err(Error::InvalidState {
+            job_id: job.id,
+            reason: "it waits for its dependencies, which copy cannot carry: let them finish, \
+                     or cancel it, before copying"
+                .into(),
+        });
+    }
     let mut report = CopyReport::default();
-    for state in JobState::ALL {
+    for state in JobState::ALL
+        .into_iter()
+        .filter(|s| *s != JobState::Pending)
+    {
         let mut filter = JobFilter::new(state).limit(BATCH);
         loop {
             let page = from.list(&filter)?;

@@ -79,6 +79,23 @@ pub enum Error {
         /// The id that was looked up.
         job_id: i64,
     },
+    /// A job was enqueued to depend on an id that no live, waiting or
+    /// finished job has (a grouped job's id counts as unknown: its group
+    /// decides when it ends). Nothing was written.
+    UnknownDependency {
+        /// The id depended on.
+        job_id: i64,
+    },
+    /// A workflow's steps depend on each other in a circle, or a step depends
+    /// on a step the workflow does not have. Returned by
+    /// [`Queue::enqueue_workflow`](crate::Queue::enqueue_workflow) before
+    /// anything is written.
+    InvalidWorkflow {
+        /// The workflow's name.
+        workflow: String,
+        /// What is wrong, naming the steps (`"cycle: a -> b -> a"`).
+        reason: String,
+    },
     /// An operation was asked of a job in a state that does not allow it, such
     /// as retrying a completed job.
     InvalidState {
@@ -246,6 +263,12 @@ impl fmt::Display for Error {
             } => write!(f, "invalid schedule {schedule:?} ({expression}): {reason}"),
             Error::InvalidLimit(why) => write!(f, "invalid limit: {why}"),
             Error::NotFound { job_id } => write!(f, "job {job_id} not found"),
+            Error::UnknownDependency { job_id } => {
+                write!(f, "dependency {job_id}: no job has this id")
+            }
+            Error::InvalidWorkflow { workflow, reason } => {
+                write!(f, "invalid workflow {workflow:?}: {reason}")
+            }
             Error::InvalidState { job_id, reason } => write!(f, "job {job_id}: {reason}"),
             Error::NotInTransaction => f.write_str("connection is not inside a transaction"),
             Error::InsideTransaction => f.write_str(

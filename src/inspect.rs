@@ -13,6 +13,9 @@
 //!
 //!  enqueue into a group ──► grouped ──(group combined)──► history: aggregated
 //!                                  └─► one new job (available) holding all their payloads
+//!
+//!  enqueue with dependencies ──► pending ──(last dependency finished)──► available
+//!                                   └──(a dependency did not complete)──► history: cancelled
 //! ```
 //!
 //! Live states are derived from the lease and schedule columns; the lease
@@ -64,6 +67,10 @@ pub enum JobState {
     /// Waiting in its group to be combined with the group's other jobs
     /// (see [`crate::group`]); never leased on its own.
     Grouped,
+    /// Waiting for the jobs it depends on to finish (see
+    /// [`NewJob::depends_on`](crate::NewJob::depends_on)); never leased
+    /// until the last of them has.
+    Pending,
     /// Finished: in history with this status.
     Finished(FinalStatus),
 }
@@ -102,6 +109,7 @@ impl JobState {
             JobState::Retrying => "retrying",
             JobState::Running => "running",
             JobState::Grouped => "grouped",
+            JobState::Pending => "pending",
             JobState::Finished(status) => status.as_str(),
         }
     }
@@ -114,17 +122,19 @@ impl JobState {
             "retrying" => JobState::Retrying,
             "running" => JobState::Running,
             "grouped" => JobState::Grouped,
+            "pending" => JobState::Pending,
             other => JobState::Finished(FinalStatus::parse(other)?),
         })
     }
 
     /// Every state, live ones first.
-    pub const ALL: [JobState; 10] = [
+    pub const ALL: [JobState; 11] = [
         JobState::Available,
         JobState::Scheduled,
         JobState::Retrying,
         JobState::Running,
         JobState::Grouped,
+        JobState::Pending,
         JobState::Finished(FinalStatus::Completed),
         JobState::Finished(FinalStatus::Discarded),
         JobState::Finished(FinalStatus::Cancelled),
@@ -457,6 +467,8 @@ pub struct QueueStats {
     pub running: u64,
     /// Waiting in their groups (see [`crate::group`]).
     pub grouped: u64,
+    /// Waiting for their dependencies (see [`crate::flow`]).
+    pub pending: u64,
     /// In history as `dead` (the dead-letter count), of any age.
     pub dead: u64,
     /// Completed in the last hour.

@@ -87,6 +87,10 @@ pub struct NewJob {
     pub(crate) unique_key: Option<String>,
     pub(crate) unique_scope: UniqueScope,
     pub(crate) group: Option<crate::group::Group>,
+    /// The jobs it waits for (see [`NewJob::depends_on`]).
+    pub(crate) depends_on: Vec<crate::backend::params::Edge>,
+    /// Every dependency counts whatever its end.
+    pub(crate) run_anyway: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +127,8 @@ impl NewJob {
             unique_key: None,
             unique_scope: UniqueScope::Live,
             group: None,
+            depends_on: Vec::new(),
+            run_anyway: false,
         }
     }
 
@@ -183,6 +189,37 @@ impl NewJob {
     /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
     pub fn group(mut self, group: crate::group::Group) -> Self {
         self.group = Some(group);
+        self
+    }
+
+    /// Makes the job wait until every job of `ids` has finished: it is
+    /// [`JobState::Pending`](crate::JobState::Pending), never leased, until
+    /// the transaction that finishes the last of them makes it available
+    /// (at its own run time, when that is later). A dependency that does
+    /// not complete (discarded, cancelled, dead, or deleted) cancels it, and
+    /// so what waits on it in turn; [`NewJob::run_anyway`] lets it run then
+    /// too. A dependency already finished at enqueue counts at once. An id
+    /// no job has is [`Error::UnknownDependency`] at enqueue, with nothing
+    /// written. A job with dependencies can have neither a unique key nor a
+    /// group ([`Error::InvalidArgument`]). Calls add up. Defaults to none.
+    ///
+    /// [`Error::UnknownDependency`]: crate::Error::UnknownDependency
+    /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
+    pub fn depends_on(mut self, ids: impl IntoIterator<Item = i64>) -> Self {
+        use crate::backend::params::{DependsOn, Edge};
+        self.depends_on.extend(ids.into_iter().map(|id| Edge {
+            on: DependsOn::Job(id),
+            run_anyway: false,
+        }));
+        self
+    }
+
+    /// Lets the job run once its dependencies ended however they ended,
+    /// instead of being cancelled when one did not complete. Applies to
+    /// every dependency of [`NewJob::depends_on`] (given before or after).
+    /// Defaults to cancelling.
+    pub fn run_anyway(mut self) -> Self {
+        self.run_anyway = true;
         self
     }
 

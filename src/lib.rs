@@ -130,6 +130,7 @@ pub mod clock;
 mod copy;
 mod error;
 mod events;
+pub mod flow;
 pub mod group;
 pub mod inspect;
 mod job;
@@ -158,6 +159,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use copy::{copy, CopyReport};
 pub use error::{Error, Result};
 pub use events::Event;
+pub use flow::{Dependency, EnqueuedWorkflow, Workflow, WorkflowInfo, WorkflowRef, WorkflowStep};
 pub use group::{AggregateReport, Group, MAX_GROUP_SIZE};
 pub use inspect::{
     BulkReport, CancelOutcome, FinishedCount, JobFilter, JobRecord, JobState, JobUpdate, Page,

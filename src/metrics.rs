@@ -192,7 +192,7 @@ impl Collector for Gauges {
             }
             jobs.encode(encoder.encode_descriptor(
                 "backlog_jobs",
-                "Live jobs per queue and state (available, scheduled, retrying, running, grouped)",
+                "Live jobs per queue and state (available, scheduled, retrying, running, grouped, pending)",
                 None,
                 jobs.metric_type(),
             )?)?;

@@ -97,6 +97,15 @@ pub trait QueueExt {
         jobs: impl IntoIterator<Item = J>,
     ) -> Result<Vec<Enqueued>>;
 
+    /// Enqueues a workflow inside the caller's transaction (see
+    /// [`Queue::enqueue_workflow`]): its steps exist if and only if that
+    /// transaction commits.
+    fn enqueue_workflow_in(
+        &self,
+        tx: &mut Transaction<'_>,
+        workflow: crate::Workflow,
+    ) -> Result<crate::EnqueuedWorkflow>;
+
     /// Completes a leased job inside the caller's transaction: the completion
     /// commits if and only if the caller's transaction does, together with
     /// the caller's effects. The job's row stays locked until then.
@@ -162,6 +171,24 @@ impl QueueExt for Queue {
         let prepared = self.prepare_all(jobs, now)?;
         let db = mysql_db(self)?;
         db::jobs::enqueue_all(&db.sql, tx, &params(&prepared, now), clocked(self, now))
+    }
+
+    fn enqueue_workflow_in(
+        &self,
+        tx: &mut Transaction<'_>,
+        workflow: crate::Workflow,
+    ) -> Result<crate::EnqueuedWorkflow> {
+        let now = self.now_micros();
+        let planned = self.plan_workflow(workflow, now)?;
+        let db = mysql_db(self)?;
+        let (id, ids) = db::flows::enqueue_workflow(
+            &db.sql,
+            tx,
+            &planned.params(now),
+            &planned.jobs(now),
+            clocked(self, now),
+        )?;
+        Ok(planned.enqueued(id, &ids))
     }
 
     fn complete_in(

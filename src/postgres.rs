@@ -180,6 +180,15 @@ pub trait QueueExt {
         jobs: impl IntoIterator<Item = J>,
     ) -> Result<Vec<Enqueued>>;
 
+    /// Enqueues a workflow inside the caller's transaction (see
+    /// [`Queue::enqueue_workflow`]): its steps exist if and only if that
+    /// transaction commits.
+    fn enqueue_workflow_in(
+        &self,
+        tx: &mut Transaction<'_>,
+        workflow: crate::Workflow,
+    ) -> Result<crate::EnqueuedWorkflow>;
+
     /// Completes a leased job inside the caller's transaction: the
     /// completion commits if and only if the caller's transaction does,
     /// together with the caller's effects.
@@ -252,6 +261,23 @@ impl QueueExt for Queue {
             db.queries(),
             &params(&prepared, now),
         )
+    }
+
+    fn enqueue_workflow_in(
+        &self,
+        tx: &mut Transaction<'_>,
+        workflow: crate::Workflow,
+    ) -> Result<crate::EnqueuedWorkflow> {
+        let now = self.now_micros();
+        let planned = self.plan_workflow(workflow, now)?;
+        let db = database(self)?;
+        let (id, ids) = db::flows::enqueue_workflow(
+            &mut db::on_transaction(tx),
+            db.queries(),
+            &planned.params(now),
+            &planned.jobs(now),
+        )?;
+        Ok(planned.enqueued(id, &ids))
     }
 
     fn complete_in(

@@ -251,12 +251,13 @@ struct Select {
 }
 
 /// Every state `stats` counts (`JobState::ALL`).
-const STATES: [&str; 10] = [
+const STATES: [&str; 11] = [
     "available",
     "scheduled",
     "retrying",
     "running",
     "grouped",
+    "pending",
     "completed",
     "discarded",
     "cancelled",

@@ -211,6 +211,7 @@ pub fn stats_json(stats: &[QueueStats]) -> Value {
                     "retrying": s.retrying,
                     "running": s.running,
                     "grouped": s.grouped,
+                    "pending": s.pending,
                     "dead": s.dead,
                     "completed_last_hour": s.completed_last_hour,
                     "completed_last_minute": s.completed_last_minute,

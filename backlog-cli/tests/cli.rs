@@ -168,7 +168,7 @@ fn migrate_creates_a_new_queue_that_stats_then_reads() -> TestResult {
     let db = dir.path().join("new.db");
     let run = backlog(&db, &["migrate"])?.ok()?;
     assert!(
-        run.stdout.contains("applied 7 migration(s): V1__initial"),
+        run.stdout.contains("applied 8 migration(s): V1__initial"),
         "{}",
         run.stdout
     );
@@ -282,7 +282,7 @@ fn stats_prints_a_table_and_json_per_queue() -> TestResult {
     assert_eq!(
         stats[0],
         json!({"queue": "default", "available": 1, "scheduled": 0, "retrying": 1,
-               "running": 1, "grouped": 0, "dead": 1, "completed_last_hour": 1,
+               "running": 1, "grouped": 0, "pending": 0, "dead": 1, "completed_last_hour": 1,
                "completed_last_minute": 1, "paused": false,
                "unhandled": [{"kind": "email", "due": 1}]})
     );
@@ -910,6 +910,8 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          DROP TABLE backlog_groups; DROP TABLE backlog_group_members;
          DROP TABLE backlog_schedules;
          DROP TABLE backlog_workers;
+         DROP TABLE backlog_pending; DROP TABLE backlog_dependencies;
+         DROP TABLE backlog_workflows; DROP TABLE backlog_workflow_steps;
          DROP INDEX backlog_jobs_running;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_start;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_count;

@@ -15,7 +15,7 @@
 //!
 //! SQL lives only below this module, one folder per database with the same
 //! files in the same order (`queries`, `jobs`, `inspect`, `groups`,
-//! `limits`, `schedules`, `migrate`): the engine never writes any. The
+//! `flows`, `limits`, `schedules`, `migrate`): the engine never writes any. The
 //! [`Backend`] enum is kept only for what one database alone has (typed
 //! access for `backlog::sqlite`, `backlog::postgres`, `backlog::mysql`);
 //! every other call goes through `&dyn Store`.
@@ -67,7 +67,7 @@ use params::{
 /// the engine's clock (see the time rule above). A concern with tables of
 /// its own is a part of its own ([`Schedules`]), implemented beside its SQL
 /// in each backend's file of that name.
-pub(crate) trait Store: Schedules + Workers + Send + Sync + Debug {
+pub(crate) trait Store: Schedules + Workers + Flows + Send + Sync + Debug {
     /// Applies pending schema migrations. SQLite waits at most
     /// `write_deadline` for the write lock.
     fn migrate(&self, write_deadline: Duration) -> Result<()>;
@@ -149,7 +149,9 @@ pub(crate) trait Store: Schedules + Workers + Send + Sync + Debug {
 
     /// Deletes a job, live or finished; whether there was one. A worker
     /// running it gets `LeaseLost`.
-    fn delete(&self, id: i64) -> Result<bool>;
+    /// A live or pending job counts as cancelled for what waits on it, at
+    /// `now`.
+    fn delete(&self, id: i64, now: i64) -> Result<bool>;
 
     /// Changes priority, due time or queue of a waiting job; not applied
     /// when the target queue's live jobs already hold its unique key.
@@ -232,6 +234,28 @@ pub(crate) trait Schedules {
 
     /// Deletes a schedule's row; whether there was one.
     fn remove_schedule(&self, name: &str) -> Result<bool>;
+}
+
+/// Job dependencies and workflows (`pending`, `dependencies`,
+/// `workflows`, `workflow_steps`, see `crate::flow`): the part of [`Store`]
+/// each backend implements in its `flows.rs`. A job's dependencies are
+/// written by [`Store::enqueue_many`], and applied by every operation that
+/// finishes a job, in its transaction.
+pub(crate) trait Flows {
+    /// Inserts a workflow's row, then its steps' jobs as
+    /// [`Store::enqueue_many`] does, each recorded as its step, in one
+    /// transaction; the workflow's id and the jobs'.
+    fn enqueue_workflow(
+        &self,
+        w: &params::WorkflowParams<'_>,
+        jobs: &[EnqueueParams<'_>],
+    ) -> Result<(i64, Vec<Enqueued>)>;
+
+    /// A workflow by id, or the newest of `name`, with its steps.
+    fn workflow(&self, id: Option<i64>, name: Option<&str>) -> Result<Option<params::WorkflowRow>>;
+
+    /// The jobs `job_id` depends on, their ends and results, by id.
+    fn dependencies(&self, job_id: i64) -> Result<Vec<params::DependencyRow>>;
 }
 
 /// The live-worker registry (`backlog_workers`, see [`registry`]): the part

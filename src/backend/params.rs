@@ -27,6 +27,57 @@ pub(crate) struct EnqueueParams<'a> {
     pub now: i64,
     /// A grouped job: it waits in its group instead of being inserted live.
     pub group: Option<GroupParams<'a>>,
+    /// The jobs it waits for (`flows.rs` of each backend); empty for a job
+    /// that runs on its own.
+    pub depends_on: &'a [Edge],
+}
+
+/// One dependency of a job being enqueued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Edge {
+    pub on: DependsOn,
+    /// Any end of the dependency counts; otherwise one that did not
+    /// complete cancels the dependent.
+    pub run_anyway: bool,
+}
+
+/// The job depended on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum DependsOn {
+    /// A job already enqueued.
+    Job(i64),
+    /// The job at this index of the same batch, enqueued before this one
+    /// (a workflow's step).
+    Earlier(usize),
+}
+
+/// A workflow's row and each job's step name, in the batch's order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WorkflowParams<'a> {
+    pub name: &'a str,
+    pub steps: &'a [String],
+    pub now: i64,
+}
+
+/// A job's dependency as its handler reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DependencyRow {
+    pub job_id: i64,
+    /// Its step name, when both are steps of one workflow.
+    pub step: Option<String>,
+    /// `completed`, `cancelled`, ...; `None` while not finished.
+    pub status: Option<String>,
+    /// Its result JSON text, when it completed with one.
+    pub result: Option<String>,
+}
+
+/// A workflow as stored: id, name, and its steps' names and job ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WorkflowRow {
+    pub id: i64,
+    pub name: String,
+    pub created_at: i64,
+    pub steps: Vec<(String, i64)>,
 }
 
 /// The group a job joins, and the group's policy (µs).

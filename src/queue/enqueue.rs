@@ -20,6 +20,8 @@ pub(crate) struct Prepared {
     unique_history_since: Option<i64>,
     /// The group's policy: max size, grace and max delay in µs.
     group: Option<(u32, i64, i64)>,
+    /// Its dependencies, deduplicated, each with the job's policy.
+    depends_on: Vec<crate::backend::params::Edge>,
 }
 
 impl Queue {
@@ -44,13 +46,19 @@ impl Queue {
         let params: Vec<EnqueueParams<'_>> = params(&prepared, now);
         let ids = self.store().enqueue_many(&params)?;
         failpoint!("enqueue-after-commit");
+        self.enqueued(&prepared, &ids);
+        Ok(ids)
+    }
+
+    /// Tells this process's workers and subscribers of jobs just enqueued.
+    pub(crate) fn enqueued(&self, prepared: &[Prepared], ids: &[Enqueued]) {
         if self.inner.bus.has_listeners() {
             self.inner.bus.ring();
             self.inner
                 .bus
                 .emit(
                     ids.iter()
-                        .zip(&prepared)
+                        .zip(prepared)
                         .filter(|(e, _)| !e.existed)
                         .map(|(e, p)| Event::Enqueued {
                             job_id: e.id,
@@ -59,7 +67,6 @@ impl Queue {
                         }),
                 );
         }
-        Ok(ids)
     }
 
     pub(crate) fn prepare_all<J: IntoNewJob>(
@@ -130,12 +137,14 @@ impl Queue {
                 Some(group.check()?)
             }
         };
+        let depends_on = crate::flow::check_edges(&job)?;
         Ok(Prepared {
             job,
             payload,
             available_at,
             unique_history_since,
             group,
+            depends_on,
         })
     }
 
@@ -201,6 +210,7 @@ pub(crate) fn params(prepared: &[Prepared], now: i64) -> Vec<EnqueueParams<'_>> 
                 }),
                 _ => None,
             },
+            depends_on: &p.depends_on,
         })
         .collect()
 }

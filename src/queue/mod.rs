@@ -11,7 +11,7 @@ mod operate;
 mod settle;
 mod signals;
 
-pub(crate) use enqueue::params;
+pub(crate) use enqueue::{params, Prepared};
 pub use inspect::WAIT_MAX_POLL;
 pub use operate::FIND_UNIQUE_HISTORY;
 pub(crate) use settle::run_then_complete;

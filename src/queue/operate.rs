@@ -73,6 +73,16 @@ impl Queue {
                         .into(),
                 })
             }
+            Err(Error::NotFound { .. })
+                if self.get(id).is_ok_and(|r| r.state == JobState::Pending) =>
+            {
+                Err(Error::InvalidState {
+                    job_id: id,
+                    reason: "it waits for its dependencies, which decide when it runs; \
+                             cancel or delete it, or let them finish"
+                        .into(),
+                })
+            }
             other => other,
         }
     }
@@ -141,6 +151,7 @@ impl Queue {
                 JobState::Retrying => stats.retrying += c.count,
                 JobState::Running => stats.running += c.count,
                 JobState::Grouped => stats.grouped += c.count,
+                JobState::Pending => stats.pending += c.count,
                 JobState::Finished(FinalStatus::Dead) => stats.dead += c.count,
                 JobState::Finished(_) => {}
             }

@@ -150,6 +150,15 @@ pub trait QueueExt {
         jobs: impl IntoIterator<Item = J>,
     ) -> Result<Vec<Enqueued>>;
 
+    /// Enqueues a workflow inside the caller's transaction (see
+    /// [`Queue::enqueue_workflow`]): its steps exist if and only if that
+    /// transaction commits.
+    fn enqueue_workflow_in(
+        &self,
+        conn: &Connection,
+        workflow: crate::Workflow,
+    ) -> Result<crate::EnqueuedWorkflow>;
+
     /// Completes a leased job inside the caller's transaction: the seed
     /// design's transactional Ack. The completion commits if and only if the
     /// caller's transaction does, together with the caller's effects.
@@ -232,6 +241,19 @@ impl QueueExt for Queue {
         let prepared = self.prepare_all(jobs, now)?;
         check_caller_connection(self, conn)?;
         db::jobs::enqueue_all(conn, &params(&prepared, now))
+    }
+
+    fn enqueue_workflow_in(
+        &self,
+        conn: &Connection,
+        workflow: crate::Workflow,
+    ) -> Result<crate::EnqueuedWorkflow> {
+        let now = self.now_micros();
+        let planned = self.plan_workflow(workflow, now)?;
+        check_caller_connection(self, conn)?;
+        let (id, ids) =
+            db::flows::enqueue_workflow(conn, &planned.params(now), &planned.jobs(now))?;
+        Ok(planned.enqueued(id, &ids))
     }
 
     fn complete_in(&self, conn: &Connection, job: &Job, result: Option<Value>) -> Result<()> {

@@ -377,6 +377,30 @@ impl JobContext {
         self.cancel.progress()
     }
 
+    /// The jobs this job depends on (see
+    /// [`NewJob::depends_on`](crate::NewJob::depends_on) and
+    /// [`Workflow`](crate::Workflow)), with how they ended and what they
+    /// returned, by id. One read of the database.
+    pub fn dependencies(&self) -> Result<Vec<crate::Dependency>> {
+        self.queue.dependencies(self.job.id)
+    }
+
+    /// What the workflow step `step` this job depends on returned, decoded
+    /// as `T`; `None` when it has no result. [`Error::InvalidArgument`] when
+    /// this job does not depend on a step of that name.
+    pub fn result_of<T: serde::de::DeserializeOwned>(&self, step: &str) -> Result<Option<T>> {
+        self.dependencies()?
+            .into_iter()
+            .find(|d| d.step.as_deref() == Some(step))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "job {} does not depend on step {step:?}",
+                    self.job.id
+                ))
+            })?
+            .result()
+    }
+
     /// The queue the job came from.
     pub(crate) fn source(&self) -> &Queue {
         &self.queue

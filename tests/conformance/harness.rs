@@ -361,6 +361,27 @@ impl QueueTx<'_, '_> {
         }
     }
 
+    /// `enqueue_workflow_in` on this transaction.
+    pub fn enqueue_workflow_in(
+        &mut self,
+        queue: &Queue,
+        workflow: backlog::Workflow,
+    ) -> backlog::Result<backlog::EnqueuedWorkflow> {
+        match self {
+            QueueTx::Sqlite(tx) => {
+                backlog::sqlite::QueueExt::enqueue_workflow_in(queue, tx, workflow)
+            }
+            #[cfg(feature = "postgres")]
+            QueueTx::Postgres(tx) => {
+                backlog::postgres::QueueExt::enqueue_workflow_in(queue, tx, workflow)
+            }
+            #[cfg(feature = "mysql")]
+            QueueTx::Mysql(tx) => {
+                backlog::mysql::QueueExt::enqueue_workflow_in(queue, tx, workflow)
+            }
+        }
+    }
+
     /// `complete_in` on this transaction, without a result.
     pub fn complete_in(&mut self, queue: &Queue, job: &Job) -> backlog::Result<()> {
         match self {

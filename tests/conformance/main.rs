@@ -12,6 +12,7 @@ mod harness;
 
 mod bad_input;
 mod copy;
+mod dependencies;
 mod enqueue;
 mod events;
 mod find_unique;
@@ -35,3 +36,4 @@ mod unheld;
 mod wait;
 mod wake_up;
 mod workers;
+mod workflows;

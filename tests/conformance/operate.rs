@@ -156,6 +156,7 @@ fn stats_report_each_queue_with_recent_completions_and_pauses(b: &Backend) -> Te
                 retrying: 1,
                 running: 1,
                 grouped: 0,
+                pending: 0,
                 dead: 1,
                 completed_last_hour: 2,
                 completed_last_minute: 0,

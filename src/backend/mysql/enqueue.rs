@@ -30,6 +30,17 @@ pub(crate) fn enqueue_all(
     jobs: &[EnqueueParams<'_>],
     now: Now,
 ) -> Result<Vec<Enqueued>> {
+    let ids = insert_all(sql, q, jobs, now)?;
+    super::flows::wait_all(sql, q, jobs, ids, now)
+}
+
+/// [`enqueue_all`] before the jobs with dependencies are made to wait.
+fn insert_all(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    jobs: &[EnqueueParams<'_>],
+    now: Now,
+) -> Result<Vec<Enqueued>> {
     if jobs.iter().any(|p| p.group.is_some()) {
         return jobs
             .iter()

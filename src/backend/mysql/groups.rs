@@ -99,6 +99,7 @@ pub(crate) fn aggregate(
                 available_at: 0,
                 now: 0,
                 group: None,
+                depends_on: &[],
             };
             let job_id = insert_live(sql, q, &job, now)?;
             let ids_json = serde_json::to_string(&ids)?;

@@ -5,7 +5,7 @@ use mysql::prelude::Queryable;
 use mysql::{params, Params, Row};
 
 use super::queries::Sql;
-use super::{jobs, take, Now};
+use super::{flows, jobs, take, Now};
 use crate::action::{self, Action};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
@@ -30,7 +30,11 @@ pub(crate) fn get(
         return record(row).map(Some);
     }
     let grouped: Option<Row> = q.exec_first(&sql.get_grouped, params! { "id" => id })?;
-    grouped.map(record).transpose()
+    if let Some(row) = grouped {
+        return record(row).map(Some);
+    }
+    let pending: Option<Row> = q.exec_first(&sql.flows.get_pending, params! { "id" => id })?;
+    pending.map(record).transpose()
 }
 
 /// One page of jobs in a state, by ascending id.
@@ -97,6 +101,7 @@ fn record(mut r: Row) -> Result<JobRecord> {
 pub(crate) fn counts(sql: &Sql, q: &mut impl Queryable, now: Now) -> Result<Vec<StateCount>> {
     let mut rows: Vec<Row> = q.exec(&sql.count_live, params! { "now" => now.param() })?;
     rows.extend(q.exec::<Row, _, _>(&sql.count_grouped, ())?);
+    rows.extend(q.exec::<Row, _, _>(&sql.flows.count_pending, ())?);
     rows.extend(q.exec::<Row, _, _>(&sql.count_history, ())?);
     count_by_state(rows)
 }
@@ -137,6 +142,15 @@ fn look(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Found> {
     })
 }
 
+/// [`look`], finding a pending job (see `flows`) as waiting: what a cancel
+/// or a discard applies to.
+fn look_pending(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Found> {
+    Ok(match look(sql, q, id)? {
+        Found::Nothing if flows::is_pending(sql, q, id)? => Found::Waiting,
+        found => found,
+    })
+}
+
 /// Makes a dead, discarded or cancelled job live again with attempts reset.
 pub(crate) fn retry(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<Acted> {
     let found = look(sql, q, id)?;
@@ -149,6 +163,7 @@ pub(crate) fn retry(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Res
             .affected_rows();
         if moved > 0 {
             q.exec_drop(&sql.delete_history, params! { "id" => id })?;
+            flows::retried(sql, q, id)?;
         }
         Ok(moved > 0)
     })
@@ -166,7 +181,7 @@ pub(crate) fn run_now(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> R
 
 /// Cancels a job: at once when it is not running, by request when it is.
 pub(crate) fn cancel(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<Acted> {
-    let found = look(sql, q, id)?;
+    let found = look_pending(sql, q, id)?;
     Action::Cancel.act(found, || {
         if found == Found::Running {
             let cancel = params! { "id" => id, "now" => now.param() };
@@ -187,7 +202,7 @@ pub(crate) fn discard(
     reason: &str,
     now: Now,
 ) -> Result<Acted> {
-    let found = look(sql, q, id)?;
+    let found = look_pending(sql, q, id)?;
     Action::Discard.act(found, || {
         finish_waiting(sql, q, id, FinalStatus::Discarded, reason, now)?;
         Ok(true)
@@ -205,19 +220,30 @@ fn finish_waiting(
     now: Now,
 ) -> Result<()> {
     let error = action::operator_error(message, 0);
+    if flows::end_by_operator(
+        sql,
+        q,
+        id,
+        status,
+        &action::operator_error(message, now.engine),
+        now,
+    )? {
+        return Ok(());
+    }
     jobs::finish(sql, q, id, None, status, None, Some(&error), now)
 }
 
 /// Deletes a job, live or finished; whether there was one. A worker running
 /// it gets `LeaseLost`.
-pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<bool> {
+pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<bool> {
+    let pending = flows::deleting(sql, q, id, now)?;
     let live = q
         .exec_iter(&sql.delete_live, params! { "id" => id })?
         .affected_rows();
     let finished = q
         .exec_iter(&sql.delete_history, params! { "id" => id })?
         .affected_rows();
-    Ok(live + finished > 0)
+    Ok(pending || live + finished > 0)
 }
 
 /// Inserts jobs copied from another database (see [`crate::copy()`]), keeping
@@ -487,6 +513,7 @@ mod tests {
             "V5__limits",
             "V6__schedules",
             "V7__workers",
+            "V8__dependencies",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate(std::time::Duration::ZERO)?;
@@ -540,7 +567,8 @@ mod tests {
                 "jobs_scheduled",
                 "jobs_expiry",
                 "group_members_group",
-                "history_finished"
+                "history_finished",
+                "pending_queue"
             ],
             "{depth:?}"
         );

@@ -302,6 +302,11 @@ pub(crate) fn complete_many(
             },
         )?;
         q.exec_drop(&sql.delete_many_live, params! { "leases" => &leases })?;
+        let ended = held
+            .iter()
+            .map(|&id| (id, FinalStatus::Completed))
+            .collect();
+        super::flows::finished(sql, q, ended, now)?;
     }
     Ok(items
         .iter()
@@ -409,6 +414,7 @@ pub(crate) fn finish(
         return Err(Error::LeaseLost { job_id });
     }
     q.exec_drop(&sql.delete_live, params! { "id" => job_id })?;
+    super::flows::finished(sql, q, vec![(job_id, status)], now)?;
     Ok(())
 }
 

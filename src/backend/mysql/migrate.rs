@@ -37,6 +37,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V7__workers",
         include_str!("../../../migrations/mysql/V7__workers.sql"),
     ),
+    (
+        "V8__dependencies",
+        include_str!("../../../migrations/mysql/V8__dependencies.sql"),
+    ),
 ];
 
 /// Applies pending migrations.
@@ -105,6 +109,11 @@ fn render(template: &str, prefix: &str) -> String {
         .replace("{group_members}", &format!("{prefix}group_members"))
         .replace("{schedules}", &format!("{prefix}schedules"))
         .replace("{workers}", &format!("{prefix}workers"))
+        .replace("{pending}", &format!("{prefix}pending"))
+        .replace("{dependencies}", &format!("{prefix}dependencies"))
+        .replace("{workflows}", &format!("{prefix}workflows"))
+        .replace("{workflow_steps}", &format!("{prefix}workflow_steps"))
+        .replace("{releases}", &format!("{prefix}releases"))
 }
 
 /// The server lock's name for one queue's tables. Names are at most 64

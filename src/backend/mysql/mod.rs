@@ -14,6 +14,7 @@
 
 pub(crate) mod connection;
 pub(crate) mod enqueue;
+pub(crate) mod flows;
 pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
@@ -329,8 +330,8 @@ impl Store for Db {
         self.write(|tx| inspect::discard(&self.sql, tx, id, reason, self.now(now)))
     }
 
-    fn delete(&self, id: i64) -> Result<bool> {
-        self.write(|tx| inspect::delete(&self.sql, tx, id))
+    fn delete(&self, id: i64, now: i64) -> Result<bool> {
+        self.write(|tx| inspect::delete(&self.sql, tx, id, self.now(now)))
     }
 
     /// Wakes this process's fetchers too: the job may have come due.

@@ -148,13 +148,16 @@ struct Prober {
     opts: Opts,
     sql: Arc<Sql>,
     conn: Option<Conn>,
-    latest: Option<Option<i64>>,
+    latest: Option<Latest>,
     changed: Arc<AtomicBool>,
     wake: Sender<Instant>,
     bell: Receiver<()>,
     /// Disconnected when the poller is dropped.
     stopped: Receiver<()>,
 }
+
+/// The newest job id and the release count (see `LATEST_JOB`).
+type Latest = (Option<i64>, Option<i64>);
 
 impl Prober {
     fn run(mut self) {
@@ -200,12 +203,12 @@ impl Prober {
         let _ = self.wake.try_send(Instant::now());
     }
 
-    fn probe(&mut self) -> Result<Option<i64>> {
+    fn probe(&mut self) -> Result<Latest> {
         let conn = match &mut self.conn {
             Some(conn) => conn,
             slot => slot.insert(Conn::new(self.opts.clone())?),
         };
-        let latest: Option<Option<i64>> = conn.query_first(&self.sql.latest_job)?;
-        Ok(latest.flatten())
+        let latest: Option<Latest> = conn.query_first(&self.sql.latest_job)?;
+        Ok(latest.unwrap_or_default())
     }
 }

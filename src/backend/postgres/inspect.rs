@@ -8,6 +8,7 @@ use postgres::types::ToSql;
 use postgres::{GenericClient, Row};
 
 use super::connection::Tx;
+use super::flows;
 use super::jobs::{self, canonical_json, to_u32};
 use super::queries::{self, Queries};
 use crate::action::{self, Action};
@@ -42,7 +43,10 @@ pub(crate) fn get<C: GenericClient>(
         "SELECT {} FROM {{group_members}} WHERE id = $1",
         queries::GROUPED_COLUMNS
     ));
-    tx.query_opt(&grouped, &[&id])?
+    if let Some(row) = tx.query_opt(&grouped, &[&id])? {
+        return record(&row).map(Some);
+    }
+    tx.query_opt(&q.flows.get_pending, &[&id])?
         .map(|row| record(&row))
         .transpose()
 }
@@ -74,6 +78,10 @@ pub(crate) fn list<C: GenericClient>(
                 ],
             )?
         }
+        JobState::Pending => tx.query(
+            &q.flows.list_pending,
+            &[&filter.queue, &filter.kind, &after, &limit],
+        )?,
         JobState::Grouped => {
             let sql = q.tables.render(&format!(
                 "SELECT {} FROM {{group_members}} WHERE ($1::text IS NULL OR queue = $1)
@@ -149,6 +157,7 @@ pub(crate) fn counts<C: GenericClient>(
 ) -> Result<Vec<StateCount>> {
     let mut rows = tx.query(&q.count_live, &[&q.now_override(now)])?;
     rows.extend(tx.query(&q.count_grouped, &[])?);
+    rows.extend(tx.query(&q.flows.count_pending, &[])?);
     rows.extend(tx.query(&q.count_history, &[])?);
     let mut out = Vec::new();
     for row in rows {
@@ -198,6 +207,15 @@ fn look<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<Fo
     })
 }
 
+/// [`look`], finding a pending job (see `flows`) as waiting: what a cancel
+/// or a discard applies to.
+fn look_pending<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<Found> {
+    Ok(match look(tx, q, id)? {
+        Found::Nothing if flows::is_pending(tx, q, id)? => Found::Waiting,
+        found => found,
+    })
+}
+
 /// Makes a dead, discarded or cancelled job live again with attempts reset.
 pub(crate) fn retry<C: GenericClient>(
     tx: &mut Tx<'_, C>,
@@ -211,6 +229,7 @@ pub(crate) fn retry<C: GenericClient>(
         if moved > 0 {
             tx.execute(&q.delete_history, &[&id])?;
             tx.query(&q.notify, &[&q.channel])?;
+            flows::retried(tx, q, id)?;
         }
         Ok(moved > 0)
     })
@@ -239,12 +258,15 @@ pub(crate) fn cancel<C: GenericClient>(
     id: i64,
     now: i64,
 ) -> Result<Acted> {
-    let found = look(tx, q, id)?;
+    let found = look_pending(tx, q, id)?;
     Action::Cancel.act(found, || {
         if found == Found::Running {
             tx.execute(&q.request_cancel, &[&q.now_override(now), &id])?;
         } else {
             let error = action::operator_error(action::CANCELLED, now);
+            if flows::end_by_operator(tx, q, id, FinalStatus::Cancelled, &error, now)? {
+                return Ok(true);
+            }
             jobs::finish_one(tx, q, id, FinalStatus::Cancelled, Some(&error), now)?;
         }
         Ok(true)
@@ -260,10 +282,13 @@ pub(crate) fn discard<C: GenericClient>(
     reason: &str,
     now: i64,
 ) -> Result<Acted> {
-    let found = look(tx, q, id)?;
+    let found = look_pending(tx, q, id)?;
     Action::Discard.act(found, || {
         // The row is locked and not leased: it moves.
         let error = action::operator_error(reason, now);
+        if flows::end_by_operator(tx, q, id, FinalStatus::Discarded, &error, now)? {
+            return Ok(true);
+        }
         jobs::finish_one(tx, q, id, FinalStatus::Discarded, Some(&error), now)?;
         Ok(true)
     })
@@ -271,10 +296,16 @@ pub(crate) fn discard<C: GenericClient>(
 
 /// Deletes a job, live or finished; whether there was one. A worker running
 /// it gets `LeaseLost`.
-pub(crate) fn delete<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<bool> {
+pub(crate) fn delete<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    now: i64,
+) -> Result<bool> {
+    let pending = flows::deleting(tx, q, id, now)?;
     let live = tx.execute(&q.delete_live, &[&id])?;
     let finished = tx.execute(&q.delete_history, &[&id])?;
-    Ok(live + finished > 0)
+    Ok(pending || live + finished > 0)
 }
 
 /// Inserts jobs copied from another database (see `backlog::copy`), keeping

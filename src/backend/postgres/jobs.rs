@@ -32,6 +32,16 @@ pub(crate) fn enqueue_all<C: GenericClient>(
     q: &Queries,
     jobs: &[EnqueueParams<'_>],
 ) -> Result<Vec<Enqueued>> {
+    let ids = insert_all(tx, q, jobs)?;
+    super::flows::wait_all(tx, q, jobs, ids)
+}
+
+/// [`enqueue_all`] before the jobs with dependencies are made to wait.
+fn insert_all<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    jobs: &[EnqueueParams<'_>],
+) -> Result<Vec<Enqueued>> {
     if jobs.iter().any(|p| p.group.is_some()) {
         let ids = jobs
             .iter()
@@ -459,7 +469,18 @@ where
             &errors,
         ],
     )?;
-    rows.iter().map(|r| Ok(r.try_get::<_, i64>(0)?)).collect()
+    let moved = rows
+        .iter()
+        .map(|r| Ok(r.try_get::<_, i64>(0)?))
+        .collect::<Result<HashSet<i64>>>()?;
+    let ended = ids
+        .iter()
+        .zip(&statuses)
+        .filter(|(id, _)| moved.contains(id))
+        .filter_map(|(id, s)| Some((*id, FinalStatus::parse(s)?)))
+        .collect();
+    super::flows::finished(tx, q, ended, now)?;
+    Ok(moved)
 }
 
 /// Unleases the jobs at `indexes` of `items`; returns, per job unleased,

@@ -43,6 +43,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V7__workers",
         include_str!("../../../migrations/postgres/V7__workers.sql"),
     ),
+    (
+        "V8__dependencies",
+        include_str!("../../../migrations/postgres/V8__dependencies.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

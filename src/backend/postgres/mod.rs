@@ -9,6 +9,7 @@
 //! `complete_in`).
 
 pub(crate) mod connection;
+pub(crate) mod flows;
 pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
@@ -261,8 +262,8 @@ impl Store for Db {
             .write(|tx| inspect::discard(tx, &self.q, id, reason, now))
     }
 
-    fn delete(&self, id: i64) -> Result<bool> {
-        self.pool.write(|tx| inspect::delete(tx, &self.q, id))
+    fn delete(&self, id: i64, now: i64) -> Result<bool> {
+        self.pool.write(|tx| inspect::delete(tx, &self.q, id, now))
     }
 
     fn update(&self, p: &UpdateParams<'_>) -> Result<Acted> {

@@ -3,7 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::{jobs, queries};
+use super::{flows, jobs, queries};
 use crate::action::{self, Action};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
 
-/// A job by id, live, finished or grouped.
+/// A job by id, live, finished, grouped or pending.
 pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<Option<JobRecord>> {
     let live = format!(
         "SELECT {} FROM backlog_jobs WHERE id = ?2",
@@ -39,8 +39,19 @@ pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<Option<JobReco
         "SELECT {} FROM backlog_group_members WHERE id = ?1",
         queries::GROUPED_COLUMNS
     );
-    Ok(conn
+    if let Some(record) = conn
         .prepare_cached(&grouped)?
+        .query_row(params![id], record)
+        .optional()?
+    {
+        return Ok(Some(record));
+    }
+    let pending = format!(
+        "SELECT {} FROM backlog_pending WHERE id = ?1",
+        flows::PENDING_COLUMNS
+    );
+    Ok(conn
+        .prepare_cached(&pending)?
         .query_row(params![id], record)
         .optional()?)
 }
@@ -52,6 +63,13 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
             "SELECT {} FROM backlog_history WHERE status = ?1 AND (?2 IS NULL OR queue = ?2)
              AND (?3 IS NULL OR kind = ?3) AND id > ?4 ORDER BY id LIMIT ?5",
             queries::HISTORY_COLUMNS
+        ),
+        // `?1` (now) plays no part: they wait for their dependencies.
+        JobState::Pending => format!(
+            "SELECT {} FROM backlog_pending WHERE ?1 IS NOT NULL
+             AND (?2 IS NULL OR queue = ?2) AND (?3 IS NULL OR kind = ?3) AND id > ?4
+             ORDER BY id LIMIT ?5",
+            flows::PENDING_COLUMNS
         ),
         // `?1` (now) plays no part: the members wait for their group.
         JobState::Grouped => format!(
@@ -136,6 +154,7 @@ pub(crate) fn counts(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
         &[
             (queries::COUNT_LIVE, vec![now]),
             (queries::COUNT_GROUPED, vec![]),
+            (flows::COUNT_PENDING, vec![]),
             (queries::COUNT_HISTORY, vec![]),
         ],
     )
@@ -149,6 +168,7 @@ pub(crate) fn depth(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
         &[
             (queries::COUNT_RUNNING, vec![]),
             (queries::COUNT_GROUPED, vec![]),
+            (flows::COUNT_PENDING, vec![]),
             (queries::COUNT_DEAD, vec![]),
         ],
     )?;
@@ -238,6 +258,15 @@ fn look(conn: &Connection, id: i64) -> Result<Found> {
     })
 }
 
+/// [`look`], finding a pending job (see `flows`) as waiting: what a cancel
+/// or a discard applies to.
+fn look_pending(conn: &Connection, id: i64) -> Result<Found> {
+    Ok(match look(conn, id)? {
+        Found::Nothing if flows::is_pending(conn, id)? => Found::Waiting,
+        found => found,
+    })
+}
+
 /// Makes a dead, discarded or cancelled job live again with attempts reset.
 pub(crate) fn retry(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
     Action::Retry.act(look(conn, id)?, || {
@@ -247,6 +276,7 @@ pub(crate) fn retry(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
         if moved > 0 {
             conn.prepare_cached(queries::DELETE_HISTORY)?
                 .execute([id])?;
+            flows::retried(conn, id)?;
         }
         Ok(moved > 0)
     })
@@ -264,7 +294,7 @@ pub(crate) fn run_now(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
 
 /// Cancels a job: at once when it is not running, by request when it is.
 pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
-    let found = look(conn, id)?;
+    let found = look_pending(conn, id)?;
     Action::Cancel.act(found, || {
         if found == Found::Running {
             conn.prepare_cached(queries::REQUEST_CANCEL)?
@@ -279,7 +309,7 @@ pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
 /// Moves a job that is not running to history as `discarded`, with
 /// `reason` as its last error.
 pub(crate) fn discard(conn: &Connection, id: i64, reason: &str, now: i64) -> Result<Acted> {
-    Action::Discard.act(look(conn, id)?, || {
+    Action::Discard.act(look_pending(conn, id)?, || {
         finish_waiting(conn, id, FinalStatus::Discarded, reason, now)?;
         Ok(true)
     })
@@ -295,17 +325,21 @@ fn finish_waiting(
     now: i64,
 ) -> Result<()> {
     let error = action::operator_error(message, now);
+    if flows::end_by_operator(conn, id, status, &error, now)? {
+        return Ok(());
+    }
     jobs::finish(conn, id, None, status, None, Some(&error), now)
 }
 
 /// Deletes a job, live or finished; whether there was one. A worker running
 /// it gets `LeaseLost`.
-pub(crate) fn delete(conn: &Connection, id: i64) -> Result<bool> {
+pub(crate) fn delete(conn: &Connection, id: i64, now: i64) -> Result<bool> {
+    let pending = flows::deleting(conn, id, now)?;
     let live = conn.prepare_cached(queries::DELETE_LIVE)?.execute([id])?;
     let finished = conn
         .prepare_cached(queries::DELETE_HISTORY)?
         .execute([id])?;
-    Ok(live + finished > 0)
+    Ok(pending || live + finished > 0)
 }
 
 /// Inserts jobs copied from another database (see [`crate::copy()`]), keeping

@@ -19,12 +19,15 @@ use crate::outcome::{AttemptError, FinalStatus, Transition};
 /// not once per job: that lookup hashes the SQL text.
 pub(crate) fn enqueue_all(conn: &Connection, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
     let mut insert = conn.prepare_cached(queries::ENQUEUE)?;
-    jobs.iter()
-        .map(|p| match &p.group {
-            Some(group) => super::groups::join(conn, p, group),
-            None => enqueue(conn, &mut insert, p),
-        })
-        .collect()
+    let mut ids = Vec::with_capacity(jobs.len());
+    for p in jobs {
+        let e = match &p.group {
+            Some(group) => super::groups::join(conn, p, group)?,
+            None => enqueue(conn, &mut insert, p)?,
+        };
+        ids.push(super::flows::wait(conn, p, e, &ids)?);
+    }
+    Ok(ids)
 }
 
 /// Inserts a job, or finds the job already holding its unique key.
@@ -315,6 +318,7 @@ pub(crate) fn finish(
     }
     conn.prepare_cached(queries::DELETE_LIVE)?
         .execute([job_id])?;
+    super::flows::finished(conn, job_id, status, now)?;
     Ok(())
 }
 

@@ -19,6 +19,12 @@ pub struct Tables {
     pub schedules: String,
     /// Refinery's record of the applied migrations (`migrate.rs`).
     pub schema_history: String,
+    /// Dependencies and workflows (`flows.rs`).
+    pub pending: String,
+    pub dependencies: String,
+    pub workflows: String,
+    pub workflow_steps: String,
+    pub releases: String,
 }
 
 impl Tables {
@@ -34,6 +40,11 @@ impl Tables {
             group_members: format!("{db}.`{prefix}group_members`"),
             schedules: format!("{db}.`{prefix}schedules`"),
             schema_history: format!("{db}.`{prefix}schema_history`"),
+            pending: format!("{db}.`{prefix}pending`"),
+            dependencies: format!("{db}.`{prefix}dependencies`"),
+            workflows: format!("{db}.`{prefix}workflows`"),
+            workflow_steps: format!("{db}.`{prefix}workflow_steps`"),
+            releases: format!("{db}.`{prefix}releases`"),
         }
     }
 
@@ -47,6 +58,11 @@ impl Tables {
             .replace("{groups}", &self.groups)
             .replace("{group_members}", &self.group_members)
             .replace("{schedules}", &self.schedules)
+            .replace("{pending}", &self.pending)
+            .replace("{dependencies}", &self.dependencies)
+            .replace("{workflows}", &self.workflows)
+            .replace("{workflow_steps}", &self.workflow_steps)
+            .replace("{releases}", &self.releases)
     }
 }
 
@@ -113,6 +129,7 @@ pub struct Sql {
     pub drop_id_placeholder: String,
     pub prune_history: String,
     pub latest_job: String,
+    pub flows: super::flows::FlowSql,
 }
 
 impl Sql {
@@ -172,7 +189,11 @@ impl Sql {
             paused_queues: r(PAUSED_QUEUES),
             find_unique: r(FIND_UNIQUE),
             update_waiting: r(UPDATE_WAITING),
-            depth: r(&depth()),
+            depth: r(&format!(
+                "{}\nUNION ALL{}",
+                depth(),
+                super::flows::COUNT_PENDING
+            )),
             count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
             count_finished_per_minute: r(COUNT_FINISHED_PER_MINUTE),
             import_live: r(IMPORT_LIVE),
@@ -181,6 +202,7 @@ impl Sql {
             drop_id_placeholder: r(DROP_ID_PLACEHOLDER),
             prune_history: r(PRUNE_HISTORY),
             latest_job: r(LATEST_JOB),
+            flows: super::flows::FlowSql::new(&tables),
             tables,
             returning,
         }
@@ -210,6 +232,7 @@ impl Sql {
     /// state.
     pub fn list(&self, state: Option<&str>) -> String {
         let sql = match state {
+            Some("pending") => return self.flows.list_pending.clone(),
             Some("grouped") => format!(
                 "SELECT {GROUPED_COLUMNS} FROM {{group_members}}
                  WHERE (:queue IS NULL OR queue = :queue) AND (:kind IS NULL OR kind = :kind)

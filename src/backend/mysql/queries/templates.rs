@@ -705,12 +705,15 @@ pub const PRUNE_HISTORY: &str = "
 DELETE FROM {history} WHERE status = :status AND finished_at < {now} + :cutoff_in
 ORDER BY finished_at LIMIT :limit";
 
-/// The newest job's id: how a worker notices another node's enqueue. Differs
-/// from SQLite's `PRAGMA data_version` in that it sees only inserts (other
-/// changes wait for the idle poll), and is read every few tens of
+/// The newest job's id, and the count of transactions that released jobs
+/// waiting for their dependencies (`flows.rs`; a released job keeps an
+/// older id): how a worker notices another node's enqueue or release.
+/// Differs from SQLite's `PRAGMA data_version` in that it sees only these
+/// (other changes wait for the idle poll), and is read every few tens of
 /// milliseconds, not on every watch tick. The optimizer answers it from the
-/// primary key's last entry.
-pub const LATEST_JOB: &str = "SELECT MAX(id) FROM {jobs}";
+/// primary keys' last entries.
+pub const LATEST_JOB: &str =
+    "SELECT (SELECT MAX(id) FROM {jobs}), (SELECT n FROM {releases} WHERE one = 1)";
 
 /// The server's version, checked at connect.
 pub const VERSION: &str = "SELECT VERSION()";

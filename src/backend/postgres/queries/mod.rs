@@ -114,6 +114,7 @@ pub(crate) struct Queries {
     pub paused_queues: String,
     pub find_unique: String,
     pub limits: super::limits::LimitQueries,
+    pub flows: super::flows::FlowQueries,
     pub update_waiting: String,
     /// [`COUNT_WAITING_DUE`], [`COUNT_WAITING_LATER`], [`COUNT_RUNNING`] and
     /// [`COUNT_DEAD`] as one statement.
@@ -174,12 +175,14 @@ impl Queries {
             paused_queues: r(PAUSED_QUEUES),
             find_unique: r(FIND_UNIQUE),
             limits: super::limits::LimitQueries::render(&tables),
+            flows: super::flows::FlowQueries::render(&tables),
             update_waiting: r(UPDATE_WAITING),
             depth: r(&[
                 COUNT_WAITING_DUE,
                 COUNT_WAITING_LATER,
                 COUNT_RUNNING,
                 COUNT_GROUPED,
+                &super::flows::render(&tables, super::flows::COUNT_PENDING),
                 COUNT_DEAD,
             ]
             .map(|part| format!("({part})"))

@@ -1,0 +1,531 @@
+//! Job dependencies and workflows on MySQL/MariaDB, in the order of
+//! `sqlite/flows.rs`.
+//!
+//! Differs from SQLite in the locks that keep several nodes apart, as on
+//! PostgreSQL (see `postgres/flows.rs`): an enqueue reads its dependency
+//! `LOCK IN SHARE MODE`, pending table first, then live, then history; a
+//! release counts down with an `UPDATE`, whose row lock orders two finishing
+//! transactions. Under READ COMMITTED each plain read sees what was
+//! committed before it.
+//!
+//! And in how a release wakes other nodes: MySQL has no LISTEN/NOTIFY, and
+//! its poller watches the newest job id, which a released job (keeping the
+//! id it got at enqueue) does not move. So a transaction that releases jobs
+//! also bumps the one-row counter `{releases}`, which the poller reads with
+//! the id (`LATEST_JOB`).
+
+use mysql::prelude::Queryable;
+use mysql::{params, Row};
+
+use super::queries::{Sql, Tables};
+use super::{take, Db, Now};
+use crate::backend::params::{DependencyRow, EnqueueParams, WorkflowParams, WorkflowRow};
+use crate::backend::Flows;
+use crate::error::{Error, Result};
+use crate::job::Enqueued;
+use crate::outcome::{AttemptError, FinalStatus};
+
+// ---- enqueue ---------------------------------------------------------------
+
+/// As SQLite's `DEPENDENCY_STATE`, one table per statement, each row
+/// share-locked.
+pub const PENDING_FOR_SHARE: &str = "SELECT 1 FROM {pending} WHERE id = :id LOCK IN SHARE MODE";
+/// See [`PENDING_FOR_SHARE`].
+pub const LIVE_FOR_SHARE: &str = "SELECT 1 FROM {jobs} WHERE id = :id LOCK IN SHARE MODE";
+/// See [`PENDING_FOR_SHARE`].
+pub const HISTORY_STATUS: &str = "SELECT status FROM {history} WHERE id = :id";
+
+/// As SQLite's; `INSERT IGNORE` for `ON CONFLICT DO NOTHING`.
+pub const INSERT_EDGE: &str = "
+INSERT IGNORE INTO {dependencies} (dependency, dependent, run_anyway, cancelled)
+VALUES (:dependency, :dependent, :run_anyway, :cancelled)";
+
+/// As SQLite's.
+pub const LIVE_TO_PENDING: &str = "
+INSERT INTO {pending}
+    (id, queue, kind, priority, payload, max_attempts, available_at, remaining, created_at)
+SELECT id, queue, kind, priority, payload, max_attempts, available_at, :remaining, created_at
+FROM {jobs} WHERE id = :id";
+
+// ---- release ---------------------------------------------------------------
+
+/// As SQLite's.
+pub const DEPENDENTS: &str =
+    "SELECT dependent, run_anyway FROM {dependencies} WHERE dependency = :id";
+
+/// As SQLite's, without `RETURNING` (MariaDB has none for `UPDATE`):
+/// [`REMAINING`] reads the count back, under the row lock this takes.
+pub const COUNT_DOWN: &str = "UPDATE {pending} SET remaining = remaining - 1 WHERE id = :id";
+
+/// See [`COUNT_DOWN`].
+pub const REMAINING: &str = "SELECT remaining FROM {pending} WHERE id = :id";
+
+/// As SQLite's.
+pub const RELEASE: &str = "
+INSERT INTO {jobs}
+    (id, queue, kind, priority, payload, errors, max_attempts, available_at, created_at,
+     updated_at)
+SELECT id, queue, kind, priority, payload, '[]', max_attempts, GREATEST(available_at, {now}),
+       created_at, {now}
+FROM {pending} WHERE id = :id";
+
+/// As SQLite's.
+pub const DELETE_PENDING: &str = "DELETE FROM {pending} WHERE id = :id";
+
+/// Counts a transaction that released jobs, for other nodes' pollers.
+pub const BUMP_RELEASES: &str = "
+INSERT INTO {releases} (one, n) VALUES (1, 1) ON DUPLICATE KEY UPDATE n = n + 1";
+
+/// As SQLite's. `:errors` is the JSON array of one entry.
+pub const PENDING_TO_HISTORY: &str = "
+INSERT INTO {history}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
+     started_at, finished_at, progress)
+SELECT id, queue, kind, priority, NULL, payload, 0, max_attempts, available_at, :errors, FALSE,
+       created_at, {now}, NULL, :status, NULL, NULL, {now}, NULL
+FROM {pending} WHERE id = :id";
+
+/// As SQLite's.
+pub const MARK_CANCELLED: &str = "
+UPDATE {dependencies} SET cancelled = TRUE WHERE dependency = :dependency AND dependent = :dependent";
+
+// ---- retry -----------------------------------------------------------------
+
+/// As SQLite's.
+pub const CANCELLED_DEPENDENTS: &str =
+    "SELECT dependent FROM {dependencies} WHERE dependency = :id AND cancelled";
+
+/// As SQLite's.
+pub const UNMARK_CANCELLED: &str = "
+UPDATE {dependencies} SET cancelled = FALSE
+WHERE dependency = :dependency AND dependent = :dependent";
+
+/// As SQLite's.
+pub const HISTORY_TO_PENDING: &str = "
+INSERT INTO {pending}
+    (id, queue, kind, priority, payload, max_attempts, available_at, remaining, created_at)
+SELECT h.id, h.queue, h.kind, h.priority, h.payload, h.max_attempts, h.available_at,
+       (SELECT COUNT(*) FROM {dependencies} AS e
+        LEFT JOIN {history} AS d ON d.id = e.dependency
+        WHERE e.dependent = h.id
+          AND (d.id IS NULL OR (d.status <> 'completed' AND NOT e.run_anyway))),
+       h.created_at
+FROM {history} AS h WHERE h.id = :id AND h.status = 'cancelled'";
+
+/// As SQLite's.
+pub const DELETE_HISTORY: &str = "DELETE FROM {history} WHERE id = :id";
+
+// ---- workflows and inspection ----------------------------------------------
+
+/// As SQLite's.
+pub const INSERT_WORKFLOW: &str =
+    "INSERT INTO {workflows} (name, created_at) VALUES (:name, {now})";
+
+/// As SQLite's.
+pub const INSERT_STEP: &str = "
+INSERT INTO {workflow_steps} (workflow_id, step, job_id) VALUES (:workflow, :step, :job)";
+
+/// As SQLite's.
+pub const WORKFLOW: &str = "
+SELECT id, name, created_at FROM {workflows}
+WHERE id = :id OR (:id IS NULL AND name = :name)
+ORDER BY id DESC LIMIT 1";
+
+/// As SQLite's.
+pub const STEPS: &str =
+    "SELECT step, job_id FROM {workflow_steps} WHERE workflow_id = :id ORDER BY job_id";
+
+/// As SQLite's.
+pub const DEPENDENCIES: &str = "
+SELECT e.dependency, s.step, h.status, h.result
+FROM {dependencies} AS e
+LEFT JOIN {workflow_steps} AS s ON s.job_id = e.dependency
+LEFT JOIN {history} AS h ON h.id = e.dependency
+WHERE e.dependent = :id
+ORDER BY e.dependency";
+
+/// As SQLite's.
+pub const IS_PENDING: &str = "SELECT 1 FROM {pending} WHERE id = :id";
+
+/// As SQLite's, in the column order of `LIVE_COLUMNS`.
+pub const PENDING_COLUMNS: &str = "id, queue, kind, priority, NULL AS unique_key, payload, \
+     0 AS attempts, max_attempts, available_at, '[]' AS errors, NULL AS locked_by, \
+     NULL AS lease_until, NULL AS first_leased_at, FALSE AS cancel_requested, NULL AS result, \
+     NULL AS finished_at, created_at, created_at AS updated_at, 'pending' AS state, \
+     NULL AS progress, NULL AS group_key, NULL AS aggregated_into";
+
+/// As SQLite's.
+pub const COUNT_PENDING: &str = "\nSELECT queue, 'pending', COUNT(*) FROM {pending} GROUP BY queue";
+
+/// The statements above, rendered once at connect.
+#[derive(Debug)]
+pub struct FlowSql {
+    pending_for_share: String,
+    live_for_share: String,
+    history_status: String,
+    insert_edge: String,
+    live_to_pending: String,
+    dependents: String,
+    count_down: String,
+    remaining: String,
+    release: String,
+    delete_pending: String,
+    bump_releases: String,
+    pending_to_history: String,
+    mark_cancelled: String,
+    cancelled_dependents: String,
+    unmark_cancelled: String,
+    history_to_pending: String,
+    delete_history: String,
+    insert_workflow: String,
+    insert_step: String,
+    workflow: String,
+    steps: String,
+    dependencies: String,
+    is_pending: String,
+    pub get_pending: String,
+    pub list_pending: String,
+    pub count_pending: String,
+}
+
+impl FlowSql {
+    pub fn new(tables: &Tables) -> FlowSql {
+        let r = |t: &str| tables.render(t);
+        FlowSql {
+            pending_for_share: r(PENDING_FOR_SHARE),
+            live_for_share: r(LIVE_FOR_SHARE),
+            history_status: r(HISTORY_STATUS),
+            insert_edge: r(INSERT_EDGE),
+            live_to_pending: r(LIVE_TO_PENDING),
+            dependents: r(DEPENDENTS),
+            count_down: r(COUNT_DOWN),
+            remaining: r(REMAINING),
+            release: r(RELEASE),
+            delete_pending: r(DELETE_PENDING),
+            bump_releases: r(BUMP_RELEASES),
+            pending_to_history: r(PENDING_TO_HISTORY),
+            mark_cancelled: r(MARK_CANCELLED),
+            cancelled_dependents: r(CANCELLED_DEPENDENTS),
+            unmark_cancelled: r(UNMARK_CANCELLED),
+            history_to_pending: r(HISTORY_TO_PENDING),
+            delete_history: r(DELETE_HISTORY),
+            insert_workflow: r(INSERT_WORKFLOW),
+            insert_step: r(INSERT_STEP),
+            workflow: r(WORKFLOW),
+            steps: r(STEPS),
+            dependencies: r(DEPENDENCIES),
+            is_pending: r(IS_PENDING),
+            get_pending: r(&format!(
+                "SELECT {PENDING_COLUMNS} FROM {{pending}} WHERE id = :id"
+            )),
+            list_pending: r(&format!(
+                "SELECT {PENDING_COLUMNS} FROM {{pending}}
+                 WHERE (:queue IS NULL OR queue = :queue) AND (:kind IS NULL OR kind = :kind)
+                 AND id > :after ORDER BY id LIMIT :limit"
+            )),
+            count_pending: r(COUNT_PENDING),
+        }
+    }
+}
+
+/// As PostgreSQL's `wait_all`: each job of a batch in order, every job
+/// inserted.
+pub(crate) fn wait_all(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    jobs: &[EnqueueParams<'_>],
+    ids: Vec<Enqueued>,
+    now: Now,
+) -> Result<Vec<Enqueued>> {
+    for (i, p) in jobs.iter().enumerate() {
+        wait(sql, q, p, ids[i], &ids[..i], now)?;
+    }
+    Ok(ids)
+}
+
+fn wait(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &EnqueueParams<'_>,
+    e: Enqueued,
+    earlier: &[Enqueued],
+    now: Now,
+) -> Result<()> {
+    if p.depends_on.is_empty() || e.existed {
+        return Ok(());
+    }
+    let f = &sql.flows;
+    let mut remaining = 0_i64;
+    let mut cancelled_by = None;
+    for (dependency, run_anyway) in crate::flow::resolve(p.depends_on, earlier)? {
+        let state = state_of(f, q, dependency)?;
+        let cancels = match crate::flow::counts(state.as_deref(), run_anyway, dependency)? {
+            crate::flow::Counts::Later => {
+                remaining += 1;
+                false
+            }
+            crate::flow::Counts::Now => false,
+            crate::flow::Counts::Cancels(status) => {
+                cancelled_by.get_or_insert((dependency, status));
+                true
+            }
+        };
+        q.exec_drop(
+            &f.insert_edge,
+            params! {
+                "dependency" => dependency, "dependent" => e.id,
+                "run_anyway" => run_anyway, "cancelled" => cancels,
+            },
+        )?;
+    }
+    if let Some((dependency, status)) = cancelled_by {
+        let error = crate::flow::cancelled_error(dependency, &status, p.now);
+        super::jobs::finish(
+            sql,
+            q,
+            e.id,
+            None,
+            FinalStatus::Cancelled,
+            None,
+            Some(&error),
+            now,
+        )?;
+    } else if remaining > 0 {
+        q.exec_drop(
+            &f.live_to_pending,
+            params! { "id" => e.id, "remaining" => remaining },
+        )?;
+        q.exec_drop(&sql.delete_live, params! { "id" => e.id })?;
+    }
+    Ok(())
+}
+
+/// Where job `id` is, its row share-locked: `pending`, `live`, a history
+/// status, or `None`.
+fn state_of(f: &FlowSql, q: &mut impl Queryable, id: i64) -> Result<Option<String>> {
+    if q.exec_first::<i64, _, _>(&f.pending_for_share, params! { "id" => id })?
+        .is_some()
+    {
+        return Ok(Some("pending".into()));
+    }
+    if q.exec_first::<i64, _, _>(&f.live_for_share, params! { "id" => id })?
+        .is_some()
+    {
+        return Ok(Some("live".into()));
+    }
+    Ok(q.exec_first(&f.history_status, params! { "id" => id })?)
+}
+
+/// As SQLite's `finished`, for jobs just moved to history; bumps
+/// `{releases}` when a job was released.
+pub(crate) fn finished(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    ended: Vec<(i64, FinalStatus)>,
+    now: Now,
+) -> Result<usize> {
+    let f = &sql.flows;
+    let mut released = 0;
+    let mut ended = ended;
+    while let Some((id, status)) = ended.pop() {
+        let dependents: Vec<(i64, bool)> = q.exec(&f.dependents, params! { "id" => id })?;
+        for (dependent, run_anyway) in dependents {
+            if status == FinalStatus::Completed || run_anyway {
+                let counted = q
+                    .exec_iter(&f.count_down, params! { "id" => dependent })?
+                    .affected_rows();
+                if counted == 0 {
+                    continue;
+                }
+                let left: Option<i64> =
+                    q.exec_first(&f.remaining, params! { "id" => dependent })?;
+                if left == Some(0) {
+                    q.exec_drop(
+                        &f.release,
+                        params! { "id" => dependent, "now" => now.param() },
+                    )?;
+                    q.exec_drop(&f.delete_pending, params! { "id" => dependent })?;
+                    released += 1;
+                }
+            } else {
+                let error = crate::flow::cancelled_error(id, status.as_str(), now.engine);
+                if end_pending(f, q, dependent, FinalStatus::Cancelled, &error, now)? {
+                    q.exec_drop(
+                        &f.mark_cancelled,
+                        params! { "dependency" => id, "dependent" => dependent },
+                    )?;
+                    ended.push((dependent, FinalStatus::Cancelled));
+                }
+            }
+        }
+    }
+    if released > 0 {
+        q.exec_drop(&f.bump_releases, ())?;
+    }
+    Ok(released)
+}
+
+fn end_pending(
+    f: &FlowSql,
+    q: &mut impl Queryable,
+    id: i64,
+    status: FinalStatus,
+    error: &AttemptError,
+    now: Now,
+) -> Result<bool> {
+    let errors = serde_json::to_string(&[error])?;
+    let moved = q
+        .exec_iter(
+            &f.pending_to_history,
+            params! {
+                "id" => id, "status" => status.as_str(), "errors" => errors,
+                "now" => now.param(),
+            },
+        )?
+        .affected_rows();
+    if moved == 0 {
+        return Ok(false);
+    }
+    q.exec_drop(&f.delete_pending, params! { "id" => id })?;
+    Ok(true)
+}
+
+/// As SQLite's.
+pub(crate) fn is_pending(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<bool> {
+    Ok(
+        q.exec_first::<i64, _, _>(&sql.flows.is_pending, params! { "id" => id })?
+            .is_some(),
+    )
+}
+
+/// As SQLite's.
+pub(crate) fn end_by_operator(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    id: i64,
+    status: FinalStatus,
+    error: &AttemptError,
+    now: Now,
+) -> Result<bool> {
+    if !end_pending(&sql.flows, q, id, status, error, now)? {
+        return Ok(false);
+    }
+    finished(sql, q, vec![(id, status)], now)?;
+    Ok(true)
+}
+
+/// As SQLite's.
+pub(crate) fn deleting(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<bool> {
+    let state = state_of(&sql.flows, q, id)?;
+    let pending = state.as_deref() == Some("pending");
+    if pending {
+        q.exec_drop(&sql.flows.delete_pending, params! { "id" => id })?;
+    }
+    if matches!(state.as_deref(), Some("pending" | "live")) {
+        finished(sql, q, vec![(id, FinalStatus::Cancelled)], now)?;
+    }
+    Ok(pending)
+}
+
+/// As SQLite's.
+pub(crate) fn retried(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<()> {
+    let f = &sql.flows;
+    let mut back = vec![id];
+    while let Some(id) = back.pop() {
+        let dependents: Vec<i64> = q.exec(&f.cancelled_dependents, params! { "id" => id })?;
+        for dependent in dependents {
+            q.exec_drop(
+                &f.unmark_cancelled,
+                params! { "dependency" => id, "dependent" => dependent },
+            )?;
+            let moved = q
+                .exec_iter(&f.history_to_pending, params! { "id" => dependent })?
+                .affected_rows();
+            if moved == 1 {
+                q.exec_drop(&f.delete_history, params! { "id" => dependent })?;
+                back.push(dependent);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// As SQLite's.
+pub(crate) fn enqueue_workflow(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    w: &WorkflowParams<'_>,
+    jobs: &[EnqueueParams<'_>],
+    now: Now,
+) -> Result<(i64, Vec<Enqueued>)> {
+    let workflow = q
+        .exec_iter(
+            &sql.flows.insert_workflow,
+            params! { "name" => w.name, "now" => now.param() },
+        )?
+        .last_insert_id()
+        .and_then(|id| i64::try_from(id).ok())
+        .ok_or_else(|| Error::Database("insert returned no id".into()))?;
+    let ids = super::jobs::enqueue_all(sql, q, jobs, now)?;
+    for (step, e) in w.steps.iter().zip(&ids) {
+        q.exec_drop(
+            &sql.flows.insert_step,
+            params! { "workflow" => workflow, "step" => step, "job" => e.id },
+        )?;
+    }
+    Ok((workflow, ids))
+}
+
+fn workflow(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    id: Option<i64>,
+    name: Option<&str>,
+) -> Result<Option<WorkflowRow>> {
+    let Some(mut row) =
+        q.exec_first::<Row, _, _>(&sql.flows.workflow, params! { "id" => id, "name" => name })?
+    else {
+        return Ok(None);
+    };
+    let id: i64 = take(&mut row, 0)?;
+    let steps: Vec<(String, i64)> = q.exec(&sql.flows.steps, params! { "id" => id })?;
+    Ok(Some(WorkflowRow {
+        id,
+        name: take(&mut row, 1)?,
+        created_at: take(&mut row, 2)?,
+        steps,
+    }))
+}
+
+fn dependencies(sql: &Sql, q: &mut impl Queryable, job_id: i64) -> Result<Vec<DependencyRow>> {
+    let rows: Vec<Row> = q.exec(&sql.flows.dependencies, params! { "id" => job_id })?;
+    rows.into_iter()
+        .map(|mut r| {
+            Ok(DependencyRow {
+                job_id: take(&mut r, 0)?,
+                step: take(&mut r, 1)?,
+                status: take(&mut r, 2)?,
+                result: take(&mut r, 3)?,
+            })
+        })
+        .collect()
+}
+
+impl Flows for Db {
+    fn enqueue_workflow(
+        &self,
+        w: &WorkflowParams<'_>,
+        jobs: &[EnqueueParams<'_>],
+    ) -> Result<(i64, Vec<Enqueued>)> {
+        self.write(|tx| enqueue_workflow(&self.sql, tx, w, jobs, self.now(w.now)))
+    }
+
+    fn workflow(&self, id: Option<i64>, name: Option<&str>) -> Result<Option<WorkflowRow>> {
+        self.read(|c| workflow(&self.sql, c, id, name))
+    }
+
+    fn dependencies(&self, job_id: i64) -> Result<Vec<DependencyRow>> {
+        self.read(|c| dependencies(&self.sql, c, job_id))
+    }
+}

@@ -1,0 +1,498 @@
+//! Job dependencies and workflows on PostgreSQL, in the order of
+//! `sqlite/flows.rs`.
+//!
+//! Differs from SQLite in that several nodes write at once, so each step
+//! that reads a row before acting on it locks it first:
+//!
+//! - an enqueue looks its dependency up `FOR SHARE`, pending table first,
+//!   then live, then history (the order of a job's life). A transaction
+//!   moving that job on holds its row locked until it commits, so the look
+//!   waits and then finds it where it went; and once the look holds the
+//!   share lock, the job cannot move on before the enqueue (and its edge)
+//!   commits, so the finishing transaction sees the edge (READ COMMITTED:
+//!   each statement reads what was committed before it began).
+//! - a release decrements the dependent's `remaining` with an `UPDATE`, whose
+//!   row lock makes two finishing transactions count one after the other:
+//!   exactly one of them sees 0.
+//!
+//! A release notifies the queue's channel, as an enqueue does.
+
+use postgres::GenericClient;
+
+use super::connection::Tx;
+use super::queries::{Queries, Tables};
+use super::Db;
+use crate::backend::params::{DependencyRow, EnqueueParams, WorkflowParams, WorkflowRow};
+use crate::backend::Flows;
+use crate::error::{Error, Result};
+use crate::job::Enqueued;
+use crate::outcome::{AttemptError, FinalStatus};
+
+// ---- enqueue ---------------------------------------------------------------
+
+/// As SQLite's `DEPENDENCY_STATE`, one table per statement, each row
+/// locked `FOR SHARE`. Parameter: `$1` id.
+pub const PENDING_FOR_SHARE: &str = "SELECT 1 FROM {pending} WHERE id = $1 FOR SHARE";
+/// See [`PENDING_FOR_SHARE`].
+pub const LIVE_FOR_SHARE: &str = "SELECT 1 FROM {jobs} WHERE id = $1 FOR SHARE";
+/// See [`PENDING_FOR_SHARE`].
+pub const HISTORY_STATUS: &str = "SELECT status FROM {history} WHERE id = $1";
+
+/// As SQLite's.
+pub const INSERT_EDGE: &str = "
+INSERT INTO {dependencies} (dependency, dependent, run_anyway, cancelled)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING";
+
+/// As SQLite's, moving the row in one statement.
+pub const LIVE_TO_PENDING: &str = "
+WITH moved AS (DELETE FROM {jobs} WHERE id = $1 RETURNING *)
+INSERT INTO {pending}
+    (id, queue, kind, priority, payload, max_attempts, available_at, remaining, created_at)
+SELECT id, queue, kind, priority, payload, max_attempts, available_at, $2, created_at
+FROM moved";
+
+// ---- release ---------------------------------------------------------------
+
+/// As SQLite's.
+pub const DEPENDENTS: &str =
+    "SELECT dependent, run_anyway FROM {dependencies} WHERE dependency = $1";
+
+/// As SQLite's.
+pub const COUNT_DOWN: &str =
+    "UPDATE {pending} SET remaining = remaining - 1 WHERE id = $1 RETURNING remaining";
+
+/// As SQLite's, moving the row in one statement. `$1` now override, `$2` id.
+pub const RELEASE: &str = "
+WITH moved AS (DELETE FROM {pending} WHERE id = $2 RETURNING *)
+INSERT INTO {jobs}
+    (id, queue, kind, priority, payload, max_attempts, available_at, created_at, updated_at)
+SELECT id, queue, kind, priority, payload, max_attempts, GREATEST(available_at, {now}),
+       created_at, {now}
+FROM moved";
+
+/// As SQLite's, moving the row in one statement. `$1` now override, `$2`
+/// id, `$3` status, `$4` errors (JSON text).
+pub const PENDING_TO_HISTORY: &str = "
+WITH moved AS (DELETE FROM {pending} WHERE id = $2 RETURNING *)
+INSERT INTO {history}
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
+     started_at, finished_at, progress)
+SELECT id, queue, kind, priority, NULL, payload, 0, max_attempts, available_at,
+       $4::text::jsonb, FALSE, created_at, {now}, NULL, $3, NULL, NULL, {now}, NULL
+FROM moved";
+
+/// As SQLite's.
+pub const MARK_CANCELLED: &str =
+    "UPDATE {dependencies} SET cancelled = TRUE WHERE dependency = $1 AND dependent = $2";
+
+// ---- retry -----------------------------------------------------------------
+
+/// As SQLite's.
+pub const CANCELLED_DEPENDENTS: &str =
+    "SELECT dependent FROM {dependencies} WHERE dependency = $1 AND cancelled";
+
+/// As SQLite's.
+pub const UNMARK_CANCELLED: &str =
+    "UPDATE {dependencies} SET cancelled = FALSE WHERE dependency = $1 AND dependent = $2";
+
+/// As SQLite's, moving the row in one statement.
+pub const HISTORY_TO_PENDING: &str = "
+WITH moved AS (DELETE FROM {history} WHERE id = $1 AND status = 'cancelled' RETURNING *)
+INSERT INTO {pending}
+    (id, queue, kind, priority, payload, max_attempts, available_at, remaining, created_at)
+SELECT m.id, m.queue, m.kind, m.priority, m.payload, m.max_attempts, m.available_at,
+       (SELECT count(*) FROM {dependencies} AS e
+        LEFT JOIN {history} AS d ON d.id = e.dependency
+        WHERE e.dependent = m.id
+          AND (d.id IS NULL OR (d.status <> 'completed' AND NOT e.run_anyway))),
+       m.created_at
+FROM moved AS m";
+
+// ---- workflows and inspection ----------------------------------------------
+
+/// As SQLite's. `$1` now override, `$2` name.
+pub const INSERT_WORKFLOW: &str =
+    "INSERT INTO {workflows} (name, created_at) VALUES ($2, {now}) RETURNING id";
+
+/// As SQLite's.
+pub const INSERT_STEP: &str =
+    "INSERT INTO {workflow_steps} (workflow_id, step, job_id) VALUES ($1, $2, $3)";
+
+/// As SQLite's.
+pub const WORKFLOW: &str = "
+SELECT id, name, created_at FROM {workflows}
+WHERE id = $1 OR ($1::int8 IS NULL AND name = $2)
+ORDER BY id DESC LIMIT 1";
+
+/// As SQLite's.
+pub const STEPS: &str =
+    "SELECT step, job_id FROM {workflow_steps} WHERE workflow_id = $1 ORDER BY job_id";
+
+/// As SQLite's.
+pub const DEPENDENCIES: &str = "
+SELECT e.dependency, s.step, h.status, h.result::text
+FROM {dependencies} AS e
+LEFT JOIN {workflow_steps} AS s ON s.job_id = e.dependency
+LEFT JOIN {history} AS h ON h.id = e.dependency
+WHERE e.dependent = $1
+ORDER BY e.dependency";
+
+/// As SQLite's.
+pub const IS_PENDING: &str = "SELECT 1 FROM {pending} WHERE id = $1";
+
+/// As SQLite's, in the column order of `LIVE_COLUMNS`.
+pub const PENDING_COLUMNS: &str = "id, queue, kind, priority, NULL::text AS unique_key, \
+     payload::text, 0 AS attempts, max_attempts, available_at, '[]' AS errors, \
+     NULL::text AS locked_by, NULL::int8 AS lease_until, NULL::int8 AS first_leased_at, \
+     FALSE AS cancel_requested, NULL::text AS result, NULL::int8 AS finished_at, created_at, \
+     created_at AS updated_at, 'pending' AS state, NULL::text AS progress, \
+     NULL::text AS group_key, NULL::int8 AS aggregated_into";
+
+/// As SQLite's.
+pub const COUNT_PENDING: &str = "SELECT queue, 'pending', count(*) FROM {pending} GROUP BY queue";
+
+/// The statements above, rendered once at connect.
+#[derive(Debug)]
+pub(crate) struct FlowQueries {
+    pending_for_share: String,
+    live_for_share: String,
+    history_status: String,
+    insert_edge: String,
+    live_to_pending: String,
+    dependents: String,
+    count_down: String,
+    release: String,
+    pending_to_history: String,
+    mark_cancelled: String,
+    cancelled_dependents: String,
+    unmark_cancelled: String,
+    history_to_pending: String,
+    insert_workflow: String,
+    insert_step: String,
+    workflow: String,
+    steps: String,
+    dependencies: String,
+    is_pending: String,
+    pub get_pending: String,
+    pub list_pending: String,
+    pub count_pending: String,
+}
+
+/// A template with this module's tables, then the queue's, filled in.
+pub(crate) fn render(tables: &Tables, template: &str) -> String {
+    let (schema, prefix) = (&tables.schema, &tables.prefix);
+    tables.render(
+        &template
+            .replace("{pending}", &format!("{schema}{prefix}pending"))
+            .replace("{dependencies}", &format!("{schema}{prefix}dependencies"))
+            .replace("{workflows}", &format!("{schema}{prefix}workflows"))
+            .replace(
+                "{workflow_steps}",
+                &format!("{schema}{prefix}workflow_steps"),
+            ),
+    )
+}
+
+impl FlowQueries {
+    pub(crate) fn render(tables: &Tables) -> FlowQueries {
+        let r = |t: &str| render(tables, t);
+        FlowQueries {
+            pending_for_share: r(PENDING_FOR_SHARE),
+            live_for_share: r(LIVE_FOR_SHARE),
+            history_status: r(HISTORY_STATUS),
+            insert_edge: r(INSERT_EDGE),
+            live_to_pending: r(LIVE_TO_PENDING),
+            dependents: r(DEPENDENTS),
+            count_down: r(COUNT_DOWN),
+            release: r(RELEASE),
+            pending_to_history: r(PENDING_TO_HISTORY),
+            mark_cancelled: r(MARK_CANCELLED),
+            cancelled_dependents: r(CANCELLED_DEPENDENTS),
+            unmark_cancelled: r(UNMARK_CANCELLED),
+            history_to_pending: r(HISTORY_TO_PENDING),
+            insert_workflow: r(INSERT_WORKFLOW),
+            insert_step: r(INSERT_STEP),
+            workflow: r(WORKFLOW),
+            steps: r(STEPS),
+            dependencies: r(DEPENDENCIES),
+            is_pending: r(IS_PENDING),
+            get_pending: r(&format!(
+                "SELECT {PENDING_COLUMNS} FROM {{pending}} WHERE id = $1"
+            )),
+            list_pending: r(&format!(
+                "SELECT {PENDING_COLUMNS} FROM {{pending}} WHERE ($1::text IS NULL OR queue = $1)
+                 AND ($2::text IS NULL OR kind = $2) AND id > $3 ORDER BY id LIMIT $4"
+            )),
+            count_pending: r(COUNT_PENDING),
+        }
+    }
+}
+
+/// As SQLite's [`wait`](crate::backend::sqlite::flows::wait), for each job
+/// of a batch in order (`ids` are the batch's, every job inserted): a job's
+/// `Earlier` dependencies come before it, so they are settled first.
+pub(crate) fn wait_all<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    jobs: &[EnqueueParams<'_>],
+    ids: Vec<Enqueued>,
+) -> Result<Vec<Enqueued>> {
+    for (i, p) in jobs.iter().enumerate() {
+        wait(tx, q, p, ids[i], &ids[..i])?;
+    }
+    Ok(ids)
+}
+
+fn wait<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &EnqueueParams<'_>,
+    e: Enqueued,
+    earlier: &[Enqueued],
+) -> Result<()> {
+    if p.depends_on.is_empty() || e.existed {
+        return Ok(());
+    }
+    let f = &q.flows;
+    let mut remaining = 0_i32;
+    let mut cancelled_by = None;
+    for (dependency, run_anyway) in crate::flow::resolve(p.depends_on, earlier)? {
+        let state = state_of(tx, f, dependency)?;
+        let cancels = match crate::flow::counts(state.as_deref(), run_anyway, dependency)? {
+            crate::flow::Counts::Later => {
+                remaining += 1;
+                false
+            }
+            crate::flow::Counts::Now => false,
+            crate::flow::Counts::Cancels(status) => {
+                cancelled_by.get_or_insert((dependency, status));
+                true
+            }
+        };
+        tx.execute(&f.insert_edge, &[&dependency, &e.id, &run_anyway, &cancels])?;
+    }
+    if let Some((dependency, status)) = cancelled_by {
+        let error = crate::flow::cancelled_error(dependency, &status, p.now);
+        super::jobs::finish_one(tx, q, e.id, FinalStatus::Cancelled, Some(&error), p.now)?;
+    } else if remaining > 0 {
+        tx.execute(&f.live_to_pending, &[&e.id, &remaining])?;
+    }
+    Ok(())
+}
+
+/// Where job `id` is, its row share-locked: `pending`, `live`, a history
+/// status, or `None`.
+fn state_of<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    f: &FlowQueries,
+    id: i64,
+) -> Result<Option<String>> {
+    if tx.query_opt(&f.pending_for_share, &[&id])?.is_some() {
+        return Ok(Some("pending".into()));
+    }
+    if tx.query_opt(&f.live_for_share, &[&id])?.is_some() {
+        return Ok(Some("live".into()));
+    }
+    Ok(match tx.query_opt(&f.history_status, &[&id])? {
+        Some(row) => Some(row.try_get(0)?),
+        None => None,
+    })
+}
+
+/// As SQLite's `finished`, for jobs just moved to history (`ended`: id and
+/// status); notifies the queue's channel when a job was released.
+pub(crate) fn finished<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    ended: Vec<(i64, FinalStatus)>,
+    now: i64,
+) -> Result<usize> {
+    let f = &q.flows;
+    let now_override = q.now_override(now);
+    let mut released = 0;
+    let mut ended = ended;
+    while let Some((id, status)) = ended.pop() {
+        let dependents = tx.query(&f.dependents, &[&id])?;
+        for row in dependents {
+            let (dependent, run_anyway): (i64, bool) = (row.try_get(0)?, row.try_get(1)?);
+            if status == FinalStatus::Completed || run_anyway {
+                let left: Option<i32> = match tx.query_opt(&f.count_down, &[&dependent])? {
+                    Some(row) => Some(row.try_get(0)?),
+                    None => None,
+                };
+                if left == Some(0) {
+                    tx.execute(&f.release, &[&now_override, &dependent])?;
+                    released += 1;
+                }
+            } else {
+                let error = crate::flow::cancelled_error(id, status.as_str(), now);
+                if end_pending(tx, q, dependent, FinalStatus::Cancelled, &error, now)? {
+                    tx.execute(&f.mark_cancelled, &[&id, &dependent])?;
+                    ended.push((dependent, FinalStatus::Cancelled));
+                }
+            }
+        }
+    }
+    if released > 0 {
+        tx.query(&q.notify, &[&q.channel])?;
+    }
+    Ok(released)
+}
+
+fn end_pending<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    status: FinalStatus,
+    error: &AttemptError,
+    now: i64,
+) -> Result<bool> {
+    let errors = serde_json::to_string(&[error])?;
+    let moved = tx.execute(
+        &q.flows.pending_to_history,
+        &[&q.now_override(now), &id, &status.as_str(), &errors],
+    )?;
+    Ok(moved > 0)
+}
+
+/// As SQLite's.
+pub(crate) fn is_pending<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+) -> Result<bool> {
+    Ok(tx.query_opt(&q.flows.is_pending, &[&id])?.is_some())
+}
+
+/// As SQLite's.
+pub(crate) fn end_by_operator<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    status: FinalStatus,
+    error: &AttemptError,
+    now: i64,
+) -> Result<bool> {
+    if !end_pending(tx, q, id, status, error, now)? {
+        return Ok(false);
+    }
+    finished(tx, q, vec![(id, status)], now)?;
+    Ok(true)
+}
+
+/// As SQLite's.
+pub(crate) fn deleting<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    now: i64,
+) -> Result<bool> {
+    let state = state_of(tx, &q.flows, id)?;
+    let pending = state.as_deref() == Some("pending");
+    if pending {
+        let delete = render(&q.tables, "DELETE FROM {pending} WHERE id = $1");
+        tx.execute(&delete, &[&id])?;
+    }
+    if matches!(state.as_deref(), Some("pending" | "live")) {
+        finished(tx, q, vec![(id, FinalStatus::Cancelled)], now)?;
+    }
+    Ok(pending)
+}
+
+/// As SQLite's.
+pub(crate) fn retried<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<()> {
+    let f = &q.flows;
+    let mut back = vec![id];
+    while let Some(id) = back.pop() {
+        let dependents = tx.query(&f.cancelled_dependents, &[&id])?;
+        for row in dependents {
+            let dependent: i64 = row.try_get(0)?;
+            tx.execute(&f.unmark_cancelled, &[&id, &dependent])?;
+            if tx.execute(&f.history_to_pending, &[&dependent])? == 1 {
+                back.push(dependent);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// As SQLite's.
+pub(crate) fn enqueue_workflow<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    w: &WorkflowParams<'_>,
+    jobs: &[EnqueueParams<'_>],
+) -> Result<(i64, Vec<Enqueued>)> {
+    let row = tx
+        .query_opt(&q.flows.insert_workflow, &[&q.now_override(w.now), &w.name])?
+        .ok_or_else(|| Error::Database("insert returned no id".into()))?;
+    let workflow: i64 = row.try_get(0)?;
+    let ids = super::jobs::enqueue_all(tx, q, jobs)?;
+    for (step, e) in w.steps.iter().zip(&ids) {
+        tx.execute(&q.flows.insert_step, &[&workflow, step, &e.id])?;
+    }
+    Ok((workflow, ids))
+}
+
+fn workflow<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: Option<i64>,
+    name: Option<&str>,
+) -> Result<Option<WorkflowRow>> {
+    let Some(row) = tx.query_opt(&q.flows.workflow, &[&id, &name])? else {
+        return Ok(None);
+    };
+    let id: i64 = row.try_get(0)?;
+    let steps = tx
+        .query(&q.flows.steps, &[&id])?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_>>()?;
+    Ok(Some(WorkflowRow {
+        id,
+        name: row.try_get(1)?,
+        created_at: row.try_get(2)?,
+        steps,
+    }))
+}
+
+fn dependencies<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    job_id: i64,
+) -> Result<Vec<DependencyRow>> {
+    tx.query(&q.flows.dependencies, &[&job_id])?
+        .iter()
+        .map(|r| {
+            Ok(DependencyRow {
+                job_id: r.try_get(0)?,
+                step: r.try_get(1)?,
+                status: r.try_get(2)?,
+                result: r
+                    .try_get::<_, Option<String>>(3)?
+                    .map(super::jobs::canonical_json),
+            })
+        })
+        .collect()
+}
+
+impl Flows for Db {
+    fn enqueue_workflow(
+        &self,
+        w: &WorkflowParams<'_>,
+        jobs: &[EnqueueParams<'_>],
+    ) -> Result<(i64, Vec<Enqueued>)> {
+        self.pool.write(|tx| enqueue_workflow(tx, &self.q, w, jobs))
+    }
+
+    fn workflow(&self, id: Option<i64>, name: Option<&str>) -> Result<Option<WorkflowRow>> {
+        self.pool.read(|tx| workflow(tx, &self.q, id, name))
+    }
+
+    fn dependencies(&self, job_id: i64) -> Result<Vec<DependencyRow>> {
+        self.pool.read(|tx| dependencies(tx, &self.q, job_id))
+    }
+}

@@ -1,0 +1,466 @@
+//! Job dependencies and workflows on SQLite (`migrations/sqlite/V8`): a job
+//! enqueued with dependencies that have not all finished waits in
+//! `backlog_pending`, outside every lease index; the transaction that
+//! finishes its last dependency moves it into `backlog_jobs`. Each function
+//! runs inside a transaction its caller opened; the single writer makes
+//! every step atomic. The same functions, in the same order, are in
+//! `postgres/flows.rs` and `mysql/flows.rs`.
+//!
+//! Cost: an edge is one row written at enqueue, and one write at release
+//! (the dependent's `remaining`, decremented); every lookup is a primary key
+//! or index seek.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::jobs;
+use crate::backend::params::{DependencyRow, EnqueueParams, WorkflowParams, WorkflowRow};
+use crate::error::Result;
+use crate::job::Enqueued;
+use crate::outcome::{AttemptError, FinalStatus};
+
+// ---- enqueue ---------------------------------------------------------------
+
+/// Where a dependency is: `?1` id. `pending`, `live`, a history status, or
+/// no row. Looked up in the order of a job's life (pending, live, history),
+/// which on the servers keeps a job moving on meanwhile from being missed.
+pub const DEPENDENCY_STATE: &str = "
+SELECT 'pending' FROM backlog_pending WHERE id = ?1
+UNION ALL SELECT 'live' FROM backlog_jobs WHERE id = ?1
+UNION ALL SELECT status FROM backlog_history WHERE id = ?1
+LIMIT 1";
+
+/// Records an edge: `?1` dependency, `?2` dependent, `?3` run anyway, `?4`
+/// whether it cancelled its dependent.
+pub const INSERT_EDGE: &str = "
+INSERT INTO backlog_dependencies (dependency, dependent, run_anyway, cancelled)
+VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT DO NOTHING";
+
+/// Moves a job just inserted live (`?1`) to pending, waiting for `?2`
+/// dependencies; [`jobs`]' `DELETE_LIVE` then removes the live row.
+pub const LIVE_TO_PENDING: &str = "
+INSERT INTO backlog_pending
+    (id, queue, kind, priority, payload, max_attempts, available_at, remaining, created_at)
+SELECT id, queue, kind, priority, payload, max_attempts, available_at, ?2, created_at
+FROM backlog_jobs WHERE id = ?1";
+
+// ---- release ---------------------------------------------------------------
+
+/// What waits on a finished job (`?1`): the primary key's prefix.
+pub const DEPENDENTS: &str =
+    "SELECT dependent, run_anyway FROM backlog_dependencies WHERE dependency = ?1";
+
+/// Counts one dependency of a pending job (`?1`) as finished; returns how
+/// many are left, or no row when the job is not pending (cancelled already,
+/// or deleted).
+pub const COUNT_DOWN: &str = "
+UPDATE backlog_pending SET remaining = remaining - 1 WHERE id = ?1 RETURNING remaining";
+
+/// Moves a pending job (`?1`) whose dependencies all finished into the live
+/// table, due at its own time or now (`?2`), whichever is later (`due` as
+/// the enqueue sets it: a delayed job waits in the scheduled index); keeps
+/// its id. [`DELETE_PENDING`] then removes the pending row.
+pub const RELEASE: &str = "
+INSERT INTO backlog_jobs
+    (id, queue, kind, priority, payload, max_attempts, available_at, due, created_at, updated_at)
+SELECT id, queue, kind, priority, payload, max_attempts, max(available_at, ?2),
+       available_at <= ?2, created_at, ?2
+FROM backlog_pending WHERE id = ?1";
+
+/// Removes a pending row after [`RELEASE`] or [`PENDING_TO_HISTORY`].
+pub const DELETE_PENDING: &str = "DELETE FROM backlog_pending WHERE id = ?1";
+
+/// Finishes a pending job (`?1`) with status `?3` at `?2`, never attempted,
+/// `?4` its errors (a JSON array of one entry).
+pub const PENDING_TO_HISTORY: &str = "
+INSERT INTO backlog_history
+    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
+     started_at, finished_at, progress)
+SELECT id, queue, kind, priority, NULL, payload, 0, max_attempts, available_at, ?4, 0,
+       created_at, ?2, NULL, ?3, NULL, NULL, ?2, NULL
+FROM backlog_pending WHERE id = ?1";
+
+/// Marks the edge `?1` → `?2` as the one that cancelled its dependent.
+pub const MARK_CANCELLED: &str = "
+UPDATE backlog_dependencies SET cancelled = 1 WHERE dependency = ?1 AND dependent = ?2";
+
+// ---- retry -----------------------------------------------------------------
+
+/// The dependents a job (`?1`) cancelled, now back to live by a retry.
+pub const CANCELLED_DEPENDENTS: &str = "
+SELECT dependent FROM backlog_dependencies WHERE dependency = ?1 AND cancelled = 1";
+
+/// Clears the mark of [`MARK_CANCELLED`].
+pub const UNMARK_CANCELLED: &str = "
+UPDATE backlog_dependencies SET cancelled = 0 WHERE dependency = ?1 AND dependent = ?2";
+
+/// Moves a cancelled job (`?1`) back from history to pending, counting the
+/// dependencies that have not counted for it yet: those not finished, and
+/// those that finished other than completed on a cancelling edge.
+pub const HISTORY_TO_PENDING: &str = "
+INSERT INTO backlog_pending
+    (id, queue, kind, priority, payload, max_attempts, available_at, remaining, created_at)
+SELECT h.id, h.queue, h.kind, h.priority, h.payload, h.max_attempts, h.available_at,
+       (SELECT count(*) FROM backlog_dependencies AS e
+        LEFT JOIN backlog_history AS d ON d.id = e.dependency
+        WHERE e.dependent = h.id
+          AND (d.id IS NULL OR (d.status <> 'completed' AND e.run_anyway = 0))),
+       h.created_at
+FROM backlog_history AS h WHERE h.id = ?1 AND h.status = 'cancelled'";
+
+/// Removes a history row after [`HISTORY_TO_PENDING`].
+pub const DELETE_HISTORY: &str = "DELETE FROM backlog_history WHERE id = ?1";
+
+// ---- workflows and inspection ----------------------------------------------
+
+/// Inserts a workflow: `?1` name, `?2` now.
+pub const INSERT_WORKFLOW: &str =
+    "INSERT INTO backlog_workflows (name, created_at) VALUES (?1, ?2)";
+
+/// Records a step: `?1` workflow, `?2` step, `?3` job.
+pub const INSERT_STEP: &str =
+    "INSERT INTO backlog_workflow_steps (workflow_id, step, job_id) VALUES (?1, ?2, ?3)";
+
+/// A workflow by id (`?1`), or the newest of a name (`?2`).
+pub const WORKFLOW: &str = "
+SELECT id, name, created_at FROM backlog_workflows
+WHERE id = ?1 OR (?1 IS NULL AND name = ?2)
+ORDER BY id DESC LIMIT 1";
+
+/// A workflow's steps (`?1`), in the order they were added.
+pub const STEPS: &str = "
+SELECT step, job_id FROM backlog_workflow_steps WHERE workflow_id = ?1 ORDER BY job_id";
+
+/// A job's (`?1`) dependencies: their step names, statuses and results.
+pub const DEPENDENCIES: &str = "
+SELECT e.dependency, s.step, h.status, h.result
+FROM backlog_dependencies AS e
+LEFT JOIN backlog_workflow_steps AS s ON s.job_id = e.dependency
+LEFT JOIN backlog_history AS h ON h.id = e.dependency
+WHERE e.dependent = ?1
+ORDER BY e.dependency";
+
+/// A pending job as a record, in the column order of `LIVE_COLUMNS`.
+pub const PENDING_COLUMNS: &str = "id, queue, kind, priority, NULL AS unique_key, payload, \
+     0 AS attempts, max_attempts, available_at, '[]' AS errors, NULL AS locked_by, \
+     NULL AS lease_until, NULL AS first_leased_at, 0 AS cancel_requested, NULL AS result, \
+     NULL AS finished_at, created_at, created_at AS updated_at, 'pending' AS state, \
+     NULL AS progress, NULL AS group_key, NULL AS aggregated_into";
+
+/// Whether `?1` is pending.
+pub const IS_PENDING: &str = "SELECT 1 FROM backlog_pending WHERE id = ?1";
+
+/// Pending jobs per queue.
+pub const COUNT_PENDING: &str =
+    "SELECT queue, 'pending', count(*) FROM backlog_pending GROUP BY queue";
+
+/// Makes a job just enqueued (`e`, `p`) wait for its dependencies: records
+/// each edge, then leaves it live when every dependency counts already,
+/// moves it to pending when some have not finished, or finishes it as
+/// `cancelled` when one ended other than completed on a cancelling edge.
+/// `earlier` holds the batch's jobs enqueued before it. A job that existed
+/// (its unique key was held) is left as it was.
+pub(crate) fn wait(
+    conn: &Connection,
+    p: &EnqueueParams<'_>,
+    e: Enqueued,
+    earlier: &[Enqueued],
+) -> Result<Enqueued> {
+    if p.depends_on.is_empty() || e.existed {
+        return Ok(e);
+    }
+    let mut remaining = 0_i64;
+    let mut cancelled_by = None;
+    for (dependency, run_anyway) in crate::flow::resolve(p.depends_on, earlier)? {
+        let state: Option<String> = conn
+            .prepare_cached(DEPENDENCY_STATE)?
+            .query_row([dependency], |r| r.get(0))
+            .optional()?;
+        let cancels = match crate::flow::counts(state.as_deref(), run_anyway, dependency)? {
+            crate::flow::Counts::Later => {
+                remaining += 1;
+                false
+            }
+            crate::flow::Counts::Now => false,
+            crate::flow::Counts::Cancels(status) => {
+                cancelled_by.get_or_insert((dependency, status));
+                true
+            }
+        };
+        conn.prepare_cached(INSERT_EDGE)?
+            .execute(params![dependency, e.id, run_anyway, cancels])?;
+    }
+    if let Some((dependency, status)) = cancelled_by {
+        let error = crate::flow::cancelled_error(dependency, &status, p.now);
+        jobs::finish(
+            conn,
+            e.id,
+            None,
+            FinalStatus::Cancelled,
+            None,
+            Some(&error),
+            p.now,
+        )?;
+    } else if remaining > 0 {
+        conn.prepare_cached(LIVE_TO_PENDING)?
+            .execute(params![e.id, remaining])?;
+        conn.prepare_cached(super::queries::DELETE_LIVE)?
+            .execute([e.id])?;
+    }
+    Ok(e)
+}
+
+/// Applies a job's end (`id` moved to history as `status`, or deleted:
+/// `Cancelled`) to what waits on it, in its transaction: counts it down,
+/// releasing a job whose last dependency it was, or cancels it (and what
+/// waits on that, and so on) when the edge says so. Returns how many jobs
+/// were released.
+pub(crate) fn finished(conn: &Connection, id: i64, status: FinalStatus, now: i64) -> Result<usize> {
+    let mut released = 0;
+    let mut ended = vec![(id, status)];
+    while let Some((id, status)) = ended.pop() {
+        let dependents: Vec<(i64, bool)> = conn
+            .prepare_cached(DEPENDENTS)?
+            .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (dependent, run_anyway) in dependents {
+            if status == FinalStatus::Completed || run_anyway {
+                let left: Option<i64> = conn
+                    .prepare_cached(COUNT_DOWN)?
+                    .query_row([dependent], |r| r.get(0))
+                    .optional()?;
+                if left == Some(0) {
+                    conn.prepare_cached(RELEASE)?
+                        .execute(params![dependent, now])?;
+                    conn.prepare_cached(DELETE_PENDING)?.execute([dependent])?;
+                    released += 1;
+                }
+            } else {
+                let error = crate::flow::cancelled_error(id, status.as_str(), now);
+                if end_pending(conn, dependent, FinalStatus::Cancelled, &error, now)? {
+                    conn.prepare_cached(MARK_CANCELLED)?
+                        .execute([id, dependent])?;
+                    ended.push((dependent, FinalStatus::Cancelled));
+                }
+            }
+        }
+    }
+    Ok(released)
+}
+
+/// Moves a pending job to history as `status` with `error`; whether it was
+/// pending. What waits on it is the caller's to apply.
+fn end_pending(
+    conn: &Connection,
+    id: i64,
+    status: FinalStatus,
+    error: &AttemptError,
+    now: i64,
+) -> Result<bool> {
+    let errors = serde_json::to_string(&[error])?;
+    let moved = conn.prepare_cached(PENDING_TO_HISTORY)?.execute(params![
+        id,
+        now,
+        status.as_str(),
+        errors
+    ])?;
+    if moved == 0 {
+        return Ok(false);
+    }
+    conn.prepare_cached(DELETE_PENDING)?.execute([id])?;
+    Ok(true)
+}
+
+/// Whether job `id` is pending.
+pub(crate) fn is_pending(conn: &Connection, id: i64) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(IS_PENDING)?
+        .query_row([id], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// An operator's cancel or discard of a pending job: moves it to history as
+/// `status` with `error`, and applies that to what waits on it. Whether it
+/// was pending (otherwise nothing was done).
+pub(crate) fn end_by_operator(
+    conn: &Connection,
+    id: i64,
+    status: FinalStatus,
+    error: &AttemptError,
+    now: i64,
+) -> Result<bool> {
+    if !end_pending(conn, id, status, error, now)? {
+        return Ok(false);
+    }
+    finished(conn, id, status, now)?;
+    Ok(true)
+}
+
+/// Before an operator's delete of `id`: a live or pending job counts as
+/// cancelled for what waits on it, and a pending row is removed. Whether
+/// there was a pending row.
+pub(crate) fn deleting(conn: &Connection, id: i64, now: i64) -> Result<bool> {
+    let state: Option<String> = conn
+        .prepare_cached(DEPENDENCY_STATE)?
+        .query_row([id], |r| r.get(0))
+        .optional()?;
+    let pending = state.as_deref() == Some("pending");
+    if pending {
+        conn.prepare_cached(DELETE_PENDING)?.execute([id])?;
+    }
+    if matches!(state.as_deref(), Some("pending" | "live")) {
+        finished(conn, id, FinalStatus::Cancelled, now)?;
+    }
+    Ok(pending)
+}
+
+/// After an operator's retry moved `id` back to live: brings back the jobs
+/// its end cancelled (and theirs, and so on) to pending, each waiting for
+/// the dependencies that have not counted for it yet (`id` among them).
+pub(crate) fn retried(conn: &Connection, id: i64) -> Result<()> {
+    let mut back = vec![id];
+    while let Some(id) = back.pop() {
+        let dependents: Vec<i64> = conn
+            .prepare_cached(CANCELLED_DEPENDENTS)?
+            .query_map([id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for dependent in dependents {
+            conn.prepare_cached(UNMARK_CANCELLED)?
+                .execute([id, dependent])?;
+            if conn
+                .prepare_cached(HISTORY_TO_PENDING)?
+                .execute([dependent])?
+                == 1
+            {
+                conn.prepare_cached(DELETE_HISTORY)?.execute([dependent])?;
+                back.push(dependent);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Inserts a workflow's row, its jobs as [`jobs::enqueue_all`] does, and
+/// each job's step; the workflow's id and the jobs'.
+pub(crate) fn enqueue_workflow(
+    conn: &Connection,
+    w: &WorkflowParams<'_>,
+    jobs: &[EnqueueParams<'_>],
+) -> Result<(i64, Vec<Enqueued>)> {
+    conn.prepare_cached(INSERT_WORKFLOW)?
+        .execute(params![w.name, w.now])?;
+    let workflow = conn.last_insert_rowid();
+    let ids = jobs::enqueue_all(conn, jobs)?;
+    for (step, e) in w.steps.iter().zip(&ids) {
+        conn.prepare_cached(INSERT_STEP)?
+            .execute(params![workflow, step, e.id])?;
+    }
+    Ok((workflow, ids))
+}
+
+/// A workflow by id, or the newest of `name`, with its steps.
+pub(crate) fn workflow(
+    conn: &Connection,
+    id: Option<i64>,
+    name: Option<&str>,
+) -> Result<Option<WorkflowRow>> {
+    let Some((id, name, created_at)) = conn
+        .prepare_cached(WORKFLOW)?
+        .query_row(params![id, name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    let steps = conn
+        .prepare_cached(STEPS)?
+        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(Some(WorkflowRow {
+        id,
+        name,
+        created_at,
+        steps,
+    }))
+}
+
+/// A job's dependencies, by id.
+pub(crate) fn dependencies(conn: &Connection, job_id: i64) -> Result<Vec<DependencyRow>> {
+    let rows = conn
+        .prepare_cached(DEPENDENCIES)?
+        .query_map([job_id], |r| {
+            Ok(DependencyRow {
+                job_id: r.get(0)?,
+                step: r.get(1)?,
+                status: r.get(2)?,
+                result: r.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+impl crate::backend::Flows for super::Connections {
+    fn enqueue_workflow(
+        &self,
+        w: &WorkflowParams<'_>,
+        jobs: &[EnqueueParams<'_>],
+    ) -> Result<(i64, Vec<Enqueued>)> {
+        self.write(|tx| enqueue_workflow(tx, w, jobs))
+    }
+
+    fn workflow(&self, id: Option<i64>, name: Option<&str>) -> Result<Option<WorkflowRow>> {
+        self.read(|c| workflow(c, id, name))
+    }
+
+    fn dependencies(&self, job_id: i64) -> Result<Vec<DependencyRow>> {
+        self.read(|c| dependencies(c, job_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use crate::options::QueueOptions;
+
+    /// Every statement a release, an enqueue or a retry runs seeks by a key
+    /// or an index: none scans a table, so an edge costs the same however
+    /// many jobs wait.
+    #[test]
+    fn every_statement_seeks_by_a_key_or_an_index() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
+        let db = super::super::Connections::open(&dir.path().join("q.db"), &QueueOptions::new())?;
+        super::super::migrate::migrate(&mut *db.writer()?, std::time::Duration::from_secs(5))?;
+        let conn = db.writer()?;
+        let plan = |sql: &str, n: usize| -> Result<String> {
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+            let args = vec![1_i64; n];
+            let rows =
+                stmt.query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))
+        };
+        for (sql, n) in [
+            (DEPENDENCY_STATE, 1),
+            (LIVE_TO_PENDING, 2),
+            (DEPENDENTS, 1),
+            (COUNT_DOWN, 1),
+            (RELEASE, 2),
+            (DELETE_PENDING, 1),
+            (PENDING_TO_HISTORY, 4),
+            (MARK_CANCELLED, 2),
+            (CANCELLED_DEPENDENTS, 1),
+            (UNMARK_CANCELLED, 2),
+            (HISTORY_TO_PENDING, 1),
+            (WORKFLOW, 2),
+            (STEPS, 1),
+            (DEPENDENCIES, 1),
+            (IS_PENDING, 1),
+        ] {
+            let plan = plan(sql, n)?;
+            assert!(!plan.contains("SCAN"), "{sql}\n{plan}");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,554 @@
+//! Job dependencies and workflows.
+//!
+//! A job enqueued with [`NewJob::depends_on`] waits as
+//! [`JobState::Pending`], in a table of its own outside the lease index (no
+//! lease ever walks it), until every job it depends on has finished. The
+//! transaction that finishes the last of them (a completion, a failure that
+//! ends in `dead`, a discard, an operator's cancel, a rescue, a delete)
+//! makes it available, and wakes workers as an enqueue does. A dependency
+//! that does not complete cancels what waits on it, and what waits on that
+//! in turn, unless the dependent was enqueued with [`NewJob::run_anyway`].
+//!
+//! A [`Workflow`] is a graph of named steps enqueued in one transaction
+//! ([`Queue::enqueue_workflow`], or the `_in` forms of `backlog::sqlite`,
+//! `backlog::postgres` and `backlog::mysql` inside the application's own).
+//! A step's handler reads what the steps before it returned with
+//! [`JobContext::result_of`](crate::JobContext::result_of). An operator sees
+//! a workflow's steps with [`Queue::workflow`], stops it with
+//! [`Queue::cancel_workflow`], and resumes it after a failed step with
+//! [`Queue::retry`] of that step: the steps its failure cancelled wait for
+//! it again.
+//!
+//! ```
+//! use backlog::{NewJob, Queue, Workflow};
+//! use serde_json::json;
+//!
+//! # fn main() -> backlog::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let queue = Queue::open(dir.path().join("flow.db"))?;
+//! let flow = queue.enqueue_workflow(
+//!     Workflow::new("report")
+//!         .step("fetch-a", NewJob::new("fetch", json!({"source": "a"})))
+//!         .step("fetch-b", NewJob::new("fetch", json!({"source": "b"})))
+//!         .step_after("merge", NewJob::new("merge", json!({})), &["fetch-a", "fetch-b"]),
+//! )?;
+//! let merge = queue.get(flow.step("merge").unwrap())?;
+//! assert_eq!(merge.state, backlog::JobState::Pending);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::time::SystemTime;
+
+use serde::de::DeserializeOwned;
+
+use crate::action;
+use crate::backend::params::{DependencyRow, DependsOn, Edge, WorkflowParams, WorkflowRow};
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::inspect::{CancelOutcome, JobState};
+use crate::job::{Enqueued, NewJob};
+use crate::outcome::{AttemptError, FinalStatus};
+use crate::queue::Queue;
+use crate::validate;
+
+/// A graph of named steps, each a job, enqueued in one transaction by
+/// [`Queue::enqueue_workflow`]. A step runs once the steps it comes after
+/// have finished; one that did not complete cancels it (and what comes after
+/// it), unless it was added with [`Workflow::step_after_anyway`].
+#[derive(Debug, Clone)]
+pub struct Workflow {
+    name: String,
+    steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone)]
+struct Step {
+    name: String,
+    job: NewJob,
+    after: Vec<String>,
+    run_anyway: bool,
+}
+
+impl Workflow {
+    /// An empty workflow named `name` (a name like a queue's; several
+    /// workflows may share one, [`Queue::workflow`] finds the newest).
+    pub fn new(name: impl Into<String>) -> Workflow {
+        Workflow {
+            name: name.into(),
+            steps: Vec::new(),
+        }
+    }
+
+    /// Adds a step that runs at once.
+    pub fn step(self, name: impl Into<String>, job: NewJob) -> Workflow {
+        self.add(name.into(), job, &[], false)
+    }
+
+    /// Adds a step that runs once every step of `after` has completed, and
+    /// is cancelled when one of them ends otherwise.
+    pub fn step_after(self, name: impl Into<String>, job: NewJob, after: &[&str]) -> Workflow {
+        self.add(name.into(), job, after, false)
+    }
+
+    /// Adds a step that runs once every step of `after` has finished,
+    /// however it ended (a clean-up, a report of failures).
+    pub fn step_after_anyway(
+        self,
+        name: impl Into<String>,
+        job: NewJob,
+        after: &[&str],
+    ) -> Workflow {
+        self.add(name.into(), job, after, true)
+    }
+
+    fn add(mut self, name: String, job: NewJob, after: &[&str], run_anyway: bool) -> Workflow {
+        self.steps.push(Step {
+            name,
+            job,
+            after: after.iter().map(|s| (*s).to_owned()).collect(),
+            run_anyway,
+        });
+        self
+    }
+
+    /// The workflow's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The steps in an order where each comes after what it depends on,
+    /// each job with its edges to the earlier ones. Rejects a duplicate or
+    /// unknown step name and a cycle.
+    pub(crate) fn plan(self) -> Result<(String, Vec<String>, Vec<NewJob>)> {
+        let workflow = self.name.clone();
+        let invalid = |reason: String| Error::InvalidWorkflow {
+            workflow: workflow.clone(),
+            reason,
+        };
+        validate::name("workflow", &self.name)?;
+        if self.steps.is_empty() {
+            return Err(invalid("it has no steps".into()));
+        }
+        let mut index = HashMap::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            validate::name("step", &step.name)?;
+            if index.insert(step.name.as_str(), i).is_some() {
+                return Err(invalid(format!("step {:?} is added twice", step.name)));
+            }
+            if step.job.unique_key.is_some() || step.job.group.is_some() {
+                return Err(invalid(format!(
+                    "step {:?} has a unique key or a group: a step is one job of its workflow",
+                    step.name
+                )));
+            }
+        }
+        for step in &self.steps {
+            if let Some(missing) = step.after.iter().find(|a| !index.contains_key(a.as_str())) {
+                return Err(invalid(format!(
+                    "step {:?} comes after {missing:?}, which it does not have",
+                    step.name
+                )));
+            }
+        }
+        let order = topological(&self.steps, &index)
+            .map_err(|cycle| invalid(format!("cycle: {}", cycle.join(" -> "))))?;
+        let mut position = vec![0; self.steps.len()];
+        for (at, &i) in order.iter().enumerate() {
+            position[i] = at;
+        }
+        let after: Vec<Vec<usize>> = self
+            .steps
+            .iter()
+            .map(|s| {
+                s.after
+                    .iter()
+                    .map(|a| position[index[a.as_str()]])
+                    .collect()
+            })
+            .collect();
+        let mut steps: Vec<Option<Step>> = self.steps.into_iter().map(Some).collect();
+        let mut names = Vec::with_capacity(order.len());
+        let mut jobs = Vec::with_capacity(order.len());
+        for &i in &order {
+            let Some(step) = steps[i].take() else {
+                continue;
+            };
+            let mut job = step.job;
+            job.depends_on.extend(after[i].iter().map(|&at| Edge {
+                on: DependsOn::Earlier(at),
+                run_anyway: step.run_anyway,
+            }));
+            names.push(step.name);
+            jobs.push(job);
+        }
+        Ok((self.name, names, jobs))
+    }
+}
+
+/// A workflow validated and encoded, ready for a backend.
+pub(crate) struct PlannedWorkflow {
+    name: String,
+    steps: Vec<String>,
+    prepared: Vec<crate::queue::Prepared>,
+}
+
+impl PlannedWorkflow {
+    /// The workflow's row.
+    pub(crate) fn params(&self, now: i64) -> WorkflowParams<'_> {
+        WorkflowParams {
+            name: &self.name,
+            steps: &self.steps,
+            now,
+        }
+    }
+
+    /// Its steps' jobs, in order.
+    pub(crate) fn jobs(&self, now: i64) -> Vec<crate::backend::params::EnqueueParams<'_>> {
+        crate::queue::params(&self.prepared, now)
+    }
+
+    /// What the caller gets back.
+    pub(crate) fn enqueued(self, id: i64, ids: &[Enqueued]) -> EnqueuedWorkflow {
+        EnqueuedWorkflow {
+            id,
+            steps: self
+                .steps
+                .into_iter()
+                .zip(ids.iter().map(|e| e.id))
+                .collect(),
+        }
+    }
+}
+
+/// Kahn's order of `steps` (indexes), or the names around a cycle.
+fn topological(
+    steps: &[Step],
+    index: &HashMap<&str, usize>,
+) -> std::result::Result<Vec<usize>, Vec<String>> {
+    let n = steps.len();
+    let mut waiting: Vec<usize> = vec![0; n];
+    let mut after: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, step) in steps.iter().enumerate() {
+        let deps: HashSet<usize> = step.after.iter().map(|a| index[a.as_str()]).collect();
+        waiting[i] = deps.len();
+        for d in deps {
+            after[d].push(i);
+        }
+    }
+    let mut ready: Vec<usize> = (0..n).rev().filter(|&i| waiting[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(i) = ready.pop() {
+        order.push(i);
+        for &j in after[i].iter().rev() {
+            waiting[j] -= 1;
+            if waiting[j] == 0 {
+                ready.push(j);
+            }
+        }
+    }
+    if order.len() == n {
+        return Ok(order);
+    }
+    // Every step left waits on another left: walk back until one repeats.
+    let mut at = (0..n).find(|&i| waiting[i] > 0).unwrap_or(0);
+    let mut seen = vec![usize::MAX; n];
+    let mut path = Vec::new();
+    while seen[at] == usize::MAX {
+        seen[at] = path.len();
+        path.push(at);
+        at = steps[at]
+            .after
+            .iter()
+            .map(|a| index[a.as_str()])
+            .find(|&d| waiting[d] > 0)
+            .unwrap_or(at);
+    }
+    let mut cycle: Vec<String> = path[seen[at]..]
+        .iter()
+        .rev()
+        .map(|&i| steps[i].name.clone())
+        .collect();
+    cycle.push(steps[at].name.clone());
+    Err(cycle)
+}
+
+/// A workflow just enqueued: its id and each step's job id, in the order
+/// they were enqueued (each after what it depends on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnqueuedWorkflow {
+    /// The workflow's id.
+    pub id: i64,
+    /// Each step's name and job id.
+    pub steps: Vec<(String, i64)>,
+}
+
+impl EnqueuedWorkflow {
+    /// The job id of step `name`.
+    pub fn step(&self, name: &str) -> Option<i64> {
+        self.steps.iter().find(|(n, _)| n == name).map(|s| s.1)
+    }
+}
+
+/// A workflow as [`Queue::workflow`] sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkflowInfo {
+    /// The workflow's id.
+    pub id: i64,
+    /// Its name.
+    pub name: String,
+    /// When it was enqueued.
+    pub created_at: SystemTime,
+    /// Its steps, in the order they were enqueued.
+    pub steps: Vec<WorkflowStep>,
+}
+
+impl WorkflowInfo {
+    /// Step `name`.
+    pub fn step(&self, name: &str) -> Option<&WorkflowStep> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+
+    /// True when every step has finished.
+    pub fn is_finished(&self) -> bool {
+        self.steps.iter().all(|s| s.state.is_finished())
+    }
+}
+
+/// One step of a workflow and where its job is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowStep {
+    /// The step's name.
+    pub name: String,
+    /// Its job's id.
+    pub job_id: i64,
+    /// Its job's state.
+    pub state: JobState,
+}
+
+/// Which workflow: by id, or the newest of a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkflowRef {
+    /// The workflow with this id.
+    Id(i64),
+    /// The newest workflow of this name.
+    Name(String),
+}
+
+impl From<i64> for WorkflowRef {
+    fn from(id: i64) -> Self {
+        WorkflowRef::Id(id)
+    }
+}
+
+impl From<&str> for WorkflowRef {
+    fn from(name: &str) -> Self {
+        WorkflowRef::Name(name.to_owned())
+    }
+}
+
+impl From<String> for WorkflowRef {
+    fn from(name: String) -> Self {
+        WorkflowRef::Name(name)
+    }
+}
+
+/// A job's dependency, as its handler reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dependency {
+    /// The job depended on.
+    pub job_id: i64,
+    /// Its step name, when it is a workflow's step.
+    pub step: Option<String>,
+    /// How it ended; `None` while it has not (every dependency has ended by
+    /// the time its dependent runs, unless an operator retried it since).
+    pub status: Option<FinalStatus>,
+    /// What it returned (JSON text), when it completed with a result.
+    pub result: Option<String>,
+}
+
+impl Dependency {
+    /// Its result decoded as `T`; `None` when it has none.
+    pub fn result<T: DeserializeOwned>(&self) -> Result<Option<T>> {
+        self.result
+            .as_deref()
+            .map(crate::job::decode_args)
+            .transpose()
+    }
+}
+
+impl Queue {
+    /// Enqueues every step of `workflow` in one transaction: all or none.
+    /// Each step's job is validated first; a duplicate or unknown step name
+    /// or a cycle is [`Error::InvalidWorkflow`], with nothing written.
+    pub fn enqueue_workflow(&self, workflow: Workflow) -> Result<EnqueuedWorkflow> {
+        let now = self.now_micros();
+        let planned = self.plan_workflow(workflow, now)?;
+        let (id, ids) = self
+            .store()
+            .enqueue_workflow(&planned.params(now), &planned.jobs(now))?;
+        self.enqueued(&planned.prepared, &ids);
+        Ok(planned.enqueued(id, &ids))
+    }
+
+    /// Validates and encodes every step of `workflow`, writing nothing.
+    pub(crate) fn plan_workflow(&self, workflow: Workflow, now: i64) -> Result<PlannedWorkflow> {
+        let (name, steps, jobs) = workflow.plan()?;
+        let prepared = self.prepare_all(jobs, now)?;
+        Ok(PlannedWorkflow {
+            name,
+            steps,
+            prepared,
+        })
+    }
+
+    /// A workflow and the states of its steps; `None` when there is none.
+    pub fn workflow(&self, which: impl Into<WorkflowRef>) -> Result<Option<WorkflowInfo>> {
+        let row = match which.into() {
+            WorkflowRef::Id(id) => self.store().workflow(Some(id), None)?,
+            WorkflowRef::Name(name) => self.store().workflow(None, Some(&name))?,
+        };
+        row.map(|row| self.workflow_info(row)).transpose()
+    }
+
+    fn workflow_info(&self, row: WorkflowRow) -> Result<WorkflowInfo> {
+        let mut steps = Vec::with_capacity(row.steps.len());
+        for (name, job_id) in row.steps {
+            match self.get(job_id) {
+                Ok(record) => steps.push(WorkflowStep {
+                    name,
+                    job_id,
+                    state: record.state,
+                }),
+                // Deleted (or pruned from history): not a step any more.
+                Err(Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(WorkflowInfo {
+            id: row.id,
+            name: row.name,
+            created_at: clock::at(row.created_at),
+            steps,
+        })
+    }
+
+    /// Cancels every step of a workflow that has not finished: a waiting
+    /// or pending one moves to history as `cancelled` (and so does what
+    /// comes after it), a running one is asked to stop. Returns how many
+    /// were cancelled (of them, how many were running and asked) and how many
+    /// had finished meanwhile; an unknown workflow cancels nothing. Each
+    /// step is its own transaction, steps in the order they were enqueued.
+    pub fn cancel_workflow(&self, which: impl Into<WorkflowRef>) -> Result<crate::BulkReport> {
+        let mut report = crate::BulkReport::default();
+        let Some(info) = self.workflow(which)? else {
+            return Ok(report);
+        };
+        for step in info.steps.iter().filter(|s| !s.state.is_finished()) {
+            match self.cancel(step.job_id) {
+                Ok(CancelOutcome::Cancelled) => report.done += 1,
+                Ok(CancelOutcome::Requested) => {
+                    report.done += 1;
+                    report.requested += 1;
+                }
+                // Cancelled meanwhile by an earlier step's cascade, or
+                // finished by its worker: nothing left to do for it.
+                Err(Error::InvalidState { .. } | Error::NotFound { .. }) => report.skipped += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(report)
+    }
+
+    /// The jobs job `id` depends on, with how they ended and their results,
+    /// by id. Empty for a job without dependencies.
+    pub fn dependencies(&self, id: i64) -> Result<Vec<Dependency>> {
+        let rows = self.store().dependencies(id)?;
+        Ok(rows.into_iter().map(dependency).collect())
+    }
+}
+
+fn dependency(row: DependencyRow) -> Dependency {
+    Dependency {
+        job_id: row.job_id,
+        step: row.step,
+        status: row.status.as_deref().and_then(FinalStatus::parse),
+        result: row.result,
+    }
+}
+
+// ---- what every backend's `flows.rs` shares --------------------------------
+
+/// A job's edges as given, checked: none on a grouped or unique job, each
+/// dependency once, the job's own policy applied.
+pub(crate) fn check_edges(job: &NewJob) -> Result<Vec<Edge>> {
+    if job.depends_on.is_empty() {
+        return Ok(Vec::new());
+    }
+    if job.group.is_some() || job.unique_key.is_some() {
+        return Err(Error::InvalidArgument(
+            "a job with dependencies can have neither a group nor a unique key: it waits \
+             outside the live jobs their rules apply to"
+                .into(),
+        ));
+    }
+    let mut seen = HashSet::new();
+    Ok(job
+        .depends_on
+        .iter()
+        .filter(|e| seen.insert(e.on))
+        .map(|e| Edge {
+            on: e.on,
+            run_anyway: e.run_anyway || job.run_anyway,
+        })
+        .collect())
+}
+
+/// Each edge's job id and policy; an `Earlier` edge names a job of the same
+/// batch enqueued before this one.
+pub(crate) fn resolve(edges: &[Edge], earlier: &[Enqueued]) -> Result<Vec<(i64, bool)>> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(edges.len());
+    for e in edges {
+        let id = match e.on {
+            DependsOn::Job(id) => id,
+            DependsOn::Earlier(i) => earlier
+                .get(i)
+                .map(|e| e.id)
+                .ok_or_else(|| Error::InvalidArgument(format!("step {i} is not enqueued yet")))?,
+        };
+        if seen.insert(id) {
+            out.push((id, e.run_anyway));
+        }
+    }
+    Ok(out)
+}
+
+/// When a dependency counts for its dependent, given where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Counts {
+    /// When it finishes: it is pending or live.
+    Later,
+    /// Already: it completed, or ended otherwise on a run-anyway edge.
+    Now,
+    /// It ended with this status, which cancels the dependent.
+    Cancels(String),
+}
+
+/// Where dependency `id` is (`pending`, `live`, a history status, or
+/// nowhere) and what that means for its dependent.
+pub(crate) fn counts(state: Option<&str>, run_anyway: bool, id: i64) -> Result<Counts> {
+    Ok(match state {
+        None => return Err(Error::UnknownDependency { job_id: id }),
+        Some("pending" | "live") => Counts::Later,
+        Some("completed") => Counts::Now,
+        Some(_) if run_anyway => Counts::Now,
+        Some(status) => Counts::Cancels(status.to_owned()),
+    })
+}
+
+/// The error a job cancelled by its dependency's end carries.
+pub(crate) fn cancelled_error(dependency: i64, status: &str, now: i64) -> AttemptError {
+    action::operator_error(&format!("dependency {dependency} ended {status}"), now)
+}
