@@ -32,6 +32,21 @@ pub(crate) struct EnqueueParams<'a> {
     pub depends_on: &'a [Edge],
 }
 
+impl EnqueueParams<'_> {
+    /// What this job carries that only backlog's own enqueue path applies
+    /// (a group's bookkeeping, dependency edges), named for an adapter on
+    /// another driver to refuse; `None` for a job it can insert as it is.
+    pub(crate) fn own_path_only(&self) -> Option<&'static str> {
+        if self.group.is_some() {
+            Some("grouped jobs")
+        } else if !self.depends_on.is_empty() {
+            Some("jobs with dependencies")
+        } else {
+            None
+        }
+    }
+}
+
 /// One dependency of a job being enqueued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Edge {

@@ -60,6 +60,7 @@
 //! [`Queue::connect`]: crate::Queue::connect
 //! [`Queue::enqueue`]: crate::Queue::enqueue
 
+use crate::backend::params::EnqueueParams;
 use crate::error::Error;
 use crate::job::Enqueued;
 
@@ -71,17 +72,16 @@ pub mod mysql;
 #[cfg(feature = "sqlx-postgres")]
 pub mod postgres;
 
-/// A grouped job, refused: its group bookkeeping runs only on backlog's own
-/// drivers.
-fn refuse_groups(groups: bool) -> crate::error::Result<()> {
-    if groups {
-        return Err(Error::InvalidArgument(
-            "grouped jobs cannot be enqueued through sqlx: use Queue::enqueue or the \
+/// A job only backlog's own drivers can enqueue (see
+/// `EnqueueParams::own_path_only`), refused before anything is sent.
+fn refuse_own_path_only(jobs: &[EnqueueParams<'_>]) -> crate::error::Result<()> {
+    match jobs.iter().find_map(EnqueueParams::own_path_only) {
+        Some(what) => Err(Error::InvalidArgument(format!(
+            "{what} cannot be enqueued through sqlx: use Queue::enqueue or the \
              synchronous enqueue_in of backlog::postgres / backlog::mysql"
-                .into(),
-        ));
+        ))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The one id `enqueue_in` asked for.

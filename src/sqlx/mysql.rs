@@ -77,7 +77,7 @@ impl QueueExt for Queue {
             let prepared = prepared?;
             let db = database(self)?;
             let jobs = params(&prepared, now);
-            super::refuse_groups(jobs.iter().any(|p| p.group.is_some()))?;
+            super::refuse_own_path_only(&jobs)?;
             let mut ids = Vec::with_capacity(jobs.len());
             for p in &jobs {
                 ids.push(enqueue(conn, &db.sql, p, clocked).await?);

@@ -76,7 +76,7 @@ impl QueueExt for Queue {
             let prepared = prepared?;
             let db = database(self)?;
             let jobs = params(&prepared, now);
-            super::refuse_groups(jobs.iter().any(|p| p.group.is_some()))?;
+            super::refuse_own_path_only(&jobs)?;
             enqueue_all(conn, db.queries(), &jobs).await
         }
     }

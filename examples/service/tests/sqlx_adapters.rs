@@ -233,6 +233,15 @@ async fn bad_job_is_refused_and_the_transaction_goes_on(f: Fixture) -> TestResul
         matches!(&grouped, Err(Error::InvalidArgument(why)) if why.contains("group")),
         "{grouped:?}"
     );
+    // A dependency's edge is written only by backlog's own drivers: refused,
+    // not inserted as a job that would run at once.
+    let dependent = tx
+        .enqueue(&queue, NewJob::new("charge", json!({})).depends_on([1]))
+        .await;
+    assert!(
+        matches!(&dependent, Err(Error::InvalidArgument(why)) if why.contains("dependencies")),
+        "{dependent:?}"
+    );
     let many = tx
         .enqueue_many(
             &queue,
