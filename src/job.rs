@@ -87,6 +87,7 @@ pub struct NewJob {
     pub(crate) unique_key: Option<String>,
     pub(crate) unique_scope: UniqueScope,
     pub(crate) group: Option<crate::group::Group>,
+    pub(crate) batch: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +124,7 @@ impl NewJob {
             unique_key: None,
             unique_scope: UniqueScope::Live,
             group: None,
+            batch: None,
         }
     }
 
@@ -184,6 +186,41 @@ impl NewJob {
     pub fn group(mut self, group: crate::group::Group) -> Self {
         self.group = Some(group);
         self
+    }
+
+    /// Enqueues the job into the open batch `id` (see [`crate::batch`]). A
+    /// batch that is sealed or does not exist is refused with
+    /// [`Error::InvalidArgument`] at enqueue, and nothing is written. A
+    /// grouped job cannot join a batch. Defaults to none.
+    pub fn batch(mut self, id: i64) -> Self {
+        self.batch = Some(id);
+        self
+    }
+
+    /// Unique for a period: with a [`NewJob::unique_key`], a new job is also
+    /// refused (the existing id comes back with `existed: true`) while a job
+    /// of the same queue with that key finished less than `period` ago,
+    /// whatever its status (River's `ByPeriod`, Sidekiq's `unique_for`).
+    /// Shorthand for `unique_scope(UniqueScope::LiveAndHistory(period))`.
+    ///
+    /// On PostgreSQL and MySQL two enqueues racing the finish of the job
+    /// holding the key cannot both get in: the history is looked at again
+    /// after the insert, and a job inserted while a finished one is inside
+    /// the period is taken back. Run such enqueues at READ COMMITTED (the
+    /// default on PostgreSQL; MySQL reads history with a locking read).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backlog::NewJob;
+    /// use serde_json::json;
+    ///
+    /// // At most one digest per user per hour, running or done.
+    /// let job = NewJob::new("digest", json!({"user": 7}))
+    ///     .unique_key("digest-7")
+    ///     .unique_for(Duration::from_secs(3600));
+    /// ```
+    pub fn unique_for(self, period: Duration) -> Self {
+        self.unique_scope(UniqueScope::LiveAndHistory(period))
     }
 
     /// Which jobs the unique key is checked against. Defaults to

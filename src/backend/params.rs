@@ -27,6 +27,8 @@ pub(crate) struct EnqueueParams<'a> {
     pub now: i64,
     /// A grouped job: it waits in its group instead of being inserted live.
     pub group: Option<GroupParams<'a>>,
+    /// The open batch the job joins (`crate::batch`).
+    pub batch: Option<i64>,
 }
 
 /// The group a job joins, and the group's policy (µs).

@@ -130,6 +130,11 @@ impl Queue {
                 Some(group.check()?)
             }
         };
+        if job.batch.is_some() && job.group.is_some() {
+            return Err(Error::InvalidArgument(
+                "a grouped job cannot join a batch: its group combines it into another job".into(),
+            ));
+        }
         Ok(Prepared {
             job,
             payload,
@@ -201,6 +206,7 @@ pub(crate) fn params(prepared: &[Prepared], now: i64) -> Vec<EnqueueParams<'_>> 
                 }),
                 _ => None,
             },
+            batch: p.job.batch,
         })
         .collect()
 }

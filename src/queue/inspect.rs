@@ -153,7 +153,7 @@ impl Queue {
 
     /// Deletes a job, live or finished. A worker running it gets `LeaseLost`.
     pub fn delete(&self, id: i64) -> Result<()> {
-        let result = self.store().delete(id);
+        let result = self.store().delete(id, self.now_micros());
         self.not_a_member(
             id,
             result.and_then(|deleted| action::delete_verdict(id, deleted)),

@@ -23,8 +23,18 @@ const ROWS_PER_INSERT: [usize; 5] = [500, 100, 20, 5, 1];
 const BYTES_PER_INSERT: usize = 4 << 20;
 
 /// Inserts jobs in order, each one or the id of the job already holding its
-/// unique key. On MariaDB many rows go in one statement.
+/// unique key, the members of a batch joining it (`batches.rs`).
 pub(crate) fn enqueue_all(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    jobs: &[EnqueueParams<'_>],
+    now: Now,
+) -> Result<Vec<Enqueued>> {
+    super::batches::enqueue(sql, q, jobs, now, insert_all)
+}
+
+/// [`enqueue_all`] without batches. On MariaDB many rows go in one statement.
+fn insert_all(
     sql: &Sql,
     q: &mut impl Queryable,
     jobs: &[EnqueueParams<'_>],
@@ -39,7 +49,8 @@ pub(crate) fn enqueue_all(
             })
             .collect();
     }
-    if !sql.returning || jobs.len() == 1 {
+    // A period-scoped key is looked at again after its insert (`enqueue`).
+    if !sql.returning || jobs.len() == 1 || jobs.iter().any(|p| p.unique_history_since.is_some()) {
         return jobs.iter().map(|p| enqueue(sql, q, p, now)).collect();
     }
     let mut out: Vec<Option<Enqueued>> = Vec::with_capacity(jobs.len());
@@ -136,6 +147,14 @@ fn enqueue(sql: &Sql, q: &mut impl Queryable, p: &EnqueueParams<'_>, now: Now) -
         let id = id
             .and_then(|id| i64::try_from(id).ok())
             .ok_or_else(|| Error::Database("insert returned no id".into()))?;
+        // The job holding the key may have finished between the look-up
+        // above and the insert: looked at again with a locking read (the
+        // latest commits, whatever the caller's isolation level), a
+        // period-scoped key is refused then, and the row taken back.
+        if let Some(found) = find_in_history_locked(sql, q, p, now)? {
+            q.exec_drop(&sql.delete_live, params! { "id" => id })?;
+            return Ok(found);
+        }
         return Ok(Enqueued { id, existed: false });
     }
     find_live(sql, q, p)
@@ -153,6 +172,26 @@ fn find_in_history(
     };
     let found: Option<i64> = q.exec_first(
         &sql.find_history_unique,
+        params! {
+            "queue" => p.queue, "unique_key" => key,
+            "since_in" => now.offset(since), "now" => now.param(),
+        },
+    )?;
+    Ok(found.map(|id| Enqueued { id, existed: true }))
+}
+
+/// [`find_in_history`] with a locking read.
+fn find_in_history_locked(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &EnqueueParams<'_>,
+    now: Now,
+) -> Result<Option<Enqueued>> {
+    let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) else {
+        return Ok(None);
+    };
+    let found: Option<i64> = q.exec_first(
+        format!("{} LOCK IN SHARE MODE", sql.find_history_unique),
         params! {
             "queue" => p.queue, "unique_key" => key,
             "since_in" => now.offset(since), "now" => now.param(),

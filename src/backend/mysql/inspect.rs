@@ -210,10 +210,13 @@ fn finish_waiting(
 
 /// Deletes a job, live or finished; whether there was one. A worker running
 /// it gets `LeaseLost`.
-pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<bool> {
+pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<bool> {
     let live = q
         .exec_iter(&sql.delete_live, params! { "id" => id })?
         .affected_rows();
+    if live > 0 {
+        super::batches::deleted(sql, q, id, now)?;
+    }
     let finished = q
         .exec_iter(&sql.delete_history, params! { "id" => id })?
         .affected_rows();

@@ -302,6 +302,11 @@ pub(crate) fn complete_many(
             },
         )?;
         q.exec_drop(&sql.delete_many_live, params! { "leases" => &leases })?;
+        let done: Vec<(i64, FinalStatus)> = held
+            .iter()
+            .map(|&id| (id, FinalStatus::Completed))
+            .collect();
+        super::batches::finished(sql, q, &done, now)?;
     }
     Ok(items
         .iter()
@@ -409,7 +414,7 @@ pub(crate) fn finish(
         return Err(Error::LeaseLost { job_id });
     }
     q.exec_drop(&sql.delete_live, params! { "id" => job_id })?;
-    Ok(())
+    super::batches::finished(sql, q, &[(job_id, status)], now)
 }
 
 fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {

@@ -37,6 +37,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V7__workers",
         include_str!("../../../migrations/mysql/V7__workers.sql"),
     ),
+    (
+        "V9__batches",
+        include_str!("../../../migrations/mysql/V9__batches.sql"),
+    ),
 ];
 
 /// Applies pending migrations.
@@ -105,6 +109,8 @@ fn render(template: &str, prefix: &str) -> String {
         .replace("{group_members}", &format!("{prefix}group_members"))
         .replace("{schedules}", &format!("{prefix}schedules"))
         .replace("{workers}", &format!("{prefix}workers"))
+        .replace("{batches}", &format!("{prefix}batches"))
+        .replace("{batch_jobs}", &format!("{prefix}batch_jobs"))
 }
 
 /// The server lock's name for one queue's tables. Names are at most 64

@@ -12,6 +12,7 @@
 //! [`version`]). Only MariaDB 10.11 is tested; the SQL keeps to what MySQL 8
 //! documents, and the places the two differ are commented where they meet.
 
+pub(crate) mod batches;
 pub(crate) mod connection;
 pub(crate) mod enqueue;
 pub(crate) mod groups;
@@ -329,8 +330,8 @@ impl Store for Db {
         self.write(|tx| inspect::discard(&self.sql, tx, id, reason, self.now(now)))
     }
 
-    fn delete(&self, id: i64) -> Result<bool> {
-        self.write(|tx| inspect::delete(&self.sql, tx, id))
+    fn delete(&self, id: i64, now: i64) -> Result<bool> {
+        self.write(|tx| inspect::delete(&self.sql, tx, id, self.now(now)))
     }
 
     /// Wakes this process's fetchers too: the job may have come due.

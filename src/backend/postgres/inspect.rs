@@ -271,8 +271,16 @@ pub(crate) fn discard<C: GenericClient>(
 
 /// Deletes a job, live or finished; whether there was one. A worker running
 /// it gets `LeaseLost`.
-pub(crate) fn delete<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<bool> {
+pub(crate) fn delete<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    now: i64,
+) -> Result<bool> {
     let live = tx.execute(&q.delete_live, &[&id])?;
+    if live > 0 {
+        super::batches::deleted(tx, q, id, now)?;
+    }
     let finished = tx.execute(&q.delete_history, &[&id])?;
     Ok(live + finished > 0)
 }

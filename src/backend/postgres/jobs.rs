@@ -26,8 +26,17 @@ use crate::outcome::{AttemptError, FinalStatus, Transition};
 /// Inserts jobs in order, each one or the id of the job already holding its
 /// unique key, and notifies the queue's listeners when one was inserted (at
 /// commit: a rolled-back enqueue wakes nobody), in the inserting statement
-/// itself where it can.
+/// itself where it can. Members of a batch join it (`batches.rs`).
 pub(crate) fn enqueue_all<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    jobs: &[EnqueueParams<'_>],
+) -> Result<Vec<Enqueued>> {
+    super::batches::enqueue(tx, q, jobs, insert_all)
+}
+
+/// [`enqueue_all`] without batches.
+fn insert_all<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     jobs: &[EnqueueParams<'_>],
@@ -89,10 +98,23 @@ fn enqueue<C: GenericClient>(
             ],
         )?;
         if let Some(row) = inserted {
-            return Ok(Enqueued {
-                id: row.try_get(0)?,
-                existed: false,
-            });
+            let id: i64 = row.try_get(0)?;
+            // The job holding the key may have finished between the look-up
+            // above and the insert: looked at again after it (a statement of
+            // its own reads every commit before it), a period-scoped key is
+            // refused then, and the row just inserted taken back.
+            if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
+                let back = since.saturating_sub(p.now);
+                let found = tx.query_opt(&q.find_history_unique, &[&now, &p.queue, &key, &back])?;
+                if let Some(found) = found {
+                    tx.execute(&q.delete_live, &[&id])?;
+                    return Ok(Enqueued {
+                        id: found.try_get(0)?,
+                        existed: true,
+                    });
+                }
+            }
+            return Ok(Enqueued { id, existed: false });
         }
         // Nothing inserted: only the unique index can refuse a row.
         let key = p.unique_key.ok_or_else(|| {
@@ -459,7 +481,12 @@ where
             &errors,
         ],
     )?;
-    rows.iter().map(|r| Ok(r.try_get::<_, i64>(0)?)).collect()
+    let moved = rows
+        .iter()
+        .map(|r| Ok(r.try_get::<_, i64>(0)?))
+        .collect::<Result<HashSet<i64>>>()?;
+    super::batches::finished(tx, q, now, &ids, &statuses, &moved)?;
+    Ok(moved)
 }
 
 /// Unleases the jobs at `indexes` of `items`; returns, per job unleased,

@@ -43,6 +43,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V7__workers",
         include_str!("../../../migrations/postgres/V7__workers.sql"),
     ),
+    (
+        "V9__batches",
+        include_str!("../../../migrations/postgres/V9__batches.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

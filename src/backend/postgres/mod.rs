@@ -8,6 +8,7 @@
 //! connections or an application's `postgres::Transaction` (`enqueue_in`,
 //! `complete_in`).
 
+pub(crate) mod batches;
 pub(crate) mod connection;
 pub(crate) mod groups;
 pub(crate) mod inspect;
@@ -261,8 +262,8 @@ impl Store for Db {
             .write(|tx| inspect::discard(tx, &self.q, id, reason, now))
     }
 
-    fn delete(&self, id: i64) -> Result<bool> {
-        self.pool.write(|tx| inspect::delete(tx, &self.q, id))
+    fn delete(&self, id: i64, now: i64) -> Result<bool> {
+        self.pool.write(|tx| inspect::delete(tx, &self.q, id, now))
     }
 
     fn update(&self, p: &UpdateParams<'_>) -> Result<Acted> {

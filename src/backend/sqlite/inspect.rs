@@ -300,8 +300,11 @@ fn finish_waiting(
 
 /// Deletes a job, live or finished; whether there was one. A worker running
 /// it gets `LeaseLost`.
-pub(crate) fn delete(conn: &Connection, id: i64) -> Result<bool> {
+pub(crate) fn delete(conn: &Connection, id: i64, now: i64) -> Result<bool> {
     let live = conn.prepare_cached(queries::DELETE_LIVE)?.execute([id])?;
+    if live > 0 {
+        super::batches::deleted(conn, id, now)?;
+    }
     let finished = conn
         .prepare_cached(queries::DELETE_HISTORY)?
         .execute([id])?;

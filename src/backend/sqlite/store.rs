@@ -153,8 +153,8 @@ impl Store for Connections {
         self.write(|tx| inspect::discard(tx, id, reason, now))
     }
 
-    fn delete(&self, id: i64) -> Result<bool> {
-        self.write(|tx| inspect::delete(tx, id))
+    fn delete(&self, id: i64, now: i64) -> Result<bool> {
+        self.write(|tx| inspect::delete(tx, id, now))
     }
 
     fn update(&self, p: &UpdateParams<'_>) -> Result<Acted> {
