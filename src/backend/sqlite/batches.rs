@@ -232,3 +232,46 @@ impl Batches for Connections {
         self.read(|c| get(c, id))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan of `sql`, one detail per line.
+    fn plan(conn: &Connection, sql: &str) -> Vec<String> {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        stmt.query_map([], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    /// What a finishing member costs is primary-key writes, whatever the
+    /// number of batches and members: no statement scans a table.
+    #[test]
+    fn counting_a_finished_member_searches_by_primary_key_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("plan.db")).unwrap();
+        super::super::migrate::migrate(&mut conn, std::time::Duration::from_secs(5)).unwrap();
+        for sql in [
+            LEAVE,
+            ADD_MEMBERS,
+            COUNT_FINISHED,
+            COUNT_DELETED,
+            SEAL,
+            FINISH,
+        ] {
+            let sql = sql
+                .replace("?1", "1")
+                .replace("?2", "'completed'")
+                .replace("?3", "0")
+                .replace("?4", "NULL");
+            let plan = plan(&conn, &sql);
+            assert!(
+                plan.iter().any(|d| d.starts_with("SEARCH"))
+                    && plan.iter().all(|d| !d.starts_with("SCAN")),
+                "{sql}: {plan:?}"
+            );
+        }
+    }
+}
