@@ -85,8 +85,8 @@ fn opening_without_migrating_leaves_the_schema_to_migrate() -> TestResult {
     assert_eq!(tables(&raw(&db.path)?)?, 0);
     queue.migrate()?;
     // jobs, history, queues, groups, group members, schedules, workers,
-    // and the migrations' own backlog_schema_history.
-    assert_eq!(tables(&raw(&db.path)?)?, 8);
+    // batches, batch members, and the migrations' own backlog_schema_history.
+    assert_eq!(tables(&raw(&db.path)?)?, 10);
     queue.enqueue(NewJob::new("k", json!(1)))?;
     // Migrating again is a no-op.
     queue.migrate()?;

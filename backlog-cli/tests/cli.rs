@@ -168,7 +168,7 @@ fn migrate_creates_a_new_queue_that_stats_then_reads() -> TestResult {
     let db = dir.path().join("new.db");
     let run = backlog(&db, &["migrate"])?.ok()?;
     assert!(
-        run.stdout.contains("applied 7 migration(s): V1__initial"),
+        run.stdout.contains("applied 8 migration(s): V1__initial"),
         "{}",
         run.stdout
     );
@@ -910,6 +910,7 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          DROP TABLE backlog_groups; DROP TABLE backlog_group_members;
          DROP TABLE backlog_schedules;
          DROP TABLE backlog_workers;
+         DROP TABLE backlog_batches; DROP TABLE backlog_batch_jobs;
          DROP INDEX backlog_jobs_running;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_start;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_count;

@@ -147,6 +147,12 @@ impl Queue {
     /// Validates and encodes `job` as an enqueue at `now` would, writing
     /// nothing: a periodic schedule's job is checked when it is registered.
     pub(crate) fn check_job(&self, job: &NewJob, now: i64) -> Result<()> {
+        if job.batch.is_some() {
+            // A batch is sealed once; a schedule would enqueue into it forever.
+            return Err(Error::InvalidArgument(
+                "a periodic job cannot join a batch".into(),
+            ));
+        }
         self.prepare(job.clone(), now).map(|_| ())
     }
 
