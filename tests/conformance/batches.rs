@@ -6,7 +6,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use backlog::{Error, Job, LeaseRequest, NewJob, Queue};
+use backlog::{Error, Job, LeaseRequest, NewJob, Queue, QueueOptions, Worker};
 use serde_json::json;
 
 use crate::harness::{Backend, Harness, TestResult};
@@ -371,7 +371,36 @@ fn bad_batches_are_refused_before_anything_is_written(b: &Backend) -> TestResult
     Ok(())
 }
 
+fn a_worker_runs_the_callback_its_own_completion_enqueued(b: &Backend) -> TestResult {
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let (tx, rx) = crossbeam_channel::unbounded::<serde_json::Value>();
+    // No idle poll to fall back on: the callback must wake the worker.
+    let worker = Worker::builder(h.queue.clone())
+        .queues(["default", CALLBACKS])
+        .poll_interval(Duration::from_secs(60))
+        .handle_raw("member", |_payload, _ctx| Ok(()))
+        .handle_raw("report", move |payload, _ctx| {
+            let _ = tx.send(payload);
+            Ok(())
+        })
+        .start()?;
+    let batch = h
+        .queue
+        .batch()
+        .on_complete(NewJob::new("report", json!({"of": "import"})).queue(CALLBACKS))
+        .create()?;
+    h.queue
+        .enqueue_many((0..5).map(|n| member(n).batch(batch.id)))?;
+    h.queue.seal_batch(batch.id)?;
+    let payload = rx.recv_timeout(Duration::from_secs(10))?;
+    assert_eq!(payload, json!({"of": "import", "batch_id": batch.id}));
+    worker.shutdown(Duration::from_secs(5))?;
+    assert_eq!(h.queue.batch_status(batch.id)?.completed, 5);
+    Ok(())
+}
+
 conformance!(
+    a_worker_runs_the_callback_its_own_completion_enqueued,
     callbacks_fire_once_on_complete_and_on_success,
     success_does_not_fire_when_a_member_died,
     an_open_batch_fires_only_once_sealed,
