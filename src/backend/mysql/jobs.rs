@@ -284,8 +284,9 @@ pub(crate) fn complete_many(
     let mut leases: Vec<[i64; 2]> = items.iter().map(|(l, _)| [l.job_id, l.token]).collect();
     leases.sort_unstable();
     let leases = serde_json::to_string(&leases)?;
-    let held: Vec<i64> = q.exec(&sql.lock_held, params! { "leases" => &leases })?;
-    let held: std::collections::HashSet<i64> = held.into_iter().collect();
+    let held: Vec<(i64, Option<i64>)> = q.exec(&sql.lock_held, params! { "leases" => &leases })?;
+    let members = held.iter().any(|(_, batch)| batch.is_some());
+    let held: std::collections::HashSet<i64> = held.into_iter().map(|(id, _)| id).collect();
     if !held.is_empty() {
         let completions: Vec<serde_json::Value> = items
             .iter()
@@ -302,11 +303,13 @@ pub(crate) fn complete_many(
             },
         )?;
         q.exec_drop(&sql.delete_many_live, params! { "leases" => &leases })?;
-        let done: Vec<(i64, FinalStatus)> = held
-            .iter()
-            .map(|&id| (id, FinalStatus::Completed))
-            .collect();
-        super::batches::finished(sql, q, &done, now)?;
+        if members {
+            let done: Vec<(i64, FinalStatus)> = held
+                .iter()
+                .map(|&id| (id, FinalStatus::Completed))
+                .collect();
+            super::batches::finished(sql, q, &done, now)?;
+        }
     }
     Ok(items
         .iter()

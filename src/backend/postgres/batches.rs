@@ -8,8 +8,6 @@
 //! one fires. The `{batches}` and `{batch_jobs}` table names are filled in
 //! here, beside the queue's other tables, per call (as the registry's).
 
-use std::collections::HashSet;
-
 use postgres::{GenericClient, Row};
 
 use super::connection::Tx;
@@ -49,30 +47,9 @@ macro_rules! batch_columns {
     };
 }
 
-/// As SQLite's `LEAVE` and `COUNT_FINISHED` in one statement, for many
-/// jobs: `$2` ids just moved to history, `$3` their statuses. Returns the
-/// rows of the batches counted.
-pub const COUNT_FINISHED: &str = concat!(
-    "
-WITH gone AS (
-    DELETE FROM {batch_jobs} AS m USING unnest($2::int8[], $3::text[]) AS d (id, status)
-    WHERE m.job_id = d.id
-    RETURNING m.batch_id, d.status),
-counted AS (
-    SELECT batch_id,
-           count(*) FILTER (WHERE status = 'completed') AS completed,
-           count(*) FILTER (WHERE status = 'discarded') AS discarded,
-           count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-           count(*) FILTER (WHERE status = 'dead') AS dead
-    FROM gone GROUP BY batch_id)
-UPDATE {batches} AS b
-SET completed = b.completed + c.completed, discarded = b.discarded + c.discarded,
-    cancelled = b.cancelled + c.cancelled, dead = b.dead + c.dead, updated_at = {now}
-FROM counted AS c
-WHERE b.id = c.batch_id
-RETURNING ",
-    batch_columns!()
-);
+// As SQLite's `LEAVE` and `COUNT_FINISHED`: in the finishing statement
+// itself (`FINISH_TO_HISTORY`, its `gone` and `counted` CTEs), so a job in no
+// batch costs no statement more; [`counted`] fires what it counted.
 
 /// As SQLite's `LEAVE` and `COUNT_DELETED` in one statement: `$2` the job.
 pub const COUNT_DELETED: &str = concat!(
@@ -169,32 +146,18 @@ pub(crate) fn enqueue<C: GenericClient>(
     Ok(ids)
 }
 
-/// Counts the jobs of `ids` in `moved` (just moved to history, with
-/// `statuses`) into their batches, and fires the batches that are done. One
-/// statement when none of them is in a batch.
-pub(crate) fn finished<C: GenericClient>(
+/// Fires the batches `FINISH_TO_HISTORY` just counted members into (their
+/// rows locked by its update), when they are done.
+pub(crate) fn counted<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     now: i64,
-    ids: &[i64],
-    statuses: &[&str],
-    moved: &HashSet<i64>,
+    batches: &[i64],
 ) -> Result<()> {
-    let (ids, statuses): (Vec<i64>, Vec<&str>) = ids
-        .iter()
-        .zip(statuses)
-        .filter(|(id, _)| moved.contains(id))
-        .map(|(id, s)| (*id, *s))
-        .unzip();
-    if ids.is_empty() {
-        return Ok(());
-    }
-    let rows = tx.query(
-        &render(&q.tables, COUNT_FINISHED),
-        &[&q.now_override(now), &ids, &statuses],
-    )?;
-    for row in rows {
-        fire_if_due(tx, q, batch_row(&row)?, now)?;
+    for &id in batches {
+        if let Some(row) = get(tx, q, id)? {
+            fire_if_due(tx, q, row, now)?;
+        }
     }
     Ok(())
 }

@@ -485,7 +485,9 @@ where
         .iter()
         .map(|r| Ok(r.try_get::<_, i64>(0)?))
         .collect::<Result<HashSet<i64>>>()?;
-    super::batches::finished(tx, q, now, &ids, &statuses, &moved)?;
+    if let Some(row) = rows.first() {
+        super::batches::counted(tx, q, now, &row.try_get::<_, Vec<i64>>(1)?)?;
+    }
     Ok(moved)
 }
 

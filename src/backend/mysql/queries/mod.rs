@@ -47,6 +47,13 @@ impl Tables {
             .replace("{groups}", &self.groups)
             .replace("{group_members}", &self.group_members)
             .replace("{schedules}", &self.schedules)
+            .replace(
+                "{batch_jobs}",
+                &format!(
+                    "{}batch_jobs`",
+                    self.jobs.strip_suffix("jobs`").unwrap_or(&self.jobs)
+                ),
+            )
     }
 }
 
