@@ -490,6 +490,7 @@ mod tests {
             "V5__limits",
             "V6__schedules",
             "V7__workers",
+            "V9__batches",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate(std::time::Duration::ZERO)?;
