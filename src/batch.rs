@@ -325,6 +325,7 @@ impl Callback {
             priority: self.priority,
             unique_key: None,
             unique_history_since: None,
+            unique_statuses: None,
             payload,
             max_attempts: self.max_attempts,
             available_at: now,

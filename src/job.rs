@@ -88,6 +88,7 @@ pub struct NewJob {
     pub(crate) unique_scope: UniqueScope,
     pub(crate) group: Option<crate::group::Group>,
     pub(crate) batch: Option<i64>,
+    pub(crate) unique_states: Option<Vec<crate::outcome::FinalStatus>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -125,6 +126,7 @@ impl NewJob {
             unique_scope: UniqueScope::Live,
             group: None,
             batch: None,
+            unique_states: None,
         }
     }
 
@@ -221,6 +223,30 @@ impl NewJob {
     /// ```
     pub fn unique_for(self, period: Duration) -> Self {
         self.unique_scope(UniqueScope::LiveAndHistory(period))
+    }
+
+    /// With [`NewJob::unique_for`]: only finished jobs of these statuses
+    /// block the key (River's `ByState`), so that, say, a dead or cancelled
+    /// job does not hold it for the period. Live jobs always do. Defaults to
+    /// every status.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backlog::{FinalStatus, NewJob};
+    /// use serde_json::json;
+    ///
+    /// // One successful digest per hour; a failed one may be enqueued again.
+    /// let job = NewJob::new("digest", json!({"user": 7}))
+    ///     .unique_key("digest-7")
+    ///     .unique_for(Duration::from_secs(3600))
+    ///     .unique_states([FinalStatus::Completed]);
+    /// ```
+    pub fn unique_states(
+        mut self,
+        states: impl IntoIterator<Item = crate::outcome::FinalStatus>,
+    ) -> Self {
+        self.unique_states = Some(states.into_iter().collect());
+        self
     }
 
     /// Which jobs the unique key is checked against. Defaults to

@@ -21,6 +21,9 @@ pub(crate) struct EnqueueParams<'a> {
     /// With a unique key: also match history rows finished at or after this
     /// time (unix µs).
     pub unique_history_since: Option<i64>,
+    /// With `unique_history_since`: only history rows of these statuses (a
+    /// JSON array of status names); `None` matches any.
+    pub unique_statuses: Option<&'a str>,
     pub payload: &'a str,
     pub max_attempts: u32,
     pub available_at: i64,

@@ -18,6 +18,8 @@ pub(crate) struct Prepared {
     payload: String,
     available_at: i64,
     unique_history_since: Option<i64>,
+    /// `unique_history_since`'s statuses, as JSON (`None`: any).
+    unique_statuses: Option<String>,
     /// The group's policy: max size, grace and max delay in µs.
     group: Option<(u32, i64, i64)>,
 }
@@ -135,11 +137,18 @@ impl Queue {
                 "a grouped job cannot join a batch: its group combines it into another job".into(),
             ));
         }
+        let unique_statuses = match (&job.unique_states, unique_history_since) {
+            (Some(states), Some(_)) => Some(serde_json::to_string(
+                &states.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            )?),
+            _ => None,
+        };
         Ok(Prepared {
             job,
             payload,
             available_at,
             unique_history_since,
+            unique_statuses,
             group,
         })
     }
@@ -213,6 +222,7 @@ pub(crate) fn params(prepared: &[Prepared], now: i64) -> Vec<EnqueueParams<'_>> 
                 _ => None,
             },
             batch: p.job.batch,
+            unique_statuses: p.unique_statuses.as_deref(),
         })
         .collect()
 }

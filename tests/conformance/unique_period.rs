@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use backlog::{LeaseRequest, NewJob, Queue};
+use backlog::{FinalStatus, LeaseRequest, NewJob, Queue};
 use serde_json::json;
 
 use crate::harness::{Backend, TestResult};
@@ -105,7 +105,27 @@ fn racing_enqueues_never_slip_past_a_job_finishing_inside_the_period(b: &Backend
     Ok(())
 }
 
+fn unique_states_choose_which_finished_jobs_hold_the_key(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let by_state = || keyed("s-1").unique_states([FinalStatus::Completed]);
+    let first = h.queue.enqueue(by_state())?.id;
+    h.queue.discard(&h.lease_one("w")?, "bad")?;
+    // Without a selection, the discarded job holds the key ...
+    assert_eq!(h.queue.enqueue(keyed("s-1"))?.id, first);
+    // ... with one that leaves discarded out, a new one gets in.
+    let second = h.queue.enqueue(by_state())?;
+    assert!(!second.existed);
+    assert_ne!(second.id, first);
+    h.queue.complete(&h.lease_one("w")?, None)?;
+    // A completed one does, for the period.
+    assert_eq!(h.queue.enqueue(by_state())?.id, second.id);
+    h.advance(HOUR + Duration::from_secs(1));
+    assert!(!h.queue.enqueue(by_state())?.existed);
+    Ok(())
+}
+
 conformance!(
+    unique_states_choose_which_finished_jobs_hold_the_key,
     a_finished_job_blocks_its_key_until_the_period_has_passed,
     racing_enqueues_never_slip_past_a_job_finishing_inside_the_period,
 );

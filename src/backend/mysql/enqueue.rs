@@ -175,6 +175,7 @@ fn find_in_history(
         params! {
             "queue" => p.queue, "unique_key" => key,
             "since_in" => now.offset(since), "now" => now.param(),
+            "statuses" => p.unique_statuses,
         },
     )?;
     Ok(found.map(|id| Enqueued { id, existed: true }))
@@ -195,6 +196,7 @@ fn find_in_history_locked(
         params! {
             "queue" => p.queue, "unique_key" => key,
             "since_in" => now.offset(since), "now" => now.param(),
+            "statuses" => p.unique_statuses,
         },
     )?;
     Ok(found.map(|id| Enqueued { id, existed: true }))

@@ -95,6 +95,7 @@ pub(crate) fn aggregate(
                 unique_key: None,
                 unique_history_since: None,
                 batch: None,
+                unique_statuses: None,
                 payload: &payload,
                 max_attempts,
                 available_at: 0,

@@ -71,7 +71,10 @@ fn enqueue<C: GenericClient>(
     let now = q.now_override(p.now);
     if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
         let back = since.saturating_sub(p.now);
-        if let Some(row) = tx.query_opt(&q.find_history_unique, &[&now, &p.queue, &key, &back])? {
+        if let Some(row) = tx.query_opt(
+            &q.find_history_unique,
+            &[&now, &p.queue, &key, &back, &p.unique_statuses],
+        )? {
             return Ok(Enqueued {
                 id: row.try_get(0)?,
                 existed: true,
@@ -105,7 +108,10 @@ fn enqueue<C: GenericClient>(
             // refused then, and the row just inserted taken back.
             if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
                 let back = since.saturating_sub(p.now);
-                let found = tx.query_opt(&q.find_history_unique, &[&now, &p.queue, &key, &back])?;
+                let found = tx.query_opt(
+                    &q.find_history_unique,
+                    &[&now, &p.queue, &key, &back, &p.unique_statuses],
+                )?;
                 if let Some(found) = found {
                     tx.execute(&q.delete_live, &[&id])?;
                     return Ok(Enqueued {

@@ -41,7 +41,9 @@ fn enqueue(
     if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
         let mut find = conn.prepare_cached(queries::FIND_HISTORY_UNIQUE)?;
         if let Some(id) = find
-            .query_row(params![p.queue, key, since], |r| r.get(0))
+            .query_row(params![p.queue, key, since, p.unique_statuses], |r| {
+                r.get(0)
+            })
             .optional()?
         {
             return Ok(Enqueued { id, existed: true });

@@ -82,6 +82,7 @@ pub const FIND_HISTORY_UNIQUE: &str = "
 SELECT id FROM {history}
 WHERE queue = :queue AND unique_hash = UNHEX(SHA2(:unique_key, 256)) AND unique_key = :unique_key
   AND finished_at >= {now} + :since_in
+  AND (:statuses IS NULL OR JSON_CONTAINS(:statuses, JSON_QUOTE(status)))
 ORDER BY finished_at DESC LIMIT 1";
 
 // ---- lease -----------------------------------------------------------------

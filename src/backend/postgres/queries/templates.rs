@@ -91,6 +91,7 @@ pub const FIND_LIVE_UNIQUE: &str = "SELECT id FROM {jobs} WHERE queue = $1 AND u
 pub const FIND_HISTORY_UNIQUE: &str = "
 SELECT id FROM {history}
 WHERE queue = $2 AND unique_key = $3 AND finished_at >= {now} + $4
+  AND ($5::text IS NULL OR status IN (SELECT jsonb_array_elements_text($5::jsonb)))
 ORDER BY finished_at DESC LIMIT 1";
 
 /// Wakes the workers listening on this queue's channel (`$1`), delivered
