@@ -91,6 +91,8 @@ pub struct NewJob {
     pub(crate) depends_on: Vec<crate::backend::params::Edge>,
     /// Every dependency counts whatever its end.
     pub(crate) run_anyway: bool,
+    pub(crate) batch: Option<i64>,
+    pub(crate) unique_states: Option<Vec<crate::outcome::FinalStatus>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -129,6 +131,8 @@ impl NewJob {
             group: None,
             depends_on: Vec::new(),
             run_anyway: false,
+            batch: None,
+            unique_states: None,
         }
     }
 
@@ -220,6 +224,65 @@ impl NewJob {
     /// Defaults to cancelling.
     pub fn run_anyway(mut self) -> Self {
         self.run_anyway = true;
+        self
+    }
+
+    /// Enqueues the job into the open batch `id` (see [`crate::batch`]). A
+    /// batch that is sealed or does not exist is refused with
+    /// [`Error::InvalidArgument`] at enqueue, and nothing is written. A
+    /// grouped job cannot join a batch. Defaults to none.
+    pub fn batch(mut self, id: i64) -> Self {
+        self.batch = Some(id);
+        self
+    }
+
+    /// Unique for a period: with a [`NewJob::unique_key`], a new job is also
+    /// refused (the existing id comes back with `existed: true`) while a job
+    /// of the same queue with that key finished less than `period` ago,
+    /// whatever its status (River's `ByPeriod`, Sidekiq's `unique_for`).
+    /// Shorthand for `unique_scope(UniqueScope::LiveAndHistory(period))`.
+    ///
+    /// On PostgreSQL and MySQL two enqueues racing the finish of the job
+    /// holding the key cannot both get in: the history is looked at again
+    /// after the insert, and a job inserted while a finished one is inside
+    /// the period is taken back. Run such enqueues at READ COMMITTED (the
+    /// default on PostgreSQL; MySQL reads history with a locking read).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backlog::NewJob;
+    /// use serde_json::json;
+    ///
+    /// // At most one digest per user per hour, running or done.
+    /// let job = NewJob::new("digest", json!({"user": 7}))
+    ///     .unique_key("digest-7")
+    ///     .unique_for(Duration::from_secs(3600));
+    /// ```
+    pub fn unique_for(self, period: Duration) -> Self {
+        self.unique_scope(UniqueScope::LiveAndHistory(period))
+    }
+
+    /// With [`NewJob::unique_for`]: only finished jobs of these statuses
+    /// block the key (River's `ByState`), so that, say, a dead or cancelled
+    /// job does not hold it for the period. Live jobs always do. Defaults to
+    /// every status.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use backlog::{FinalStatus, NewJob};
+    /// use serde_json::json;
+    ///
+    /// // One successful digest per hour; a failed one may be enqueued again.
+    /// let job = NewJob::new("digest", json!({"user": 7}))
+    ///     .unique_key("digest-7")
+    ///     .unique_for(Duration::from_secs(3600))
+    ///     .unique_states([FinalStatus::Completed]);
+    /// ```
+    pub fn unique_states(
+        mut self,
+        states: impl IntoIterator<Item = crate::outcome::FinalStatus>,
+    ) -> Self {
+        self.unique_states = Some(states.into_iter().collect());
         self
     }
 

@@ -126,6 +126,7 @@ mod failpoint;
 
 mod action;
 mod backend;
+pub mod batch;
 pub mod clock;
 mod copy;
 mod error;
@@ -155,6 +156,7 @@ pub mod testing;
 mod validate;
 pub mod worker;
 
+pub use batch::{Batch, BatchBuilder, BatchStatus};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use copy::{copy, CopyReport};
 pub use error::{Error, Result};

@@ -63,6 +63,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::backend::{mysql as db, Backend};
+use crate::batch::{self, Batch, BatchBuilder};
 use crate::error::{Error, Result};
 use crate::job::{Enqueued, IntoNewJob};
 use crate::lease::Job;
@@ -105,6 +106,15 @@ pub trait QueueExt {
         tx: &mut Transaction<'_>,
         workflow: crate::Workflow,
     ) -> Result<crate::EnqueuedWorkflow>;
+
+    /// Creates an open batch inside the caller's transaction (see
+    /// [`crate::batch`]): it exists if and only if that transaction commits.
+    fn create_batch_in(&self, tx: &mut Transaction<'_>, batch: BatchBuilder<'_>) -> Result<Batch>;
+
+    /// Seals a batch inside the caller's transaction, enqueueing its
+    /// callbacks there when every member has finished (see
+    /// [`Queue::seal_batch`]).
+    fn seal_batch_in(&self, tx: &mut Transaction<'_>, id: i64) -> Result<()>;
 
     /// Completes a leased job inside the caller's transaction: the completion
     /// commits if and only if the caller's transaction does, together with
@@ -189,6 +199,20 @@ impl QueueExt for Queue {
             clocked(self, now),
         )?;
         Ok(planned.enqueued(id, &ids))
+    }
+
+    fn create_batch_in(&self, tx: &mut Transaction<'_>, batch: BatchBuilder<'_>) -> Result<Batch> {
+        let p = batch.params()?;
+        let db = mysql_db(self)?;
+        let id = db::batches::create(&db.sql, tx, &p.borrowed(), clocked(self, p.borrowed().now))?;
+        Ok(Batch { id })
+    }
+
+    fn seal_batch_in(&self, tx: &mut Transaction<'_>, id: i64) -> Result<()> {
+        let db = mysql_db(self)?;
+        let now = self.now_micros();
+        let found = db::batches::seal(&db.sql, tx, id, clocked(self, now))?;
+        batch::join_verdict(id, found.map(|_| false))
     }
 
     fn complete_in(

@@ -111,6 +111,7 @@ use crate::backend::postgres::connection::Tx;
 use crate::backend::postgres::target::Target;
 use crate::backend::postgres::{self as db, jobs, Db};
 use crate::backend::Backend;
+use crate::batch::{self, Batch, BatchBuilder};
 use crate::error::{Error, Result};
 use crate::job::{Enqueued, IntoNewJob};
 use crate::lease::Job;
@@ -188,6 +189,15 @@ pub trait QueueExt {
         tx: &mut Transaction<'_>,
         workflow: crate::Workflow,
     ) -> Result<crate::EnqueuedWorkflow>;
+
+    /// Creates an open batch inside the caller's transaction (see
+    /// [`crate::batch`]): it exists if and only if that transaction commits.
+    fn create_batch_in(&self, tx: &mut Transaction<'_>, batch: BatchBuilder<'_>) -> Result<Batch>;
+
+    /// Seals a batch inside the caller's transaction, enqueueing its
+    /// callbacks there when every member has finished (see
+    /// [`Queue::seal_batch`]).
+    fn seal_batch_in(&self, tx: &mut Transaction<'_>, id: i64) -> Result<()>;
 
     /// Completes a leased job inside the caller's transaction: the
     /// completion commits if and only if the caller's transaction does,
@@ -278,6 +288,24 @@ impl QueueExt for Queue {
             &planned.jobs(now),
         )?;
         Ok(planned.enqueued(id, &ids))
+    }
+
+    fn create_batch_in(&self, tx: &mut Transaction<'_>, batch: BatchBuilder<'_>) -> Result<Batch> {
+        let p = batch.params()?;
+        let db = database(self)?;
+        let id = db::batches::create(&mut db::on_transaction(tx), db.queries(), &p.borrowed())?;
+        Ok(Batch { id })
+    }
+
+    fn seal_batch_in(&self, tx: &mut Transaction<'_>, id: i64) -> Result<()> {
+        let db = database(self)?;
+        let found = db::batches::seal(
+            &mut db::on_transaction(tx),
+            db.queries(),
+            id,
+            self.now_micros(),
+        )?;
+        batch::join_verdict(id, found.map(|_| false))
     }
 
     fn complete_in(

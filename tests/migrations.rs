@@ -73,6 +73,7 @@ fn backlog_rows() -> Vec<(i64, String)> {
         (6, "schedules".to_owned()),
         (7, "workers".to_owned()),
         (8, "dependencies".to_owned()),
+        (9, "batches".to_owned()),
     ]
 }
 

@@ -85,9 +85,9 @@ fn opening_without_migrating_leaves_the_schema_to_migrate() -> TestResult {
     assert_eq!(tables(&raw(&db.path)?)?, 0);
     queue.migrate()?;
     // jobs, history, queues, groups, group members, schedules, workers,
-    // pending, dependencies, workflows, workflow steps, and the migrations'
-    // own backlog_schema_history.
-    assert_eq!(tables(&raw(&db.path)?)?, 12);
+    // pending, dependencies, workflows, workflow steps, batches, batch
+    // members, and the migrations' own backlog_schema_history.
+    assert_eq!(tables(&raw(&db.path)?)?, 14);
     queue.enqueue(NewJob::new("k", json!(1)))?;
     // Migrating again is a no-op.
     queue.migrate()?;

@@ -584,9 +584,9 @@ fn queues_with_other_prefixes_or_schemas_neither_see_nor_wake_each_other() -> Te
             &[&server.schema],
         )?
         .try_get(0)?;
-    // jobs, history, queues, groups, group members, schedules, workers
-    // and refinery's history, per prefix.
-    assert_eq!(tables, 16);
+    // jobs, history, queues, groups, group members, schedules, workers,
+    // batches, batch members and refinery's history, per prefix.
+    assert_eq!(tables, 20);
     Ok(())
 }
 
@@ -878,8 +878,8 @@ fn nodes_migrating_a_new_schema_at_once_all_succeed() -> TestResult {
         )?
         .try_get(0)?;
     // Each migration once: V1__initial, V2__due, V3__progress, V4__groups,
-    // V5__limits, V6__schedules, V7__workers, V8__dependencies.
-    assert_eq!(applied, 8);
+    // V5__limits, V6__schedules, V7__workers, V8__dependencies, V9__batches.
+    assert_eq!(applied, 9);
     Ok(())
 }
 

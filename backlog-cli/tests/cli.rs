@@ -912,6 +912,7 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          DROP TABLE backlog_workers;
          DROP TABLE backlog_pending; DROP TABLE backlog_dependencies;
          DROP TABLE backlog_workflows; DROP TABLE backlog_workflow_steps;
+         DROP TABLE backlog_batches; DROP TABLE backlog_batch_jobs;
          DROP INDEX backlog_jobs_running;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_start;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_count;

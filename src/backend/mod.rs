@@ -67,7 +67,7 @@ use params::{
 /// the engine's clock (see the time rule above). A concern with tables of
 /// its own is a part of its own ([`Schedules`]), implemented beside its SQL
 /// in each backend's file of that name.
-pub(crate) trait Store: Schedules + Workers + Flows + Send + Sync + Debug {
+pub(crate) trait Store: Schedules + Workers + Flows + Batches + Send + Sync + Debug {
     /// Applies pending schema migrations. SQLite waits at most
     /// `write_deadline` for the write lock.
     fn migrate(&self, write_deadline: Duration) -> Result<()>;
@@ -148,9 +148,9 @@ pub(crate) trait Store: Schedules + Workers + Flows + Send + Sync + Debug {
     fn discard(&self, id: i64, reason: &str, now: i64) -> Result<Acted>;
 
     /// Deletes a job, live or finished; whether there was one. A worker
-    /// running it gets `LeaseLost`.
-    /// A live or pending job counts as cancelled for what waits on it, at
-    /// `now`.
+    /// running it gets `LeaseLost`. A live or pending job counts as
+    /// cancelled for what waits on it, at `now`. A live batch member leaves
+    /// its batch, which may finish then (`now` stamps its callbacks).
     fn delete(&self, id: i64, now: i64) -> Result<bool>;
 
     /// Changes priority, due time or queue of a waiting job; not applied
@@ -279,6 +279,22 @@ pub(crate) trait Workers {
 
     /// Due jobs per queue and kind at `now`.
     fn due_by_kind(&self, now: i64) -> Result<Vec<registry::DueCount>>;
+}
+
+/// Batches (`backlog_batches`, see [`crate::batch`]): the part of [`Store`]
+/// each backend implements in its `batches.rs`. Members are counted by the
+/// finishing paths themselves (`jobs.rs`), each with one call into that file.
+pub(crate) trait Batches {
+    /// Inserts an open batch; its id.
+    fn create_batch(&self, p: &crate::batch::CreateBatchParams<'_>) -> Result<i64>;
+
+    /// Seals a batch, and enqueues its callbacks when every member has
+    /// finished, in one transaction; the row after, `None` when there is no
+    /// such batch.
+    fn seal_batch(&self, id: i64, now: i64) -> Result<Option<crate::batch::BatchRow>>;
+
+    /// A batch's row. Reads only.
+    fn batch(&self, id: i64) -> Result<Option<crate::batch::BatchRow>>;
 }
 
 /// The database behind a queue. A private enum rather than a generic, so the

@@ -21,6 +21,9 @@ pub(crate) struct EnqueueParams<'a> {
     /// With a unique key: also match history rows finished at or after this
     /// time (unix µs).
     pub unique_history_since: Option<i64>,
+    /// With `unique_history_since`: only history rows of these statuses (a
+    /// JSON array of status names); `None` matches any.
+    pub unique_statuses: Option<&'a str>,
     pub payload: &'a str,
     pub max_attempts: u32,
     pub available_at: i64,
@@ -30,17 +33,22 @@ pub(crate) struct EnqueueParams<'a> {
     /// The jobs it waits for (`flows.rs` of each backend); empty for a job
     /// that runs on its own.
     pub depends_on: &'a [Edge],
+    /// The open batch the job joins (`crate::batch`).
+    pub batch: Option<i64>,
 }
 
 impl EnqueueParams<'_> {
     /// What this job carries that only backlog's own enqueue path applies
-    /// (a group's bookkeeping, dependency edges), named for an adapter on
-    /// another driver to refuse; `None` for a job it can insert as it is.
+    /// (a group's bookkeeping, dependency edges, batch membership), named
+    /// for an adapter on another driver to refuse; `None` for a job it can
+    /// insert as it is.
     pub(crate) fn own_path_only(&self) -> Option<&'static str> {
         if self.group.is_some() {
             Some("grouped jobs")
         } else if !self.depends_on.is_empty() {
             Some("jobs with dependencies")
+        } else if self.batch.is_some() {
+            Some("batch members")
         } else {
             None
         }

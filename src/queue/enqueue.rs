@@ -18,6 +18,8 @@ pub(crate) struct Prepared {
     payload: String,
     available_at: i64,
     unique_history_since: Option<i64>,
+    /// `unique_history_since`'s statuses, as JSON (`None`: any).
+    unique_statuses: Option<String>,
     /// The group's policy: max size, grace and max delay in µs.
     group: Option<(u32, i64, i64)>,
     /// Its dependencies, deduplicated, each with the job's policy.
@@ -138,11 +140,28 @@ impl Queue {
             }
         };
         let depends_on = crate::flow::check_edges(&job)?;
+        if job.batch.is_some() && job.group.is_some() {
+            return Err(Error::InvalidArgument(
+                "a grouped job cannot join a batch: its group combines it into another job".into(),
+            ));
+        }
+        let unique_statuses = match (&job.unique_states, unique_history_since) {
+            (Some(states), Some(_)) => Some(serde_json::to_string(
+                &states.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            )?),
+            _ => None,
+        };
+        if !depends_on.is_empty() && job.batch.is_some() {
+            return Err(Error::InvalidArgument(
+                "a job with dependencies cannot join a batch (not supported yet)".into(),
+            ));
+        }
         Ok(Prepared {
             job,
             payload,
             available_at,
             unique_history_since,
+            unique_statuses,
             group,
             depends_on,
         })
@@ -151,6 +170,12 @@ impl Queue {
     /// Validates and encodes `job` as an enqueue at `now` would, writing
     /// nothing: a periodic schedule's job is checked when it is registered.
     pub(crate) fn check_job(&self, job: &NewJob, now: i64) -> Result<()> {
+        if job.batch.is_some() {
+            // A batch is sealed once; a schedule would enqueue into it forever.
+            return Err(Error::InvalidArgument(
+                "a periodic job cannot join a batch".into(),
+            ));
+        }
         self.prepare(job.clone(), now).map(|_| ())
     }
 
@@ -211,6 +236,8 @@ pub(crate) fn params(prepared: &[Prepared], now: i64) -> Vec<EnqueueParams<'_>> 
                 _ => None,
             },
             depends_on: &p.depends_on,
+            batch: p.job.batch,
+            unique_statuses: p.unique_statuses.as_deref(),
         })
         .collect()
 }

@@ -70,6 +70,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::backend::{sqlite as db, Backend};
+use crate::batch::{self, Batch, BatchBuilder};
 use crate::error::{Error, Result};
 use crate::job::{Enqueued, IntoNewJob};
 use crate::lease::Job;
@@ -158,6 +159,15 @@ pub trait QueueExt {
         conn: &Connection,
         workflow: crate::Workflow,
     ) -> Result<crate::EnqueuedWorkflow>;
+
+    /// Creates an open batch inside the caller's transaction (see
+    /// [`crate::batch`]): it exists if and only if that transaction commits.
+    fn create_batch_in(&self, conn: &Connection, batch: BatchBuilder<'_>) -> Result<Batch>;
+
+    /// Seals a batch inside the caller's transaction, enqueueing its
+    /// callbacks there when every member has finished (see
+    /// [`Queue::seal_batch`]).
+    fn seal_batch_in(&self, conn: &Connection, id: i64) -> Result<()>;
 
     /// Completes a leased job inside the caller's transaction: the seed
     /// design's transactional Ack. The completion commits if and only if the
@@ -254,6 +264,19 @@ impl QueueExt for Queue {
         let (id, ids) =
             db::flows::enqueue_workflow(conn, &planned.params(now), &planned.jobs(now))?;
         Ok(planned.enqueued(id, &ids))
+    }
+
+    fn create_batch_in(&self, conn: &Connection, batch: BatchBuilder<'_>) -> Result<Batch> {
+        let p = batch.params()?;
+        check_caller_connection(self, conn)?;
+        let id = db::batches::create(conn, &p.borrowed())?;
+        Ok(Batch { id })
+    }
+
+    fn seal_batch_in(&self, conn: &Connection, id: i64) -> Result<()> {
+        check_caller_connection(self, conn)?;
+        let found = db::batches::seal(conn, id, self.now_micros())?;
+        batch::join_verdict(id, found.map(|_| false))
     }
 
     fn complete_in(&self, conn: &Connection, job: &Job, result: Option<Value>) -> Result<()> {

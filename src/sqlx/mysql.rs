@@ -95,24 +95,8 @@ async fn enqueue(
     p: &EnqueueParams<'_>,
     now: Now,
 ) -> Result<Enqueued> {
-    if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
-        let found = Positional::parse(&sql.find_history_unique)?
-            .bind(|name| match name {
-                "queue" => Ok(Value::Str(Some(p.queue))),
-                "unique_key" => Ok(Value::Str(Some(key))),
-                "since_in" => Ok(Value::I64(Some(now.offset(since)))),
-                "now" => Ok(Value::I64(now.param())),
-                other => Err(other),
-            })?
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(from_sqlx)?;
-        if let Some(row) = found {
-            return Ok(Enqueued {
-                id: row.try_get::<i64, _>(0).map_err(from_sqlx)?,
-                existed: true,
-            });
-        }
+    if let Some(id) = find_in_history(conn, sql, p, now, "").await? {
+        return Ok(Enqueued { id, existed: true });
     }
     let done = Positional::parse(&sql.enqueue)?
         .bind(|name| match name {
@@ -134,6 +118,23 @@ async fn enqueue(
             .ok()
             .filter(|&id| id > 0)
             .ok_or_else(|| Error::Database("insert returned no id".into()))?;
+        // As the backend: a period-scoped key is looked at again with a
+        // locking read, and the row just inserted is taken back if a
+        // finished job now holds it.
+        if let Some(found) = find_in_history(conn, sql, p, now, " LOCK IN SHARE MODE").await? {
+            Positional::parse(&sql.delete_live)?
+                .bind(|name| match name {
+                    "id" => Ok(Value::I64(Some(id))),
+                    other => Err(other),
+                })?
+                .execute(&mut *conn)
+                .await
+                .map_err(from_sqlx)?;
+            return Ok(Enqueued {
+                id: found,
+                existed: true,
+            });
+        }
         return Ok(Enqueued { id, existed: false });
     }
     // Nothing inserted: only the unique index can refuse a row, and the
@@ -155,6 +156,36 @@ async fn enqueue(
         id: live.try_get::<i64, _>(0).map_err(from_sqlx)?,
         existed: true,
     })
+}
+
+/// With a unique key scoped to recent history: the finished job holding it
+/// (per the key's statuses), as the backend's look-up; `lock` is appended
+/// to the statement (a locking read after the insert).
+async fn find_in_history(
+    conn: &mut MySqlConnection,
+    sql: &Sql,
+    p: &EnqueueParams<'_>,
+    now: Now,
+    lock: &str,
+) -> Result<Option<i64>> {
+    let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) else {
+        return Ok(None);
+    };
+    let found = Positional::parse(&format!("{}{lock}", sql.find_history_unique))?
+        .bind(|name| match name {
+            "queue" => Ok(Value::Str(Some(p.queue))),
+            "unique_key" => Ok(Value::Str(Some(key))),
+            "since_in" => Ok(Value::I64(Some(now.offset(since)))),
+            "now" => Ok(Value::I64(now.param())),
+            "statuses" => Ok(Value::Str(p.unique_statuses)),
+            other => Err(other),
+        })?
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(from_sqlx)?;
+    found
+        .map(|row| row.try_get::<i64, _>(0).map_err(from_sqlx))
+        .transpose()
 }
 
 /// A value bound to one named parameter.

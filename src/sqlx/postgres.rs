@@ -103,22 +103,8 @@ async fn enqueue_all(
 /// already holding the unique key.
 async fn enqueue(conn: &mut PgConnection, q: &Queries, p: &EnqueueParams<'_>) -> Result<Enqueued> {
     let now = q.now_override(p.now);
-    if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
-        let back = since.saturating_sub(p.now);
-        let found = ::sqlx::query(AssertSqlSafe(q.find_history_unique.as_str()))
-            .bind(now)
-            .bind(p.queue)
-            .bind(key)
-            .bind(back)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(from_sqlx)?;
-        if let Some(row) = found {
-            return Ok(Enqueued {
-                id: id_of(&row)?,
-                existed: true,
-            });
-        }
+    if let Some(id) = find_in_history(conn, q, p).await? {
+        return Ok(Enqueued { id, existed: true });
     }
     let max_attempts = i32::try_from(p.max_attempts)
         .map_err(|_| Error::InvalidArgument("max_attempts out of range".into()))?;
@@ -140,10 +126,22 @@ async fn enqueue(conn: &mut PgConnection, q: &Queries, p: &EnqueueParams<'_>) ->
             .await
             .map_err(from_sqlx)?;
         if let Some(row) = inserted {
-            return Ok(Enqueued {
-                id: id_of(&row)?,
-                existed: false,
-            });
+            let id = id_of(&row)?;
+            // As the backend: a period-scoped key is looked at again after
+            // the insert, which reads every commit before it, and the row
+            // just inserted is taken back if a finished job now holds it.
+            if let Some(found) = find_in_history(conn, q, p).await? {
+                ::sqlx::query(AssertSqlSafe(q.delete_live.as_str()))
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(from_sqlx)?;
+                return Ok(Enqueued {
+                    id: found,
+                    existed: true,
+                });
+            }
+            return Ok(Enqueued { id, existed: false });
         }
         let key = p.unique_key.ok_or_else(|| {
             Error::Database("insert ignored without a unique key conflict".into())
@@ -162,6 +160,28 @@ async fn enqueue(conn: &mut PgConnection, q: &Queries, p: &EnqueueParams<'_>) ->
         }
     }
     Err(Error::Busy)
+}
+
+/// With a unique key scoped to recent history: the finished job holding it
+/// (per the key's statuses), as the backend's look-up.
+async fn find_in_history(
+    conn: &mut PgConnection,
+    q: &Queries,
+    p: &EnqueueParams<'_>,
+) -> Result<Option<i64>> {
+    let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) else {
+        return Ok(None);
+    };
+    let found = ::sqlx::query(AssertSqlSafe(q.find_history_unique.as_str()))
+        .bind(q.now_override(p.now))
+        .bind(p.queue)
+        .bind(key)
+        .bind(since.saturating_sub(p.now))
+        .bind(p.unique_statuses)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(from_sqlx)?;
+    found.as_ref().map(id_of).transpose()
 }
 
 /// As the backend's `jobs::enqueue_batch`: jobs without unique keys in one

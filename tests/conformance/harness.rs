@@ -382,6 +382,32 @@ impl QueueTx<'_, '_> {
         }
     }
 
+    /// `seal_batch_in` on this transaction.
+    pub fn seal_batch_in(&mut self, queue: &Queue, id: i64) -> backlog::Result<()> {
+        match self {
+            QueueTx::Sqlite(tx) => backlog::sqlite::QueueExt::seal_batch_in(queue, tx, id),
+            #[cfg(feature = "postgres")]
+            QueueTx::Postgres(tx) => backlog::postgres::QueueExt::seal_batch_in(queue, tx, id),
+            #[cfg(feature = "mysql")]
+            QueueTx::Mysql(tx) => backlog::mysql::QueueExt::seal_batch_in(queue, tx, id),
+        }
+    }
+
+    /// `create_batch_in` on this transaction.
+    pub fn create_batch_in(
+        &mut self,
+        queue: &Queue,
+        batch: backlog::BatchBuilder<'_>,
+    ) -> backlog::Result<backlog::Batch> {
+        match self {
+            QueueTx::Sqlite(tx) => backlog::sqlite::QueueExt::create_batch_in(queue, tx, batch),
+            #[cfg(feature = "postgres")]
+            QueueTx::Postgres(tx) => backlog::postgres::QueueExt::create_batch_in(queue, tx, batch),
+            #[cfg(feature = "mysql")]
+            QueueTx::Mysql(tx) => backlog::mysql::QueueExt::create_batch_in(queue, tx, batch),
+        }
+    }
+
     /// `complete_in` on this transaction, without a result.
     pub fn complete_in(&mut self, queue: &Queue, job: &Job) -> backlog::Result<()> {
         match self {

@@ -11,6 +11,7 @@
 mod harness;
 
 mod bad_input;
+mod batches;
 mod copy;
 mod dependencies;
 mod enqueue;
@@ -33,6 +34,7 @@ mod settle;
 mod sqlite_diagnostics;
 mod transactional;
 mod unheld;
+mod unique_period;
 mod wait;
 mod wake_up;
 mod workers;

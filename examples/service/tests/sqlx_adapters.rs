@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backlog::group::Group;
-use backlog::{Error, JobState, NewJob, Queue, Worker};
+use backlog::{Error, FinalStatus, JobState, LeaseRequest, NewJob, Queue, Worker};
 use common::{Fixture, TestResult};
 use serde_json::{json, Value};
 use sqlx::postgres::PgListener;
@@ -27,6 +27,7 @@ on_servers!(
     bad_job_is_refused_and_the_transaction_goes_on,
     many_jobs_in_one_transaction,
     queue_on_another_database_is_refused,
+    unique_for_a_period_holds_through_sqlx,
 );
 
 /// How long a committed job may take to start on another queue's worker:
@@ -308,5 +309,49 @@ async fn queue_on_another_database_is_refused(f: Fixture) -> TestResult {
     tx.commit().await?;
     assert_eq!(f.orders().await?, 1);
     assert_eq!(f.all_jobs().await?, 0);
+    Ok(())
+}
+
+/// A key unique for a period is held by a finished job inside the period,
+/// of the statuses asked for, through sqlx as through backlog's own driver.
+async fn unique_for_a_period_holds_through_sqlx(f: Fixture) -> TestResult {
+    let queue = f.queue().await?;
+    let first = {
+        let queue = queue.clone();
+        tokio::task::spawn_blocking(move || -> backlog::Result<i64> {
+            let id = queue
+                .enqueue(NewJob::new("digest", json!({})).unique_key("d-7"))?
+                .id;
+            for job in queue.lease(&LeaseRequest::new("w", 1).kinds(["digest"]))? {
+                queue.complete(&job, None)?;
+            }
+            Ok(id)
+        })
+        .await??
+    };
+    let hour = Duration::from_secs(3600);
+    let mut tx = f.begin().await?;
+    let held = tx
+        .enqueue(
+            &queue,
+            NewJob::new("digest", json!({}))
+                .unique_key("d-7")
+                .unique_for(hour),
+        )
+        .await?;
+    assert!(held.existed && held.id == first, "{held:?}");
+    // Only a dead job holds it now: the completed one does not.
+    let again = tx
+        .enqueue(
+            &queue,
+            NewJob::new("digest", json!({}))
+                .unique_key("d-7")
+                .unique_for(hour)
+                .unique_states([FinalStatus::Dead]),
+        )
+        .await?;
+    assert!(!again.existed && again.id != first, "{again:?}");
+    tx.commit().await?;
+    assert_eq!(f.all_jobs().await?, 2);
     Ok(())
 }

@@ -23,18 +23,19 @@ const ROWS_PER_INSERT: [usize; 5] = [500, 100, 20, 5, 1];
 const BYTES_PER_INSERT: usize = 4 << 20;
 
 /// Inserts jobs in order, each one or the id of the job already holding its
-/// unique key. On MariaDB many rows go in one statement.
+/// unique key, the members of a batch joining it (`batches.rs`).
 pub(crate) fn enqueue_all(
     sql: &Sql,
     q: &mut impl Queryable,
     jobs: &[EnqueueParams<'_>],
     now: Now,
 ) -> Result<Vec<Enqueued>> {
-    let ids = insert_all(sql, q, jobs, now)?;
+    let ids = super::batches::enqueue(sql, q, jobs, now, insert_all)?;
     super::flows::wait_all(sql, q, jobs, ids, now)
 }
 
-/// [`enqueue_all`] before the jobs with dependencies are made to wait.
+/// [`enqueue_all`] before members join their batches and the jobs with
+/// dependencies are made to wait. On MariaDB many rows go in one statement.
 fn insert_all(
     sql: &Sql,
     q: &mut impl Queryable,
@@ -50,7 +51,8 @@ fn insert_all(
             })
             .collect();
     }
-    if !sql.returning || jobs.len() == 1 {
+    // A period-scoped key is looked at again after its insert (`enqueue`).
+    if !sql.returning || jobs.len() == 1 || jobs.iter().any(|p| p.unique_history_since.is_some()) {
         return jobs.iter().map(|p| enqueue(sql, q, p, now)).collect();
     }
     let mut out: Vec<Option<Enqueued>> = Vec::with_capacity(jobs.len());
@@ -147,6 +149,14 @@ fn enqueue(sql: &Sql, q: &mut impl Queryable, p: &EnqueueParams<'_>, now: Now) -
         let id = id
             .and_then(|id| i64::try_from(id).ok())
             .ok_or_else(|| Error::Database("insert returned no id".into()))?;
+        // The job holding the key may have finished between the look-up
+        // above and the insert: looked at again with a locking read (the
+        // latest commits, whatever the caller's isolation level), a
+        // period-scoped key is refused then, and the row taken back.
+        if let Some(found) = find_in_history_locked(sql, q, p, now)? {
+            q.exec_drop(&sql.delete_live, params! { "id" => id })?;
+            return Ok(found);
+        }
         return Ok(Enqueued { id, existed: false });
     }
     find_live(sql, q, p)
@@ -167,6 +177,28 @@ fn find_in_history(
         params! {
             "queue" => p.queue, "unique_key" => key,
             "since_in" => now.offset(since), "now" => now.param(),
+            "statuses" => p.unique_statuses,
+        },
+    )?;
+    Ok(found.map(|id| Enqueued { id, existed: true }))
+}
+
+/// [`find_in_history`] with a locking read.
+fn find_in_history_locked(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &EnqueueParams<'_>,
+    now: Now,
+) -> Result<Option<Enqueued>> {
+    let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) else {
+        return Ok(None);
+    };
+    let found: Option<i64> = q.exec_first(
+        format!("{} LOCK IN SHARE MODE", sql.find_history_unique),
+        params! {
+            "queue" => p.queue, "unique_key" => key,
+            "since_in" => now.offset(since), "now" => now.param(),
+            "statuses" => p.unique_statuses,
         },
     )?;
     Ok(found.map(|id| Enqueued { id, existed: true }))

@@ -94,6 +94,8 @@ pub(crate) fn aggregate(
                 priority,
                 unique_key: None,
                 unique_history_since: None,
+                batch: None,
+                unique_statuses: None,
                 payload: &payload,
                 max_attempts,
                 available_at: 0,

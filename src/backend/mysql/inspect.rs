@@ -240,6 +240,9 @@ pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Re
     let live = q
         .exec_iter(&sql.delete_live, params! { "id" => id })?
         .affected_rows();
+    if live > 0 {
+        super::batches::deleted(sql, q, id, now)?;
+    }
     let finished = q
         .exec_iter(&sql.delete_history, params! { "id" => id })?
         .affected_rows();
@@ -514,6 +517,7 @@ mod tests {
             "V6__schedules",
             "V7__workers",
             "V8__dependencies",
+            "V9__batches",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate(std::time::Duration::ZERO)?;

@@ -284,8 +284,9 @@ pub(crate) fn complete_many(
     let mut leases: Vec<[i64; 2]> = items.iter().map(|(l, _)| [l.job_id, l.token]).collect();
     leases.sort_unstable();
     let leases = serde_json::to_string(&leases)?;
-    let held: Vec<i64> = q.exec(&sql.lock_held, params! { "leases" => &leases })?;
-    let held: std::collections::HashSet<i64> = held.into_iter().collect();
+    let held: Vec<(i64, Option<i64>)> = q.exec(&sql.lock_held, params! { "leases" => &leases })?;
+    let members = held.iter().any(|(_, batch)| batch.is_some());
+    let held: std::collections::HashSet<i64> = held.into_iter().map(|(id, _)| id).collect();
     if !held.is_empty() {
         let completions: Vec<serde_json::Value> = items
             .iter()
@@ -302,10 +303,13 @@ pub(crate) fn complete_many(
             },
         )?;
         q.exec_drop(&sql.delete_many_live, params! { "leases" => &leases })?;
-        let ended = held
+        let ended: Vec<(i64, FinalStatus)> = held
             .iter()
             .map(|&id| (id, FinalStatus::Completed))
             .collect();
+        if members {
+            super::batches::finished(sql, q, &ended, now)?;
+        }
         super::flows::finished(sql, q, ended, now)?;
     }
     Ok(items
@@ -415,7 +419,7 @@ pub(crate) fn finish(
     }
     q.exec_drop(&sql.delete_live, params! { "id" => job_id })?;
     super::flows::finished(sql, q, vec![(job_id, status)], now)?;
-    Ok(())
+    super::batches::finished(sql, q, &[(job_id, status)], now)
 }
 
 fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {

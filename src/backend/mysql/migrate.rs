@@ -41,6 +41,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V8__dependencies",
         include_str!("../../../migrations/mysql/V8__dependencies.sql"),
     ),
+    (
+        "V9__batches",
+        include_str!("../../../migrations/mysql/V9__batches.sql"),
+    ),
 ];
 
 /// Applies pending migrations.
@@ -114,6 +118,8 @@ fn render(template: &str, prefix: &str) -> String {
         .replace("{workflows}", &format!("{prefix}workflows"))
         .replace("{workflow_steps}", &format!("{prefix}workflow_steps"))
         .replace("{releases}", &format!("{prefix}releases"))
+        .replace("{batches}", &format!("{prefix}batches"))
+        .replace("{batch_jobs}", &format!("{prefix}batch_jobs"))
 }
 
 /// The server lock's name for one queue's tables. Names are at most 64

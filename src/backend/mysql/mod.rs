@@ -12,6 +12,7 @@
 //! [`version`]). Only MariaDB 10.11 is tested; the SQL keeps to what MySQL 8
 //! documents, and the places the two differ are commented where they meet.
 
+pub(crate) mod batches;
 pub(crate) mod connection;
 pub(crate) mod enqueue;
 pub(crate) mod flows;

@@ -304,6 +304,9 @@ pub(crate) fn delete<C: GenericClient>(
 ) -> Result<bool> {
     let pending = flows::deleting(tx, q, id, now)?;
     let live = tx.execute(&q.delete_live, &[&id])?;
+    if live > 0 {
+        super::batches::deleted(tx, q, id, now)?;
+    }
     let finished = tx.execute(&q.delete_history, &[&id])?;
     Ok(pending || live + finished > 0)
 }

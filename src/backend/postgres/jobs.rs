@@ -26,17 +26,18 @@ use crate::outcome::{AttemptError, FinalStatus, Transition};
 /// Inserts jobs in order, each one or the id of the job already holding its
 /// unique key, and notifies the queue's listeners when one was inserted (at
 /// commit: a rolled-back enqueue wakes nobody), in the inserting statement
-/// itself where it can.
+/// itself where it can. Members of a batch join it (`batches.rs`).
 pub(crate) fn enqueue_all<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     jobs: &[EnqueueParams<'_>],
 ) -> Result<Vec<Enqueued>> {
-    let ids = insert_all(tx, q, jobs)?;
+    let ids = super::batches::enqueue(tx, q, jobs, insert_all)?;
     super::flows::wait_all(tx, q, jobs, ids)
 }
 
-/// [`enqueue_all`] before the jobs with dependencies are made to wait.
+/// [`enqueue_all`] before members join their batches and the jobs with
+/// dependencies are made to wait.
 fn insert_all<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
@@ -72,7 +73,10 @@ fn enqueue<C: GenericClient>(
     let now = q.now_override(p.now);
     if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
         let back = since.saturating_sub(p.now);
-        if let Some(row) = tx.query_opt(&q.find_history_unique, &[&now, &p.queue, &key, &back])? {
+        if let Some(row) = tx.query_opt(
+            &q.find_history_unique,
+            &[&now, &p.queue, &key, &back, &p.unique_statuses],
+        )? {
             return Ok(Enqueued {
                 id: row.try_get(0)?,
                 existed: true,
@@ -99,10 +103,26 @@ fn enqueue<C: GenericClient>(
             ],
         )?;
         if let Some(row) = inserted {
-            return Ok(Enqueued {
-                id: row.try_get(0)?,
-                existed: false,
-            });
+            let id: i64 = row.try_get(0)?;
+            // The job holding the key may have finished between the look-up
+            // above and the insert: looked at again after it (a statement of
+            // its own reads every commit before it), a period-scoped key is
+            // refused then, and the row just inserted taken back.
+            if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
+                let back = since.saturating_sub(p.now);
+                let found = tx.query_opt(
+                    &q.find_history_unique,
+                    &[&now, &p.queue, &key, &back, &p.unique_statuses],
+                )?;
+                if let Some(found) = found {
+                    tx.execute(&q.delete_live, &[&id])?;
+                    return Ok(Enqueued {
+                        id: found.try_get(0)?,
+                        existed: true,
+                    });
+                }
+            }
+            return Ok(Enqueued { id, existed: false });
         }
         // Nothing inserted: only the unique index can refuse a row.
         let key = p.unique_key.ok_or_else(|| {
@@ -480,6 +500,9 @@ where
         .filter_map(|(id, s)| Some((*id, FinalStatus::parse(s)?)))
         .collect();
     super::flows::finished(tx, q, ended, now)?;
+    if let Some(row) = rows.first() {
+        super::batches::counted(tx, q, now, &row.try_get::<_, Vec<i64>>(1)?)?;
+    }
     Ok(moved)
 }
 

@@ -47,6 +47,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V8__dependencies",
         include_str!("../../../migrations/postgres/V8__dependencies.sql"),
     ),
+    (
+        "V9__batches",
+        include_str!("../../../migrations/postgres/V9__batches.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

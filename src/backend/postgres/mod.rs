@@ -8,6 +8,7 @@
 //! connections or an application's `postgres::Transaction` (`enqueue_in`,
 //! `complete_in`).
 
+pub(crate) mod batches;
 pub(crate) mod connection;
 pub(crate) mod flows;
 pub(crate) mod groups;

@@ -336,6 +336,9 @@ fn finish_waiting(
 pub(crate) fn delete(conn: &Connection, id: i64, now: i64) -> Result<bool> {
     let pending = flows::deleting(conn, id, now)?;
     let live = conn.prepare_cached(queries::DELETE_LIVE)?.execute([id])?;
+    if live > 0 {
+        super::batches::deleted(conn, id, now)?;
+    }
     let finished = conn
         .prepare_cached(queries::DELETE_HISTORY)?
         .execute([id])?;

@@ -15,9 +15,14 @@ use crate::lease::{HeartbeatReport, Job, Lease};
 use crate::outcome::{AttemptError, FinalStatus, Transition};
 
 /// Inserts jobs in order, each one or the id of the job already holding its
-/// unique key. The insert is looked up in the statement cache once per batch,
-/// not once per job: that lookup hashes the SQL text.
+/// unique key, the members of a batch joining it (`batches.rs`).
 pub(crate) fn enqueue_all(conn: &Connection, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
+    super::batches::enqueue(conn, jobs, insert_all)
+}
+
+/// [`enqueue_all`] without batches. The insert is looked up in the statement
+/// cache once per call, not once per job: that lookup hashes the SQL text.
+fn insert_all(conn: &Connection, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
     let mut insert = conn.prepare_cached(queries::ENQUEUE)?;
     let mut ids = Vec::with_capacity(jobs.len());
     for p in jobs {
@@ -39,7 +44,9 @@ fn enqueue(
     if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
         let mut find = conn.prepare_cached(queries::FIND_HISTORY_UNIQUE)?;
         if let Some(id) = find
-            .query_row(params![p.queue, key, since], |r| r.get(0))
+            .query_row(params![p.queue, key, since, p.unique_statuses], |r| {
+                r.get(0)
+            })
             .optional()?
         {
             return Ok(Enqueued { id, existed: true });
@@ -319,7 +326,7 @@ pub(crate) fn finish(
     conn.prepare_cached(queries::DELETE_LIVE)?
         .execute([job_id])?;
     super::flows::finished(conn, job_id, status, now)?;
-    Ok(())
+    super::batches::finished(conn, job_id, status, now)
 }
 
 fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {

@@ -8,6 +8,7 @@
 //! transaction or inside an application's transaction (`enqueue_in`,
 //! `complete_in`).
 
+pub(crate) mod batches;
 pub(crate) mod connection;
 pub(crate) mod data_version;
 pub(crate) mod flows;

@@ -23,10 +23,12 @@ ON CONFLICT DO NOTHING";
 pub const FIND_LIVE_UNIQUE: &str =
     "SELECT id FROM backlog_jobs WHERE queue = ?1 AND unique_key = ?2";
 
-/// The most recent finished job holding a unique key since a time.
+/// The most recent finished job holding a unique key since a time, of the
+/// statuses of `?4` (a JSON array of status names; NULL: any).
 pub const FIND_HISTORY_UNIQUE: &str = "
 SELECT id FROM backlog_history
 WHERE queue = ?1 AND unique_key = ?2 AND finished_at >= ?3
+  AND (?4 IS NULL OR status IN (SELECT value FROM json_each(?4)))
 ORDER BY finished_at DESC LIMIT 1";
 
 // ---- lease -----------------------------------------------------------------

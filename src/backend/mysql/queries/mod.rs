@@ -25,6 +25,8 @@ pub struct Tables {
     pub workflows: String,
     pub workflow_steps: String,
     pub releases: String,
+    /// Batches' unfinished members (`batches.rs`).
+    pub batch_jobs: String,
 }
 
 impl Tables {
@@ -45,6 +47,7 @@ impl Tables {
             workflows: format!("{db}.`{prefix}workflows`"),
             workflow_steps: format!("{db}.`{prefix}workflow_steps`"),
             releases: format!("{db}.`{prefix}releases`"),
+            batch_jobs: format!("{db}.`{prefix}batch_jobs`"),
         }
     }
 
@@ -63,6 +66,7 @@ impl Tables {
             .replace("{workflows}", &self.workflows)
             .replace("{workflow_steps}", &self.workflow_steps)
             .replace("{releases}", &self.releases)
+            .replace("{batch_jobs}", &self.batch_jobs)
     }
 }
 

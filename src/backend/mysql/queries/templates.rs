@@ -82,6 +82,7 @@ pub const FIND_HISTORY_UNIQUE: &str = "
 SELECT id FROM {history}
 WHERE queue = :queue AND unique_hash = UNHEX(SHA2(:unique_key, 256)) AND unique_key = :unique_key
   AND finished_at >= {now} + :since_in
+  AND (:statuses IS NULL OR JSON_CONTAINS(:statuses, JSON_QUOTE(status)))
 ORDER BY finished_at DESC LIMIT 1";
 
 // ---- lease -----------------------------------------------------------------
@@ -234,11 +235,14 @@ FOR UPDATE"
 
 /// The leases of `:leases` (a JSON array of `[id, token]`) still held,
 /// locked: the fence of a batch of completions. Only in MySQL (see
-/// [`COMPLETE_MANY_TO_HISTORY`]).
+/// [`COMPLETE_MANY_TO_HISTORY`]). Each with its batch, if it is a member
+/// (`batches.rs`): a batch of completions with no member in it costs no
+/// statement more.
 pub const LOCK_HELD: &str = "
-SELECT j.id
+SELECT j.id, m.batch_id
 FROM JSON_TABLE(:leases, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS held
 STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = held.id AND j.lease_token = held.token
+LEFT JOIN {batch_jobs} AS m ON m.job_id = j.id
 FOR UPDATE";
 
 /// Copies a batch of completed jobs into history in one statement.

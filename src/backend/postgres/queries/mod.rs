@@ -39,6 +39,8 @@ impl Tables {
             .replace("{groups}", &format!("{schema}{prefix}groups"))
             .replace("{group_members}", &format!("{schema}{prefix}group_members"))
             .replace("{schedules}", &format!("{schema}{prefix}schedules"))
+            .replace("{batches}", &format!("{schema}{prefix}batches"))
+            .replace("{batch_jobs}", &format!("{schema}{prefix}batch_jobs"))
             .replace("{channel}", &self.channel())
             .replace("{now}", NOW)
             .replace("{token}", TOKEN)

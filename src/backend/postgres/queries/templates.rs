@@ -91,6 +91,7 @@ pub const FIND_LIVE_UNIQUE: &str = "SELECT id FROM {jobs} WHERE queue = $1 AND u
 pub const FIND_HISTORY_UNIQUE: &str = "
 SELECT id FROM {history}
 WHERE queue = $2 AND unique_key = $3 AND finished_at >= {now} + $4
+  AND ($5::text IS NULL OR status IN (SELECT jsonb_array_elements_text($5::jsonb)))
 ORDER BY finished_at DESC LIMIT 1";
 
 /// Wakes the workers listening on this queue's channel (`$1`), delivered
@@ -207,11 +208,15 @@ macro_rules! append_error {
 /// Moves live jobs into history with their final status, fenced on their
 /// tokens (a NULL token matches only a job that is not leased: an operator's
 /// cancel). Parameters: `$1` now override, then arrays of id, token, status,
-/// result JSON text, error entry JSON text. Returns the ids moved.
+/// result JSON text, error entry JSON text. Returns the ids moved, each with
+/// the ids of the batches whose counters the statement updated (the same
+/// array on every row; see `batches.rs`).
 ///
 /// Differs from SQLite in that one statement moves many rows: a
 /// data-modifying CTE deletes the live rows and inserts what it deleted, so
-/// the copy and the delete cannot disagree and a batch is one round trip.
+/// the copy and the delete cannot disagree and a batch is one round trip;
+/// the batch members among them are counted in the same statement
+/// (`COUNTED`), so a job in no batch costs no round trip more.
 pub const FINISH_TO_HISTORY: &str = concat!(
     "
 WITH done AS (
@@ -221,17 +226,36 @@ moved AS (
     DELETE FROM {jobs} AS j USING done
     WHERE j.id = done.id AND j.lease_token IS NOT DISTINCT FROM done.token
     RETURNING j.*, done.status AS new_status, done.result AS new_result,
-              done.error AS new_error)
-INSERT INTO {history}
-    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
-     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
-     started_at, finished_at, progress)
-SELECT id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at, ",
+              done.error AS new_error),
+copied AS (
+    INSERT INTO {history}
+        (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
+         errors, cancel_requested, created_at, updated_at, result, status, processed_by,
+         started_at, finished_at, progress)
+    SELECT id, queue, kind, priority, unique_key, payload, attempts, max_attempts,
+           available_at, ",
     append_error!("errors", "new_error"),
     ", cancel_requested, created_at, {now}, new_result::jsonb, new_status, locked_by,
-       first_leased_at, {now}, progress
-FROM moved
-RETURNING id"
+           first_leased_at, {now}, progress
+    FROM moved
+    RETURNING id),
+gone AS (
+    DELETE FROM {batch_jobs} AS m USING moved
+    WHERE m.job_id = moved.id
+    RETURNING m.batch_id, moved.new_status AS status),
+counted AS (
+    UPDATE {batches} AS b
+    SET completed = b.completed + c.completed, discarded = b.discarded + c.discarded,
+        cancelled = b.cancelled + c.cancelled, dead = b.dead + c.dead, updated_at = {now}
+    FROM (SELECT batch_id,
+                 count(*) FILTER (WHERE status = 'completed') AS completed,
+                 count(*) FILTER (WHERE status = 'discarded') AS discarded,
+                 count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+                 count(*) FILTER (WHERE status = 'dead') AS dead
+          FROM gone GROUP BY batch_id) AS c
+    WHERE b.id = c.batch_id
+    RETURNING b.id)
+SELECT id, ARRAY(SELECT id FROM counted) FROM copied"
 );
 
 /// Removes a live row (an operator's delete).
