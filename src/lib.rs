@@ -130,6 +130,7 @@ pub mod clock;
 mod copy;
 mod error;
 mod events;
+pub mod finished;
 pub mod group;
 pub mod inspect;
 mod job;

@@ -15,6 +15,7 @@ mod copy;
 mod enqueue;
 mod events;
 mod find_unique;
+mod finished_counts;
 mod finished_per_minute;
 mod groups;
 mod heartbeat_rescue;

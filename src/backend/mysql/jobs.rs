@@ -302,6 +302,7 @@ pub(crate) fn complete_many(
             },
         )?;
         q.exec_drop(&sql.delete_many_live, params! { "leases" => &leases })?;
+        super::counts::count_moved(sql, q, &held.iter().copied().collect::<Vec<_>>())?;
     }
     Ok(items
         .iter()
@@ -409,7 +410,7 @@ pub(crate) fn finish(
         return Err(Error::LeaseLost { job_id });
     }
     q.exec_drop(&sql.delete_live, params! { "id" => job_id })?;
-    Ok(())
+    super::counts::count_moved(sql, q, &[job_id])
 }
 
 fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {

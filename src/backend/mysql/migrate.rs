@@ -37,6 +37,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V7__workers",
         include_str!("../../../migrations/mysql/V7__workers.sql"),
     ),
+    (
+        "V10__finished_counts",
+        include_str!("../../../migrations/mysql/V10__finished_counts.sql"),
+    ),
 ];
 
 /// Applies pending migrations.
@@ -105,6 +109,7 @@ fn render(template: &str, prefix: &str) -> String {
         .replace("{group_members}", &format!("{prefix}group_members"))
         .replace("{schedules}", &format!("{prefix}schedules"))
         .replace("{workers}", &format!("{prefix}workers"))
+        .replace("{finished_counts}", &format!("{prefix}finished_counts"))
 }
 
 /// The server lock's name for one queue's tables. Names are at most 64

@@ -13,6 +13,7 @@
 //! documents, and the places the two differ are commented where they meet.
 
 pub(crate) mod connection;
+pub(crate) mod counts;
 pub(crate) mod enqueue;
 pub(crate) mod groups;
 pub(crate) mod inspect;

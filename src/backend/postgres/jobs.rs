@@ -459,7 +459,12 @@ where
             &errors,
         ],
     )?;
-    rows.iter().map(|r| Ok(r.try_get::<_, i64>(0)?)).collect()
+    let moved = rows
+        .iter()
+        .map(|r| Ok(r.try_get::<_, i64>(0)?))
+        .collect::<Result<HashSet<i64>>>()?;
+    super::counts::count_moved(tx, q, moved.iter().copied())?;
+    Ok(moved)
 }
 
 /// Unleases the jobs at `indexes` of `items`; returns, per job unleased,

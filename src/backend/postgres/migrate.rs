@@ -43,6 +43,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V7__workers",
         include_str!("../../../migrations/postgres/V7__workers.sql"),
     ),
+    (
+        "V10__finished_counts",
+        include_str!("../../../migrations/postgres/V10__finished_counts.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

@@ -315,7 +315,7 @@ pub(crate) fn finish(
     }
     conn.prepare_cached(queries::DELETE_LIVE)?
         .execute([job_id])?;
-    Ok(())
+    super::counts::count_moved(conn, &[job_id])
 }
 
 fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {

@@ -9,6 +9,7 @@
 //! `complete_in`).
 
 pub(crate) mod connection;
+pub(crate) mod counts;
 pub(crate) mod data_version;
 pub(crate) mod groups;
 pub(crate) mod inspect;

@@ -1,0 +1,116 @@
+//! Finished-job counts on SQLite (`backlog_finished_counts`, V10; see
+//! [`crate::backend::counts`]). [`count_moved`] is the one call each path
+//! that moves jobs to history makes, after its insert, in its own
+//! transaction; the rest is the [`Counts`] part of the store.
+
+use rusqlite::{params, Connection};
+
+use super::Connections;
+use crate::backend::counts::{BucketRow, Counts, TotalRow, ALL_TIME, HOUR, MINUTE};
+use crate::error::Result;
+
+/// Counts the history row `?1` into its minute and hour buckets: an upsert
+/// of two rows, read from the row just written (its primary key).
+pub const COUNT_ONE: &str = "
+INSERT INTO backlog_finished_counts (span, bucket, queue, kind, status, n)
+SELECT s.span, h.finished_at - h.finished_at % (s.span * 1000000), h.queue, h.kind, h.status, 1
+FROM backlog_history AS h, (SELECT 60 AS span UNION ALL SELECT 3600) AS s
+WHERE h.id = ?1
+ON CONFLICT (span, bucket, queue, kind, status) DO UPDATE SET n = n + excluded.n";
+
+/// As [`COUNT_ONE`] for the history rows whose ids are the JSON array `?1`
+/// (a group's members).
+pub const COUNT_MANY: &str = "
+INSERT INTO backlog_finished_counts (span, bucket, queue, kind, status, n)
+SELECT s.span, h.finished_at - h.finished_at % (s.span * 1000000), h.queue, h.kind, h.status,
+       count(*)
+FROM backlog_history AS h, (SELECT 60 AS span UNION ALL SELECT 3600) AS s
+WHERE h.id IN (SELECT value FROM json_each(?1))
+GROUP BY 1, 2, 3, 4, 5
+ON CONFLICT (span, bucket, queue, kind, status) DO UPDATE SET n = n + excluded.n";
+
+/// The buckets of span `?1` µs-wide `?2` from the one holding `?3` back,
+/// `?4` of them.
+pub const BUCKETS: &str = "
+SELECT queue, kind, status, (?3 - ?3 % ?2 - bucket) / ?2, n FROM backlog_finished_counts
+WHERE span = ?1 AND bucket >= ?3 - ?3 % ?2 - (?4 - 1) * ?2";
+
+/// All-time counts: the folded row plus the hours.
+pub const TOTALS: &str = "
+SELECT queue, kind, status, sum(n) FROM backlog_finished_counts
+WHERE span IN (0, 3600) GROUP BY queue, kind, status";
+
+/// Deletes minute buckets that started before `?1`.
+pub const PRUNE_MINUTES: &str = "
+DELETE FROM backlog_finished_counts WHERE span = 60 AND bucket < ?1";
+
+/// Adds hour buckets that started before `?1` to the all-time row.
+pub const FOLD_HOURS: &str = "
+INSERT INTO backlog_finished_counts (span, bucket, queue, kind, status, n)
+SELECT 0, 0, queue, kind, status, sum(n) FROM backlog_finished_counts
+WHERE span = 3600 AND bucket < ?1
+GROUP BY queue, kind, status
+ON CONFLICT (span, bucket, queue, kind, status) DO UPDATE SET n = n + excluded.n";
+
+/// Deletes the hour buckets [`FOLD_HOURS`] added up.
+pub const PRUNE_HOURS: &str = "
+DELETE FROM backlog_finished_counts WHERE span = 3600 AND bucket < ?1";
+
+/// Counts the jobs `ids`, just moved to history in this transaction.
+pub(crate) fn count_moved(conn: &Connection, ids: &[i64]) -> Result<()> {
+    match ids {
+        [] => {}
+        [id] => {
+            conn.prepare_cached(COUNT_ONE)?.execute([id])?;
+        }
+        _ => {
+            conn.prepare_cached(COUNT_MANY)?
+                .execute([serde_json::to_string(ids)?])?;
+        }
+    }
+    Ok(())
+}
+
+impl Counts for Connections {
+    fn finished_buckets(&self, span: i64, buckets: i64, now: i64) -> Result<Vec<BucketRow>> {
+        debug_assert!(span == MINUTE || span == HOUR);
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(BUCKETS)?;
+            let rows = stmt.query_map(params![span, span * 1_000_000, now, buckets], |r| {
+                Ok(BucketRow {
+                    queue: r.get(0)?,
+                    kind: r.get(1)?,
+                    status: r.get(2)?,
+                    buckets_ago: r.get(3)?,
+                    count: r.get(4)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+    }
+
+    fn finished_totals(&self) -> Result<Vec<TotalRow>> {
+        debug_assert_eq!(ALL_TIME, 0);
+        self.read(|c| {
+            let mut stmt = c.prepare_cached(TOTALS)?;
+            let rows = stmt.query_map([], |r| {
+                Ok(TotalRow {
+                    queue: r.get(0)?,
+                    kind: r.get(1)?,
+                    status: r.get(2)?,
+                    count: r.get(3)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+    }
+
+    fn compact_counts(&self, minutes_before: i64, hours_before: i64, _now: i64) -> Result<usize> {
+        self.write(|tx| {
+            let minutes = tx.prepare_cached(PRUNE_MINUTES)?.execute([minutes_before])?;
+            tx.prepare_cached(FOLD_HOURS)?.execute([hours_before])?;
+            let hours = tx.prepare_cached(PRUNE_HOURS)?.execute([hours_before])?;
+            Ok(minutes + hours)
+        })
+    }
+}
