@@ -72,6 +72,7 @@ fn backlog_rows() -> Vec<(i64, String)> {
         (5, "limits".to_owned()),
         (6, "schedules".to_owned()),
         (7, "workers".to_owned()),
+        (10, "finished_counts".to_owned()),
     ]
 }
 

@@ -515,9 +515,9 @@ fn queues_with_other_prefixes_or_schemas_neither_see_nor_wake_each_other() -> Te
             &[&server.schema],
         )?
         .try_get(0)?;
-    // jobs, history, queues, groups, group members, schedules, workers
-    // and refinery's history, per prefix.
-    assert_eq!(tables, 16);
+    // jobs, history, queues, groups, group members, schedules, workers,
+    // finished counts and refinery's history, per prefix.
+    assert_eq!(tables, 18);
     Ok(())
 }
 
