@@ -271,7 +271,10 @@ fn stats_prints_a_table_and_json_per_queue() -> TestResult {
     assert!(lines[0].ends_with("NO WORKER"), "{}", lines[0]);
     assert_eq!(
         default,
-        ["default", "1", "0", "1", "1", "0", "1", "1", "1", "1", "0", "0", "1", "-", "email", "1"]
+        [
+            "default", "1", "0", "1", "1", "0", "1", "1", "1", "1", "0", "0", "1", "-", "email",
+            "1"
+        ]
     );
     let media: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(
@@ -901,10 +904,18 @@ fn copy_moves_a_queue_into_a_new_file() -> TestResult {
         .ok()?
         .json()?;
     assert_eq!(report["live"], json!(5));
-    assert_eq!(Queue::open(&again)?.get(1)?.state, JobState::Finished(FinalStatus::Completed));
+    assert_eq!(
+        Queue::open(&again)?.get(1)?.state,
+        JobState::Finished(FinalStatus::Completed)
+    );
     backlog_raw(&["copy", to_s])?.fails_with(exit::USAGE, "TO with --db FROM")?;
     let help = backlog_raw(&["copy", "--help"])?.ok()?;
-    assert!(help.stdout.contains("the source when only the destination is given"), "{}", help.stdout);
+    assert!(
+        help.stdout
+            .contains("the source when only the destination is given"),
+        "{}",
+        help.stdout
+    );
     Ok(())
 }
 
@@ -926,13 +937,32 @@ fn stats_totals_count_every_finish_and_outlive_history() -> TestResult {
             .collect())
     };
     let table = fixture.run(&["stats"])?.ok()?;
-    let header: Vec<&str> = table.stdout.lines().next().ok_or("no header")?.split_whitespace().collect();
+    let header: Vec<&str> = table
+        .stdout
+        .lines()
+        .next()
+        .ok_or("no header")?
+        .split_whitespace()
+        .collect();
     // QUEUE, 5 live states, DEAD, DONE 1H, PER MIN, then the totals (the
     // header splits DONE 1H and PER MIN in two words each).
-    assert_eq!(&header[11..16], ["COMPLETED", "DISCARDED", "CANCELLED", "DIED", "PAUSED"]);
+    assert_eq!(
+        &header[11..16],
+        ["COMPLETED", "DISCARDED", "CANCELLED", "DIED", "PAUSED"]
+    );
     let rows = totals(table)?;
-    assert_eq!(&rows[0][9..13], ["1", "1", "0", "1"], "default: {:?}", rows[0]);
-    assert_eq!(&rows[1][9..13], ["0", "1", "1", "0"], "media: {:?}", rows[1]);
+    assert_eq!(
+        &rows[0][9..13],
+        ["1", "1", "0", "1"],
+        "default: {:?}",
+        rows[0]
+    );
+    assert_eq!(
+        &rows[1][9..13],
+        ["0", "1", "1", "0"],
+        "media: {:?}",
+        rows[1]
+    );
     // Pruned history: the dead-letter count drops, the totals stay.
     std::thread::sleep(Duration::from_millis(20));
     fixture.run(&["purge", "--older-than", "10ms"])?.ok()?;

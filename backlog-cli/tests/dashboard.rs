@@ -756,11 +756,22 @@ fn the_chart_api_covers_an_hour_a_day_and_a_week_per_queue_and_kind(s: &Setup) -
     for (window, buckets, secs) in [("1h", 60, 60), ("24h", 24, 3600), ("7d", 168, 3600)] {
         let chart = d.get(&format!("/api/chart?window={window}"))?.expect(200)?;
         assert_eq!(chart["window"], json!(window));
-        assert_eq!((chart["buckets"].as_u64(), chart["bucket_secs"].as_u64()), (Some(buckets), Some(secs)));
+        assert_eq!(
+            (chart["buckets"].as_u64(), chart["bucket_secs"].as_u64()),
+            (Some(buckets), Some(secs))
+        );
         for key in ["completed", "failed", "cancelled"] {
-            assert_eq!(chart[key].as_array().map(Vec::len), Some(buckets as usize), "{key}");
+            assert_eq!(
+                chart[key].as_array().map(Vec::len),
+                Some(buckets as usize),
+                "{key}"
+            );
         }
-        assert_eq!((sum(&chart, "completed")?, sum(&chart, "failed")?), (1, 5), "{window}");
+        assert_eq!(
+            (sum(&chart, "completed")?, sum(&chart, "failed")?),
+            (1, 5),
+            "{window}"
+        );
         assert_eq!(chart["queues"], json!(["billing", "emails", "webhooks"]));
         assert_eq!(
             chart["kinds"],
@@ -769,11 +780,21 @@ fn the_chart_api_covers_an_hour_a_day_and_a_week_per_queue_and_kind(s: &Setup) -
     }
     // The default window is the hour; a queue or a kind narrows it.
     let emails = d.get("/api/chart?queue=emails")?.expect(200)?;
-    assert_eq!((emails["window"].as_str(), emails["queue"].as_str()), (Some("1h"), Some("emails")));
-    assert_eq!((sum(&emails, "completed")?, sum(&emails, "failed")?), (0, 3));
-    let hooks = d.get("/api/chart?window=7d&kind=deliver_webhook")?.expect(200)?;
+    assert_eq!(
+        (emails["window"].as_str(), emails["queue"].as_str()),
+        (Some("1h"), Some("emails"))
+    );
+    assert_eq!(
+        (sum(&emails, "completed")?, sum(&emails, "failed")?),
+        (0, 3)
+    );
+    let hooks = d
+        .get("/api/chart?window=7d&kind=deliver_webhook")?
+        .expect(200)?;
     assert_eq!((sum(&hooks, "completed")?, sum(&hooks, "failed")?), (1, 1));
-    let none = d.get("/api/chart?window=24h&queue=emails&kind=charge_invoice")?.expect(200)?;
+    let none = d
+        .get("/api/chart?window=24h&queue=emails&kind=charge_invoice")?
+        .expect(200)?;
     assert_eq!((sum(&none, "completed")?, sum(&none, "failed")?), (0, 0));
     // A window it does not know is a 400 that says which it knows.
     let bad = d.get("/api/chart?window=30d")?;
@@ -787,6 +808,9 @@ fn the_chart_api_covers_an_hour_a_day_and_a_week_per_queue_and_kind(s: &Setup) -
     // Totals in the stats the overview shows carry the counts too.
     let overview = d.get("/api/overview")?.expect(200)?;
     let billing = &overview["queues"][0];
-    assert_eq!(billing["finished"], json!({"completed": 0, "discarded": 0, "cancelled": 1, "dead": 1, "aggregated": 0}));
+    assert_eq!(
+        billing["finished"],
+        json!({"completed": 0, "discarded": 0, "cancelled": 1, "dead": 1, "aggregated": 0})
+    );
     Ok(())
 }

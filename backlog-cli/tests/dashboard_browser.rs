@@ -16,9 +16,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dashboard_common::{
-    seed, seed_week, Backend, Dashboard, Database, TestResult, SCRIPT_PAYLOAD,
-};
+use dashboard_common::{seed, seed_week, Backend, Dashboard, Database, TestResult, SCRIPT_PAYLOAD};
 use serde_json::{json, Value};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -246,14 +244,17 @@ fn operator_charts_a_week_per_queue_and_kind_in_chromium() -> TestResult {
     browser.wait_text("[data-choose=\"queue\"] .active", |t| t == "billing")?;
     let (done, failed) = api("window=7d&queue=billing")?;
     browser.wait_text("#throughput .legend", |t| {
-        t.contains(&format!("{} completed", fmt(done))) && t.contains(&format!("{} failed", fmt(failed)))
+        t.contains(&format!("{} completed", fmt(done)))
+            && t.contains(&format!("{} failed", fmt(failed)))
     })?;
     assert!(failed >= 18, "the outage's dead invoices: {failed}");
     browser.click("[data-choose=\"kind\"] a[href*=\"kind=charge_invoice\"]")?;
     browser.wait_text("[data-choose=\"kind\"] .active", |t| t == "charge_invoice")?;
     // A day, per hour, keeping the queue and kind chosen.
     browser.click("[data-choose=\"window\"] a[href*=\"window=24h\"]")?;
-    browser.wait_text("#throughput h2", |t| t == "Finished per hour, last 24 hours")?;
+    browser.wait_text("#throughput h2", |t| {
+        t == "Finished per hour, last 24 hours"
+    })?;
     browser.wait_text("[data-choose=\"kind\"] .active", |t| t == "charge_invoice")?;
     assert!(bars()? <= 24, "{} bars", bars()?);
     // The hour, per minute, every queue again.

@@ -55,6 +55,10 @@ pub(crate) trait Counts {
     /// that started before `hours_before` into the all-time row. Times are
     /// the engine's (the servers apply them as offsets from `now`). Nonzero
     /// when it changed anything.
-    fn compact_counts(&self, minutes_before: i64, hours_before: i64, now: i64)
-        -> crate::Result<usize>;
+    fn compact_counts(
+        &self,
+        minutes_before: i64,
+        hours_before: i64,
+        now: i64,
+    ) -> crate::Result<usize>;
 }

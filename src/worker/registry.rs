@@ -160,6 +160,31 @@ impl Queue {
     pub(crate) fn prune_workers(&self) -> crate::Result<usize> {
         self.store().prune_workers(self.now_micros())
     }
+
+    /// Writes (or refreshes) the registry row of a worker `id` serving
+    /// `queues` with handlers for `kinds`, as each heartbeat tick does,
+    /// expiring in a minute: for `examples/heartbeat_cost.rs`, which weighs
+    /// the tick's [`Queue::unhandled`] check against this write.
+    #[doc(hidden)]
+    pub fn register_worker_row(
+        &self,
+        id: &str,
+        queues: &[String],
+        kinds: &[String],
+    ) -> crate::Result<()> {
+        let now = self.now_micros();
+        self.store().register_worker(&RegisterWorkerParams {
+            id,
+            host: "bench",
+            pid: i64::from(std::process::id()),
+            queues: &serde_json::to_string(queues)?,
+            kinds: &serde_json::to_string(kinds)?,
+            concurrency: 1,
+            started_at: now,
+            expires_at: now.saturating_add(60_000_000),
+            now,
+        })
+    }
 }
 
 /// A JSON array of names as stored; anything else reads as none.

@@ -32,7 +32,10 @@ fn per_status(t: &FinishedTotals) -> [u64; 5] {
 }
 
 /// `(buckets_ago, queue, kind, status, count)` of a window, as reported.
-fn buckets(h: &Harness, window: Window) -> TestResult<Vec<(u32, String, String, &'static str, u64)>> {
+fn buckets(
+    h: &Harness,
+    window: Window,
+) -> TestResult<Vec<(u32, String, String, &'static str, u64)>> {
     Ok(h.queue
         .finished_buckets(window)?
         .into_iter()
@@ -40,7 +43,13 @@ fn buckets(h: &Harness, window: Window) -> TestResult<Vec<(u32, String, String, 
         .collect())
 }
 
-fn row(ago: u32, queue: &str, kind: &str, status: &'static str, n: u64) -> (u32, String, String, &'static str, u64) {
+fn row(
+    ago: u32,
+    queue: &str,
+    kind: &str,
+    status: &'static str,
+    n: u64,
+) -> (u32, String, String, &'static str, u64) {
     (ago, queue.into(), kind.into(), status, n)
 }
 
@@ -60,12 +69,17 @@ fn finished_counts_count_every_way_a_job_finishes(b: &Backend) -> TestResult {
         .enqueue(NewJob::new("mail", json!({})).queue("a").max_attempts(1))?;
     h.queue.fail(&lease("a", 1)?[0], "boom")?;
     // Discarded: by the handler, and by an operator while it waits.
-    h.queue.enqueue(NewJob::new("resize", json!({})).queue("a"))?;
+    h.queue
+        .enqueue(NewJob::new("resize", json!({})).queue("a"))?;
     h.queue.discard(&lease("a", 1)?[0], "bad input")?;
-    let waiting = h.queue.enqueue(NewJob::new("resize", json!({})).queue("a"))?;
+    let waiting = h
+        .queue
+        .enqueue(NewJob::new("resize", json!({})).queue("a"))?;
     h.queue.discard_job(waiting.id, "not needed")?;
     // Cancelled by an operator while it waits; a lost lease is not counted.
-    let waiting = h.queue.enqueue(NewJob::new("resize", json!({})).queue("b"))?;
+    let waiting = h
+        .queue
+        .enqueue(NewJob::new("resize", json!({})).queue("b"))?;
     h.queue.cancel(waiting.id)?;
     // Aggregated: three members combined into one job (itself live).
     for n in 0..3 {
@@ -129,11 +143,18 @@ fn finished_counts_count_every_way_a_job_finishes(b: &Backend) -> TestResult {
     h.queue.discard(&lease("c", 1)?[0], "try later")?;
     h.queue.retry(retried.id)?;
     h.queue.complete(&lease("c", 1)?[0], None)?;
-    let c = h.queue.finished_totals()?.into_iter().find(|t| t.queue == "c");
+    let c = h
+        .queue
+        .finished_totals()?
+        .into_iter()
+        .find(|t| t.queue == "c");
     let c = c.ok_or("no queue c")?;
     assert_eq!((c.totals.discarded, c.totals.completed), (1, 1));
     assert_eq!(
-        h.queue.list(&JobFilter::new(JobState::Finished(FinalStatus::Completed)).queue("c"))?.jobs.len(),
+        h.queue
+            .list(&JobFilter::new(JobState::Finished(FinalStatus::Completed)).queue("c"))?
+            .jobs
+            .len(),
         1
     );
     Ok(())
@@ -173,7 +194,10 @@ fn finished_counts_bucket_by_minute_and_hour_on_the_clock(b: &Backend) -> TestRe
     // Two hours on: out of the hour's window, two buckets back in the day's.
     h.advance(2 * HOUR);
     finish("y", 1)?;
-    assert_eq!(buckets(&h, Window::Hour)?, [row(0, "default", "y", "completed", 1)]);
+    assert_eq!(
+        buckets(&h, Window::Hour)?,
+        [row(0, "default", "y", "completed", 1)]
+    );
     let day = [
         row(0, "default", "y", "completed", 1),
         row(2, "default", "x", "completed", 3),
@@ -191,7 +215,10 @@ fn finished_counts_bucket_by_minute_and_hour_on_the_clock(b: &Backend) -> TestRe
             ("default".to_owned(), "y".to_owned(), [2, 0, 0, 0, 0]),
         ]
     );
-    assert!(h.queue.compact_finished_counts()? > 0, "minutes 2 h old deleted");
+    assert!(
+        h.queue.compact_finished_counts()? > 0,
+        "minutes 2 h old deleted"
+    );
     assert_eq!(buckets(&h, Window::Day)?, day);
     assert_eq!(totals(&h)?, before);
     // A day on: the day's window is empty, the week's still has them.

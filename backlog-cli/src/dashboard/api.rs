@@ -137,7 +137,8 @@ fn chart_window(queue: &Queue, query: &str) -> Result<Value, Failure> {
         .ok_or_else(|| invalid(format!("window {name:?}: give 1h, 24h or 7d")))?;
     let (only_queue, only_kind) = (param("queue"), param("kind"));
     let n = window.buckets() as usize;
-    let (mut completed, mut failures, mut cancelled) = (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
+    let (mut completed, mut failures, mut cancelled) =
+        (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
     for b in queue.finished_buckets(window)? {
         if only_queue.as_ref().is_some_and(|q| *q != b.queue)
             || only_kind.as_ref().is_some_and(|k| *k != b.kind)

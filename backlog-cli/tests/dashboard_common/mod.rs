@@ -414,9 +414,10 @@ pub fn seed_week(db: &Database) -> TestResult {
         let outage = (45..=47).contains(&ago);
         let jobs = (0..digests)
             .map(|i| NewJob::new("send_digest", json!({"n": i})).queue("emails"))
-            .chain((0..hooks).map(|n| {
-                NewJob::new("deliver_webhook", json!({"n": n})).queue("webhooks")
-            }))
+            .chain(
+                (0..hooks)
+                    .map(|n| NewJob::new("deliver_webhook", json!({"n": n})).queue("webhooks")),
+            )
             .chain((0..nightly).map(|_| {
                 NewJob::new("build_report", json!({"report": "nightly"})).queue("reports")
             }))

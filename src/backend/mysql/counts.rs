@@ -142,7 +142,10 @@ impl Counts for Db {
                 .affected_rows();
             tx.exec_drop(&fold, params! { "now" => now.param(), "before" => hours })?;
             gone += tx
-                .exec_iter(&prune_hours, params! { "now" => now.param(), "before" => hours })?
+                .exec_iter(
+                    &prune_hours,
+                    params! { "now" => now.param(), "before" => hours },
+                )?
                 .affected_rows();
             Ok(usize::try_from(gone).unwrap_or(usize::MAX))
         })

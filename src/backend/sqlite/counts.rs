@@ -107,7 +107,9 @@ impl Counts for Connections {
 
     fn compact_counts(&self, minutes_before: i64, hours_before: i64, _now: i64) -> Result<usize> {
         self.write(|tx| {
-            let minutes = tx.prepare_cached(PRUNE_MINUTES)?.execute([minutes_before])?;
+            let minutes = tx
+                .prepare_cached(PRUNE_MINUTES)?
+                .execute([minutes_before])?;
             tx.prepare_cached(FOLD_HOURS)?.execute([hours_before])?;
             let hours = tx.prepare_cached(PRUNE_HOURS)?.execute([hours_before])?;
             Ok(minutes + hours)
