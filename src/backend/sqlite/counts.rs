@@ -116,3 +116,44 @@ impl Counts for Connections {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use crate::options::QueueOptions;
+
+    /// Counting a finish reads the history row by its key, and the charts
+    /// and totals read ranges of the counts' key: never a scan of history.
+    #[test]
+    fn counting_and_reading_walk_primary_keys_only() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
+        let db = Connections::open(&dir.path().join("q.db"), &QueueOptions::new())?;
+        super::super::migrate::migrate(&mut *db.writer()?, std::time::Duration::from_secs(5))?;
+        let plan = |sql: &str, args: &[&dyn rusqlite::ToSql]| -> Result<String> {
+            let conn = db.writer()?;
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+            let rows = stmt.query_map(args, |r| r.get::<_, String>(3))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))
+        };
+        let ids = "[1,2]";
+        for (sql, args) in [
+            (COUNT_ONE, &[&1_i64 as &dyn rusqlite::ToSql][..]),
+            (COUNT_MANY, &[&ids]),
+        ] {
+            let plan = plan(sql, args)?;
+            assert!(
+                plan.contains("SEARCH h USING INTEGER PRIMARY KEY"),
+                "{sql}\n{plan}"
+            );
+            assert!(!plan.contains("SCAN h"), "{sql}\n{plan}");
+        }
+        let (span, width, now, n) = (60_i64, 60_000_000_i64, 0_i64, 60_i64);
+        let plan = plan(BUCKETS, &[&span, &width, &now, &n])?;
+        assert!(
+            plan.contains("SEARCH backlog_finished_counts USING PRIMARY KEY (span=? AND bucket>?)"),
+            "{plan}"
+        );
+        Ok(())
+    }
+}
