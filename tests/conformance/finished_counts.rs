@@ -31,11 +31,11 @@ fn per_status(t: &FinishedTotals) -> [u64; 5] {
     FinalStatus::ALL.map(|s| t.get(s))
 }
 
-/// `(buckets_ago, queue, kind, status, count)` of a window, as reported.
-fn buckets(
-    h: &Harness,
-    window: Window,
-) -> TestResult<Vec<(u32, String, String, &'static str, u64)>> {
+/// `(buckets_ago, queue, kind, status, count)`: one bucket as reported.
+type Row = (u32, String, String, &'static str, u64);
+
+/// The buckets of a window, as reported.
+fn buckets(h: &Harness, window: Window) -> TestResult<Vec<Row>> {
     Ok(h.queue
         .finished_buckets(window)?
         .into_iter()
@@ -43,13 +43,7 @@ fn buckets(
         .collect())
 }
 
-fn row(
-    ago: u32,
-    queue: &str,
-    kind: &str,
-    status: &'static str,
-    n: u64,
-) -> (u32, String, String, &'static str, u64) {
+fn row(ago: u32, queue: &str, kind: &str, status: &'static str, n: u64) -> Row {
     (ago, queue.into(), kind.into(), status, n)
 }
 
