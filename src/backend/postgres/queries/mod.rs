@@ -142,7 +142,7 @@ impl Queries {
             lease: r(LEASE),
             next_due: r(NEXT_DUE),
             lease_queues: r(LEASE_QUEUES),
-            finish_to_history: r(FINISH_TO_HISTORY),
+            finish_to_history: super::counts::counting(&r(FINISH_TO_HISTORY), &tables),
             delete_live: r(DELETE_LIVE),
             reschedule: r(RESCHEDULE),
             lease_held: r(LEASE_HELD),
