@@ -179,7 +179,8 @@ fn operator_sees_live_workers_and_unhandled_kinds_in_chromium() -> TestResult {
     );
     browser.text("tr[data-worker=\"hooks-2.prod:977\"]")?;
     let unhandled = browser.wait_text("#unhandled", |t| t.contains("send_digest"))?;
-    assert!(unhandled.contains("build_report"), "{unhandled}");
+    // reports is paused: its due jobs wait for a resume, not a worker.
+    assert!(!unhandled.contains("build_report"), "{unhandled}");
     if let Some(dir) = std::env::var_os("BACKLOG_DASHBOARD_SCREENSHOTS").map(PathBuf::from) {
         browser.resize(1360, 800)?;
         browser.screenshot(&dir.join("dashboard-workers.png"))?;
