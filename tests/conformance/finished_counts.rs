@@ -97,6 +97,15 @@ fn finished_counts_count_every_way_a_job_finishes(b: &Backend) -> TestResult {
     assert_eq!(per_status(&a.finished), [4, 2, 0, 1, 0]);
     let b_stats = stats.iter().find(|s| s.queue == "b").ok_or("no queue b")?;
     assert_eq!(per_status(&b_stats.finished), [0, 0, 1, 0, 3]);
+    // The metrics export the totals per queue and status.
+    let text = h.queue.metrics()?;
+    for line in [
+        r#"backlog_finished_jobs_total{queue="a",status="completed"} 4"#,
+        r#"backlog_finished_jobs_total{queue="a",status="discarded"} 2"#,
+        r#"backlog_finished_jobs_total{queue="b",status="aggregated"} 3"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+    }
     // Nothing moved the clock: all of it is in the current minute and hour.
     for window in Window::ALL {
         let rows = buckets(&h, window)?;
