@@ -475,6 +475,10 @@ pub struct QueueStats {
     pub completed_last_hour: u64,
     /// Completed in the last minute: the throughput, in jobs per minute.
     pub completed_last_minute: u64,
+    /// Finished jobs per status since the counts began (completed,
+    /// discarded, cancelled, dead, aggregated), kept as jobs finish: pruned
+    /// history included (see [`crate::finished`]).
+    pub finished: crate::finished::FinishedTotals,
     /// Whether leases skip the queue.
     pub paused: bool,
     /// The queue's limits ([`Queue::set_limits`](crate::Queue::set_limits)).

@@ -131,6 +131,7 @@ pub mod clock;
 mod copy;
 mod error;
 mod events;
+pub mod finished;
 pub mod flow;
 pub mod group;
 pub mod inspect;

@@ -333,6 +333,7 @@ impl LimitState {
     /// This state with its concurrency limit left out: for a server lease
     /// whose claim statement counts the queue's running jobs itself, so the
     /// engine applies only the rate limit and the caps.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub(crate) fn rate_only(&self) -> LimitState {
         LimitState {
             limits: QueueLimits {

@@ -7,7 +7,9 @@
 //! - **Gauges read from the database at each scrape**, the same on every
 //!   process: jobs per queue and live state, the dead-letter count, paused
 //!   queues, queue limits, live workers (`backlog_workers`), due jobs no
-//!   live worker handles (`backlog_unhandled_jobs{queue,kind}`), and on
+//!   live worker handles (`backlog_unhandled_jobs{queue,kind}`), finished
+//!   jobs per queue and status from the counts kept as jobs finish
+//!   (`backlog_finished_jobs_total{queue,status}`, see [`crate::finished`]), and on
 //!   SQLite the size of the write-ahead log. [`Queue::metrics`]
 //!   renders these alone (what `backlog metrics` prints).
 //! - **What this process did**, counted from [`Queue::subscribe`] events by a
@@ -267,6 +269,33 @@ impl Collector for Gauges {
                 "backlog_unhandled_jobs",
                 "Due jobs per queue and kind that no live worker handles: they wait until a \
                  worker with a handler for the kind serves the queue",
+                None,
+                family.metric_type(),
+            )?)?;
+        }
+        // Finished jobs since the counts began, from the counts kept as
+        // jobs finish (never history): the same on every process, so a
+        // rate over it is the whole database's throughput.
+        if let Ok(totals) = self.queue.finished_totals() {
+            let family = Family::<Labels, Counter>::default();
+            for t in totals {
+                for status in crate::outcome::FinalStatus::ALL {
+                    let n = t.totals.get(status);
+                    if n > 0 {
+                        family
+                            .get_or_create(&vec![
+                                ("queue", t.queue.clone()),
+                                ("status", status.as_str().to_owned()),
+                            ])
+                            .inc_by(n);
+                    }
+                }
+            }
+            family.encode(encoder.encode_descriptor(
+                "backlog_finished_jobs",
+                "Jobs finished per queue and status (completed, discarded, cancelled, dead, \
+                 aggregated) on this database since its counts began, read from the counts \
+                 kept as jobs finish",
                 None,
                 family.metric_type(),
             )?)?;

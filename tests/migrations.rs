@@ -74,6 +74,7 @@ fn backlog_rows() -> Vec<(i64, String)> {
         (7, "workers".to_owned()),
         (8, "dependencies".to_owned()),
         (9, "batches".to_owned()),
+        (10, "finished_counts".to_owned()),
     ]
 }
 
@@ -223,5 +224,38 @@ fn an_applications_row_named_like_backlogs_but_with_another_checksum_stays() -> 
         [(1, "initial".to_owned())]
     );
     assert_eq!(history(&path, "backlog_schema_history")?, backlog_rows());
+    Ok(())
+}
+
+/// V10 starts the finished counts from the history a file already holds:
+/// per hour, so the totals and the week's chart include it.
+#[test]
+fn migrating_to_v10_counts_the_history_already_there() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("app.db");
+    let queue = Queue::open(&path)?;
+    for kind in ["a", "a", "b"] {
+        queue.enqueue(NewJob::new(kind, json!({})))?;
+    }
+    for job in queue.lease(&backlog::LeaseRequest::new("w", 3))? {
+        queue.complete(&job, None)?;
+    }
+    drop(queue);
+    // Back to V7: no counts yet.
+    Connection::open(&path)?.execute_batch(
+        "DROP TABLE backlog_finished_counts;
+         DELETE FROM backlog_schema_history WHERE version = 10;",
+    )?;
+    let queue = Queue::open(&path)?;
+    let totals: Vec<(String, u64)> = queue
+        .finished_totals()?
+        .into_iter()
+        .map(|t| (t.kind, t.totals.completed))
+        .collect();
+    assert_eq!(totals, [("a".to_owned(), 2), ("b".to_owned(), 1)]);
+    let week = queue.finished_buckets(backlog::finished::Window::Week)?;
+    assert_eq!(week.iter().map(|b| b.count).sum::<u64>(), 3);
+    // This hour (or the one before, should the clock have just turned).
+    assert!(week.iter().all(|b| b.buckets_ago <= 1), "{week:?}");
     Ok(())
 }

@@ -585,8 +585,9 @@ fn queues_with_other_prefixes_or_schemas_neither_see_nor_wake_each_other() -> Te
         )?
         .try_get(0)?;
     // jobs, history, queues, groups, group members, schedules, workers,
-    // batches, batch members and refinery's history, per prefix.
-    assert_eq!(tables, 20);
+    // pending, dependencies, workflows, workflow steps, batches, batch
+    // members, finished counts and refinery's history: 15 per prefix.
+    assert_eq!(tables, 30);
     Ok(())
 }
 
@@ -878,8 +879,9 @@ fn nodes_migrating_a_new_schema_at_once_all_succeed() -> TestResult {
         )?
         .try_get(0)?;
     // Each migration once: V1__initial, V2__due, V3__progress, V4__groups,
-    // V5__limits, V6__schedules, V7__workers, V8__dependencies, V9__batches.
-    assert_eq!(applied, 9);
+    // V5__limits, V6__schedules, V7__workers, V8__dependencies, V9__batches,
+    // V10__finished_counts.
+    assert_eq!(applied, 10);
     Ok(())
 }
 

@@ -37,7 +37,7 @@ use target::Target;
 )]
 struct Cli {
     /// The queue's database: a SQLite file, or a postgres:// or mysql:// URL.
-    /// Not used by `copy`, which names both of its own.
+    /// For `copy`, the source when only the destination is given.
     #[arg(long, env = "BACKLOG_DATABASE", global = true, value_name = "PATH|URL")]
     db: Option<String>,
     /// Print JSON for scripts instead of tables.
@@ -201,12 +201,14 @@ enum Command {
         read_only: bool,
     },
     /// Copy every live job and the history of one database into another
-    /// (created and migrated if needed), keeping ids.
+    /// (created and migrated if needed), keeping ids: `copy FROM TO`, or
+    /// `--db FROM copy TO`.
     Copy {
-        /// The source: a SQLite path or a database URL.
-        from: String,
-        /// The destination: a SQLite path or a database URL.
-        to: String,
+        /// The source, then the destination: SQLite paths or database URLs.
+        /// Given one, it is the destination and `--db` (or
+        /// BACKLOG_DATABASE) is the source.
+        #[arg(value_name = "[FROM] TO", num_args = 1..=2, required = true)]
+        databases: Vec<String>,
     },
 }
 
@@ -286,7 +288,15 @@ fn main() -> ExitCode {
 fn run(cli: &Cli) -> Result<(), Failure> {
     let out = Out { json: cli.json };
     match &cli.command {
-        Command::Copy { from, to } => return copy(&out, from, to),
+        Command::Copy { databases } => {
+            return match (databases.as_slice(), &cli.db) {
+                ([from, to], _) | ([to], Some(from)) => copy(&out, from, to),
+                _ => Err(Failure::new(
+                    Code::Usage,
+                    "copy: give FROM and TO, or TO with --db FROM (or BACKLOG_DATABASE)",
+                )),
+            };
+        }
         Command::Migrate => {
             let target = target(cli)?;
             let (_, applied) = target.open_and_migrate()?;

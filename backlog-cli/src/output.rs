@@ -131,9 +131,12 @@ pub fn limits_json(queue: &str, limits: &QueueLimits) -> Value {
     })
 }
 
-/// The stats table of `backlog stats` and `backlog watch`; a LIMITS column
-/// when a queue has limits, a NO WORKER column (due jobs per kind that no
-/// live worker handles) when a queue has such jobs.
+/// The stats table of `backlog stats` and `backlog watch`: live jobs by
+/// state, dead jobs, recent completions, then the finished totals since the
+/// counts began (COMPLETED, DISCARDED, CANCELLED, and DIED: every job that
+/// went dead, pruned ones included); a LIMITS column when a queue has
+/// limits, a NO WORKER column (due jobs per kind that no live worker
+/// handles) when a queue has such jobs.
 pub fn stats_table(stats: &[QueueStats]) -> String {
     let limited = stats.iter().any(|s| !s.limits.is_unlimited());
     let unhandled = stats.iter().any(|s| !s.unhandled.is_empty());
@@ -147,6 +150,10 @@ pub fn stats_table(stats: &[QueueStats]) -> String {
         ("DEAD", true),
         ("DONE 1H", true),
         ("PER MIN", true),
+        ("COMPLETED", true),
+        ("DISCARDED", true),
+        ("CANCELLED", true),
+        ("DIED", true),
         ("PAUSED", false),
     ];
     if limited {
@@ -167,6 +174,10 @@ pub fn stats_table(stats: &[QueueStats]) -> String {
             s.dead.to_string(),
             s.completed_last_hour.to_string(),
             s.completed_last_minute.to_string(),
+            s.finished.completed.to_string(),
+            s.finished.discarded.to_string(),
+            s.finished.cancelled.to_string(),
+            s.finished.dead.to_string(),
             if s.paused { "paused" } else { "-" }.to_owned(),
         ];
         if limited {
@@ -185,6 +196,17 @@ pub fn stats_table(stats: &[QueueStats]) -> String {
         return "no queues yet: nothing enqueued, nothing in history\n".into();
     }
     table.render()
+}
+
+/// Finished totals per status, every status named.
+pub fn finished_json(t: &backlog::finished::FinishedTotals) -> Value {
+    json!({
+        "completed": t.completed,
+        "discarded": t.discarded,
+        "cancelled": t.cancelled,
+        "dead": t.dead,
+        "aggregated": t.aggregated,
+    })
 }
 
 /// A queue's due jobs no live worker handles: `email 2, resize 1`, or `-`.
@@ -215,6 +237,7 @@ pub fn stats_json(stats: &[QueueStats]) -> Value {
                     "dead": s.dead,
                     "completed_last_hour": s.completed_last_hour,
                     "completed_last_minute": s.completed_last_minute,
+                    "finished": finished_json(&s.finished),
                     "paused": s.paused,
                 });
                 if !s.limits.is_unlimited() {

@@ -168,7 +168,10 @@ fn migrate_creates_a_new_queue_that_stats_then_reads() -> TestResult {
     let db = dir.path().join("new.db");
     let run = backlog(&db, &["migrate"])?.ok()?;
     assert!(
-        run.stdout.contains("applied 8 migration(s): V1__initial"),
+        run.stdout.contains("applied 10 migration(s): V1__initial")
+            && run
+                .stdout
+                .ends_with("V8__dependencies, V9__batches, V10__finished_counts\n"),
         "{}",
         run.stdout
     );
@@ -270,12 +273,15 @@ fn stats_prints_a_table_and_json_per_queue() -> TestResult {
     assert!(lines[0].ends_with("NO WORKER"), "{}", lines[0]);
     assert_eq!(
         default,
-        ["default", "1", "0", "1", "1", "0", "1", "1", "1", "-", "email", "1"]
+        [
+            "default", "1", "0", "1", "1", "0", "1", "1", "1", "1", "0", "0", "1", "-", "email",
+            "1"
+        ]
     );
     let media: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(
         media,
-        ["media", "1", "1", "0", "0", "0", "0", "0", "0", "-", "resize", "1"]
+        ["media", "1", "1", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0", "-", "resize", "1"]
     );
 
     let stats = fixture.run(&["--json", "stats"])?.ok()?.json()?;
@@ -283,7 +289,10 @@ fn stats_prints_a_table_and_json_per_queue() -> TestResult {
         stats[0],
         json!({"queue": "default", "available": 1, "scheduled": 0, "retrying": 1,
                "running": 1, "grouped": 0, "pending": 0, "dead": 1, "completed_last_hour": 1,
-               "completed_last_minute": 1, "paused": false,
+               "completed_last_minute": 1,
+               "finished": {"completed": 1, "discarded": 0, "cancelled": 0, "dead": 1,
+                            "aggregated": 0},
+               "paused": false,
                "unhandled": [{"kind": "email", "due": 1}]})
     );
     let only = fixture
@@ -890,6 +899,85 @@ fn copy_moves_a_queue_into_a_new_file() -> TestResult {
     backlog_raw(&["copy", missing.to_str().ok_or("path")?, to_s])?
         .fails_with(exit::UNREACHABLE, "no database at")?;
     assert!(!missing.exists());
+    // `--db` is the source when only the destination is given.
+    let again = dir.path().join("again.db");
+    let report = fixture
+        .run(&["--json", "copy", again.to_str().ok_or("path")?])?
+        .ok()?
+        .json()?;
+    assert_eq!(report["live"], json!(5));
+    assert_eq!(
+        Queue::open(&again)?.get(1)?.state,
+        JobState::Finished(FinalStatus::Completed)
+    );
+    backlog_raw(&["copy", to_s])?.fails_with(exit::USAGE, "TO with --db FROM")?;
+    let help = backlog_raw(&["copy", "--help"])?.ok()?;
+    assert!(
+        help.stdout
+            .contains("the source when only the destination is given"),
+        "{}",
+        help.stdout
+    );
+    Ok(())
+}
+
+#[test]
+fn stats_totals_count_every_finish_and_outlive_history() -> TestResult {
+    let fixture = Fixture::new()?;
+    let queue = fixture.queue()?;
+    // Job 5 (email, available) discarded and job 7 (media) cancelled by an
+    // operator; job 6 (media, scheduled) discarded too.
+    queue.discard_job(5, "not needed")?;
+    queue.discard_job(6, "not needed")?;
+    queue.cancel(7)?;
+    let totals = |run: Run| -> TestResult<Vec<Vec<String>>> {
+        Ok(run
+            .stdout
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().map(str::to_owned).collect())
+            .collect())
+    };
+    let table = fixture.run(&["stats"])?.ok()?;
+    let header: Vec<&str> = table
+        .stdout
+        .lines()
+        .next()
+        .ok_or("no header")?
+        .split_whitespace()
+        .collect();
+    // QUEUE, 5 live states, DEAD, DONE 1H, PER MIN, then the totals (the
+    // header splits DONE 1H and PER MIN in two words each).
+    assert_eq!(
+        &header[11..16],
+        ["COMPLETED", "DISCARDED", "CANCELLED", "DIED", "PAUSED"]
+    );
+    let rows = totals(table)?;
+    assert_eq!(
+        &rows[0][9..13],
+        ["1", "1", "0", "1"],
+        "default: {:?}",
+        rows[0]
+    );
+    assert_eq!(
+        &rows[1][9..13],
+        ["0", "1", "1", "0"],
+        "media: {:?}",
+        rows[1]
+    );
+    // Pruned history: the dead-letter count drops, the totals stay.
+    std::thread::sleep(Duration::from_millis(20));
+    fixture.run(&["purge", "--older-than", "10ms"])?.ok()?;
+    let stats = fixture.run(&["--json", "stats"])?.ok()?.json()?;
+    assert_eq!(stats[0]["dead"], json!(0));
+    assert_eq!(
+        stats[0]["finished"],
+        json!({"completed": 1, "discarded": 1, "cancelled": 0, "dead": 1, "aggregated": 0})
+    );
+    assert_eq!(
+        stats[1]["finished"],
+        json!({"completed": 0, "discarded": 1, "cancelled": 1, "dead": 0, "aggregated": 0})
+    );
     Ok(())
 }
 
@@ -913,6 +1001,7 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          DROP TABLE backlog_pending; DROP TABLE backlog_dependencies;
          DROP TABLE backlog_workflows; DROP TABLE backlog_workflow_steps;
          DROP TABLE backlog_batches; DROP TABLE backlog_batch_jobs;
+         DROP TABLE backlog_finished_counts;
          DROP INDEX backlog_jobs_running;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_start;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_count;

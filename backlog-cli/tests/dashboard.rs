@@ -51,6 +51,7 @@ on_every_backend!(
     read_only_mode_refuses_every_action,
     a_token_guards_every_route_but_healthz,
     the_workers_page_lists_live_workers_their_jobs_and_unhandled_kinds,
+    the_chart_api_covers_an_hour_a_day_and_a_week_per_queue_and_kind,
 );
 
 struct Setup {
@@ -737,5 +738,79 @@ fn the_workers_page_lists_live_workers_their_jobs_and_unhandled_kinds(s: &Setup)
     assert!(js.contains("async function workersPage()"));
     worker.shutdown(Duration::from_secs(10))?;
     assert_eq!(d.get("/api/workers")?.expect(200)?["workers"], json!([]));
+    Ok(())
+}
+
+fn the_chart_api_covers_an_hour_a_day_and_a_week_per_queue_and_kind(s: &Setup) -> TestResult {
+    let d = Dashboard::start(&s.db.target, &[])?;
+    let sum = |v: &serde_json::Value, key: &str| -> TestResult<u64> {
+        Ok(v[key]
+            .as_array()
+            .ok_or_else(|| format!("no {key} in {v}"))?
+            .iter()
+            .filter_map(|n| n.as_u64())
+            .sum())
+    };
+    // Seeded in the last minutes: 1 webhook delivered; 3 emails, 1 invoice
+    // and 1 webhook dead. Every window holds them, in its own buckets.
+    for (window, buckets, secs) in [("1h", 60, 60), ("24h", 24, 3600), ("7d", 168, 3600)] {
+        let chart = d.get(&format!("/api/chart?window={window}"))?.expect(200)?;
+        assert_eq!(chart["window"], json!(window));
+        assert_eq!(
+            (chart["buckets"].as_u64(), chart["bucket_secs"].as_u64()),
+            (Some(buckets), Some(secs))
+        );
+        for key in ["completed", "failed", "cancelled"] {
+            assert_eq!(
+                chart[key].as_array().map(Vec::len),
+                Some(buckets as usize),
+                "{key}"
+            );
+        }
+        assert_eq!(
+            (sum(&chart, "completed")?, sum(&chart, "failed")?),
+            (1, 5),
+            "{window}"
+        );
+        assert_eq!(chart["queues"], json!(["billing", "emails", "webhooks"]));
+        assert_eq!(
+            chart["kinds"],
+            json!(["charge_invoice", "deliver_webhook", "send_welcome_email"])
+        );
+    }
+    // The default window is the hour; a queue or a kind narrows it.
+    let emails = d.get("/api/chart?queue=emails")?.expect(200)?;
+    assert_eq!(
+        (emails["window"].as_str(), emails["queue"].as_str()),
+        (Some("1h"), Some("emails"))
+    );
+    assert_eq!(
+        (sum(&emails, "completed")?, sum(&emails, "failed")?),
+        (0, 3)
+    );
+    let hooks = d
+        .get("/api/chart?window=7d&kind=deliver_webhook")?
+        .expect(200)?;
+    assert_eq!((sum(&hooks, "completed")?, sum(&hooks, "failed")?), (1, 1));
+    let none = d
+        .get("/api/chart?window=24h&queue=emails&kind=charge_invoice")?
+        .expect(200)?;
+    assert_eq!((sum(&none, "completed")?, sum(&none, "failed")?), (0, 0));
+    // A window it does not know is a 400 that says which it knows.
+    let bad = d.get("/api/chart?window=30d")?;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body.contains("1h, 24h or 7d"), "{}", bad.body);
+    // An operator cancel shows in its own column.
+    let queue = s.db.open()?;
+    queue.cancel(s.seeded.scheduled)?;
+    let chart = d.get("/api/chart?window=24h&queue=billing")?.expect(200)?;
+    assert_eq!(sum(&chart, "cancelled")?, 1);
+    // Totals in the stats the overview shows carry the counts too.
+    let overview = d.get("/api/overview")?.expect(200)?;
+    let billing = &overview["queues"][0];
+    assert_eq!(
+        billing["finished"],
+        json!({"completed": 0, "discarded": 0, "cancelled": 1, "dead": 1, "aggregated": 0})
+    );
     Ok(())
 }

@@ -34,6 +34,7 @@
 //!
 //! [`Transition`]: crate::outcome::Transition
 
+pub(crate) mod counts;
 pub(crate) mod inside;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
@@ -67,7 +68,9 @@ use params::{
 /// the engine's clock (see the time rule above). A concern with tables of
 /// its own is a part of its own ([`Schedules`]), implemented beside its SQL
 /// in each backend's file of that name.
-pub(crate) trait Store: Schedules + Workers + Flows + Batches + Send + Sync + Debug {
+pub(crate) trait Store:
+    Schedules + Workers + Flows + Batches + counts::Counts + Send + Sync + Debug
+{
     /// Applies pending schema migrations. SQLite waits at most
     /// `write_deadline` for the write lock.
     fn migrate(&self, write_deadline: Duration) -> Result<()>;

@@ -120,13 +120,15 @@ impl Queue {
     }
 
     /// Every queue at a glance, by name: its live jobs by state, its dead
-    /// jobs, completions in the last hour and minute, whether it is paused,
-    /// its limits, and its due jobs no live worker handles
-    /// ([`QueueStats::unhandled`]). A queue is listed when it has live or dead jobs,
-    /// completed one in the last hour, is paused or has a limit.
+    /// jobs, completions in the last hour and minute, its finished totals
+    /// ([`QueueStats::finished`]), whether it is paused, its limits, and its
+    /// due jobs no live worker handles ([`QueueStats::unhandled`]). A queue
+    /// is listed when it has live or dead jobs, ever finished one, is paused
+    /// or has a limit.
     ///
-    /// Counts the live jobs (a scan of the live table) and reads the dead
-    /// and recently completed ranges of history, never the rest of it.
+    /// Counts the live jobs (a scan of the live table), reads the dead and
+    /// recently completed ranges of history, never the rest of it, and the
+    /// finished counts' totals ([`Queue::finished_totals`]).
     pub fn stats(&self) -> Result<Vec<QueueStats>> {
         let now = self.now_micros();
         let hour_ago = now.saturating_sub(3_600_000_000);
@@ -160,6 +162,12 @@ impl Queue {
             let stats = entry(&mut by_queue, &r.queue);
             stats.completed_last_hour = r.hour;
             stats.completed_last_minute = r.minute;
+        }
+        for t in self.finished_totals()? {
+            let stats = entry(&mut by_queue, &t.queue);
+            for status in FinalStatus::ALL {
+                stats.finished.add(status, t.totals.get(status));
+            }
         }
         let paused = self.paused_queues()?;
         for queue in &paused {

@@ -1,6 +1,6 @@
 //! Maintenance, on every worker: rescue expired leases, prune history by
-//! retention, delete the registry rows of workers gone without a shutdown,
-//! and checkpoint the WAL when idle.
+//! retention, compact the finished counts, delete the registry rows of
+//! workers gone without a shutdown, and checkpoint the WAL when idle.
 //!
 //! Each step is one short, bounded transaction fenced like every other write,
 //! so any number of worker processes on one file can run it at once: two
@@ -63,6 +63,11 @@ impl Maintenance {
         match queue.prune_history(&self.shared.config.retention, PRUNE_BATCH) {
             Ok(_) => queue.note_maintenance_write(),
             Err(error) => warn_failed("pruning history", &error),
+        }
+        match queue.compact_finished_counts() {
+            Ok(0) => {}
+            Ok(_) => queue.note_maintenance_write(),
+            Err(error) => warn_failed("compacting finished counts", &error),
         }
         match queue.prune_workers() {
             Ok(0) => {}

@@ -130,8 +130,11 @@ impl Queue {
     /// The due jobs that no live worker handles, per queue and kind, by
     /// queue then kind: a job enqueued with a kind no worker has a handler
     /// for, or into a queue no worker serves. Each waits until a worker
-    /// that handles it starts. Reads the live workers and counts the due
-    /// jobs per queue and kind (from the lease index on SQLite).
+    /// that handles it starts. A paused queue's jobs are not listed: they
+    /// wait for the queue to be resumed, not for a worker. Reads the live
+    /// workers and counts the due jobs per queue and kind (from the lease
+    /// index on SQLite); reads the paused queues only when some due job has
+    /// no worker.
     pub fn unhandled(&self) -> crate::Result<Vec<UnhandledJobs>> {
         let workers = self.workers()?;
         let mut due = BTreeMap::<(String, String), u64>::new();
@@ -139,6 +142,10 @@ impl Queue {
             if !workers.iter().any(|w| w.handles(&c.queue, &c.kind)) {
                 *due.entry((c.queue, c.kind)).or_default() += c.count.max(0) as u64;
             }
+        }
+        if !due.is_empty() {
+            let paused = self.paused_queues()?;
+            due.retain(|(queue, _), _| !paused.contains(queue));
         }
         Ok(due
             .into_iter()
@@ -152,6 +159,31 @@ impl Queue {
     /// expiry passed); how many. Maintenance runs it.
     pub(crate) fn prune_workers(&self) -> crate::Result<usize> {
         self.store().prune_workers(self.now_micros())
+    }
+
+    /// Writes (or refreshes) the registry row of a worker `id` serving
+    /// `queues` with handlers for `kinds`, as each heartbeat tick does,
+    /// expiring in a minute: for `examples/heartbeat_cost.rs`, which weighs
+    /// the tick's [`Queue::unhandled`] check against this write.
+    #[doc(hidden)]
+    pub fn register_worker_row(
+        &self,
+        id: &str,
+        queues: &[String],
+        kinds: &[String],
+    ) -> crate::Result<()> {
+        let now = self.now_micros();
+        self.store().register_worker(&RegisterWorkerParams {
+            id,
+            host: "bench",
+            pid: i64::from(std::process::id()),
+            queues: &serde_json::to_string(queues)?,
+            kinds: &serde_json::to_string(kinds)?,
+            concurrency: 1,
+            started_at: now,
+            expires_at: now.saturating_add(60_000_000),
+            now,
+        })
     }
 }
 

@@ -17,6 +17,7 @@ mod dependencies;
 mod enqueue;
 mod events;
 mod find_unique;
+mod finished_counts;
 mod finished_per_minute;
 mod groups;
 mod heartbeat_rescue;

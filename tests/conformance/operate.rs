@@ -146,6 +146,9 @@ fn stats_report_each_queue_with_recent_completions_and_pauses(b: &Backend) -> Te
     q.enqueue(NewJob::new("k", json!(1)).queue("c"))?;
 
     let stats = q.stats()?;
+    // Finished totals since the counts began (see finished_counts.rs).
+    let finished = stats[0].finished;
+    assert_eq!((finished.completed, finished.dead), (3, 1));
     assert_eq!(
         stats,
         vec![
@@ -160,6 +163,7 @@ fn stats_report_each_queue_with_recent_completions_and_pauses(b: &Backend) -> Te
                 dead: 1,
                 completed_last_hour: 2,
                 completed_last_minute: 0,
+                finished,
                 paused: false,
                 limits: Default::default(),
                 // No worker runs: every due job waits for nobody.

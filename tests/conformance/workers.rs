@@ -1,13 +1,14 @@
 //! The live-worker registry: a started worker is listed with what it serves
 //! and the jobs it holds; a shut-down worker is gone; a worker whose
 //! heartbeat stopped ages out and maintenance deletes its row; a due job of
-//! a kind no live worker handles is flagged until a worker for it starts.
+//! a kind no live worker handles is flagged until a worker for it starts,
+//! unless its queue is paused.
 //! Time is the harness's manual clock.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use backlog::{Event, NewJob, Worker, EXPIRY_HEARTBEATS};
+use backlog::{Event, NewJob, QueueLimits, Rate, Worker, EXPIRY_HEARTBEATS};
 use serde_json::json;
 
 use crate::harness::{Backend, TestResult};
@@ -171,8 +172,13 @@ fn a_due_job_no_live_worker_handles_is_flagged_until_a_worker_for_it_starts(
         ("orphan", 2)
     );
 
-    // The queue paused keeps the jobs due while workers start.
+    // A paused queue's due jobs wait for the queue, not for a worker.
     h.queue.pause("default")?;
+    assert!(flagged(&h)?.is_empty(), "paused");
+    assert!(h.queue.stats()?.iter().all(|s| s.unhandled.is_empty()));
+    h.queue.resume("default")?;
+    assert_eq!(flagged(&h)?, [("default".into(), "orphan".into(), 2)]);
+
     let other_kind = Worker::builder(h.queue.clone())
         .worker_id("registry-other-kind")
         .handle_raw("something-else", |_, _| Ok(()))
@@ -188,16 +194,30 @@ fn a_due_job_no_live_worker_handles_is_flagged_until_a_worker_for_it_starts(
         "neither handles orphan on default"
     );
 
+    // One start per hour (the clock stands still): the handler runs one
+    // orphan, the other stays due, with a live worker for it.
+    h.queue.set_limits(
+        "default",
+        QueueLimits {
+            rate: Some(Rate::per_hour(1)),
+            ..QueueLimits::default()
+        },
+    )?;
+    let (ran, runs) = mpsc::channel();
     let handler = Worker::builder(h.queue.clone())
         .worker_id("registry-handler")
-        .handle_raw("orphan", |_, _| Ok(()))
+        .handle_raw("orphan", move |_, _| {
+            ran.send(()).ok();
+            Ok(())
+        })
         .start()?;
+    runs.recv_timeout(WAIT)?;
     assert!(flagged(&h)?.is_empty());
     assert!(h.queue.stats()?.iter().all(|s| s.unhandled.is_empty()));
 
-    // Once it is gone, they are flagged again.
+    // Once it is gone, the one left is flagged again.
     handler.shutdown(WAIT)?;
-    assert_eq!(flagged(&h)?, [("default".into(), "orphan".into(), 2)]);
+    assert_eq!(flagged(&h)?, [("default".into(), "orphan".into(), 1)]);
     other_kind.shutdown(WAIT)?;
     other_queue.shutdown(WAIT)?;
     Ok(())
@@ -205,7 +225,6 @@ fn a_due_job_no_live_worker_handles_is_flagged_until_a_worker_for_it_starts(
 
 fn the_metrics_count_live_workers_and_unhandled_jobs(backend: &Backend) -> TestResult {
     let h = backend.harness()?;
-    h.queue.pause("default")?;
     h.queue.enqueue(NewJob::new("orphan", json!({})))?;
     h.queue.enqueue(NewJob::new("k", json!({})))?;
     let worker = Worker::builder(h.queue.clone())

@@ -4,6 +4,7 @@
 
 use std::time::SystemTime;
 
+use backlog::finished::Window;
 use backlog::{BulkReport, FinalStatus, JobFilter, JobRecord, JobState, JobUpdate, Queue};
 use hyper::Method;
 use serde_json::{json, Map, Value};
@@ -114,6 +115,63 @@ fn chart(finished: &[backlog::FinishedCount]) -> Value {
         }
     }
     json!({"minutes": minutes, "completed": completed, "failed": failures})
+}
+
+/// `GET /api/chart?window=1h|24h|7d&queue=&kind=`: finished jobs per bucket
+/// of the window (per minute for 1h, per hour for 24h and 7d), oldest
+/// first, from the counts kept as jobs finish (`Queue::finished_buckets`),
+/// every queue and kind together unless `queue` or `kind` narrows them;
+/// and the queues and kinds that ever finished a job, for the page's
+/// choosers.
+pub fn chart_api(queue: &Queue, query: &str) -> Reply {
+    match chart_window(queue, query) {
+        Ok(value) => Reply::json(200, &value),
+        Err(f) => failure(f),
+    }
+}
+
+fn chart_window(queue: &Queue, query: &str) -> Result<Value, Failure> {
+    let param = |name| query_param(query, name).filter(|v| !v.is_empty());
+    let name = param("window").unwrap_or_else(|| "1h".into());
+    let window = Window::parse(&name)
+        .ok_or_else(|| invalid(format!("window {name:?}: give 1h, 24h or 7d")))?;
+    let (only_queue, only_kind) = (param("queue"), param("kind"));
+    let n = window.buckets() as usize;
+    let (mut completed, mut failures, mut cancelled) =
+        (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
+    for b in queue.finished_buckets(window)? {
+        if only_queue.as_ref().is_some_and(|q| *q != b.queue)
+            || only_kind.as_ref().is_some_and(|k| *k != b.kind)
+        {
+            continue;
+        }
+        let slot = n - 1 - (b.buckets_ago as usize).min(n - 1);
+        let column = match b.status {
+            FinalStatus::Completed => &mut completed,
+            FinalStatus::Cancelled => &mut cancelled,
+            status if failed(status) => &mut failures,
+            _ => continue,
+        };
+        column[slot] += b.count;
+    }
+    let totals = queue.finished_totals()?;
+    let mut queues: Vec<&str> = totals.iter().map(|t| t.queue.as_str()).collect();
+    queues.dedup();
+    let mut kinds: Vec<&str> = totals.iter().map(|t| t.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    Ok(json!({
+        "window": window.as_str(),
+        "bucket_secs": window.bucket().as_secs(),
+        "buckets": n,
+        "queue": only_queue,
+        "kind": only_kind,
+        "completed": completed,
+        "failed": failures,
+        "cancelled": cancelled,
+        "queues": queues,
+        "kinds": kinds,
+    }))
 }
 
 /// Periodic schedules (last and next tick) and the queues' limits, as the

@@ -258,6 +258,7 @@ impl Server {
             ["api", "overview"] => only("GET", get, &|| api::overview(&self.queue, &self.config)),
             ["api", "jobs"] => only("GET", get, &|| api::jobs(&self.queue, r.query)),
             ["api", "workers"] => only("GET", get, &|| api::workers(&self.queue)),
+            ["api", "chart"] => only("GET", get, &|| api::chart_api(&self.queue, r.query)),
             ["api", "jobs", id] => only("GET", get, &|| api::job(&self.queue, id)),
             ["api", "jobs", id, action] => only("POST", post, &|| {
                 self.action(|| api::job_action(&self.queue, id, action, r.body))

@@ -391,6 +391,68 @@ fn seed_history(queue: &Queue, clock: &ManualClock, now: i64) -> TestResult {
     Ok(())
 }
 
+/// A week of finished jobs before the last hour, hour by hour in a
+/// daily-traffic shape: digests and webhooks completed, some webhooks
+/// discarded, a nightly report at 02:00, and an outage (dead invoices) two
+/// days ago. For the longer charts (`/?window=7d`).
+#[allow(dead_code)]
+pub fn seed_week(db: &Database) -> TestResult {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_micros() as i64;
+    let clock = ManualClock::at(at(now));
+    let queue = db.open_with(QueueOptions::new().clock(clock.clone()))?;
+    let hour = 3_600_000_000_i64;
+    for ago in (2..=168_i64).rev() {
+        clock.set(at(now - ago * hour + 60_000_000));
+        let of_day = (now / hour - ago).rem_euclid(24) as f64;
+        let shape = (std::f64::consts::TAU * (of_day - 9.0) / 24.0).cos() * 0.5 + 0.5;
+        // As many as the last hour's seed (about 1,900) at the daily peak.
+        let digests = 150 + (shape * 1100.0) as usize + (ago as usize * 37 % 60);
+        let hooks = 40 + (shape * 300.0) as usize + (ago as usize * 13 % 25);
+        let nightly = usize::from(of_day as i64 == 2);
+        let outage = (45..=47).contains(&ago);
+        let jobs = (0..digests)
+            .map(|i| NewJob::new("send_digest", json!({"n": i})).queue("emails"))
+            .chain(
+                (0..hooks)
+                    .map(|n| NewJob::new("deliver_webhook", json!({"n": n})).queue("webhooks")),
+            )
+            .chain((0..nightly).map(|_| {
+                NewJob::new("build_report", json!({"report": "nightly"})).queue("reports")
+            }))
+            .chain((0..if outage { 6 } else { 1 }).map(|n| {
+                NewJob::new("charge_invoice", json!({"n": n}))
+                    .queue("billing")
+                    .max_attempts(1)
+            }));
+        queue.enqueue_many(jobs)?;
+        let mut gone = 0;
+        loop {
+            let leased = queue.lease(
+                &LeaseRequest::new("web-3.prod:5120", 1000)
+                    .queues(["emails", "webhooks", "reports", "billing"]),
+            )?;
+            if leased.is_empty() {
+                break;
+            }
+            let mut done = Vec::new();
+            for job in &leased {
+                if job.kind == "charge_invoice" && outage {
+                    queue.fail(job, "payment gateway: 503 Service Unavailable")?;
+                } else if job.kind == "deliver_webhook" && gone < (ago as usize % 5) * 3 {
+                    queue.discard(job, "HTTP 410 Gone: endpoint removed")?;
+                    gone += 1;
+                } else {
+                    done.push(job);
+                }
+            }
+            queue.complete_many(done)?;
+        }
+    }
+    Ok(())
+}
+
 /// `backlog dashboard` running as a process; killed on drop.
 pub struct Dashboard {
     child: Child,

@@ -110,6 +110,7 @@ pub(crate) fn aggregate(
                 params! { "ids" => &ids_json, "into" => job_id, "now" => now.param() },
             )?;
             q.exec_drop(&sql.delete_aggregated, params! { "ids" => &ids_json })?;
+            super::counts::count_moved(sql, q, &ids)?;
             done.push(Aggregated {
                 job_id,
                 queue: queue.clone(),

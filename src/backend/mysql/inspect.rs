@@ -315,7 +315,11 @@ pub(crate) fn import(sql: &Sql, q: &mut impl Queryable, records: &[JobRecord]) -
             }
             _ => &sql.import_live,
         };
-        written += q.exec_iter(statement, values)?.affected_rows();
+        let inserted = q.exec_iter(statement, values)?.affected_rows();
+        if inserted > 0 && matches!(r.state, JobState::Finished(_)) {
+            super::counts::count_moved(sql, q, &[r.id])?;
+        }
+        written += inserted;
         highest = highest.max(r.id);
     }
     if highest > 0 {
@@ -518,6 +522,7 @@ mod tests {
             "V7__workers",
             "V8__dependencies",
             "V9__batches",
+            "V10__finished_counts",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate(std::time::Duration::ZERO)?;

@@ -303,6 +303,7 @@ pub(crate) fn complete_many(
             },
         )?;
         q.exec_drop(&sql.delete_many_live, params! { "leases" => &leases })?;
+        super::counts::count_moved(sql, q, &held.iter().copied().collect::<Vec<_>>())?;
         let ended: Vec<(i64, FinalStatus)> = held
             .iter()
             .map(|&id| (id, FinalStatus::Completed))
@@ -418,6 +419,7 @@ pub(crate) fn finish(
         return Err(Error::LeaseLost { job_id });
     }
     q.exec_drop(&sql.delete_live, params! { "id" => job_id })?;
+    super::counts::count_moved(sql, q, &[job_id])?;
     super::flows::finished(sql, q, vec![(job_id, status)], now)?;
     super::batches::finished(sql, q, &[(job_id, status)], now)
 }

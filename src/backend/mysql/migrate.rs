@@ -45,6 +45,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V9__batches",
         include_str!("../../../migrations/mysql/V9__batches.sql"),
     ),
+    (
+        "V10__finished_counts",
+        include_str!("../../../migrations/mysql/V10__finished_counts.sql"),
+    ),
 ];
 
 /// Applies pending migrations.
@@ -120,6 +124,7 @@ fn render(template: &str, prefix: &str) -> String {
         .replace("{releases}", &format!("{prefix}releases"))
         .replace("{batches}", &format!("{prefix}batches"))
         .replace("{batch_jobs}", &format!("{prefix}batch_jobs"))
+        .replace("{finished_counts}", &format!("{prefix}finished_counts"))
 }
 
 /// The server lock's name for one queue's tables. Names are at most 64

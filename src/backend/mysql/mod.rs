@@ -14,6 +14,7 @@
 
 pub(crate) mod batches;
 pub(crate) mod connection;
+pub(crate) mod counts;
 pub(crate) mod enqueue;
 pub(crate) mod flows;
 pub(crate) mod groups;

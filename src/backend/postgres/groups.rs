@@ -103,6 +103,7 @@ pub(crate) fn aggregate<C: GenericClient>(
             )?;
             let job_id: i64 = row.try_get(0)?;
             tx.execute(&q.aggregate_to_history, &[&now, &ids, &job_id])?;
+            super::counts::count_moved(tx, q, ids.iter().copied())?;
             done.push(Aggregated {
                 job_id,
                 queue: queue.clone(),

@@ -395,7 +395,11 @@ pub(crate) fn import<C: GenericClient>(
                     &r.group_key,
                     &r.aggregated_into,
                 ]);
-                tx.execute(&q.import_history, &values)?
+                let inserted = tx.execute(&q.import_history, &values)?;
+                if inserted > 0 {
+                    super::counts::count_moved(tx, q, [r.id])?;
+                }
+                inserted
             }
             _ => {
                 let mut values = common.to_vec();

@@ -51,6 +51,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V9__batches",
         include_str!("../../../migrations/postgres/V9__batches.sql"),
     ),
+    (
+        "V10__finished_counts",
+        include_str!("../../../migrations/postgres/V10__finished_counts.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

@@ -77,6 +77,8 @@ pub(crate) fn aggregate(conn: &Connection, now: i64, limit: usize) -> Result<Vec
             let group = params![queue, kind, key, last, now, job_id];
             conn.prepare_cached(queries::AGGREGATE_TO_HISTORY)?
                 .execute(group)?;
+            let ids: Vec<i64> = members.iter().map(|m| m.0).collect();
+            super::counts::count_moved(conn, &ids)?;
             conn.prepare_cached(queries::DELETE_AGGREGATED)?
                 .execute(params![queue, kind, key, last])?;
             done.push(Aggregated {

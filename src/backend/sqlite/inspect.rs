@@ -413,8 +413,13 @@ pub(crate) fn import(conn: &Connection, records: &[JobRecord]) -> Result<usize> 
                     r.group_key,
                     r.aggregated_into
                 ]);
-                conn.prepare_cached(queries::IMPORT_HISTORY)?
-                    .execute(values.as_slice())?
+                let inserted = conn
+                    .prepare_cached(queries::IMPORT_HISTORY)?
+                    .execute(values.as_slice())?;
+                if inserted > 0 {
+                    super::counts::count_moved(conn, &[r.id])?;
+                }
+                inserted
             }
             _ => {
                 let mut values = common.to_vec();

@@ -325,6 +325,7 @@ pub(crate) fn finish(
     }
     conn.prepare_cached(queries::DELETE_LIVE)?
         .execute([job_id])?;
+    super::counts::count_moved(conn, &[job_id])?;
     super::flows::finished(conn, job_id, status, now)?;
     super::batches::finished(conn, job_id, status, now)
 }

@@ -144,8 +144,10 @@ pub(crate) fn pending(conn: &Connection) -> Result<Vec<String>> {
             .collect::<rusqlite::Result<_>>()?,
         None => Vec::new(),
     };
-    Ok(embedded::migrations::runner()
-        .get_migrations()
+    // Embedded in file-name order, where V10 sorts before V2.
+    let mut migrations = embedded::migrations::runner().get_migrations().clone();
+    migrations.sort_by_key(|m| m.version());
+    Ok(migrations
         .iter()
         .filter(|m| !applied.contains(&i64::from(m.version())))
         .map(|m| format!("V{}__{}", m.version(), m.name()))

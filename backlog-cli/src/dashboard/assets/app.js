@@ -149,7 +149,7 @@ function route() {
   const params = new URLSearchParams(location.search);
   let view, nav;
   let m;
-  if (path === "/") { view = () => overview(); nav = "overview"; }
+  if (path === "/") { view = () => overview(params); nav = "overview"; }
   else if (path === "/jobs") { view = () => jobs(params); nav = "jobs"; }
   else if (path === "/dead") { view = () => dead(params); nav = "dead"; }
   else if (path === "/workers") { view = () => workersPage(); nav = "workers"; }
@@ -212,8 +212,22 @@ for (const a of document.querySelectorAll("header a")) {
 
 // ---- overview -------------------------------------------------------------
 
-async function overview() {
-  const data = await api("/api/overview");
+// The chart's windows: its title and the labels under its axis.
+const WINDOWS = {
+  "1h": {title: "Finished per minute, last hour", unit: "/min",
+    axis: ["60 min ago", "30 min ago", "now"], bucket: (ago) => ago === 0 ? "this minute" : ago + " min ago"},
+  "24h": {title: "Finished per hour, last 24 hours", unit: "/h",
+    axis: ["24 h ago", "12 h ago", "now"], bucket: (ago) => ago === 0 ? "this hour" : ago + " h ago"},
+  "7d": {title: "Finished per hour, last 7 days", unit: "/h",
+    axis: ["7 days ago", "3½ days ago", "now"], bucket: (ago) => ago === 0 ? "this hour"
+      : ago < 48 ? ago + " h ago" : Math.floor(ago / 24) + " d " + (ago % 24) + " h ago"},
+};
+
+async function overview(params) {
+  const win = WINDOWS[params.get("window")] ? params.get("window") : "1h";
+  const cq = new URLSearchParams({window: win});
+  for (const k of ["queue", "kind"]) if (params.get(k)) cq.set(k, params.get(k));
+  const [data, c] = await Promise.all([api("/api/overview"), api("/api/chart?" + cq)]);
   const total = (k) => data.queues.reduce((n, q) => n + q[k], 0);
   const cards = h("div", {class: "cards"},
     card("Available", total("available"), "waiting for a worker", "/jobs?state=available"),
@@ -225,12 +239,7 @@ async function overview() {
       "last hour · " + num(total("completed_last_minute")) + " last minute",
       "/jobs?state=completed"));
   const out = [h("h1", {}, "Overview"), cards,
-    h("section", {class: "panel"},
-      h("div", {class: "panel-head"}, h("h2", {}, "Finished per minute, last hour"),
-        h("span", {class: "legend"},
-          h("i", {class: "k-done"}), num(total("completed_last_hour")) + " completed",
-          h("i", {class: "k-dead"}), num(total("failed_last_hour")) + " failed (dead or discarded)")),
-      chart(data.chart)),
+    chartPanel(c, cq),
     h("section", {class: "panel"},
       h("div", {class: "panel-head"}, h("h2", {}, "Queues"),
         h("span", {class: "muted"}, data.queues.length + " queue(s)")),
@@ -247,12 +256,39 @@ function card(label, value, note, href, tone) {
     h("div", {class: "card-note"}, note)));
 }
 
-// One bar per minute, oldest left: completed (blue) with failed (red) on top.
-function chart(c) {
-  const n = c.minutes, W = n * 10, H = 100;
+// The throughput panel: the window's chart with its choosers (window,
+// queue, kind), each a link to the overview with that choice in its query.
+function chartPanel(c, cq) {
+  const w = WINDOWS[c.window];
+  const sum = (xs) => xs.reduce((n, x) => n + x, 0);
+  const choose = (key, value, label, active) => {
+    const p = new URLSearchParams(cq);
+    if (value) p.set(key, value); else p.delete(key);
+    return link("/?" + p, h("span", {class: "tab" + (active ? " active" : "")}, label));
+  };
+  const row = (key, label, values) => h("div", {class: "tabs chart-choose", "data-choose": key},
+    h("span", {class: "muted"}, label),
+    choose(key, null, "all", !c[key]),
+    values.map((v) => choose(key, v, v, c[key] === v)));
+  return h("section", {class: "panel", id: "throughput"},
+    h("div", {class: "panel-head"}, h("h2", {}, w.title),
+      h("span", {class: "legend"},
+        h("i", {class: "k-done"}), num(sum(c.completed)) + " completed",
+        h("i", {class: "k-dead"}), num(sum(c.failed)) + " failed (dead or discarded)",
+        h("i", {class: "k-cancel"}), num(sum(c.cancelled)) + " cancelled")),
+    h("div", {class: "tabs chart-choose", "data-choose": "window"},
+      Object.keys(WINDOWS).map((k) => choose("window", k, k, k === c.window))),
+    row("queue", "Queue", c.queues),
+    row("kind", "Kind", c.kinds),
+    chart(c, w));
+}
+
+// One bar per bucket, oldest left: completed (blue) with failed (red) on top.
+function chart(c, w) {
+  const n = c.buckets, W = n * 10, H = 100;
   const max = Math.max(1, ...c.completed.map((done, i) => done + c.failed[i]));
   const el = svg("svg", {viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", class: "chart",
-    role: "img", "aria-label": "completed and failed jobs per minute, last hour"});
+    role: "img", "aria-label": "completed and failed jobs: " + w.title});
   for (const frac of [0.5, 1]) {
     el.append(svg("line", {x1: 0, x2: W, y1: H - frac * H, y2: H - frac * H, class: "grid"}));
   }
@@ -263,7 +299,7 @@ function chart(c) {
     const g = svg("g", {});
     const title = svg("title", {});
     const ago = n - 1 - i;
-    title.textContent = `${ago === 0 ? "last minute" : ago + " min ago"}: ${done} completed, ${bad} failed`;
+    title.textContent = `${w.bucket(ago)}: ${done} completed, ${bad} failed, ${c.cancelled[i]} cancelled`;
     g.append(title);
     const hd = (done / max) * H, hb = (bad / max) * H;
     if (done) g.append(svg("rect", {x: i * 10 + 1, y: H - hd, width: 8, height: hd, class: "bar-done"}));
@@ -271,10 +307,9 @@ function chart(c) {
     el.append(g);
   });
   return h("div", {class: "chart-wrap"},
-    h("div", {class: "chart-scale"}, h("span", {}, num(max) + "/min"), h("span", {}, num(Math.round(max / 2)))),
+    h("div", {class: "chart-scale"}, h("span", {}, num(max) + w.unit), h("span", {}, num(Math.round(max / 2)))),
     el,
-    h("div", {class: "chart-axis"}, h("span", {}, "60 min ago"), h("span", {}, "30 min ago"),
-      h("span", {}, "now")));
+    h("div", {class: "chart-axis"}, w.axis.map((a) => h("span", {}, a))));
 }
 
 function queuesTable(queues) {

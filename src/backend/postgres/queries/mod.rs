@@ -41,6 +41,10 @@ impl Tables {
             .replace("{schedules}", &format!("{schema}{prefix}schedules"))
             .replace("{batches}", &format!("{schema}{prefix}batches"))
             .replace("{batch_jobs}", &format!("{schema}{prefix}batch_jobs"))
+            .replace(
+                "{finished_counts}",
+                &format!("{schema}{prefix}finished_counts"),
+            )
             .replace("{channel}", &self.channel())
             .replace("{now}", NOW)
             .replace("{token}", TOKEN)

@@ -216,7 +216,10 @@ macro_rules! append_error {
 /// data-modifying CTE deletes the live rows and inserts what it deleted, so
 /// the copy and the delete cannot disagree and a batch is one round trip;
 /// the batch members among them are counted in the same statement
-/// (`COUNTED`), so a job in no batch costs no round trip more.
+/// (`counted`), so a job in no batch costs no round trip more, and so are
+/// the finished counts (`tallied`, as `counts.rs`' `COUNT_MOVED`, ordered
+/// by key so two finishing transactions lock the buckets in one order): a
+/// separate statement halved the burn-down's throughput.
 pub const FINISH_TO_HISTORY: &str = concat!(
     "
 WITH done AS (
@@ -238,7 +241,15 @@ copied AS (
     ", cancel_requested, created_at, {now}, new_result::jsonb, new_status, locked_by,
            first_leased_at, {now}, progress
     FROM moved
-    RETURNING id),
+    RETURNING id, queue, kind, status, finished_at),
+tallied AS (
+    INSERT INTO {finished_counts} AS c (span, bucket, queue, kind, status, n)
+    SELECT s.span, i.finished_at - i.finished_at % (s.span * 1000000), i.queue, i.kind,
+           i.status, count(*)
+    FROM copied AS i CROSS JOIN (VALUES (60::int8), (3600::int8)) AS s (span)
+    GROUP BY 1, 2, 3, 4, 5
+    ORDER BY 1, 2, 3, 4, 5
+    ON CONFLICT (span, bucket, queue, kind, status) DO UPDATE SET n = c.n + excluded.n),
 gone AS (
     DELETE FROM {batch_jobs} AS m USING moved
     WHERE m.job_id = moved.id

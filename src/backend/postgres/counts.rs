@@ -1,0 +1,157 @@
+//! Finished-job counts on PostgreSQL, in the order of `sqlite/counts.rs`.
+//!
+//! Times follow the rule of the other tables: buckets are aligned on the
+//! server's clock, which stamped `finished_at` (`$1`: a manual clock's now,
+//! or NULL). The `{finished_counts}` table name is filled in with the
+//! others (`queries::Tables::render`); the finish statement counts what it
+//! moves itself (`FINISH_TO_HISTORY`'s `tallied`).
+
+use postgres::GenericClient;
+
+use super::connection::Tx;
+use super::queries::Queries;
+use super::Db;
+use crate::backend::counts::{BucketRow, Counts, TotalRow};
+use crate::error::Result;
+
+/// As SQLite's `COUNT_MANY`: the history rows whose ids are `$1`. Differs
+/// in that the rows are ordered by key, so two transactions counting into
+/// the same buckets lock them in the same order (no deadlock).
+pub const COUNT_MOVED: &str = "
+INSERT INTO {finished_counts} AS c (span, bucket, queue, kind, status, n)
+SELECT s.span, h.finished_at - h.finished_at % (s.span * 1000000), h.queue, h.kind, h.status,
+       count(*)
+FROM {history} AS h CROSS JOIN (VALUES (60::int8), (3600::int8)) AS s (span)
+WHERE h.id = ANY($1::int8[])
+GROUP BY 1, 2, 3, 4, 5
+ORDER BY 1, 2, 3, 4, 5
+ON CONFLICT (span, bucket, queue, kind, status) DO UPDATE SET n = c.n + excluded.n";
+
+/// As SQLite's `BUCKETS`: `$2` span, `$3` its width in µs, `$4` how many.
+pub const BUCKETS: &str = "
+SELECT queue, kind, status, ({now} - {now} % $3::int8 - bucket) / $3::int8, n
+FROM {finished_counts}
+WHERE span = $2 AND bucket >= {now} - {now} % $3::int8 - ($4::int8 - 1) * $3::int8";
+
+/// As SQLite's `TOTALS`.
+pub const TOTALS: &str = "
+SELECT queue, kind, status, sum(n)::int8 FROM {finished_counts}
+WHERE span IN (0, 3600) GROUP BY queue, kind, status";
+
+/// As SQLite's `PRUNE_MINUTES`; `$2` is the cutoff as an offset from now.
+pub const PRUNE_MINUTES: &str = "
+DELETE FROM {finished_counts} WHERE span = 60 AND bucket < {now} + $2";
+
+/// As SQLite's `FOLD_HOURS` and `PRUNE_HOURS` in one statement: the hours
+/// deleted are the hours added up.
+pub const FOLD_HOURS: &str = "
+WITH folded AS (
+    DELETE FROM {finished_counts} WHERE span = 3600 AND bucket < {now} + $2
+    RETURNING queue, kind, status, n)
+INSERT INTO {finished_counts} AS c (span, bucket, queue, kind, status, n)
+SELECT 0, 0, queue, kind, status, sum(n) FROM folded GROUP BY 3, 4, 5 ORDER BY 3, 4, 5
+ON CONFLICT (span, bucket, queue, kind, status) DO UPDATE SET n = c.n + excluded.n";
+
+/// Counts the jobs `ids`, just moved to history in this transaction.
+pub(crate) fn count_moved<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    ids: impl IntoIterator<Item = i64>,
+) -> Result<()> {
+    let ids: Vec<i64> = ids.into_iter().collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    tx.execute(&q.tables.render(COUNT_MOVED), &[&ids])?;
+    Ok(())
+}
+
+impl Counts for Db {
+    fn finished_buckets(&self, span: i64, buckets: i64, now: i64) -> Result<Vec<BucketRow>> {
+        let sql = self.q.tables.render(BUCKETS);
+        let now = self.q.now_override(now);
+        let span32 = i32::try_from(span).unwrap_or(i32::MAX);
+        let width = span.saturating_mul(1_000_000);
+        self.pool.read(|tx| {
+            tx.query(&sql, &[&now, &span32, &width, &buckets])?
+                .iter()
+                .map(|r| {
+                    Ok(BucketRow {
+                        queue: r.try_get(0)?,
+                        kind: r.try_get(1)?,
+                        status: r.try_get(2)?,
+                        buckets_ago: r.try_get(3)?,
+                        count: r.try_get(4)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn finished_totals(&self) -> Result<Vec<TotalRow>> {
+        let sql = self.q.tables.render(TOTALS);
+        self.pool.read(|tx| {
+            tx.query(&sql, &[])?
+                .iter()
+                .map(|r| {
+                    Ok(TotalRow {
+                        queue: r.try_get(0)?,
+                        kind: r.try_get(1)?,
+                        status: r.try_get(2)?,
+                        count: r.try_get(3)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn compact_counts(&self, minutes_before: i64, hours_before: i64, now: i64) -> Result<usize> {
+        let (prune, fold) = (
+            self.q.tables.render(PRUNE_MINUTES),
+            self.q.tables.render(FOLD_HOURS),
+        );
+        let over = self.q.now_override(now);
+        let (minutes, hours) = (
+            minutes_before.saturating_sub(now),
+            hours_before.saturating_sub(now),
+        );
+        self.pool.write(|tx| {
+            let pruned = tx.execute(&prune, &[&over, &minutes])?;
+            tx.execute(&fold, &[&over, &hours])?;
+            Ok(usize::try_from(pruned).unwrap_or(usize::MAX))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::queries::Tables;
+    use super::*;
+    use crate::options::QueueOptions;
+
+    /// The finish statement counts what it moves, under the queue's own
+    /// table names, with every placeholder filled.
+    #[test]
+    fn the_finish_statement_counts_what_it_moves() {
+        let tables = Tables::new(&QueueOptions::new().table_prefix("app_"));
+        let finish = tables.render(super::super::queries::FINISH_TO_HISTORY);
+        assert_eq!(
+            finish.matches("INSERT INTO app_finished_counts").count(),
+            1,
+            "{finish}"
+        );
+        assert!(finish.contains("FROM copied AS i"), "{finish}");
+        for placeholder in [
+            "{history}",
+            "{finished_counts}",
+            "{jobs}",
+            "{now}",
+            "{batches}",
+        ] {
+            assert!(
+                !finish.contains(placeholder),
+                "{placeholder} is left: {finish}"
+            );
+        }
+    }
+}
