@@ -125,9 +125,13 @@
 mod failpoint;
 
 mod action;
+#[cfg(feature = "async")]
+pub mod async_queue;
 mod backend;
 pub mod clock;
 mod copy;
+#[cfg(feature = "diesel-postgres")]
+pub mod diesel;
 mod error;
 mod events;
 pub mod group;

@@ -1,0 +1,205 @@
+//! The job operations of `backlog::diesel::postgres` on an application's
+//! diesel `PgConnection`: the statements of [`super::queries`], the very
+//! texts the queue's own connections run, sent with `diesel::sql_query` and
+//! typed binds in their `$n` order.
+//!
+//! The control flow mirrors [`super::jobs`] (`enqueue`, `finish`) for the one
+//! reason that its `Tx` speaks the `postgres` crate's rows and binds, and
+//! diesel's connection is libpq's: each step below names the function it
+//! follows, so a change there is made here too. Differs from it in that a
+//! batch goes one statement per job (no arrays bound through diesel), and
+//! grouped jobs are refused by the caller before anything runs.
+
+use ::diesel::connection::SimpleConnection;
+use ::diesel::pg::PgConnection;
+use ::diesel::sql_types::{Array, BigInt, Integer, Nullable, Text};
+use ::diesel::{sql_query, QueryableByName, RunQueryDsl};
+
+use super::queries::Queries;
+use crate::backend::params::EnqueueParams;
+use crate::error::{Error, Result};
+use crate::job::Enqueued;
+use crate::lease::Lease;
+use crate::outcome::{FinalStatus, Transition};
+
+/// A statement's one `id` column.
+#[derive(QueryableByName)]
+struct Id {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+/// Whether `conn` is inside a transaction block. diesel keeps its
+/// transaction depth private (behind a feature for third-party backends),
+/// so the server is asked, in one round trip: a savepoint is set and
+/// released at once, which PostgreSQL refuses outside a transaction block
+/// (a multi-statement simple query's implicit block included) and which
+/// changes nothing inside one. When it is refused, `SELECT 1` tells a
+/// connection outside a transaction (it answers) from one whose transaction
+/// is aborted or whose connection is gone (it fails too: that error is
+/// returned).
+pub(crate) fn in_transaction(conn: &mut PgConnection) -> Result<bool> {
+    if conn
+        .batch_execute("SAVEPOINT backlog_probe; RELEASE SAVEPOINT backlog_probe")
+        .is_ok()
+    {
+        return Ok(true);
+    }
+    sql_query("SELECT 1").execute(conn).map_err(db_error)?;
+    Ok(false)
+}
+
+/// One job inserted (notifying the queue's channel, delivered at commit), or
+/// the job already holding its unique key. Follows `jobs::enqueue`.
+pub(crate) fn enqueue(
+    conn: &mut PgConnection,
+    q: &Queries,
+    p: &EnqueueParams<'_>,
+) -> Result<Enqueued> {
+    let now = q.now_override(p.now);
+    if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
+        let back = since.saturating_sub(p.now);
+        let found: Option<Id> = sql_query(&q.find_history_unique)
+            .bind::<Nullable<BigInt>, _>(now)
+            .bind::<Text, _>(p.queue)
+            .bind::<Text, _>(key)
+            .bind::<BigInt, _>(back)
+            .get_result(conn)
+            .map(Some)
+            .or_else(not_found_is_none)?;
+        if let Some(row) = found {
+            return Ok(Enqueued {
+                id: row.id,
+                existed: true,
+            });
+        }
+    }
+    let max_attempts = i32::try_from(p.max_attempts)
+        .map_err(|_| Error::InvalidArgument("max_attempts is out of range".into()))?;
+    let delay = p.available_at.saturating_sub(p.now);
+    for _ in 0..3 {
+        let inserted: Option<Id> = sql_query(&q.enqueue_notify)
+            .bind::<Nullable<BigInt>, _>(now)
+            .bind::<Text, _>(p.queue)
+            .bind::<Text, _>(p.kind)
+            .bind::<Integer, _>(p.priority)
+            .bind::<Nullable<Text>, _>(p.unique_key)
+            .bind::<Text, _>(p.payload)
+            .bind::<Integer, _>(max_attempts)
+            .bind::<BigInt, _>(delay)
+            .bind::<Text, _>(&q.channel)
+            .get_result(conn)
+            .map(Some)
+            .or_else(not_found_is_none)?;
+        if let Some(row) = inserted {
+            return Ok(Enqueued {
+                id: row.id,
+                existed: false,
+            });
+        }
+        let key = p.unique_key.ok_or_else(|| {
+            Error::Database("insert ignored without a unique key conflict".into())
+        })?;
+        let live: Option<Id> = sql_query(&q.find_live_unique)
+            .bind::<Text, _>(p.queue)
+            .bind::<Text, _>(key)
+            .get_result(conn)
+            .map(Some)
+            .or_else(not_found_is_none)?;
+        if let Some(row) = live {
+            return Ok(Enqueued {
+                id: row.id,
+                existed: true,
+            });
+        }
+    }
+    Err(Error::Busy)
+}
+
+/// Checks `lease` is held and locks its row (fence first). Follows
+/// `jobs::check_lease`.
+pub(crate) fn check_lease(conn: &mut PgConnection, q: &Queries, lease: Lease) -> Result<()> {
+    // A SELECT's count is its rows (libpq's `PQcmdTuples`).
+    let held = sql_query(&q.lease_held)
+        .bind::<BigInt, _>(lease.job_id)
+        .bind::<BigInt, _>(lease.token)
+        .execute(conn)
+        .map_err(db_error)?;
+    if held == 1 {
+        Ok(())
+    } else {
+        Err(Error::LeaseLost {
+            job_id: lease.job_id,
+        })
+    }
+}
+
+/// Moves a leased job to history as the engine decided, fenced on its
+/// lease: `LeaseLost` when another worker holds it now. Follows
+/// `jobs::finish` for one job. A reschedule (a retry, a snooze) is refused
+/// before anything runs: only finishing transitions go through diesel.
+pub(crate) fn finish(
+    conn: &mut PgConnection,
+    q: &Queries,
+    lease: Lease,
+    transition: &Transition,
+    now: i64,
+) -> Result<()> {
+    let Transition::Finish {
+        status,
+        result,
+        error,
+    } = transition
+    else {
+        return Err(Error::InvalidArgument(
+            "only finishing outcomes (complete, discard, cancel, dead) settle through diesel"
+                .into(),
+        ));
+    };
+    let error = error.as_ref().map(serde_json::to_string).transpose()?;
+    let status: &str = FinalStatus::as_str(*status);
+    let moved: Vec<Id> = sql_query(&q.finish_to_history)
+        .bind::<Nullable<BigInt>, _>(q.now_override(now))
+        .bind::<Array<BigInt>, _>(vec![lease.job_id])
+        .bind::<Array<Nullable<BigInt>>, _>(vec![Some(lease.token)])
+        .bind::<Array<Text>, _>(vec![status])
+        .bind::<Array<Nullable<Text>>, _>(vec![result.as_deref()])
+        .bind::<Array<Nullable<Text>>, _>(vec![error.as_deref()])
+        .load(conn)
+        .map_err(db_error)?;
+    if moved.iter().any(|row| row.id == lease.job_id) {
+        Ok(())
+    } else {
+        Err(Error::LeaseLost {
+            job_id: lease.job_id,
+        })
+    }
+}
+
+/// `get_result` answers `NotFound` for no row: here that is an answer.
+fn not_found_is_none<T>(e: ::diesel::result::Error) -> Result<Option<T>> {
+    match e {
+        ::diesel::result::Error::NotFound => Ok(None),
+        e => Err(db_error(e)),
+    }
+}
+
+/// A diesel error as backlog's: the caller's transaction is now aborted on
+/// the server, and rolls back.
+pub(crate) fn db_error(e: ::diesel::result::Error) -> Error {
+    Error::from(e)
+}
+
+/// Maps diesel's errors, so that `?` works on both in a closure of
+/// `conn.transaction::<_, backlog::Error, _>(..)`: a serialization failure
+/// is [`Error::Busy`] (the transaction may be run again), anything else is
+/// [`Error::Database`] with diesel's error inside.
+impl From<::diesel::result::Error> for Error {
+    fn from(e: ::diesel::result::Error) -> Self {
+        use ::diesel::result::{DatabaseErrorKind, Error as DieselError};
+        match e {
+            DieselError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => Error::Busy,
+            e => Error::Database(Box::new(e)),
+        }
+    }
+}

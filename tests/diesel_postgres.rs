@@ -1,0 +1,397 @@
+//! `backlog::diesel::postgres`: enqueue and complete inside the
+//! application's diesel transaction.
+//!
+//! The conformance harness (`conformance/harness.rs`: a fresh schema per
+//! scenario, dropped at the end) runs these on PostgreSQL only: the diesel
+//! adapter exists for PostgreSQL alone (diesel's MySQL backend needs the
+//! libmysqlclient headers, and its SQLite one cannot share backlog's SQLite
+//! build; see the README's "diesel" section). Needs
+//! `BACKLOG_TEST_POSTGRES_URL`; without it each scenario prints `SKIPPED`.
+//!
+//! `cargo test --features diesel-postgres --test diesel_postgres`
+
+#[path = "conformance/harness.rs"]
+#[macro_use]
+mod harness;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use backlog::diesel::postgres::QueueExt;
+use backlog::postgres::postgres::fallible_iterator::FallibleIterator;
+use backlog::{Error, FinalStatus, JobState, LeaseRequest, NewJob, Queue, QueueOptions, Worker};
+use diesel::{Connection, PgConnection, RunQueryDsl};
+use serde_json::json;
+
+use harness::{Backend, Harness, TestResult};
+
+/// Scenarios on PostgreSQL (the only database the adapter serves).
+macro_rules! on_postgres {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(#[test]
+            fn $name() -> crate::harness::TestResult {
+                crate::harness::Backend::Postgres.run(super::$name)
+            })*
+        }
+    };
+}
+
+on_postgres!(
+    a_rolled_back_enqueue_leaves_no_job_and_wakes_no_worker,
+    a_committed_enqueue_is_one_job_a_sleeping_worker_elsewhere_runs_at_once,
+    one_unique_key_under_concurrent_transactions_is_one_job,
+    a_unique_key_freed_by_a_rollback_goes_to_the_waiting_transaction,
+    complete_in_a_handler_commits_its_effects_and_the_completion_together,
+    complete_in_on_a_stale_lease_is_lease_lost_and_commits_nothing,
+    bad_calls_are_typed_errors_and_write_nothing,
+);
+
+/// The scenario's schema (the harness's `CHILD_SCHEMA`) and server URL.
+fn schema_and_url(h: &Harness) -> TestResult<(String, String)> {
+    let env = h.child_env();
+    let get = |key: &str| {
+        env.iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| format!("no {key} in the harness's environment"))
+    };
+    Ok((
+        get("BACKLOG_TEST_CHILD_SCHEMA")?,
+        get("BACKLOG_TEST_CHILD_TARGET")?,
+    ))
+}
+
+/// The application's diesel connection: on its default `search_path`, so
+/// the queue's statements must name their schema themselves.
+fn app_connection(h: &Harness) -> TestResult<PgConnection> {
+    let (_, url) = schema_and_url(h)?;
+    Ok(PgConnection::establish(&url)?)
+}
+
+fn insert_effect(conn: &mut PgConnection, schema: &str, job_id: i64) -> diesel::QueryResult<usize> {
+    diesel::sql_query(format!(
+        "INSERT INTO {schema}.effects (job_id, note) VALUES ($1, 'ran')"
+    ))
+    .bind::<diesel::sql_types::BigInt, _>(job_id)
+    .execute(conn)
+}
+
+/// A listener on the scenario's channel (`<schema>.backlog_jobs`).
+fn listener(h: &Harness) -> TestResult<backlog::postgres::postgres::Client> {
+    let (schema, url) = schema_and_url(h)?;
+    let mut client =
+        backlog::postgres::postgres::Client::connect(&url, backlog::postgres::postgres::NoTls)?;
+    client.batch_execute(&format!("LISTEN \"{schema}.backlog_jobs\""))?;
+    Ok(client)
+}
+
+fn notifications(
+    client: &mut backlog::postgres::postgres::Client,
+    wait: Duration,
+) -> TestResult<usize> {
+    let mut n = 0;
+    let mut all = client.notifications();
+    let mut iter = all.timeout_iter(wait);
+    while iter.next()?.is_some() {
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// A worker on its own handle (another node) whose idle poll is an hour:
+/// only a notification can start a job on time.
+fn sleepy_worker(queue: Queue, ran: Arc<AtomicUsize>) -> backlog::Result<Worker> {
+    Worker::builder(queue)
+        .poll_interval(Duration::from_secs(3600))
+        .handle_raw("charge", move |_, _| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .start()
+}
+
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    done()
+}
+
+/// Rolled back: no job, no effect, no notification, and a sleeping worker
+/// on another handle runs nothing.
+fn a_rolled_back_enqueue_leaves_no_job_and_wakes_no_worker(b: &Backend) -> TestResult {
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let (schema, _) = schema_and_url(&h)?;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let worker = sleepy_worker(h.handle_with(QueueOptions::new())?, ran.clone())?;
+    std::thread::sleep(Duration::from_millis(300)); // its first look finds nothing
+    let mut listen = listener(&h)?;
+    let mut conn = app_connection(&h)?;
+
+    let mut handed_out = None;
+    let outcome = conn.transaction::<(), Box<dyn std::error::Error>, _>(|conn| {
+        insert_effect(conn, &schema, 7)?;
+        handed_out = Some(
+            h.queue
+                .enqueue_in(conn, NewJob::new("charge", json!({"order": 7})))?,
+        );
+        Err("the application changed its mind".into())
+    });
+    assert!(outcome.is_err());
+    let id = handed_out.ok_or("enqueue_in returned no id")?.id;
+
+    assert_eq!(notifications(&mut listen, Duration::from_millis(500))?, 0);
+    assert_eq!(h.live_rows()?, 0);
+    assert_eq!(h.effects_of(7)?, 0);
+    assert!(matches!(h.queue.get(id), Err(Error::NotFound { .. })));
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "no worker ran anything");
+    worker.shutdown(Duration::from_secs(5))?;
+    Ok(())
+}
+
+/// Committed: exactly one job with the caller's row, nothing notified before
+/// the commit, and a worker on another handle that sleeps for an hour
+/// between polls runs it within two seconds (woken by the commit's NOTIFY).
+fn a_committed_enqueue_is_one_job_a_sleeping_worker_elsewhere_runs_at_once(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let (schema, _) = schema_and_url(&h)?;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let worker = sleepy_worker(h.handle_with(QueueOptions::new())?, ran.clone())?;
+    std::thread::sleep(Duration::from_millis(300));
+    let mut listen = listener(&h)?;
+    let mut conn = app_connection(&h)?;
+
+    let mut notified_before_commit = None;
+    let enqueued = conn.transaction::<_, Box<dyn std::error::Error>, _>(|conn| {
+        insert_effect(conn, &schema, 7)?;
+        let job = h
+            .queue
+            .enqueue_in(conn, NewJob::new("charge", json!({"order": 7})))?;
+        notified_before_commit = Some(notifications(&mut listen, Duration::from_millis(200))?);
+        Ok(job)
+    })?;
+    let committed = Instant::now();
+    assert_eq!(notified_before_commit, Some(0), "nothing before the commit");
+    assert!(!enqueued.existed);
+    assert_eq!(h.effects_of(7)?, 1);
+
+    assert!(
+        wait_until(Duration::from_secs(5), || ran.load(Ordering::SeqCst) == 1),
+        "the worker never ran the job"
+    );
+    let latency = committed.elapsed();
+    assert!(
+        latency < Duration::from_secs(2),
+        "run {latency:?} after the commit"
+    );
+    let record = h.queue.wait(enqueued.id, Duration::from_secs(5))?;
+    assert_eq!(record.state, JobState::Finished(FinalStatus::Completed));
+    assert_eq!(h.live_rows()? + h.history_rows()?, 1, "exactly one job");
+    assert!(notifications(&mut listen, Duration::from_millis(500))? >= 1);
+    worker.shutdown(Duration::from_secs(5))?;
+    Ok(())
+}
+
+/// Two application transactions enqueue the same unique key at once: the
+/// second waits on the unique index for the first's commit, then gets the
+/// first's job (`existed`). One job in all.
+fn one_unique_key_under_concurrent_transactions_is_one_job(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let results = race_for_key(&h, [true, true])?;
+    let (a, b) = (&results[0], &results[1]);
+    assert_eq!(a.id, b.id, "both name one job");
+    assert_eq!(
+        [a.existed, b.existed].iter().filter(|e| !**e).count(),
+        1,
+        "exactly one inserted: {results:?}"
+    );
+    assert_eq!(h.live_rows()?, 1);
+    Ok(())
+}
+
+/// The first holder of the key rolls back: the waiting transaction inserts
+/// its own job, and that is the only one.
+fn a_unique_key_freed_by_a_rollback_goes_to_the_waiting_transaction(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let results = race_for_key(&h, [false, true])?;
+    assert!(!results[1].existed, "the second inserted its own");
+    assert_eq!(h.live_rows()?, 1);
+    assert_eq!(h.queue.get(results[1].id)?.id, results[1].id);
+    assert!(matches!(
+        h.queue.get(results[0].id),
+        Err(Error::NotFound { .. })
+    ));
+    Ok(())
+}
+
+/// Transaction 0 enqueues key "order-7" and holds; transaction 1 enqueues
+/// the same key (blocking on the index); then transaction 0 commits or rolls
+/// back as `commit[0]` says, and transaction 1 as `commit[1]`.
+fn race_for_key(h: &Harness, commit: [bool; 2]) -> TestResult<Vec<backlog::Enqueued>> {
+    let job = || NewJob::new("charge", json!({"order": 7})).unique_key("order-7");
+    let first_in = Arc::new(Barrier::new(2));
+    let mut conns = [app_connection(h)?, app_connection(h)?];
+    let [c0, c1] = &mut conns;
+    let queue = &h.queue;
+    std::thread::scope(|s| -> TestResult<Vec<backlog::Enqueued>> {
+        let gate = first_in.clone();
+        let first = s.spawn(move || {
+            let mut got = None;
+            let r = c0.transaction::<(), Box<dyn std::error::Error + Send + Sync>, _>(|c| {
+                got = Some(queue.enqueue_in(c, job())?);
+                gate.wait();
+                // Let the second transaction reach the index and block on it.
+                std::thread::sleep(Duration::from_millis(300));
+                if commit[0] {
+                    Ok(())
+                } else {
+                    Err("roll back".into())
+                }
+            });
+            (got, r.is_ok())
+        });
+        first_in.wait();
+        let second = c1.transaction::<_, Box<dyn std::error::Error + Send + Sync>, _>(|c| {
+            let got = queue.enqueue_in(c, job())?;
+            if commit[1] {
+                Ok(got)
+            } else {
+                Err("roll back".into())
+            }
+        });
+        let (got0, committed0) = first.join().map_err(|_| "first transaction panicked")?;
+        assert_eq!(committed0, commit[0]);
+        let got0 = got0.ok_or("first enqueue_in returned nothing")?;
+        let got1 = second.map_err(|e| e.to_string())?;
+        Ok(vec![got0, got1])
+    })
+}
+
+/// A handler does its work through diesel: the completion (fence first) and
+/// its effect commit together, the result is stored, and the worker does not
+/// complete the job a second time.
+fn complete_in_a_handler_commits_its_effects_and_the_completion_together(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let (schema, _) = schema_and_url(&h)?;
+    let conn = Arc::new(Mutex::new(app_connection(&h)?));
+    let node = h.handle_with(QueueOptions::new())?;
+    let handler_queue = node.clone();
+    let worker = Worker::builder(node)
+        .poll_interval(Duration::from_millis(20))
+        .handle_raw("charge", move |payload, ctx| {
+            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+            conn.transaction::<_, backlog::Error, _>(|c| {
+                handler_queue.complete_in(c, ctx.job(), Some(json!({"charged": payload})))?;
+                insert_effect(c, &schema, ctx.id())?;
+                Ok(())
+            })?;
+            Ok(())
+        })
+        .start()?;
+    let id = h.queue.enqueue(NewJob::new("charge", json!(7)))?.id;
+    let record = h.queue.wait(id, Duration::from_secs(10))?;
+    worker.shutdown(Duration::from_secs(5))?;
+    assert_eq!(record.state, JobState::Finished(FinalStatus::Completed));
+    let result: serde_json::Value =
+        serde_json::from_str(record.result.as_deref().ok_or("no result stored")?)?;
+    assert_eq!(result, json!({"charged": 7}));
+    assert_eq!(h.effects_of(id)?, 1);
+    assert_eq!(record.attempts, 1, "ran once");
+    assert_eq!(h.history_rows()?, 1, "completed once");
+    assert_eq!(h.live_rows()?, 0);
+    Ok(())
+}
+
+/// A lease that went stale (expired, rescued, leased by another worker):
+/// `complete_in` says `LeaseLost`, and the transaction that propagates it
+/// commits neither the effect nor a completion.
+fn complete_in_on_a_stale_lease_is_lease_lost_and_commits_nothing(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let (schema, _) = schema_and_url(&h)?;
+    let ttl = Duration::from_secs(10);
+    let id = h.queue.enqueue(NewJob::new("charge", json!(1)))?.id;
+    let stale = h
+        .queue
+        .lease(&LeaseRequest::new("slow", 1).ttl(ttl))?
+        .pop()
+        .ok_or("nothing to lease")?;
+    h.advance(ttl + Duration::from_secs(1));
+    assert_eq!(h.queue.rescue(10)?.rescued, 1);
+    let fresh = h.lease_one("fresh")?;
+    assert_eq!(fresh.id, id);
+
+    let mut conn = app_connection(&h)?;
+    let outcome = conn.transaction::<(), backlog::Error, _>(|c| {
+        h.queue.complete_in(c, &stale, None)?;
+        insert_effect(c, &schema, id)?;
+        Ok(())
+    });
+    assert!(
+        matches!(outcome, Err(Error::LeaseLost { job_id }) if job_id == id),
+        "{outcome:?}"
+    );
+    assert_eq!(h.effects_of(id)?, 0);
+    assert_eq!(h.state(id)?, JobState::Running);
+
+    // The fresh lease completes through diesel.
+    conn.transaction::<(), backlog::Error, _>(|c| h.queue.complete_in(c, &fresh, None))?;
+    assert_eq!(h.state(id)?, JobState::Finished(FinalStatus::Completed));
+    Ok(())
+}
+
+/// Outside a transaction, an invalid job, a grouped job, a retry, a queue on
+/// SQLite: each a typed error, nothing written.
+fn bad_calls_are_typed_errors_and_write_nothing(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let mut conn = app_connection(&h)?;
+    let job = || NewJob::new("charge", json!(1));
+
+    assert!(matches!(
+        h.queue.enqueue_in(&mut conn, job()),
+        Err(Error::NotInTransaction)
+    ));
+    conn.transaction::<(), Box<dyn std::error::Error>, _>(|c| {
+        assert!(matches!(
+            h.queue.enqueue_in(c, NewJob::new("", json!(1))),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(matches!(
+            h.queue
+                .enqueue_many_in(c, [job(), job().group(backlog::Group::new("g"))]),
+            Err(Error::InvalidArgument(_))
+        ));
+        let dir = tempfile::tempdir()?;
+        let on_sqlite = Queue::open(dir.path().join("q.db"))?;
+        assert!(matches!(
+            on_sqlite.enqueue_in(c, job()),
+            Err(Error::InvalidArgument(_))
+        ));
+        Ok(())
+    })?;
+    assert_eq!(h.live_rows()?, 0);
+
+    h.queue.enqueue(job())?;
+    let leased = h.lease_one("w")?;
+    assert!(matches!(
+        h.queue.complete_in(&mut conn, &leased, None),
+        Err(Error::NotInTransaction)
+    ));
+    let retry = conn.transaction::<(), backlog::Error, _>(|c| {
+        h.queue
+            .settle_in(c, &leased, backlog::Outcome::fail("try again"))
+    });
+    assert!(matches!(retry, Err(Error::InvalidArgument(_))), "{retry:?}");
+    assert_eq!(h.state(leased.id)?, JobState::Running);
+    assert_eq!(h.history_rows()?, 0);
+    Ok(())
+}
