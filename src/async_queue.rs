@@ -33,17 +33,20 @@
 //! burst takes is bounded, and a caller that sees `Busy` sheds load or
 //! retries later.
 //!
-//! A [`AsyncQueue::wait`] holds one thread until the job finishes or its
+//! An [`AsyncQueue::wait`] holds one thread until the job finishes or its
 //! timeout passes, so `threads` is also how many waits make progress at
 //! once: size it for the waits you expect together plus a few for the
 //! other calls. Each call, once running, is bounded as its blocking form is
 //! (the queue's write deadline; `wait`'s timeout). Its time in line is
-//! bounded by the calls ahead of it.
+//! bounded by the calls ahead of it. On PostgreSQL and MySQL the threads
+//! share the queue's [`pool_size`](crate::QueueOptions::pool_size)
+//! connections: a call waits for one as its blocking form does; a `wait`
+//! holds none between its looks.
 //!
 //! A call starts when it is made, not when its future is first polled: the
-//! future only carries its answer back. Dropping a future does not undo its call: an enqueue already handed to
-//! the pool still commits. A dropped `wait` gives its thread back within
-//! [`WAIT_SLICE`].
+//! future only carries its answer back. Dropping a future does not undo its
+//! call: an enqueue already handed to the pool still commits. A dropped
+//! `wait` gives its thread back within [`WAIT_SLICE`].
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};

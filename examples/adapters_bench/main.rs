@@ -140,22 +140,25 @@ fn enqueue_in(smoke: bool) -> BoxResult {
     let (mut raw_rates, mut in_rates) = (Vec::new(), Vec::new());
     let mut enqueued = 0usize;
     for round in 0..rounds {
-        let mut time_raw = || -> BoxResult<f64> {
+        let time_raw = |conn: &mut PgConnection| -> BoxResult<f64> {
             let start = Instant::now();
             for _ in 0..per_round {
                 conn.transaction::<_, Box<dyn Error>, _>(|c| {
-                    let _: Id = diesel::sql_query(&raw_insert)
+                    let row: Id = diesel::sql_query(&raw_insert)
                         .bind::<Text, _>("default")
                         .bind::<Text, _>("charge")
                         .bind::<Text, _>(&payload_text)
                         .get_result(c)?;
+                    if row.id < 1 {
+                        return Err("the raw insert returned no id".into());
+                    }
                     Ok(())
                 })?;
             }
             Ok(per_round as f64 / start.elapsed().as_secs_f64())
         };
         let raw_first = round % 2 == 0;
-        let raw = if raw_first { time_raw()? } else { 0.0 };
+        let raw = if raw_first { time_raw(&mut conn)? } else { 0.0 };
         let start = Instant::now();
         for _ in 0..per_round {
             conn.transaction::<_, Box<dyn Error>, _>(|c| {
@@ -165,7 +168,7 @@ fn enqueue_in(smoke: bool) -> BoxResult {
         }
         let with = per_round as f64 / start.elapsed().as_secs_f64();
         enqueued += per_round;
-        let raw = if raw_first { raw } else { time_raw()? };
+        let raw = if raw_first { raw } else { time_raw(&mut conn)? };
         println!(
             r#"{{"mode":"enqueue-in","round":{round},"raw_per_s":{raw:.0},"enqueue_in_per_s":{with:.0},"ratio":{:.3}}}"#,
             with / raw
