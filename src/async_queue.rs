@@ -97,7 +97,8 @@ impl Default for AsyncOptions {
 
 impl AsyncOptions {
     /// How many calls run at once, 1 to [`MAX_THREADS`]; each is a thread
-    /// of backlog's own, started with the pool.
+    /// of backlog's own (`backlog-async-N`), started with the pool.
+    /// Defaults to [`DEFAULT_THREADS`].
     pub fn threads(mut self, threads: usize) -> Self {
         self.threads = threads;
         self
@@ -105,7 +106,7 @@ impl AsyncOptions {
 
     /// How many calls may wait in line for a thread; a call beyond that is
     /// answered [`Error::Busy`] at once. Zero: only as many calls as
-    /// threads are taken at once.
+    /// threads are taken at once. Defaults to [`DEFAULT_LINE`].
     pub fn line(mut self, line: usize) -> Self {
         self.line = line;
         self
