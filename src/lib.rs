@@ -130,7 +130,7 @@ pub mod async_queue;
 mod backend;
 pub mod clock;
 mod copy;
-#[cfg(feature = "diesel-postgres")]
+#[cfg(any(feature = "diesel-postgres", feature = "diesel-mysql"))]
 pub mod diesel;
 mod error;
 mod events;

@@ -10,7 +10,6 @@
 //! batch goes one statement per job (no arrays bound through diesel), and
 //! grouped jobs are refused by the caller before anything runs.
 
-use ::diesel::connection::SimpleConnection;
 use ::diesel::pg::PgConnection;
 use ::diesel::sql_types::{Array, BigInt, Integer, Nullable, Text};
 use ::diesel::{sql_query, QueryableByName, RunQueryDsl};
@@ -27,26 +26,6 @@ use crate::outcome::{FinalStatus, Transition};
 struct Id {
     #[diesel(sql_type = BigInt)]
     id: i64,
-}
-
-/// Whether `conn` is inside a transaction block. diesel keeps its
-/// transaction depth private (behind a feature for third-party backends),
-/// so the server is asked, in one round trip: a savepoint is set and
-/// released at once, which PostgreSQL refuses outside a transaction block
-/// (a multi-statement simple query's implicit block included) and which
-/// changes nothing inside one. When it is refused, `SELECT 1` tells a
-/// connection outside a transaction (it answers) from one whose transaction
-/// is aborted or whose connection is gone (it fails too: that error is
-/// returned).
-pub(crate) fn in_transaction(conn: &mut PgConnection) -> Result<bool> {
-    if conn
-        .batch_execute("SAVEPOINT backlog_probe; RELEASE SAVEPOINT backlog_probe")
-        .is_ok()
-    {
-        return Ok(true);
-    }
-    sql_query("SELECT 1").execute(conn).map_err(db_error)?;
-    Ok(false)
 }
 
 /// One job inserted (notifying the queue's channel, delivered at commit), or
@@ -188,18 +167,4 @@ fn not_found_is_none<T>(e: ::diesel::result::Error) -> Result<Option<T>> {
 /// the server, and rolls back.
 pub(crate) fn db_error(e: ::diesel::result::Error) -> Error {
     Error::from(e)
-}
-
-/// Maps diesel's errors, so that `?` works on both in a closure of
-/// `conn.transaction::<_, backlog::Error, _>(..)`: a serialization failure
-/// is [`Error::Busy`] (the transaction may be run again), anything else is
-/// [`Error::Database`] with diesel's error inside.
-impl From<::diesel::result::Error> for Error {
-    fn from(e: ::diesel::result::Error) -> Self {
-        use ::diesel::result::{DatabaseErrorKind, Error as DieselError};
-        match e {
-            DieselError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => Error::Busy,
-            e => Error::Database(Box::new(e)),
-        }
-    }
 }
