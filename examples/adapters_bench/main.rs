@@ -3,15 +3,19 @@
 //!
 //! ```text
 //! export BACKLOG_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/backlog_bench
-//! cargo run --release --features diesel-postgres,async --example adapters_bench -- enqueue-in
-//! cargo run --release --features diesel-postgres,async --example adapters_bench -- async-wait
-//! cargo run --features diesel-postgres,async --example adapters_bench -- --smoke   # correctness only
+//! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- enqueue-in
+//! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- enqueue-in-mysql
+//! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- async-wait
+//! cargo run --features diesel-postgres,diesel-mysql,async --example adapters_bench -- --smoke   # correctness only
 //! ```
 //!
 //! - `enqueue-in`: one job per diesel transaction with `enqueue_in`, against
 //!   a raw `INSERT .. RETURNING id` of the same columns through diesel, one
 //!   row per transaction (target: enqueue_in at 80 % of the raw rate or
 //!   more). PostgreSQL; needs the URL.
+//! - `enqueue-in-mysql`: the same on MariaDB through diesel's
+//!   `MysqlConnection`, against a raw insert and `LAST_INSERT_ID()`; needs
+//!   `BACKLOG_BENCH_MYSQL_URL` (or `BACKLOG_TEST_MYSQL_URL`).
 //! - `async-wait`: the time from a job's enqueue to its `wait` returning,
 //!   the job run by a worker on another handle (its own connections),
 //!   alternating the blocking `Queue::wait` and `AsyncQueue::wait` (target:
@@ -26,29 +30,34 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use backlog::async_queue::AsyncQueue;
-use backlog::diesel::postgres::QueueExt;
+use backlog::diesel::QueueExt;
 use backlog::{NewJob, Queue, QueueOptions, Worker};
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::{BigInt, Text};
-use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl};
+use diesel::{Connection, MysqlConnection, PgConnection, QueryableByName, RunQueryDsl};
 use serde_json::json;
 
 type BoxResult<T = ()> = Result<T, Box<dyn Error>>;
 
 const URL_VAR: &str = "BACKLOG_BENCH_POSTGRES_URL";
+const MYSQL_URL_VAR: &str = "BACKLOG_BENCH_MYSQL_URL";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let smoke = args.iter().any(|a| a == "--smoke");
     let modes: Vec<&str> = match args.iter().find(|a| !a.starts_with("--")) {
         Some(m) => vec![m.as_str()],
-        None => vec!["enqueue-in", "async-wait"],
+        None => vec!["enqueue-in", "enqueue-in-mysql", "async-wait"],
     };
     for mode in modes {
         let result = match mode {
             "enqueue-in" => enqueue_in(smoke),
+            "enqueue-in-mysql" => enqueue_in_mysql(smoke),
             "async-wait" => async_wait(smoke),
-            other => Err(format!("unknown mode {other}: enqueue-in or async-wait").into()),
+            other => Err(format!(
+                "unknown mode {other}: enqueue-in, enqueue-in-mysql or async-wait"
+            )
+            .into()),
         };
         if let Err(e) = result {
             eprintln!("FAILED {mode}: {e}");
@@ -74,6 +83,13 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     let at = ((v.len() as f64 - 1.0) * p).round() as usize;
     v[at.min(v.len() - 1)]
+}
+
+/// `LAST_INSERT_ID()`, which MySQL types unsigned.
+#[derive(QueryableByName)]
+struct InsertId {
+    #[diesel(sql_type = diesel::sql_types::Unsigned<BigInt>)]
+    id: u64,
 }
 
 #[derive(QueryableByName)]
@@ -133,48 +149,149 @@ fn enqueue_in(smoke: bool) -> BoxResult {
     .execute(&mut conn)?;
     let raw_insert =
         format!("INSERT INTO {raw_table} (queue, kind, payload) VALUES ($1, $2, $3::text::jsonb) RETURNING id");
-    let (rounds, per_round) = if smoke { (2, 20) } else { (11, 400) };
     let payload = json!({"order": 7, "customer": "c-1234", "amount_cents": 4200});
     let payload_text = payload.to_string();
+    let raw = |c: &mut PgConnection| -> BoxResult {
+        let row: Id = diesel::sql_query(&raw_insert)
+            .bind::<Text, _>("default")
+            .bind::<Text, _>("charge")
+            .bind::<Text, _>(&payload_text)
+            .get_result(c)?;
+        if row.id < 1 {
+            return Err("the raw insert returned no id".into());
+        }
+        Ok(())
+    };
+    let ours = |c: &mut PgConnection| -> BoxResult {
+        queue.enqueue_in(c, NewJob::new("charge", payload.clone()))?;
+        Ok(())
+    };
+    compare("enqueue-in", &queue, &mut conn, smoke, raw, ours)
+}
+
+/// The same on MySQL/MariaDB: `enqueue_in` through diesel's
+/// `MysqlConnection` against a raw insert of the same columns and its id
+/// read back with `SELECT LAST_INSERT_ID()`, as a diesel application does
+/// on MySQL (diesel's MySQL connection reads no `RETURNING` rows: "No
+/// metadata exists"), one row per transaction each.
+fn enqueue_in_mysql(smoke: bool) -> BoxResult {
+    let Some(url) = [MYSQL_URL_VAR, "BACKLOG_TEST_MYSQL_URL"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
+    else {
+        println!(r#"{{"mode":"enqueue-in-mysql","skipped":"set {MYSQL_URL_VAR}"}}"#);
+        return Ok(());
+    };
+    let database = MysqlDatabase::create(&url)?;
+    let queue = Queue::connect(&database.url)?;
+    let mut conn = MysqlConnection::establish(&database.url)?;
+    diesel::sql_query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(&mut conn)?;
+    diesel::sql_query(
+        "CREATE TABLE raw_jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, queue VARCHAR(255) NOT NULL, \
+         kind VARCHAR(255) NOT NULL, payload JSON NOT NULL)",
+    )
+    .execute(&mut conn)?;
+    let payload = json!({"order": 7, "customer": "c-1234", "amount_cents": 4200});
+    let payload_text = payload.to_string();
+    let raw = |c: &mut MysqlConnection| -> BoxResult {
+        diesel::sql_query("INSERT INTO raw_jobs (queue, kind, payload) VALUES (?, ?, ?)")
+            .bind::<Text, _>("default")
+            .bind::<Text, _>("charge")
+            .bind::<Text, _>(&payload_text)
+            .execute(c)?;
+        let row: InsertId = diesel::sql_query("SELECT LAST_INSERT_ID() AS id").get_result(c)?;
+        if row.id < 1 {
+            return Err("the raw insert returned no id".into());
+        }
+        Ok(())
+    };
+    let ours = |c: &mut MysqlConnection| -> BoxResult {
+        queue.enqueue_in(c, NewJob::new("charge", payload.clone()))?;
+        Ok(())
+    };
+    compare("enqueue-in-mysql", &queue, &mut conn, smoke, raw, ours)
+}
+
+/// A database of its own on the MySQL server for this run, dropped at the
+/// end.
+struct MysqlDatabase {
+    admin: String,
+    url: String,
+    name: String,
+}
+
+impl MysqlDatabase {
+    fn create(url: &str) -> BoxResult<MysqlDatabase> {
+        let name = format!("bench_{}", std::process::id());
+        let mut conn = MysqlConnection::establish(url)?;
+        diesel::sql_query(format!("DROP DATABASE IF EXISTS {name}")).execute(&mut conn)?;
+        diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut conn)?;
+        let base = url.split('?').next().unwrap_or(url);
+        let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
+        Ok(MysqlDatabase {
+            admin: url.to_owned(),
+            url: format!("{root}/{name}"),
+            name,
+        })
+    }
+}
+
+impl Drop for MysqlDatabase {
+    fn drop(&mut self) {
+        if let Ok(mut conn) = MysqlConnection::establish(&self.admin) {
+            let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {}", self.name))
+                .execute(&mut conn);
+        }
+    }
+}
+
+/// `ours` against `raw`, one call per diesel transaction each, in rounds
+/// taking turns in alternating order; checks every job `ours` enqueued is
+/// in `queue`, and prints the figures.
+fn compare<C: Connection>(
+    mode: &str,
+    queue: &Queue,
+    conn: &mut C,
+    smoke: bool,
+    mut raw: impl FnMut(&mut C) -> BoxResult,
+    mut ours: impl FnMut(&mut C) -> BoxResult,
+) -> BoxResult {
+    let (rounds, per_round) = if smoke { (2, 20) } else { (11, 400) };
     let mut ratios = Vec::new();
     let (mut raw_rates, mut in_rates) = (Vec::new(), Vec::new());
     let mut enqueued = 0usize;
-    for round in 0..rounds {
-        let time_raw = |conn: &mut PgConnection| -> BoxResult<f64> {
-            let start = Instant::now();
-            for _ in 0..per_round {
-                conn.transaction::<_, Box<dyn Error>, _>(|c| {
-                    let row: Id = diesel::sql_query(&raw_insert)
-                        .bind::<Text, _>("default")
-                        .bind::<Text, _>("charge")
-                        .bind::<Text, _>(&payload_text)
-                        .get_result(c)?;
-                    if row.id < 1 {
-                        return Err("the raw insert returned no id".into());
-                    }
-                    Ok(())
-                })?;
-            }
-            Ok(per_round as f64 / start.elapsed().as_secs_f64())
-        };
-        let raw_first = round % 2 == 0;
-        let raw = if raw_first { time_raw(&mut conn)? } else { 0.0 };
+    let time = |conn: &mut C, f: &mut dyn FnMut(&mut C) -> BoxResult| -> BoxResult<f64> {
         let start = Instant::now();
         for _ in 0..per_round {
-            conn.transaction::<_, Box<dyn Error>, _>(|c| {
-                queue.enqueue_in(c, NewJob::new("charge", payload.clone()))?;
-                Ok(())
-            })?;
+            conn.transaction::<_, Box<dyn Error>, _>(|c| f(c))?;
         }
-        let with = per_round as f64 / start.elapsed().as_secs_f64();
+        Ok(per_round as f64 / start.elapsed().as_secs_f64())
+    };
+    for round in 0..rounds {
+        let raw_first = round % 2 == 0;
+        let first = if raw_first {
+            time(conn, &mut raw)?
+        } else {
+            time(conn, &mut ours)?
+        };
+        let second = if raw_first {
+            time(conn, &mut ours)?
+        } else {
+            time(conn, &mut raw)?
+        };
+        let (raw_rate, with) = if raw_first {
+            (first, second)
+        } else {
+            (second, first)
+        };
         enqueued += per_round;
-        let raw = if raw_first { raw } else { time_raw(&mut conn)? };
         println!(
-            r#"{{"mode":"enqueue-in","round":{round},"raw_per_s":{raw:.0},"enqueue_in_per_s":{with:.0},"ratio":{:.3}}}"#,
-            with / raw
+            r#"{{"mode":"{mode}","round":{round},"raw_per_s":{raw_rate:.0},"enqueue_in_per_s":{with:.0},"ratio":{:.3}}}"#,
+            with / raw_rate
         );
-        ratios.push(with / raw);
-        raw_rates.push(raw);
+        ratios.push(with / raw_rate);
+        raw_rates.push(raw_rate);
         in_rates.push(with);
     }
     let live = queue.counts()?.iter().map(|c| c.count).sum::<u64>();
@@ -182,7 +299,7 @@ fn enqueue_in(smoke: bool) -> BoxResult {
         return Err(format!("{enqueued} jobs enqueued, {live} in the queue").into());
     }
     println!(
-        r#"{{"mode":"enqueue-in","median_raw_per_s":{:.0},"median_enqueue_in_per_s":{:.0},"median_ratio":{:.3},"target":0.8,"rounds":{rounds},"per_round":{per_round}}}"#,
+        r#"{{"mode":"{mode}","median_raw_per_s":{:.0},"median_enqueue_in_per_s":{:.0},"median_ratio":{:.3},"target":0.8,"rounds":{rounds},"per_round":{per_round}}}"#,
         median(&mut raw_rates),
         median(&mut in_rates),
         median(&mut ratios)
