@@ -22,6 +22,8 @@ pub enum Error {
     },
     /// The database stayed locked by another connection past the write deadline
     /// ([`QueueOptions::write_deadline`](crate::QueueOptions::write_deadline)).
+    /// Also the answer of an `AsyncQueue` (feature `async`) whose line of
+    /// calls is full: that call did nothing, try again later.
     Busy,
     /// The payload is not valid JSON, or nests deeper than the decoder accepts.
     InvalidPayload(String),
@@ -183,7 +185,9 @@ pub enum Error {
     /// be spawned (at [`WorkerBuilder::start`](crate::WorkerBuilder::start)),
     /// or it panicked (reported by
     /// [`Worker::shutdown`](crate::Worker::shutdown)). A handler's panic is
-    /// not this: it is recorded as a failed attempt of its job.
+    /// not this: it is recorded as a failed attempt of its job. Also an
+    /// `AsyncQueue`'s pool thread that could not be spawned, or a call of it
+    /// that panicked.
     Worker(String),
     /// Any other database error.
     Database(Box<dyn std::error::Error + Send + Sync>),

@@ -125,10 +125,14 @@
 mod failpoint;
 
 mod action;
+#[cfg(feature = "async")]
+pub mod async_queue;
 mod backend;
 pub mod batch;
 pub mod clock;
 mod copy;
+#[cfg(any(feature = "diesel-postgres", feature = "diesel-mysql"))]
+pub mod diesel;
 mod error;
 mod events;
 pub mod finished;

@@ -42,7 +42,12 @@ impl EnqueueParams<'_> {
     /// (a group's bookkeeping, dependency edges, batch membership), named
     /// for an adapter on another driver to refuse; `None` for a job it can
     /// insert as it is.
-    #[cfg(any(feature = "sqlx-postgres", feature = "sqlx-mysql"))]
+    #[cfg(any(
+        feature = "sqlx-postgres",
+        feature = "sqlx-mysql",
+        feature = "diesel-postgres",
+        feature = "diesel-mysql"
+    ))]
     pub(crate) fn own_path_only(&self) -> Option<&'static str> {
         if self.group.is_some() {
             Some("grouped jobs")

@@ -63,7 +63,7 @@ DELETE FROM {finished_counts} WHERE span = 3600 AND bucket < {now} + :before";
 
 /// A template with the queue's tables and the counts table filled in: it
 /// sits beside the jobs table, under the same prefix.
-fn render(tables: &Tables, template: &str) -> String {
+pub(crate) fn render(tables: &Tables, template: &str) -> String {
     let base = tables.jobs.strip_suffix("jobs`").unwrap_or(&tables.jobs);
     tables
         .render(template)

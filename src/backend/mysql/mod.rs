@@ -26,6 +26,8 @@ pub(crate) mod poller;
 pub(crate) mod queries;
 pub(crate) mod schedules;
 pub(crate) mod version;
+#[cfg(feature = "diesel-mysql")]
+pub(crate) mod via_diesel;
 pub(crate) mod workers;
 
 use std::sync::atomic::{AtomicU64, Ordering};

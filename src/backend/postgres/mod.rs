@@ -22,6 +22,8 @@ pub(crate) mod pool;
 pub(crate) mod queries;
 pub(crate) mod schedules;
 pub(crate) mod target;
+#[cfg(feature = "diesel-postgres")]
+pub(crate) mod via_diesel;
 pub(crate) mod workers;
 
 use std::fmt;

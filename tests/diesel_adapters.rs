@@ -1,0 +1,587 @@
+//! `backlog::diesel::{postgres, mysql}`: enqueue and complete inside the
+//! application's diesel transaction.
+//!
+//! Each scenario is written once, generic over the application's diesel
+//! connection ([`App`]), and run per database the adapters serve:
+//! PostgreSQL (`PgConnection`) and MySQL/MariaDB (`MysqlConnection`; tested
+//! on MariaDB 10.11, there is no MySQL 8 server here). Not on SQLite: no
+//! diesel adapter exists for it (diesel's SQLite backend cannot share
+//! backlog's SQLite build; see the README's "diesel" section). The
+//! conformance harness (`conformance/harness.rs`: a fresh schema or
+//! database per scenario, dropped at the end) needs
+//! `BACKLOG_TEST_POSTGRES_URL` / `BACKLOG_TEST_MYSQL_URL`; without one,
+//! each of its scenarios prints `SKIPPED`.
+//!
+//! `cargo test --features diesel-postgres,diesel-mysql --test diesel_adapters`
+
+#[path = "conformance/harness.rs"]
+#[macro_use]
+mod harness;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use backlog::diesel::QueueExt;
+use backlog::postgres::postgres::fallible_iterator::FallibleIterator;
+use backlog::{Error, FinalStatus, JobState, LeaseRequest, NewJob, Queue, QueueOptions, Worker};
+use diesel::{Connection, MysqlConnection, PgConnection, RunQueryDsl};
+use serde_json::json;
+
+use harness::{Backend, Harness, TestResult};
+
+/// Each scenario on each database, with that database's diesel connection.
+macro_rules! on_each_database {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(#[test]
+            fn $name() -> crate::harness::TestResult {
+                crate::harness::Backend::Postgres.run(super::$name::<diesel::PgConnection>)
+            })*
+        }
+        mod mysql {
+            $(#[test]
+            fn $name() -> crate::harness::TestResult {
+                crate::harness::Backend::Mysql.run(super::$name::<diesel::MysqlConnection>)
+            })*
+        }
+    };
+}
+
+on_each_database!(
+    a_rolled_back_enqueue_leaves_no_job_and_wakes_no_worker,
+    a_committed_enqueue_is_one_job_a_sleeping_worker_elsewhere_runs_at_once,
+    one_unique_key_under_concurrent_transactions_is_one_job,
+    a_unique_key_freed_by_a_rollback_goes_to_the_waiting_transaction,
+    complete_in_a_handler_commits_its_effects_and_the_completion_together,
+    complete_in_on_a_stale_lease_is_lease_lost_and_commits_nothing,
+    bad_calls_are_typed_errors_and_write_nothing,
+    what_only_backlogs_driver_follows_is_refused_and_writes_nothing,
+    a_key_unique_for_a_period_holds_through_diesel,
+);
+
+/// The application's diesel connection to a scenario's database, and the
+/// one thing that differs per dialect in these scenarios: its own insert.
+trait App: Connection + Send + 'static {
+    /// A connection on the database's defaults (PostgreSQL: the default
+    /// `search_path`, so the queue's statements must name their schema
+    /// themselves).
+    fn open(h: &Harness) -> TestResult<Self>;
+    /// The application's own write: an effect row for `job_id`.
+    /// (`schema`: the scenario's PostgreSQL schema, empty on MySQL.)
+    fn insert_effect(&mut self, schema: &str, job_id: i64) -> diesel::QueryResult<usize>;
+}
+
+impl App for PgConnection {
+    fn open(h: &Harness) -> TestResult<Self> {
+        let (_, url) = schema_and_url(h)?;
+        Ok(PgConnection::establish(&url)?)
+    }
+
+    fn insert_effect(&mut self, schema: &str, job_id: i64) -> diesel::QueryResult<usize> {
+        diesel::sql_query(format!(
+            "INSERT INTO {schema}.effects (job_id, note) VALUES ($1, 'ran')"
+        ))
+        .bind::<diesel::sql_types::BigInt, _>(job_id)
+        .execute(self)
+    }
+}
+
+impl App for MysqlConnection {
+    fn open(h: &Harness) -> TestResult<Self> {
+        let (_, url) = schema_and_url(h)?;
+        let mut conn = MysqlConnection::establish(&url)?;
+        // As the adapter's documentation asks (the queue's own sessions too).
+        diesel::sql_query("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            .execute(&mut conn)?;
+        Ok(conn)
+    }
+
+    fn insert_effect(&mut self, _: &str, job_id: i64) -> diesel::QueryResult<usize> {
+        // The scenario's own database is the connection's default.
+        diesel::sql_query("INSERT INTO effects (job_id, note) VALUES (?, 'ran')")
+            .bind::<diesel::sql_types::BigInt, _>(job_id)
+            .execute(self)
+    }
+}
+
+/// The scenario's schema (the harness's `CHILD_SCHEMA`; empty on MySQL,
+/// whose scenario has a database of its own) and server URL.
+fn schema_and_url(h: &Harness) -> TestResult<(String, String)> {
+    let env = h.child_env();
+    let get = |key: &str| {
+        env.iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| format!("no {key} in the harness's environment"))
+    };
+    Ok((
+        get("BACKLOG_TEST_CHILD_SCHEMA")?,
+        get("BACKLOG_TEST_CHILD_TARGET")?,
+    ))
+}
+
+/// A listener on the scenario's channel (`<schema>.backlog_jobs`) on
+/// PostgreSQL; `None` on MySQL, which has no notifications (its workers
+/// probe for new jobs).
+fn listener(h: &Harness) -> TestResult<Option<backlog::postgres::postgres::Client>> {
+    if h.backend() != Backend::Postgres {
+        return Ok(None);
+    }
+    let (schema, url) = schema_and_url(h)?;
+    let mut client =
+        backlog::postgres::postgres::Client::connect(&url, backlog::postgres::postgres::NoTls)?;
+    client.batch_execute(&format!("LISTEN \"{schema}.backlog_jobs\""))?;
+    Ok(Some(client))
+}
+
+/// Notifications received within `wait` (0 without a listener).
+fn notifications(
+    client: &mut Option<backlog::postgres::postgres::Client>,
+    wait: Duration,
+) -> TestResult<usize> {
+    let Some(client) = client else {
+        return Ok(0);
+    };
+    let mut n = 0;
+    let mut all = client.notifications();
+    let mut iter = all.timeout_iter(wait);
+    while iter.next()?.is_some() {
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// A worker on its own handle (another node) whose idle poll is an hour:
+/// only a notification (PostgreSQL) or the new-job probe (MySQL) can start
+/// a job on time.
+fn sleepy_worker(queue: Queue, ran: Arc<AtomicUsize>) -> backlog::Result<Worker> {
+    Worker::builder(queue)
+        .poll_interval(Duration::from_secs(3600))
+        .handle_raw("charge", move |_, _| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .start()
+}
+
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    done()
+}
+
+/// Rolled back: no job, no effect, no notification (PostgreSQL), and a
+/// sleeping worker on another handle runs nothing.
+fn a_rolled_back_enqueue_leaves_no_job_and_wakes_no_worker<C: App>(b: &Backend) -> TestResult
+where
+    Queue: QueueExt<C>,
+{
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let (schema, _) = schema_and_url(&h)?;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let worker = sleepy_worker(h.handle_with(QueueOptions::new())?, ran.clone())?;
+    std::thread::sleep(Duration::from_millis(300)); // its first look finds nothing
+    let mut listen = listener(&h)?;
+    let mut conn = C::open(&h)?;
+
+    let mut handed_out = None;
+    let outcome = conn.transaction::<(), Box<dyn std::error::Error>, _>(|conn| {
+        conn.insert_effect(&schema, 7)?;
+        handed_out = Some(
+            h.queue
+                .enqueue_in(conn, NewJob::new("charge", json!({"order": 7})))?,
+        );
+        Err("the application changed its mind".into())
+    });
+    assert!(outcome.is_err());
+    let id = handed_out.ok_or("enqueue_in returned no id")?.id;
+
+    assert_eq!(notifications(&mut listen, Duration::from_millis(500))?, 0);
+    if listen.is_none() {
+        // MySQL: time for the worker's probe to look, had the job shown.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(h.live_rows()?, 0);
+    assert_eq!(h.effects_of(7)?, 0);
+    assert!(matches!(h.queue.get(id), Err(Error::NotFound { .. })));
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "no worker ran anything");
+    worker.shutdown(Duration::from_secs(5))?;
+    Ok(())
+}
+
+/// Committed: exactly one job with the caller's row, nothing notified before
+/// the commit, and a worker on another handle that sleeps for an hour
+/// between polls runs it within two seconds (woken by the commit's NOTIFY on
+/// PostgreSQL, by its new-job probe on MySQL), and not before the commit.
+fn a_committed_enqueue_is_one_job_a_sleeping_worker_elsewhere_runs_at_once<C: App>(
+    b: &Backend,
+) -> TestResult
+where
+    Queue: QueueExt<C>,
+{
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let (schema, _) = schema_and_url(&h)?;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let worker = sleepy_worker(h.handle_with(QueueOptions::new())?, ran.clone())?;
+    std::thread::sleep(Duration::from_millis(300));
+    let mut listen = listener(&h)?;
+    let mut conn = C::open(&h)?;
+
+    let mut notified_before_commit = None;
+    let mut ran_before_commit = None;
+    let enqueued = conn.transaction::<_, Box<dyn std::error::Error>, _>(|conn| {
+        conn.insert_effect(&schema, 7)?;
+        let job = h
+            .queue
+            .enqueue_in(conn, NewJob::new("charge", json!({"order": 7})))?;
+        notified_before_commit = Some(notifications(&mut listen, Duration::from_millis(200))?);
+        if listen.is_none() {
+            // MySQL: time for the worker's probe to look, had the job shown.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        ran_before_commit = Some(ran.load(Ordering::SeqCst));
+        Ok(job)
+    })?;
+    let committed = Instant::now();
+    assert_eq!(notified_before_commit, Some(0), "nothing before the commit");
+    assert_eq!(ran_before_commit, Some(0), "nothing ran before the commit");
+    assert!(!enqueued.existed);
+    assert_eq!(h.effects_of(7)?, 1);
+
+    assert!(
+        wait_until(Duration::from_secs(5), || ran.load(Ordering::SeqCst) == 1),
+        "the worker never ran the job"
+    );
+    let latency = committed.elapsed();
+    assert!(
+        latency < Duration::from_secs(2),
+        "run {latency:?} after the commit"
+    );
+    let record = h.queue.wait(enqueued.id, Duration::from_secs(5))?;
+    assert_eq!(record.state, JobState::Finished(FinalStatus::Completed));
+    assert_eq!(h.live_rows()? + h.history_rows()?, 1, "exactly one job");
+    if listen.is_some() {
+        assert!(
+            notifications(&mut listen, Duration::from_millis(500))? >= 1,
+            "the commit notified"
+        );
+    }
+    worker.shutdown(Duration::from_secs(5))?;
+    Ok(())
+}
+
+/// Two application transactions enqueue the same unique key at once: the
+/// second waits on the unique index for the first's commit, then gets the
+/// first's job (`existed`). One job in all.
+fn one_unique_key_under_concurrent_transactions_is_one_job<C: App>(b: &Backend) -> TestResult
+where
+    Queue: QueueExt<C>,
+{
+    let h = b.harness()?;
+    let results = race_for_key::<C>(&h, [true, true])?;
+    let (a, b) = (&results[0], &results[1]);
+    assert_eq!(a.id, b.id, "both name one job");
+    assert_eq!(
+        [a.existed, b.existed].iter().filter(|e| !**e).count(),
+        1,
+        "exactly one inserted: {results:?}"
+    );
+    assert_eq!(h.live_rows()?, 1);
+    Ok(())
+}
+
+/// The first holder of the key rolls back: the waiting transaction inserts
+/// its own job, and that is the only one.
+fn a_unique_key_freed_by_a_rollback_goes_to_the_waiting_transaction<C: App>(
+    b: &Backend,
+) -> TestResult
+where
+    Queue: QueueExt<C>,
+{
+    let h = b.harness()?;
+    let results = race_for_key::<C>(&h, [false, true])?;
+    assert!(!results[1].existed, "the second inserted its own");
+    assert_eq!(h.live_rows()?, 1);
+    assert_eq!(h.queue.get(results[1].id)?.id, results[1].id);
+    assert!(matches!(
+        h.queue.get(results[0].id),
+        Err(Error::NotFound { .. })
+    ));
+    Ok(())
+}
+
+/// Transaction 0 enqueues key "order-7" and holds; transaction 1 enqueues
+/// the same key (blocking on the index); then transaction 0 commits or rolls
+/// back as `commit[0]` says, and transaction 1 as `commit[1]`.
+fn race_for_key<C: App>(h: &Harness, commit: [bool; 2]) -> TestResult<Vec<backlog::Enqueued>>
+where
+    Queue: QueueExt<C>,
+{
+    let job = || NewJob::new("charge", json!({"order": 7})).unique_key("order-7");
+    let first_in = Arc::new(Barrier::new(2));
+    let mut conns = [C::open(h)?, C::open(h)?];
+    let [c0, c1] = &mut conns;
+    let queue = &h.queue;
+    std::thread::scope(|s| -> TestResult<Vec<backlog::Enqueued>> {
+        let gate = first_in.clone();
+        let first = s.spawn(move || {
+            let mut got = None;
+            let r = c0.transaction::<(), Box<dyn std::error::Error + Send + Sync>, _>(|c| {
+                got = Some(queue.enqueue_in(c, job())?);
+                gate.wait();
+                // Let the second transaction reach the index and block on it.
+                std::thread::sleep(Duration::from_millis(300));
+                if commit[0] {
+                    Ok(())
+                } else {
+                    Err("roll back".into())
+                }
+            });
+            (got, r.is_ok())
+        });
+        first_in.wait();
+        let second = c1.transaction::<_, Box<dyn std::error::Error + Send + Sync>, _>(|c| {
+            let got = queue.enqueue_in(c, job())?;
+            if commit[1] {
+                Ok(got)
+            } else {
+                Err("roll back".into())
+            }
+        });
+        let (got0, committed0) = first.join().map_err(|_| "first transaction panicked")?;
+        assert_eq!(committed0, commit[0]);
+        let got0 = got0.ok_or("first enqueue_in returned nothing")?;
+        let got1 = second.map_err(|e| e.to_string())?;
+        Ok(vec![got0, got1])
+    })
+}
+
+/// A handler does its work through diesel: the completion (fence first) and
+/// its effect commit together, the result is stored, and the worker does not
+/// complete the job a second time.
+fn complete_in_a_handler_commits_its_effects_and_the_completion_together<C: App>(
+    b: &Backend,
+) -> TestResult
+where
+    Queue: QueueExt<C>,
+{
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let (schema, _) = schema_and_url(&h)?;
+    let conn = Arc::new(Mutex::new(C::open(&h)?));
+    let node = h.handle_with(QueueOptions::new())?;
+    let handler_queue = node.clone();
+    let worker = Worker::builder(node)
+        .poll_interval(Duration::from_millis(20))
+        .handle_raw("charge", move |payload, ctx| {
+            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+            conn.transaction::<_, backlog::Error, _>(|c| {
+                handler_queue.complete_in(c, ctx.job(), Some(json!({"charged": payload})))?;
+                c.insert_effect(&schema, ctx.id())?;
+                Ok(())
+            })?;
+            Ok(())
+        })
+        .start()?;
+    let id = h.queue.enqueue(NewJob::new("charge", json!(7)))?.id;
+    let record = h.queue.wait(id, Duration::from_secs(10))?;
+    worker.shutdown(Duration::from_secs(5))?;
+    assert_eq!(record.state, JobState::Finished(FinalStatus::Completed));
+    let result: serde_json::Value =
+        serde_json::from_str(record.result.as_deref().ok_or("no result stored")?)?;
+    assert_eq!(result, json!({"charged": 7}));
+    assert_eq!(h.effects_of(id)?, 1);
+    assert_eq!(record.attempts, 1, "ran once");
+    assert_eq!(h.history_rows()?, 1, "completed once");
+    assert_eq!(h.live_rows()?, 0);
+    Ok(())
+}
+
+/// A lease that went stale (expired, rescued, leased by another worker):
+/// `complete_in` says `LeaseLost`, and the transaction that propagates it
+/// commits neither the effect nor a completion.
+fn complete_in_on_a_stale_lease_is_lease_lost_and_commits_nothing<C: App>(b: &Backend) -> TestResult
+where
+    Queue: QueueExt<C>,
+{
+    let h = b.harness()?;
+    let (schema, _) = schema_and_url(&h)?;
+    let ttl = Duration::from_secs(10);
+    let id = h.queue.enqueue(NewJob::new("charge", json!(1)))?.id;
+    let stale = h
+        .queue
+        .lease(&LeaseRequest::new("slow", 1).ttl(ttl))?
+        .pop()
+        .ok_or("nothing to lease")?;
+    h.advance(ttl + Duration::from_secs(1));
+    assert_eq!(h.queue.rescue(10)?.rescued, 1);
+    let fresh = h.lease_one("fresh")?;
+    assert_eq!(fresh.id, id);
+
+    let mut conn = C::open(&h)?;
+    let outcome = conn.transaction::<(), backlog::Error, _>(|c| {
+        h.queue.complete_in(c, &stale, None)?;
+        c.insert_effect(&schema, id)?;
+        Ok(())
+    });
+    assert!(
+        matches!(outcome, Err(Error::LeaseLost { job_id }) if job_id == id),
+        "{outcome:?}"
+    );
+    assert_eq!(h.effects_of(id)?, 0);
+    assert_eq!(h.state(id)?, JobState::Running);
+
+    // The fresh lease completes through diesel.
+    conn.transaction::<(), backlog::Error, _>(|c| h.queue.complete_in(c, &fresh, None))?;
+    assert_eq!(h.state(id)?, JobState::Finished(FinalStatus::Completed));
+    Ok(())
+}
+
+/// Outside a transaction, an invalid job, a grouped job, a retry, a queue on
+/// SQLite: each a typed error, nothing written.
+fn bad_calls_are_typed_errors_and_write_nothing<C: App>(b: &Backend) -> TestResult
+where
+    Queue: QueueExt<C>,
+{
+    let h = b.harness()?;
+    let mut conn = C::open(&h)?;
+    let job = || NewJob::new("charge", json!(1));
+
+    assert!(matches!(
+        h.queue.enqueue_in(&mut conn, job()),
+        Err(Error::NotInTransaction)
+    ));
+    conn.transaction::<(), Box<dyn std::error::Error>, _>(|c| {
+        assert!(matches!(
+            h.queue.enqueue_in(c, NewJob::new("", json!(1))),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(matches!(
+            h.queue
+                .enqueue_many_in(c, [job(), job().group(backlog::Group::new("g"))]),
+            Err(Error::InvalidArgument(_))
+        ));
+        let dir = tempfile::tempdir()?;
+        let on_sqlite = Queue::open(dir.path().join("q.db"))?;
+        assert!(matches!(
+            on_sqlite.enqueue_in(c, job()),
+            Err(Error::InvalidArgument(_))
+        ));
+        Ok(())
+    })?;
+    assert_eq!(h.live_rows()?, 0);
+
+    h.queue.enqueue(job())?;
+    let leased = h.lease_one("w")?;
+    assert!(matches!(
+        h.queue.complete_in(&mut conn, &leased, None),
+        Err(Error::NotInTransaction)
+    ));
+    let retry = conn.transaction::<(), backlog::Error, _>(|c| {
+        h.queue
+            .settle_in(c, &leased, backlog::Outcome::fail("try again"))
+    });
+    assert!(matches!(retry, Err(Error::InvalidArgument(_))), "{retry:?}");
+    assert_eq!(h.state(leased.id)?, JobState::Running);
+    assert_eq!(h.history_rows()?, 0);
+    Ok(())
+}
+
+/// Dependencies, batch membership and the jobs they follow are kept by
+/// backlog's own driver: through diesel, enqueueing a dependent or a batch
+/// member, or finishing a job that a batch or a dependent follows, is a
+/// typed error and writes nothing (not a job that would run at once, nor a
+/// batch that never fires its callbacks).
+fn what_only_backlogs_driver_follows_is_refused_and_writes_nothing<C: App>(
+    b: &Backend,
+) -> TestResult
+where
+    Queue: QueueExt<C>,
+{
+    let h = b.harness()?;
+    let mut conn = C::open(&h)?;
+    let first = h.queue.enqueue(NewJob::new("charge", json!(1)))?.id;
+    let batch = h.queue.batch().create()?;
+    conn.transaction::<(), Box<dyn std::error::Error>, _>(|c| {
+        let dependent = h
+            .queue
+            .enqueue_in(c, NewJob::new("charge", json!(2)).depends_on([first]));
+        assert!(
+            matches!(&dependent, Err(Error::InvalidArgument(why)) if why.contains("dependencies")),
+            "{dependent:?}"
+        );
+        let member = h
+            .queue
+            .enqueue_in(c, NewJob::new("charge", json!(3)).batch(batch.id));
+        assert!(
+            matches!(&member, Err(Error::InvalidArgument(why)) if why.contains("batch")),
+            "{member:?}"
+        );
+        Ok(())
+    })?;
+    assert_eq!(h.live_rows()?, 1);
+
+    // A job another job waits on, and a batch member, finish only through
+    // backlog's own driver.
+    h.queue
+        .enqueue(NewJob::new("report", json!(4)).depends_on([first]))?;
+    h.queue
+        .enqueue(NewJob::new("charge", json!(5)).batch(batch.id))?;
+    h.queue.seal_batch(batch.id)?;
+    for _ in 0..2 {
+        let leased = h
+            .queue
+            .lease(&LeaseRequest::new("w", 1).kinds(["charge"]))?
+            .pop()
+            .ok_or("nothing to lease")?;
+        let refused =
+            conn.transaction::<(), backlog::Error, _>(|c| h.queue.complete_in(c, &leased, None));
+        assert!(
+            matches!(&refused, Err(Error::InvalidArgument(why)) if why.contains("depend")),
+            "{refused:?}"
+        );
+        assert_eq!(h.state(leased.id)?, JobState::Running);
+        h.queue.complete(&leased, None)?;
+    }
+    assert_eq!(h.history_rows()?, 2);
+    Ok(())
+}
+
+/// A key unique for a period is held by a finished job of the statuses
+/// asked for, through diesel as through backlog's own driver.
+fn a_key_unique_for_a_period_holds_through_diesel<C: App>(b: &Backend) -> TestResult
+where
+    Queue: QueueExt<C>,
+{
+    let h = b.harness()?;
+    let mut conn = C::open(&h)?;
+    let first = h
+        .queue
+        .enqueue(NewJob::new("digest", json!({})).unique_key("d-7"))?
+        .id;
+    let leased = h.lease_one("w")?;
+    h.queue.complete(&leased, None)?;
+    let hour = Duration::from_secs(3600);
+    let keyed = || {
+        NewJob::new("digest", json!({}))
+            .unique_key("d-7")
+            .unique_for(hour)
+    };
+    let (held, again) = conn.transaction::<_, backlog::Error, _>(|c| {
+        let held = h.queue.enqueue_in(c, keyed())?;
+        // Only a dead job would hold it: the completed one does not.
+        let again = h
+            .queue
+            .enqueue_in(c, keyed().unique_states([FinalStatus::Dead]))?;
+        Ok((held, again))
+    })?;
+    assert!(held.existed && held.id == first, "{held:?}");
+    assert!(!again.existed && again.id != first, "{again:?}");
+    assert_eq!(h.live_rows()?, 1);
+    Ok(())
+}
