@@ -126,7 +126,6 @@ impl Counts for Db {
 #[cfg(test)]
 mod tests {
     use super::super::queries::Tables;
-    use super::*;
     use crate::options::QueueOptions;
 
     /// The finish statement counts what it moves, under the queue's own
