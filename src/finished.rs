@@ -164,8 +164,9 @@ impl Queue {
     /// [`crate::finished`]); buckets with nothing finished are left out.
     /// Sorted by bucket (most recent first), queue, kind and status.
     ///
-    /// One read of a range of the counts' primary key: at most
-    /// [`Window::buckets`] rows per queue, kind and status.
+    /// One read of a range of the counts' key: at most
+    /// [`Window::buckets`] rows per queue, kind and status (on PostgreSQL,
+    /// a row per finishing transaction until maintenance merges them).
     ///
     /// ```
     /// # fn main() -> backlog::Result<()> {

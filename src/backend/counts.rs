@@ -43,7 +43,8 @@ pub(crate) struct TotalRow {
 pub(crate) trait Counts {
     /// The `buckets` most recent buckets of `span` seconds ([`MINUTE`] or
     /// [`HOUR`]), the current one included, at `now`; buckets with nothing
-    /// finished are left out. Reads a range of the primary key.
+    /// finished are left out. Reads a range of the primary key
+    /// (on PostgreSQL, of the key's index, summing the key's delta rows).
     fn finished_buckets(&self, span: i64, buckets: i64, now: i64) -> crate::Result<Vec<BucketRow>>;
 
     /// Every queue, kind and status's count since the counts began: the

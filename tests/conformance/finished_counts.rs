@@ -264,8 +264,52 @@ fn finished_counts_include_a_copied_history(b: &Backend) -> TestResult {
     Ok(())
 }
 
+/// Folds run from two handles at once, while jobs finish on both: every
+/// finish is counted once, in the totals and in the buckets alike, however
+/// the folds interleave with each other and with the finishes.
+fn finished_counts_stay_exact_across_concurrent_folds(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let other = h.second_handle()?;
+    const JOBS: usize = 40;
+    for _ in 0..2 * JOBS {
+        h.queue.enqueue(NewJob::new("k", json!({})))?;
+    }
+    std::thread::scope(|s| -> TestResult {
+        let sides = [&h.queue, &other].map(|queue| {
+            s.spawn(move || -> backlog::Result<()> {
+                for _ in 0..JOBS {
+                    if let Some(job) = queue.lease(&LeaseRequest::new("w", 1))?.pop() {
+                        queue.complete(&job, None)?;
+                    }
+                    queue.compact_finished_counts()?;
+                }
+                Ok(())
+            })
+        });
+        for side in sides {
+            side.join().expect("no panic")?;
+        }
+        Ok(())
+    })?;
+    let finished = u64::try_from(h.history_rows()?)?;
+    assert_eq!(finished, 2 * JOBS as u64, "every job finished");
+    for _ in 0..2 {
+        assert_eq!(
+            totals(&h)?,
+            [("default".to_owned(), "k".to_owned(), [finished, 0, 0, 0, 0])]
+        );
+        for window in [Window::Hour, Window::Day] {
+            let counted: u64 = buckets(&h, window)?.iter().map(|r| r.4).sum();
+            assert_eq!(counted, finished, "{window:?}");
+        }
+        other.compact_finished_counts()?;
+    }
+    Ok(())
+}
+
 conformance!(
     finished_counts_count_every_way_a_job_finishes,
     finished_counts_bucket_by_minute_and_hour_on_the_clock,
     finished_counts_include_a_copied_history,
+    finished_counts_stay_exact_across_concurrent_folds,
 );

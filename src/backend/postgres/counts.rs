@@ -5,6 +5,11 @@
 //! or NULL). The `{finished_counts}` table name is filled in with the
 //! others (`queries::Tables::render`); the finish statement counts what it
 //! moves itself (`FINISH_TO_HISTORY`'s `tallied`).
+//!
+//! Differs from SQLite in that a key's count may be spread over several
+//! rows, read as their sum: writers append delta rows (no unique key, so
+//! concurrent finishes wait on no one's bucket row) and maintenance merges
+//! them (`MERGE_DELTAS`).
 
 use postgres::GenericClient;
 
@@ -15,23 +20,22 @@ use crate::backend::counts::{BucketRow, Counts, TotalRow};
 use crate::error::Result;
 
 /// As SQLite's `COUNT_MANY`: the history rows whose ids are `$1`. Differs
-/// in that the rows are ordered by key, so two transactions counting into
-/// the same buckets lock them in the same order (no deadlock).
+/// in that it appends delta rows, which lock nothing another writer needs.
 pub const COUNT_MOVED: &str = "
-INSERT INTO {finished_counts} AS c (span, bucket, queue, kind, status, n)
+INSERT INTO {finished_counts} (span, bucket, queue, kind, status, n)
 SELECT s.span, h.finished_at - h.finished_at % (s.span * 1000000), h.queue, h.kind, h.status,
        count(*)
 FROM {history} AS h CROSS JOIN (VALUES (60::int8), (3600::int8)) AS s (span)
 WHERE h.id = ANY($1::int8[])
-GROUP BY 1, 2, 3, 4, 5
-ORDER BY 1, 2, 3, 4, 5
-ON CONFLICT (span, bucket, queue, kind, status) DO UPDATE SET n = c.n + excluded.n";
+GROUP BY 1, 2, 3, 4, 5";
 
 /// As SQLite's `BUCKETS`: `$2` span, `$3` its width in µs, `$4` how many.
+/// Differs in that a bucket's deltas are summed.
 pub const BUCKETS: &str = "
-SELECT queue, kind, status, ({now} - {now} % $3::int8 - bucket) / $3::int8, n
+SELECT queue, kind, status, ({now} - {now} % $3::int8 - bucket) / $3::int8, sum(n)::int8
 FROM {finished_counts}
-WHERE span = $2 AND bucket >= {now} - {now} % $3::int8 - ($4::int8 - 1) * $3::int8";
+WHERE span = $2 AND bucket >= {now} - {now} % $3::int8 - ($4::int8 - 1) * $3::int8
+GROUP BY queue, kind, status, bucket";
 
 /// As SQLite's `TOTALS`.
 pub const TOTALS: &str = "
@@ -48,9 +52,27 @@ pub const FOLD_HOURS: &str = "
 WITH folded AS (
     DELETE FROM {finished_counts} WHERE span = 3600 AND bucket < {now} + $2
     RETURNING queue, kind, status, n)
-INSERT INTO {finished_counts} AS c (span, bucket, queue, kind, status, n)
-SELECT 0, 0, queue, kind, status, sum(n) FROM folded GROUP BY 3, 4, 5 ORDER BY 3, 4, 5
-ON CONFLICT (span, bucket, queue, kind, status) DO UPDATE SET n = c.n + excluded.n";
+INSERT INTO {finished_counts} (span, bucket, queue, kind, status, n)
+SELECT 0, 0, queue, kind, status, sum(n) FROM folded GROUP BY 3, 4, 5";
+
+/// Merges the rows of every key that has several into one, and returns how
+/// many rows fewer there are. A row is deleted by one transaction only (a
+/// second waits for the first and then finds it gone), and the rows a
+/// transaction adds up are the rows it deleted, so a merge run from two
+/// nodes at once counts nothing twice; a finish not yet committed is not
+/// seen and waits for the next run.
+pub const MERGE_DELTAS: &str = "
+WITH merged AS (
+    DELETE FROM {finished_counts}
+    WHERE (span, bucket, queue, kind, status) IN (
+        SELECT span, bucket, queue, kind, status FROM {finished_counts}
+        GROUP BY 1, 2, 3, 4, 5 HAVING count(*) > 1)
+    RETURNING span, bucket, queue, kind, status, n),
+added AS (
+    INSERT INTO {finished_counts} (span, bucket, queue, kind, status, n)
+    SELECT span, bucket, queue, kind, status, sum(n) FROM merged GROUP BY 1, 2, 3, 4, 5
+    RETURNING 1)
+SELECT (SELECT count(*) FROM merged) - (SELECT count(*) FROM added)";
 
 /// Counts the jobs `ids`, just moved to history in this transaction.
 pub(crate) fn count_moved<C: GenericClient>(
@@ -106,9 +128,10 @@ impl Counts for Db {
     }
 
     fn compact_counts(&self, minutes_before: i64, hours_before: i64, now: i64) -> Result<usize> {
-        let (prune, fold) = (
+        let (prune, fold, merge) = (
             self.q.tables.render(PRUNE_MINUTES),
             self.q.tables.render(FOLD_HOURS),
+            self.q.tables.render(MERGE_DELTAS),
         );
         let over = self.q.now_override(now);
         let (minutes, hours) = (
@@ -117,8 +140,15 @@ impl Counts for Db {
         );
         self.pool.write(|tx| {
             let pruned = tx.execute(&prune, &[&over, &minutes])?;
-            tx.execute(&fold, &[&over, &hours])?;
-            Ok(usize::try_from(pruned).unwrap_or(usize::MAX))
+            let folded = tx.execute(&fold, &[&over, &hours])?;
+            let merged: i64 = match tx.query(&merge, &[])?.first() {
+                Some(r) => r.try_get(0)?,
+                None => 0,
+            };
+            let changed = pruned
+                .saturating_add(folded)
+                .saturating_add(u64::try_from(merged).unwrap_or(0));
+            Ok(usize::try_from(changed).unwrap_or(usize::MAX))
         })
     }
 }
