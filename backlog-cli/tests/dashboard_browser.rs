@@ -14,8 +14,11 @@ mod dashboard_common;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backlog::NewJob;
 use dashboard_common::{seed, seed_week, Backend, Dashboard, Database, TestResult, SCRIPT_PAYLOAD};
 use serde_json::{json, Value};
 
@@ -147,15 +150,32 @@ fn operator_sees_live_workers_and_unhandled_kinds_in_chromium() -> TestResult {
     let db = Database::new(Backend::Sqlite)?.ok_or("no SQLite database")?;
     seed(&db, true)?;
     let queue = db.open()?;
-    // The worker the seeded leases name (it holds the two running emails),
-    // and one serving webhooks and reports.
+    // A worker serving emails and billing, running two invoices until it
+    // is shut down, and one serving webhooks and reports. The seed's two
+    // running digests were leased under a worker id no live worker has (a
+    // worker gone without a goodbye): the page lists neither that id nor
+    // its jobs, and flags the due digests, which no live worker handles.
+    let release = Arc::new(AtomicBool::new(false));
     let web = backlog::Worker::builder(queue.clone())
-        .worker_id("web-1.prod:4121")
+        .worker_id("web-3.prod:5120")
         .queues(["emails", "billing"])
         .concurrency(8)
         .handle_raw("send_welcome_email", |_, _| Ok(()))
-        .handle_raw("charge_invoice", |_, _| Ok(()))
+        .handle_raw("charge_invoice", {
+            let release = release.clone();
+            move |_, ctx| {
+                while !release.load(Ordering::Relaxed) && !ctx.is_cancelled() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Ok(())
+            }
+        })
         .start()?;
+    for invoice in [7001, 7002] {
+        queue.enqueue(
+            NewJob::new("charge_invoice", json!({ "invoice": invoice })).queue("billing"),
+        )?;
+    }
     let hooks = backlog::Worker::builder(queue.clone())
         .worker_id("hooks-2.prod:977")
         .queues(["webhooks", "reports"])
@@ -170,9 +190,10 @@ fn operator_sees_live_workers_and_unhandled_kinds_in_chromium() -> TestResult {
     })?;
     browser.click("nav a[data-nav=\"workers\"]")?;
     browser.wait_text("h1", |t| t == "Workers")?;
-    let web_row = browser.wait_text("tr[data-worker=\"web-1.prod:4121\"]", |t| {
-        t.contains("send_welcome_email")
+    let web_row = browser.wait_text("tr[data-worker=\"web-3.prod:5120\"]", |t| {
+        t.contains("send_welcome_email") && t.matches("charge_invoice").count() >= 3
     })?;
+    assert!(!web_row.contains("send_digest"), "{web_row}");
     assert!(
         web_row.contains("emails, billing") || web_row.contains("billing, emails"),
         "{web_row}"
@@ -188,6 +209,7 @@ fn operator_sees_live_workers_and_unhandled_kinds_in_chromium() -> TestResult {
     // A worker that shuts down leaves the page at the next refresh.
     hooks.shutdown(Duration::from_secs(10))?;
     browser.wait_text("#workers", |t| !t.contains("hooks-2.prod:977"))?;
+    release.store(true, Ordering::Relaxed);
     web.shutdown(Duration::from_secs(10))?;
     Ok(())
 }
