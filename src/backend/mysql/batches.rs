@@ -6,13 +6,13 @@
 //! locking read (`FOR UPDATE`), which sees the latest committed version
 //! whatever the isolation level, so of two transactions finishing the last
 //! members at once exactly one sees the batch done and not yet finished.
-//! The `{batches}` and `{batch_jobs}` table names are filled in here, per
-//! call (as the registry's).
+//! Its statements are rendered per call by the queue's `Tables`, which know
+//! the batches' tables with the others (as the registry's).
 
 use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
-use super::queries::{Sql, Tables};
+use super::queries::Sql;
 use super::{take, Db, Now};
 use crate::backend::params::EnqueueParams;
 use crate::backend::Batches;
@@ -101,16 +101,6 @@ pub const GET_LOCKED: &str = concat!(
     " FROM {batches} WHERE id = :id FOR UPDATE"
 );
 
-/// A template with the queue's tables and the batches' filled in: they sit
-/// beside the jobs table, under the same prefix.
-fn render(tables: &Tables, template: &str) -> String {
-    let base = tables.jobs.strip_suffix("jobs`").unwrap_or(&tables.jobs);
-    tables
-        .render(template)
-        .replace("{batch_jobs}", &format!("{base}batch_jobs`"))
-        .replace("{batches}", &format!("{base}batches`"))
-}
-
 /// Inserts an open batch; its id.
 pub(crate) fn create(
     sql: &Sql,
@@ -120,7 +110,7 @@ pub(crate) fn create(
 ) -> Result<i64> {
     let id = q
         .exec_iter(
-            render(&sql.tables, CREATE),
+            sql.tables.render(CREATE),
             params! {
                 "on_complete" => p.on_complete, "on_success" => p.on_success,
                 "now" => now.param(),
@@ -146,7 +136,7 @@ pub(crate) fn enqueue<Q: Queryable>(
     let mut batches: Vec<i64> = jobs.iter().filter_map(|p| p.batch).collect();
     batches.sort_unstable();
     batches.dedup();
-    let sealed = render(&sql.tables, SEALED);
+    let sealed = sql.tables.render(SEALED);
     for &id in &batches {
         let found: Option<bool> = q.exec_first(&sealed, params! { "id" => id })?;
         batch::join_verdict(id, found)?;
@@ -161,10 +151,10 @@ pub(crate) fn enqueue<Q: Queryable>(
         return Ok(ids);
     }
     q.exec_drop(
-        render(&sql.tables, JOIN),
+        sql.tables.render(JOIN),
         params! { "members" => serde_json::to_string(&members)? },
     )?;
-    let add = render(&sql.tables, ADD_MEMBERS);
+    let add = sql.tables.render(ADD_MEMBERS);
     for &id in &batches {
         let n = members.iter().filter(|m| m[1] == id).count();
         if n > 0 {
@@ -193,17 +183,17 @@ pub(crate) fn finished(
             .collect::<Vec<_>>(),
     )?;
     let members: Vec<(i64, String)> = q.exec(
-        render(&sql.tables, MEMBERS_OF),
+        sql.tables.render(MEMBERS_OF),
         params! { "done" => &done_json },
     )?;
     if members.is_empty() {
         return Ok(());
     }
-    q.exec_drop(render(&sql.tables, LEAVE), params! { "done" => &done_json })?;
+    q.exec_drop(sql.tables.render(LEAVE), params! { "done" => &done_json })?;
     let mut batches: Vec<i64> = members.iter().map(|(b, _)| *b).collect();
     batches.sort_unstable();
     batches.dedup();
-    let count = render(&sql.tables, COUNT_FINISHED);
+    let count = sql.tables.render(COUNT_FINISHED);
     for id in batches {
         let n = |status: &str| {
             members
@@ -227,13 +217,13 @@ pub(crate) fn finished(
 pub(crate) fn deleted(sql: &Sql, q: &mut impl Queryable, job_id: i64, now: Now) -> Result<()> {
     let done = serde_json::to_string(&[(job_id, "deleted")])?;
     let batch: Option<(i64, String)> =
-        q.exec_first(render(&sql.tables, MEMBERS_OF), params! { "done" => &done })?;
+        q.exec_first(sql.tables.render(MEMBERS_OF), params! { "done" => &done })?;
     let Some((batch, _)) = batch else {
         return Ok(());
     };
-    q.exec_drop(render(&sql.tables, LEAVE), params! { "done" => &done })?;
+    q.exec_drop(sql.tables.render(LEAVE), params! { "done" => &done })?;
     q.exec_drop(
-        render(&sql.tables, COUNT_DELETED),
+        sql.tables.render(COUNT_DELETED),
         params! { "id" => batch, "now" => now.param() },
     )?;
     fire_if_due(sql, q, batch, now)
@@ -247,7 +237,7 @@ pub(crate) fn seal(
     now: Now,
 ) -> Result<Option<BatchRow>> {
     q.exec_drop(
-        render(&sql.tables, SEAL),
+        sql.tables.render(SEAL),
         params! { "id" => id, "now" => now.param() },
     )?;
     fire_if_due(sql, q, id, now)?;
@@ -256,13 +246,13 @@ pub(crate) fn seal(
 
 /// As SQLite's `get`.
 pub(crate) fn get(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Option<BatchRow>> {
-    let row: Option<Row> = q.exec_first(render(&sql.tables, GET), params! { "id" => id })?;
+    let row: Option<Row> = q.exec_first(sql.tables.render(GET), params! { "id" => id })?;
     row.map(batch_row).transpose()
 }
 
 /// As SQLite's `fire_if_due`, reading the batch's row locked.
 fn fire_if_due(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<()> {
-    let row: Option<Row> = q.exec_first(render(&sql.tables, GET_LOCKED), params! { "id" => id })?;
+    let row: Option<Row> = q.exec_first(sql.tables.render(GET_LOCKED), params! { "id" => id })?;
     let Some(row) = row.map(batch_row).transpose()? else {
         return Ok(());
     };
@@ -276,7 +266,7 @@ fn fire_if_due(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<(
             .ok_or_else(|| Error::Database("enqueue returned no id".into()))
     })?;
     q.exec_drop(
-        render(&sql.tables, FINISH),
+        sql.tables.render(FINISH),
         params! {
             "id" => row.id, "complete" => complete, "success" => success, "now" => now.param(),
         },

@@ -3,13 +3,13 @@
 //!
 //! Times follow the rule of the other tables: buckets are aligned on the
 //! server's clock, which stamped `finished_at` (`:now`: a manual clock's
-//! now, or NULL). The `{finished_counts}` table name is filled in here,
-//! beside the queue's other tables, as the registry's.
+//! now, or NULL). Its statements are rendered per call by the queue's
+//! `Tables`, which know the counts table with the others.
 
 use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
-use super::queries::{Sql, Tables};
+use super::queries::Sql;
 use super::{take, Db};
 use crate::backend::counts::{BucketRow, Counts, TotalRow};
 use crate::error::Result;
@@ -61,22 +61,13 @@ ON DUPLICATE KEY UPDATE n = n + VALUES(n)";
 pub const PRUNE_HOURS: &str = "
 DELETE FROM {finished_counts} WHERE span = 3600 AND bucket < {now} + :before";
 
-/// A template with the queue's tables and the counts table filled in: it
-/// sits beside the jobs table, under the same prefix.
-pub(crate) fn render(tables: &Tables, template: &str) -> String {
-    let base = tables.jobs.strip_suffix("jobs`").unwrap_or(&tables.jobs);
-    tables
-        .render(template)
-        .replace("{finished_counts}", &format!("{base}finished_counts`"))
-}
-
 /// Counts the jobs `ids`, just moved to history in this transaction.
 pub(crate) fn count_moved(sql: &Sql, q: &mut impl Queryable, ids: &[i64]) -> Result<()> {
     if ids.is_empty() {
         return Ok(());
     }
     q.exec_drop(
-        render(&sql.tables, COUNT_MOVED),
+        sql.tables.render(COUNT_MOVED),
         params! { "ids" => serde_json::to_string(ids)? },
     )?;
     Ok(())
@@ -84,7 +75,7 @@ pub(crate) fn count_moved(sql: &Sql, q: &mut impl Queryable, ids: &[i64]) -> Res
 
 impl Counts for Db {
     fn finished_buckets(&self, span: i64, buckets: i64, now: i64) -> Result<Vec<BucketRow>> {
-        let sql = render(&self.sql.tables, BUCKETS);
+        let sql = self.sql.tables.render(BUCKETS);
         let now = self.now(now);
         self.read(|conn| {
             let rows: Vec<Row> = conn.exec(
@@ -109,7 +100,7 @@ impl Counts for Db {
     }
 
     fn finished_totals(&self) -> Result<Vec<TotalRow>> {
-        let sql = render(&self.sql.tables, TOTALS);
+        let sql = self.sql.tables.render(TOTALS);
         self.read(|conn| {
             let rows: Vec<Row> = conn.exec(&sql, ())?;
             rows.into_iter()
@@ -127,9 +118,9 @@ impl Counts for Db {
 
     fn compact_counts(&self, minutes_before: i64, hours_before: i64, now: i64) -> Result<usize> {
         let (prune_minutes, fold, prune_hours) = (
-            render(&self.sql.tables, PRUNE_MINUTES),
-            render(&self.sql.tables, FOLD_HOURS),
-            render(&self.sql.tables, PRUNE_HOURS),
+            self.sql.tables.render(PRUNE_MINUTES),
+            self.sql.tables.render(FOLD_HOURS),
+            self.sql.tables.render(PRUNE_HOURS),
         );
         let now = self.now(now);
         let (minutes, hours) = (now.offset(minutes_before), now.offset(hours_before));

@@ -312,10 +312,7 @@ pub(crate) fn finish(
     // As `jobs::finish`: the finished counts, in the same transaction.
     let ids = serde_json::to_string(&[lease.job_id])?;
     Binds(vec![("ids", Value::Text(Some(&ids)))])
-        .query(&super::counts::render(
-            &sql.tables,
-            super::counts::COUNT_MOVED,
-        ))?
+        .query(&sql.tables.render(super::counts::COUNT_MOVED))?
         .execute(conn)?;
     Ok(())
 }

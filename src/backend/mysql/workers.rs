@@ -3,14 +3,12 @@
 //!
 //! Times follow the rule of the other tables (`:now`: a manual clock's now,
 //! or NULL for the server's clock; the engine's start and expiry bound as
-//! offsets from its own now). The `{workers}` table name is filled in here,
-//! beside the queue's other tables: the registry's statements are rendered
-//! per call, as the schedules' are.
+//! offsets from its own now). The registry's statements are rendered
+//! per call by the queue's `Tables`, as the schedules' are.
 
 use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
-use super::queries::Tables;
 use super::{take, Db};
 use crate::backend::registry::{DueCount, HeldJob, RegisterWorkerParams, WorkerRow};
 use crate::backend::Workers;
@@ -58,18 +56,9 @@ pub const DUE_BY_KIND: &str = "
 SELECT lease_queue, kind, COUNT(*) FROM {jobs} FORCE INDEX (jobs_scheduled)
 WHERE lease_queue IS NOT NULL AND available_at <= {now} GROUP BY lease_queue, kind";
 
-/// A template with the queue's tables and the registry's filled in: the
-/// registry sits beside the jobs table, under the same prefix.
-fn render(tables: &Tables, template: &str) -> String {
-    let base = tables.jobs.strip_suffix("jobs`").unwrap_or(&tables.jobs);
-    tables
-        .render(template)
-        .replace("{workers}", &format!("{base}workers`"))
-}
-
 impl Workers for Db {
     fn register_worker(&self, p: &RegisterWorkerParams<'_>) -> Result<()> {
-        let sql = render(&self.sql.tables, REGISTER);
+        let sql = self.sql.tables.render(REGISTER);
         let now = self.now(p.now);
         self.write(|tx| {
             tx.exec_drop(
@@ -91,7 +80,7 @@ impl Workers for Db {
     }
 
     fn deregister_worker(&self, id: &str) -> Result<bool> {
-        let sql = render(&self.sql.tables, DEREGISTER);
+        let sql = self.sql.tables.render(DEREGISTER);
         self.write(|tx| {
             let removed = tx.exec_iter(&sql, params! { "id" => id })?.affected_rows();
             Ok(removed > 0)
@@ -99,7 +88,7 @@ impl Workers for Db {
     }
 
     fn workers(&self, now: i64) -> Result<Vec<WorkerRow>> {
-        let sql = render(&self.sql.tables, LIVE);
+        let sql = self.sql.tables.render(LIVE);
         let now = self.now(now);
         self.read(|conn| {
             let rows: Vec<Row> = conn.exec(&sql, params! { "now" => now.param() })?;
@@ -122,7 +111,7 @@ impl Workers for Db {
     }
 
     fn held_jobs(&self) -> Result<Vec<HeldJob>> {
-        let sql = render(&self.sql.tables, HELD_JOBS);
+        let sql = self.sql.tables.render(HELD_JOBS);
         self.read(|conn| {
             let rows: Vec<Row> = conn.exec(&sql, ())?;
             rows.into_iter()
@@ -139,7 +128,7 @@ impl Workers for Db {
     }
 
     fn prune_workers(&self, now: i64) -> Result<usize> {
-        let sql = render(&self.sql.tables, PRUNE);
+        let sql = self.sql.tables.render(PRUNE);
         let now = self.now(now);
         self.write(|tx| {
             let pruned = tx
@@ -150,7 +139,7 @@ impl Workers for Db {
     }
 
     fn due_by_kind(&self, now: i64) -> Result<Vec<DueCount>> {
-        let sql = render(&self.sql.tables, DUE_BY_KIND);
+        let sql = self.sql.tables.render(DUE_BY_KIND);
         let now = self.now(now);
         self.read(|conn| {
             let rows: Vec<Row> = conn.exec(&sql, params! { "now" => now.param() })?;

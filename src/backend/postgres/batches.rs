@@ -5,13 +5,13 @@
 //! until the finishing transaction ends, so of two transactions finishing
 //! the last members at once, the second waits, then reads the first one's
 //! counts and `finished_at` (READ COMMITTED re-reads an updated row): exactly
-//! one fires. The `{batches}` and `{batch_jobs}` table names are filled in
-//! here, beside the queue's other tables, per call (as the registry's).
+//! one fires. Its statements are rendered per call by the queue's `Tables`,
+//! which know the batches' tables with the others (as the registry's).
 
 use postgres::{GenericClient, Row};
 
 use super::connection::Tx;
-use super::queries::{Queries, Tables};
+use super::queries::Queries;
 use super::Db;
 use crate::backend::params::EnqueueParams;
 use crate::backend::Batches;
@@ -80,21 +80,6 @@ pub const GET: &str = concat!(
     " FROM {batches} AS b WHERE b.id = $1"
 );
 
-/// A template with the shared placeholders and the batches' tables filled
-/// in.
-fn render(tables: &Tables, template: &str) -> String {
-    tables
-        .render(template)
-        .replace(
-            "{batch_jobs}",
-            &format!("{}{}batch_jobs", tables.schema, tables.prefix),
-        )
-        .replace(
-            "{batches}",
-            &format!("{}{}batches", tables.schema, tables.prefix),
-        )
-}
-
 /// Inserts an open batch; its id.
 pub(crate) fn create<C: GenericClient>(
     tx: &mut Tx<'_, C>,
@@ -102,7 +87,7 @@ pub(crate) fn create<C: GenericClient>(
     p: &CreateBatchParams<'_>,
 ) -> Result<i64> {
     let row = tx.query_opt(
-        &render(&q.tables, CREATE),
+        &q.tables.render(CREATE),
         &[&q.now_override(p.now), &p.on_complete, &p.on_success],
     )?;
     let row = row.ok_or_else(|| Error::Database("insert returned no id".into()))?;
@@ -125,7 +110,7 @@ pub(crate) fn enqueue<C: GenericClient>(
     // on each other in a circle.
     batches.sort_unstable();
     batches.dedup();
-    let sealed = render(&q.tables, SEALED);
+    let sealed = q.tables.render(SEALED);
     for &id in &batches {
         let found: Option<bool> = tx
             .query_opt(&sealed, &[&id])?
@@ -141,7 +126,7 @@ pub(crate) fn enqueue<C: GenericClient>(
         .unzip();
     if !members.is_empty() {
         let now = q.now_override(jobs.first().map_or(0, |p| p.now));
-        tx.execute(&render(&q.tables, JOIN), &[&now, &members, &of])?;
+        tx.execute(&q.tables.render(JOIN), &[&now, &members, &of])?;
     }
     Ok(ids)
 }
@@ -170,7 +155,7 @@ pub(crate) fn deleted<C: GenericClient>(
     now: i64,
 ) -> Result<()> {
     let row = tx.query_opt(
-        &render(&q.tables, COUNT_DELETED),
+        &q.tables.render(COUNT_DELETED),
         &[&q.now_override(now), &job_id],
     )?;
     match row {
@@ -186,7 +171,7 @@ pub(crate) fn seal<C: GenericClient>(
     id: i64,
     now: i64,
 ) -> Result<Option<BatchRow>> {
-    let row = tx.query_opt(&render(&q.tables, SEAL), &[&q.now_override(now), &id])?;
+    let row = tx.query_opt(&q.tables.render(SEAL), &[&q.now_override(now), &id])?;
     let Some(row) = row else {
         return Ok(None);
     };
@@ -200,7 +185,7 @@ pub(crate) fn get<C: GenericClient>(
     q: &Queries,
     id: i64,
 ) -> Result<Option<BatchRow>> {
-    tx.query_opt(&render(&q.tables, GET), &[&id])?
+    tx.query_opt(&q.tables.render(GET), &[&id])?
         .map(|r| batch_row(&r))
         .transpose()
 }
@@ -222,7 +207,7 @@ fn fire_if_due<C: GenericClient>(
             .ok_or_else(|| Error::Database("enqueue returned no id".into()))
     })?;
     tx.execute(
-        &render(&q.tables, FINISH),
+        &q.tables.render(FINISH),
         &[&q.now_override(now), &row.id, &complete, &success],
     )?;
     Ok(())

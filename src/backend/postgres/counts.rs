@@ -2,9 +2,9 @@
 //!
 //! Times follow the rule of the other tables: buckets are aligned on the
 //! server's clock, which stamped `finished_at` (`$1`: a manual clock's now,
-//! or NULL). The `{finished_counts}` table name is filled in with the
-//! others (`queries::Tables::render`); the finish statement counts what it
-//! moves itself (`FINISH_TO_HISTORY`'s `tallied`).
+//! or NULL). The queue's `Tables` render the counts table with the
+//! others; the finish statement counts what it moves itself
+//! (`FINISH_TO_HISTORY`'s `tallied`).
 //!
 //! Differs from SQLite in that a key's count may be spread over several
 //! rows, read as their sum: writers append delta rows (no unique key, so

@@ -180,24 +180,9 @@ pub(crate) struct FlowQueries {
     pub count_pending: String,
 }
 
-/// A template with this module's tables, then the queue's, filled in.
-pub(crate) fn render(tables: &Tables, template: &str) -> String {
-    let (schema, prefix) = (&tables.schema, &tables.prefix);
-    tables.render(
-        &template
-            .replace("{pending}", &format!("{schema}{prefix}pending"))
-            .replace("{dependencies}", &format!("{schema}{prefix}dependencies"))
-            .replace("{workflows}", &format!("{schema}{prefix}workflows"))
-            .replace(
-                "{workflow_steps}",
-                &format!("{schema}{prefix}workflow_steps"),
-            ),
-    )
-}
-
 impl FlowQueries {
     pub(crate) fn render(tables: &Tables) -> FlowQueries {
-        let r = |t: &str| render(tables, t);
+        let r = |t: &str| tables.render(t);
         FlowQueries {
             pending_for_share: r(PENDING_FOR_SHARE),
             live_for_share: r(LIVE_FOR_SHARE),
@@ -392,7 +377,7 @@ pub(crate) fn deleting<C: GenericClient>(
     let state = state_of(tx, &q.flows, id)?;
     let pending = state.as_deref() == Some("pending");
     if pending {
-        let delete = render(&q.tables, "DELETE FROM {pending} WHERE id = $1");
+        let delete = q.tables.render("DELETE FROM {pending} WHERE id = $1");
         tx.execute(&delete, &[&id])?;
     }
     if matches!(state.as_deref(), Some("pending" | "live")) {

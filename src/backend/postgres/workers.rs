@@ -3,11 +3,9 @@
 //!
 //! Times follow the rule of the other tables: the server's clock (`$1`: a
 //! manual clock's now, or NULL), and the engine's start and expiry bound as
-//! offsets from its own now. The `{workers}` table name is filled in here,
-//! after the shared placeholders: the registry's statements are rendered per
-//! call, as the schedules' are.
+//! offsets from its own now. The registry's statements are rendered per
+//! call by the queue's `Tables`, as the schedules' are.
 
-use super::queries::Tables;
 use super::Db;
 use crate::backend::registry::{DueCount, HeldJob, RegisterWorkerParams, WorkerRow};
 use crate::backend::Workers;
@@ -52,18 +50,9 @@ pub const DUE_BY_KIND: &str = "
 SELECT queue, kind, count(*) FROM {jobs}
 WHERE lease_token IS NULL AND available_at <= {now} GROUP BY queue, kind";
 
-/// A template with the shared placeholders and the registry's table filled
-/// in.
-fn render(tables: &Tables, template: &str) -> String {
-    tables.render(template).replace(
-        "{workers}",
-        &format!("{}{}workers", tables.schema, tables.prefix),
-    )
-}
-
 impl Workers for Db {
     fn register_worker(&self, p: &RegisterWorkerParams<'_>) -> Result<()> {
-        let sql = render(&self.q.tables, REGISTER);
+        let sql = self.q.tables.render(REGISTER);
         let now = self.q.now_override(p.now);
         let started = p.started_at.saturating_sub(p.now);
         let expires = p.expires_at.saturating_sub(p.now);
@@ -88,12 +77,12 @@ impl Workers for Db {
     }
 
     fn deregister_worker(&self, id: &str) -> Result<bool> {
-        let sql = render(&self.q.tables, DEREGISTER);
+        let sql = self.q.tables.render(DEREGISTER);
         self.pool.write(|tx| Ok(tx.execute(&sql, &[&id])? > 0))
     }
 
     fn workers(&self, now: i64) -> Result<Vec<WorkerRow>> {
-        let sql = render(&self.q.tables, LIVE);
+        let sql = self.q.tables.render(LIVE);
         let now = self.q.now_override(now);
         self.pool.read(|tx| {
             tx.query(&sql, &[&now])?
@@ -116,7 +105,7 @@ impl Workers for Db {
     }
 
     fn held_jobs(&self) -> Result<Vec<HeldJob>> {
-        let sql = render(&self.q.tables, HELD_JOBS);
+        let sql = self.q.tables.render(HELD_JOBS);
         self.pool.read(|tx| {
             tx.query(&sql, &[])?
                 .iter()
@@ -133,14 +122,14 @@ impl Workers for Db {
     }
 
     fn prune_workers(&self, now: i64) -> Result<usize> {
-        let sql = render(&self.q.tables, PRUNE);
+        let sql = self.q.tables.render(PRUNE);
         let now = self.q.now_override(now);
         self.pool
             .write(|tx| Ok(usize::try_from(tx.execute(&sql, &[&now])?).unwrap_or(usize::MAX)))
     }
 
     fn due_by_kind(&self, now: i64) -> Result<Vec<DueCount>> {
-        let sql = render(&self.q.tables, DUE_BY_KIND);
+        let sql = self.q.tables.render(DUE_BY_KIND);
         let now = self.q.now_override(now);
         self.pool.read(|tx| {
             tx.query(&sql, &[&now])?

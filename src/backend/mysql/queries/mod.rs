@@ -25,8 +25,13 @@ pub struct Tables {
     pub workflows: String,
     pub workflow_steps: String,
     pub releases: String,
-    /// Batches' unfinished members (`batches.rs`).
+    /// Batches and their unfinished members (`batches.rs`).
+    pub batches: String,
     pub batch_jobs: String,
+    /// The live-worker registry (`workers.rs`).
+    pub workers: String,
+    /// The finished-job counts (`counts.rs`).
+    pub finished_counts: String,
 }
 
 impl Tables {
@@ -47,7 +52,10 @@ impl Tables {
             workflows: format!("{db}.`{prefix}workflows`"),
             workflow_steps: format!("{db}.`{prefix}workflow_steps`"),
             releases: format!("{db}.`{prefix}releases`"),
+            batches: format!("{db}.`{prefix}batches`"),
             batch_jobs: format!("{db}.`{prefix}batch_jobs`"),
+            workers: format!("{db}.`{prefix}workers`"),
+            finished_counts: format!("{db}.`{prefix}finished_counts`"),
         }
     }
 
@@ -67,6 +75,9 @@ impl Tables {
             .replace("{workflow_steps}", &self.workflow_steps)
             .replace("{releases}", &self.releases)
             .replace("{batch_jobs}", &self.batch_jobs)
+            .replace("{batches}", &self.batches)
+            .replace("{workers}", &self.workers)
+            .replace("{finished_counts}", &self.finished_counts)
     }
 }
 

@@ -39,6 +39,14 @@ impl Tables {
             .replace("{groups}", &format!("{schema}{prefix}groups"))
             .replace("{group_members}", &format!("{schema}{prefix}group_members"))
             .replace("{schedules}", &format!("{schema}{prefix}schedules"))
+            .replace("{workers}", &format!("{schema}{prefix}workers"))
+            .replace("{pending}", &format!("{schema}{prefix}pending"))
+            .replace("{dependencies}", &format!("{schema}{prefix}dependencies"))
+            .replace("{workflows}", &format!("{schema}{prefix}workflows"))
+            .replace(
+                "{workflow_steps}",
+                &format!("{schema}{prefix}workflow_steps"),
+            )
             .replace("{batches}", &format!("{schema}{prefix}batches"))
             .replace("{batch_jobs}", &format!("{schema}{prefix}batch_jobs"))
             .replace(
@@ -188,7 +196,7 @@ impl Queries {
                 COUNT_WAITING_LATER,
                 COUNT_RUNNING,
                 COUNT_GROUPED,
-                &super::flows::render(&tables, super::flows::COUNT_PENDING),
+                &tables.render(super::flows::COUNT_PENDING),
                 COUNT_DEAD,
             ]
             .map(|part| format!("({part})"))
