@@ -67,7 +67,7 @@ pub(crate) fn count_moved(sql: &Sql, q: &mut impl Queryable, ids: &[i64]) -> Res
         return Ok(());
     }
     q.exec_drop(
-        sql.tables.render(COUNT_MOVED),
+        &sql.count_moved,
         params! { "ids" => serde_json::to_string(ids)? },
     )?;
     Ok(())

@@ -312,7 +312,7 @@ pub(crate) fn finish(
     // As `jobs::finish`: the finished counts, in the same transaction.
     let ids = serde_json::to_string(&[lease.job_id])?;
     Binds(vec![("ids", Value::Text(Some(&ids)))])
-        .query(&sql.tables.render(super::counts::COUNT_MOVED))?
+        .query(&sql.count_moved)?
         .execute(conn)?;
     Ok(())
 }

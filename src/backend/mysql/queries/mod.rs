@@ -93,6 +93,9 @@ pub struct Sql {
     pub find_history_unique: String,
     pub claim: String,
     pub finish_to_history: String,
+    /// The finished counts of the jobs a finish moved (`counts.rs`), on
+    /// every finishing transaction.
+    pub count_moved: String,
     pub lock_held: String,
     pub complete_many_to_history: String,
     pub delete_many_live: String,
@@ -156,6 +159,7 @@ impl Sql {
             find_history_unique: r(FIND_HISTORY_UNIQUE),
             claim: r(CLAIM),
             finish_to_history: r(FINISH_TO_HISTORY),
+            count_moved: r(super::counts::COUNT_MOVED),
             lock_held: r(LOCK_HELD),
             complete_many_to_history: r(COMPLETE_MANY_TO_HISTORY),
             delete_many_live: r(DELETE_MANY_LIVE),
