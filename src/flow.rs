@@ -507,7 +507,7 @@ pub(crate) fn check_edges(job: &NewJob) -> Result<Vec<Edge>> {
 
 /// Each edge's job id and policy; an `Earlier` edge names a job of the same
 /// batch enqueued before this one.
-pub(crate) fn resolve(edges: &[Edge], earlier: &[Enqueued]) -> Result<Vec<(i64, bool)>> {
+fn resolve(edges: &[Edge], earlier: &[Enqueued]) -> Result<Vec<(i64, bool)>> {
     let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(edges.len());
     for e in edges {
@@ -527,7 +527,7 @@ pub(crate) fn resolve(edges: &[Edge], earlier: &[Enqueued]) -> Result<Vec<(i64, 
 
 /// When a dependency counts for its dependent, given where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Counts {
+enum Counts {
     /// When it finishes: it is pending or live.
     Later,
     /// Already: it completed, or ended otherwise on a run-anyway edge.
@@ -538,7 +538,7 @@ pub(crate) enum Counts {
 
 /// Where dependency `id` is (`pending`, `live`, a history status, or
 /// nowhere) and what that means for its dependent.
-pub(crate) fn counts(state: Option<&str>, run_anyway: bool, id: i64) -> Result<Counts> {
+fn counts(state: Option<&str>, run_anyway: bool, id: i64) -> Result<Counts> {
     Ok(match state {
         None => return Err(Error::UnknownDependency { job_id: id }),
         Some("pending" | "live") => Counts::Later,
@@ -546,6 +546,61 @@ pub(crate) fn counts(state: Option<&str>, run_anyway: bool, id: i64) -> Result<C
         Some(_) if run_anyway => Counts::Now,
         Some(status) => Counts::Cancels(status.to_owned()),
     })
+}
+
+/// How a newly enqueued dependent stands, decided once from where each of
+/// its dependencies is: the edges to write, how many dependencies it still
+/// waits for, and the first whose end cancels it.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    /// Each dependency once: its id, the edge's run-anyway policy, and
+    /// whether the edge cancelled the dependent.
+    pub edges: Vec<(i64, bool, bool)>,
+    /// The dependencies not finished yet: the pending row's counter.
+    pub remaining: i64,
+    /// The dependency that cancels the dependent now, and how it ended.
+    pub cancelled_by: Option<(i64, String)>,
+}
+
+impl Waiting {
+    /// The error the dependent is cancelled with, when a dependency's end
+    /// cancels it.
+    pub(crate) fn cancelled_error(&self, now: i64) -> Option<AttemptError> {
+        let (dependency, status) = self.cancelled_by.as_ref()?;
+        Some(cancelled_error(*dependency, status, now))
+    }
+}
+
+/// [`Waiting`] for a job with `edges`, reading each dependency's place
+/// (`pending`, `live`, a history status, or `None`) with `state_of`, which
+/// a server backend share-locks. An id no job has is
+/// [`Error::UnknownDependency`].
+pub(crate) fn waiting(
+    edges: &[Edge],
+    earlier: &[Enqueued],
+    mut state_of: impl FnMut(i64) -> Result<Option<String>>,
+) -> Result<Waiting> {
+    let mut waiting = Waiting {
+        edges: Vec::with_capacity(edges.len()),
+        remaining: 0,
+        cancelled_by: None,
+    };
+    for (dependency, run_anyway) in resolve(edges, earlier)? {
+        let state = state_of(dependency)?;
+        let cancels = match counts(state.as_deref(), run_anyway, dependency)? {
+            Counts::Later => {
+                waiting.remaining += 1;
+                false
+            }
+            Counts::Now => false,
+            Counts::Cancels(status) => {
+                waiting.cancelled_by.get_or_insert((dependency, status));
+                true
+            }
+        };
+        waiting.edges.push((dependency, run_anyway, cancels));
+    }
+    Ok(waiting)
 }
 
 /// The error a job cancelled by its dependency's end carries.

@@ -256,21 +256,10 @@ fn wait(
         return Ok(());
     }
     let f = &sql.flows;
-    let mut remaining = 0_i64;
-    let mut cancelled_by = None;
-    for (dependency, run_anyway) in crate::flow::resolve(p.depends_on, earlier)? {
-        let state = state_of(f, q, dependency)?;
-        let cancels = match crate::flow::counts(state.as_deref(), run_anyway, dependency)? {
-            crate::flow::Counts::Later => {
-                remaining += 1;
-                false
-            }
-            crate::flow::Counts::Now => false,
-            crate::flow::Counts::Cancels(status) => {
-                cancelled_by.get_or_insert((dependency, status));
-                true
-            }
-        };
+    let waiting = crate::flow::waiting(p.depends_on, earlier, |dependency| {
+        state_of(f, q, dependency)
+    })?;
+    for &(dependency, run_anyway, cancels) in &waiting.edges {
         q.exec_drop(
             &f.insert_edge,
             params! {
@@ -279,8 +268,7 @@ fn wait(
             },
         )?;
     }
-    if let Some((dependency, status)) = cancelled_by {
-        let error = crate::flow::cancelled_error(dependency, &status, p.now);
+    if let Some(error) = waiting.cancelled_error(p.now) {
         super::jobs::finish(
             sql,
             q,
@@ -291,10 +279,10 @@ fn wait(
             Some(&error),
             now,
         )?;
-    } else if remaining > 0 {
+    } else if waiting.remaining > 0 {
         q.exec_drop(
             &f.live_to_pending,
-            params! { "id" => e.id, "remaining" => remaining },
+            params! { "id" => e.id, "remaining" => waiting.remaining },
         )?;
         q.exec_drop(&sql.delete_live, params! { "id" => e.id })?;
     }

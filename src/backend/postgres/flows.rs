@@ -241,27 +241,17 @@ fn wait<C: GenericClient>(
         return Ok(());
     }
     let f = &q.flows;
-    let mut remaining = 0_i32;
-    let mut cancelled_by = None;
-    for (dependency, run_anyway) in crate::flow::resolve(p.depends_on, earlier)? {
-        let state = state_of(tx, f, dependency)?;
-        let cancels = match crate::flow::counts(state.as_deref(), run_anyway, dependency)? {
-            crate::flow::Counts::Later => {
-                remaining += 1;
-                false
-            }
-            crate::flow::Counts::Now => false,
-            crate::flow::Counts::Cancels(status) => {
-                cancelled_by.get_or_insert((dependency, status));
-                true
-            }
-        };
+    let waiting = crate::flow::waiting(p.depends_on, earlier, |dependency| {
+        state_of(tx, f, dependency)
+    })?;
+    for &(dependency, run_anyway, cancels) in &waiting.edges {
         tx.execute(&f.insert_edge, &[&dependency, &e.id, &run_anyway, &cancels])?;
     }
-    if let Some((dependency, status)) = cancelled_by {
-        let error = crate::flow::cancelled_error(dependency, &status, p.now);
+    if let Some(error) = waiting.cancelled_error(p.now) {
         super::jobs::finish_one(tx, q, e.id, FinalStatus::Cancelled, Some(&error), p.now)?;
-    } else if remaining > 0 {
+    } else if waiting.remaining > 0 {
+        let remaining = i32::try_from(waiting.remaining)
+            .map_err(|_| Error::InvalidArgument("too many dependencies".into()))?;
         tx.execute(&f.live_to_pending, &[&e.id, &remaining])?;
     }
     Ok(())

@@ -170,29 +170,17 @@ pub(crate) fn wait(
     if p.depends_on.is_empty() || e.existed {
         return Ok(e);
     }
-    let mut remaining = 0_i64;
-    let mut cancelled_by = None;
-    for (dependency, run_anyway) in crate::flow::resolve(p.depends_on, earlier)? {
-        let state: Option<String> = conn
+    let waiting = crate::flow::waiting(p.depends_on, earlier, |dependency| {
+        Ok(conn
             .prepare_cached(DEPENDENCY_STATE)?
             .query_row([dependency], |r| r.get(0))
-            .optional()?;
-        let cancels = match crate::flow::counts(state.as_deref(), run_anyway, dependency)? {
-            crate::flow::Counts::Later => {
-                remaining += 1;
-                false
-            }
-            crate::flow::Counts::Now => false,
-            crate::flow::Counts::Cancels(status) => {
-                cancelled_by.get_or_insert((dependency, status));
-                true
-            }
-        };
+            .optional()?)
+    })?;
+    for &(dependency, run_anyway, cancels) in &waiting.edges {
         conn.prepare_cached(INSERT_EDGE)?
             .execute(params![dependency, e.id, run_anyway, cancels])?;
     }
-    if let Some((dependency, status)) = cancelled_by {
-        let error = crate::flow::cancelled_error(dependency, &status, p.now);
+    if let Some(error) = waiting.cancelled_error(p.now) {
         jobs::finish(
             conn,
             e.id,
@@ -202,9 +190,9 @@ pub(crate) fn wait(
             Some(&error),
             p.now,
         )?;
-    } else if remaining > 0 {
+    } else if waiting.remaining > 0 {
         conn.prepare_cached(LIVE_TO_PENDING)?
-            .execute(params![e.id, remaining])?;
+            .execute(params![e.id, waiting.remaining])?;
         conn.prepare_cached(super::queries::DELETE_LIVE)?
             .execute([e.id])?;
     }
