@@ -60,7 +60,8 @@
 //!   `batch_id`. Callbacks go to their own queue, due at once, with their own
 //!   priority and max attempts; they can have no delay, unique key, group or
 //!   batch ([`Error::InvalidArgument`] at [`BatchBuilder::create`]).
-//! - `backlog copy` does not copy batches.
+//! - `backlog copy` copies batches with their ids, counters, callbacks and
+//!   live members: the callbacks fire once, on the target.
 //!
 //! The `_in` forms (`create_batch_in`, `seal_batch_in`, and `enqueue_in`
 //! with a batch) run in the application's own transaction, on each database's

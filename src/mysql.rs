@@ -296,13 +296,13 @@ impl JobContextExt for JobContext {
 }
 
 /// `now` of `queue`'s clock, overriding the server's only for a manual clock.
-fn clocked(queue: &Queue, now: i64) -> db::Now {
+pub(crate) fn clocked(queue: &Queue, now: i64) -> db::Now {
     db::Now::new(now, queue.options().clock.is_manual())
 }
 
 /// The MySQL connections of `queue`, or a typed error for a queue on another
 /// database.
-fn mysql_db(queue: &Queue) -> Result<&db::Db> {
+pub(crate) fn mysql_db(queue: &Queue) -> Result<&db::Db> {
     match queue.backend() {
         Backend::Mysql(db) => Ok(db),
         #[allow(unreachable_patterns)]

@@ -403,7 +403,7 @@ impl JobContextExt for JobContext {
 
 /// The PostgreSQL database of `queue`, or a typed error for a queue on
 /// another backend.
-fn database(queue: &Queue) -> Result<&Db> {
+pub(crate) fn database(queue: &Queue) -> Result<&Db> {
     match queue.backend() {
         Backend::Postgres(db) => Ok(db),
         #[allow(unreachable_patterns)]

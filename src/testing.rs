@@ -6,8 +6,9 @@
 //! - **assertions on enqueued jobs**: [`assert_enqueued`] (a job of a kind,
 //!   optionally with arguments, a queue or a priority, described by an
 //!   [`Expected`]), [`assert_not_enqueued`], and [`enqueued`] to look at
-//!   them; each with an `_in` form that reads through your open SQLite
-//!   transaction, seeing what it wrote before it commits;
+//!   them; each with an `_in` form that reads through your open transaction
+//!   (SQLite, PostgreSQL or MySQL, see [`ReadThrough`]), seeing what it
+//!   wrote before it commits;
 //! - **running jobs inline**: [`drain`] runs every available job with the
 //!   handlers of a [`WorkerBuilder`] (the same registration your program
 //!   starts its worker with) on the calling thread, until none is left, and
@@ -375,17 +376,18 @@ pub fn enqueued(queue: &Queue, expected: impl Into<Expected>) -> Result<Vec<JobR
     Ok(split(&expected, expected.candidates(|f| queue.list(f))?).0)
 }
 
-/// [`enqueued`], read through `conn`: a SQLite connection to the queue's
-/// file, usually inside a transaction that is still open, whose own
-/// uncommitted enqueues ([`QueueExt::enqueue_in`](crate::sqlite::QueueExt::enqueue_in))
-/// it sees.
+/// [`enqueued`], read through `conn`: the application's connection to the
+/// queue's database, usually inside a transaction that is still open, whose
+/// own uncommitted enqueues (`enqueue_in` of `backlog::sqlite`,
+/// `backlog::postgres` or `backlog::mysql`) it sees. See [`ReadThrough`]
+/// for what `conn` may be.
 pub fn enqueued_in(
     queue: &Queue,
-    conn: &crate::sqlite::Connection,
+    mut conn: impl ReadThrough,
     expected: impl Into<Expected>,
 ) -> Result<Vec<JobRecord>> {
     let expected = expected.into();
-    Ok(split(&expected, candidates_in(queue, conn, &expected)?).0)
+    Ok(split(&expected, candidates_in(queue, &mut conn, &expected)?).0)
 }
 
 /// Succeeds with the first job (lowest id) matching `expected`; otherwise
@@ -402,11 +404,11 @@ pub fn assert_enqueued(
 /// [`enqueued_in`]).
 pub fn assert_enqueued_in(
     queue: &Queue,
-    conn: &crate::sqlite::Connection,
+    mut conn: impl ReadThrough,
     expected: impl Into<Expected>,
 ) -> std::result::Result<JobRecord, AssertError> {
     let expected = expected.into();
-    first_match(&expected, candidates_in(queue, conn, &expected)?)
+    first_match(&expected, candidates_in(queue, &mut conn, &expected)?)
 }
 
 /// Succeeds when no job matches `expected` (pass a kind to say "nothing of
@@ -424,21 +426,103 @@ pub fn assert_not_enqueued(
 /// (see [`enqueued_in`]).
 pub fn assert_not_enqueued_in(
     queue: &Queue,
-    conn: &crate::sqlite::Connection,
+    mut conn: impl ReadThrough,
     expected: impl Into<Expected>,
 ) -> std::result::Result<(), AssertError> {
     let expected = expected.into();
-    no_match(&expected, candidates_in(queue, conn, &expected)?)
+    no_match(&expected, candidates_in(queue, &mut conn, &expected)?)
 }
 
 fn candidates_in(
     queue: &Queue,
-    conn: &crate::sqlite::Connection,
+    conn: &mut impl ReadThrough,
     expected: &Expected,
 ) -> Result<Vec<JobRecord>> {
-    crate::sqlite::check_same_database(queue, conn)?;
     let now = queue.now_micros();
-    expected.candidates(|f| crate::backend::sqlite::inspect::list(conn, f, now))
+    expected.candidates(|f| conn.list_through(queue, f, now))
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// What the `_in` helpers ([`enqueued_in`], [`assert_enqueued_in`],
+/// [`assert_not_enqueued_in`]) read through: the application's own
+/// connection or transaction, on the queue's database.
+///
+/// - SQLite: `&rusqlite::Connection`, `&rusqlite::Transaction` or
+///   `&rusqlite::Savepoint`, open on the queue's file (another file is
+///   [`Error::InvalidArgument`]);
+/// - PostgreSQL: `&mut backlog::postgres::Transaction`;
+/// - MySQL: `&mut backlog::mysql::Transaction`.
+///
+/// A queue on another database than the connection's is
+/// [`Error::InvalidArgument`]. The matching is the same as the plain forms';
+/// only the read differs. Implemented by backlog only.
+pub trait ReadThrough: sealed::Sealed {
+    #[doc(hidden)]
+    fn list_through(&mut self, queue: &Queue, filter: &JobFilter, now: i64) -> Result<Page>;
+}
+
+fn sqlite_list(
+    queue: &Queue,
+    conn: &crate::sqlite::Connection,
+    f: &JobFilter,
+    now: i64,
+) -> Result<Page> {
+    crate::sqlite::check_same_database(queue, conn)?;
+    crate::backend::sqlite::inspect::list(conn, f, now)
+}
+
+impl sealed::Sealed for &crate::sqlite::Connection {}
+impl ReadThrough for &crate::sqlite::Connection {
+    fn list_through(&mut self, queue: &Queue, filter: &JobFilter, now: i64) -> Result<Page> {
+        sqlite_list(queue, self, filter, now)
+    }
+}
+
+impl sealed::Sealed for &rusqlite::Transaction<'_> {}
+impl ReadThrough for &rusqlite::Transaction<'_> {
+    fn list_through(&mut self, queue: &Queue, filter: &JobFilter, now: i64) -> Result<Page> {
+        sqlite_list(queue, self, filter, now)
+    }
+}
+
+impl sealed::Sealed for &rusqlite::Savepoint<'_> {}
+impl ReadThrough for &rusqlite::Savepoint<'_> {
+    fn list_through(&mut self, queue: &Queue, filter: &JobFilter, now: i64) -> Result<Page> {
+        sqlite_list(queue, self, filter, now)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl sealed::Sealed for &mut crate::postgres::Transaction<'_> {}
+#[cfg(feature = "postgres")]
+impl ReadThrough for &mut crate::postgres::Transaction<'_> {
+    fn list_through(&mut self, queue: &Queue, filter: &JobFilter, now: i64) -> Result<Page> {
+        let db = crate::postgres::database(queue)?;
+        crate::backend::postgres::inspect::list(
+            &mut crate::backend::postgres::on_transaction(self),
+            db.queries(),
+            filter,
+            now,
+        )
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl sealed::Sealed for &mut crate::mysql::Transaction<'_> {}
+#[cfg(feature = "mysql")]
+impl ReadThrough for &mut crate::mysql::Transaction<'_> {
+    fn list_through(&mut self, queue: &Queue, filter: &JobFilter, now: i64) -> Result<Page> {
+        let db = crate::mysql::mysql_db(queue)?;
+        crate::backend::mysql::inspect::list(
+            &db.sql,
+            *self,
+            filter,
+            crate::mysql::clocked(queue, now),
+        )
+    }
 }
 
 /// (matching, not matching)
@@ -570,7 +654,10 @@ pub enum RunOutcome {
 /// [`JobContext::for_test`] context, each outcome is settled as the worker
 /// would settle it (its retry policies included), and a panic is caught and
 /// recorded as a failed attempt. Jobs the handlers enqueue run too if they
-/// are due. Jobs scheduled later and retries with a backoff do not: move the
+/// are due, and so does what the runs release: a job waiting for its
+/// dependencies (a workflow's step) runs after the last of them finished,
+/// and a sealed batch's callbacks after its last member; so a workflow runs
+/// in order, to its end, in one call. Jobs scheduled later and retries with a backoff do not: move the
 /// queue's [`ManualClock`] past them and drain again. With a group handler
 /// ([`WorkerBuilder::handle_group`]), groups that are ready (full, or past
 /// their grace or max delay on the queue's clock) are combined first and

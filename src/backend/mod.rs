@@ -44,6 +44,7 @@ pub(crate) mod postgres;
 pub(crate) mod registry;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod room;
+pub(crate) mod rows;
 pub(crate) mod sqlite;
 
 use std::fmt::Debug;
@@ -69,7 +70,7 @@ use params::{
 /// its own is a part of its own ([`Schedules`]), implemented beside its SQL
 /// in each backend's file of that name.
 pub(crate) trait Store:
-    Schedules + Workers + Flows + Batches + counts::Counts + Send + Sync + Debug
+    Schedules + Workers + Flows + Batches + counts::Counts + rows::Rows + Send + Sync + Debug
 {
     /// Applies pending schema migrations. SQLite waits at most
     /// `write_deadline` for the write lock.

@@ -1,10 +1,16 @@
 //! `backlog::copy`: a SQLite queue's live jobs and history move to another
 //! database (each backend in turn) keeping ids, attempts, schedules and
-//! unique keys; leased jobs arrive available.
+//! unique keys; leased jobs arrive available. Dependencies, workflows and
+//! batches come along, both ways (SQLite to each backend, each backend to
+//! SQLite): a workflow half-run on one finishes on the other, every step
+//! once and in order, and a batch's callbacks fire once.
 
 use std::time::Duration;
 
-use backlog::{FinalStatus, JobState, ManualClock, NewJob, QueueOptions};
+use backlog::{
+    Batch, EnqueuedWorkflow, FinalStatus, JobState, LeaseRequest, ManualClock, NewJob, Queue,
+    QueueOptions, Workflow,
+};
 use serde_json::json;
 
 use crate::harness::{Backend, TestResult};
@@ -52,6 +58,10 @@ fn copy_from_sqlite_keeps_ids_attempts_schedules_and_keys(b: &Backend) -> TestRe
 
     let report = backlog::copy(&from, &h.queue)?;
     assert_eq!((report.live, report.history, report.skipped), (3, 2, 0));
+    assert_eq!(
+        (report.pending, report.workflows, report.batches),
+        (0, 0, 0)
+    );
     assert_eq!(report.paused_queues, 1);
 
     let got = h.record(scheduled.id)?;
@@ -115,7 +125,176 @@ fn copy_onto_the_same_database_is_refused(b: &Backend) -> TestResult {
     Ok(())
 }
 
+/// A diamond (a; b and c after a; d after b and c) and a sealed batch of
+/// three with both callbacks, on `from`: step a and one member run there.
+fn half_run(from: &Queue) -> TestResult<(EnqueuedWorkflow, Batch)> {
+    let flow = from.enqueue_workflow(
+        Workflow::new("diamond")
+            .step("a", NewJob::new("step", json!({"step": "a"})))
+            .step_after("b", NewJob::new("step", json!({"step": "b"})), &["a"])
+            .step_after("c", NewJob::new("step", json!({"step": "c"})), &["a"])
+            .step_after("d", NewJob::new("step", json!({"step": "d"})), &["b", "c"]),
+    )?;
+    let batch = from
+        .batch()
+        .on_complete(NewJob::new("batch_complete", json!({})))
+        .on_success(NewJob::new("batch_success", json!({})))
+        .create()?;
+    for member in 0..3 {
+        from.enqueue(NewJob::new("member", json!({"member": member})).batch(batch.id))?;
+    }
+    from.seal_batch(batch.id)?;
+    let a = flow.step("a").ok_or("no step a")?;
+    assert_eq!(run_one(from, "step")?, Some(a));
+    assert!(run_one(from, "member")?.is_some());
+    Ok((flow, batch))
+}
+
+/// Leases the first due job of `kind` and completes it with its id as
+/// result; its id, `None` when there was none.
+fn run_one(queue: &Queue, kind: &str) -> TestResult<Option<i64>> {
+    let Some(job) = queue.lease(&LeaseRequest::new("w", 1).kinds([kind]))?.pop() else {
+        return Ok(None);
+    };
+    queue.complete(&job, Some(json!({"ran": job.id})))?;
+    Ok(Some(job.id))
+}
+
+/// Runs every due job, one at a time, until none is left: their ids and
+/// kinds in the order they ran.
+fn run_all(queue: &Queue) -> TestResult<Vec<(i64, String)>> {
+    let mut ran = Vec::new();
+    while let Some(job) = queue.lease(&LeaseRequest::new("w", 1))?.pop() {
+        queue.complete(&job, Some(json!({"ran": job.id})))?;
+        ran.push((job.id, job.kind));
+    }
+    Ok(ran)
+}
+
+/// On `to`, after the copy of [`half_run`]'s `from`: the rest of the
+/// workflow runs once each, in order, and the batch's callbacks fire once.
+fn finish(to: &Queue, flow: &EnqueuedWorkflow, batch: Batch) -> TestResult {
+    let id = |name: &str| flow.step(name).ok_or("no step");
+    let info = to.workflow(flow.id)?.ok_or("the workflow was not copied")?;
+    assert_eq!(info.name, "diamond");
+    assert_eq!(info.step("a").ok_or("a")?.state, JobState::COMPLETED);
+    assert_eq!(info.step("d").ok_or("d")?.state, JobState::Pending);
+    let status = to.batch_status(batch.id)?;
+    assert_eq!(
+        (status.sealed, status.total, status.completed),
+        (true, 3, 1)
+    );
+
+    let ran = run_all(to)?;
+    let steps: Vec<i64> = ran
+        .iter()
+        .filter(|(_, k)| k == "step")
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(steps.len(), 3, "b, c and d once each, a not again: {ran:?}");
+    let at = |step: i64| steps.iter().position(|s| *s == step);
+    assert_eq!(at(id("d")?), Some(2), "d after b and c: {ran:?}");
+    assert!(at(id("b")?).is_some() && at(id("c")?).is_some());
+    let kinds = |kind: &str| ran.iter().filter(|(_, k)| k == kind).count();
+    assert_eq!(kinds("member"), 2);
+    assert_eq!((kinds("batch_complete"), kinds("batch_success")), (1, 1));
+    // d read what b and c returned on `to`; b what a returned on `from`.
+    let results: Vec<_> = to
+        .dependencies(id("d")?)?
+        .into_iter()
+        .map(|d| (d.step, d.result))
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert!(results.iter().all(|(_, r)| r.is_some()), "{results:?}");
+    let of_b = to.dependencies(id("b")?)?;
+    assert_eq!(of_b[0].step.as_deref(), Some("a"));
+    assert_eq!(
+        of_b[0].result::<serde_json::Value>()?,
+        Some(json!({"ran": id("a")?}))
+    );
+    assert!(to.workflow(flow.id)?.ok_or("workflow")?.is_finished());
+    let status = to.batch_status(batch.id)?;
+    assert_eq!(status.completed, 3);
+    assert!(status.finished_at.is_some() && status.success_job_id.is_some());
+    assert!(run_all(to)?.is_empty(), "nothing fires twice");
+
+    // New workflows and batches get ids above the copied ones.
+    let next = to.enqueue_workflow(Workflow::new("next").step("x", NewJob::new("x", json!(1))))?;
+    assert!(next.id > flow.id, "{} <= {}", next.id, flow.id);
+    assert!(to.batch().create()?.id > batch.id);
+    Ok(())
+}
+
+fn copy_carries_a_half_run_workflow_and_batch_from_sqlite(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let dir = tempfile::tempdir()?;
+    let from = QueueOptions::new()
+        .clock(ManualClock::at(h.now()))
+        .open(dir.path().join("old.db"))?;
+    let (flow, batch) = half_run(&from)?;
+
+    let report = backlog::copy(&from, &h.queue)?;
+    // b and c were released by a: live; d waits for them.
+    assert_eq!((report.pending, report.live, report.history), (1, 4, 2));
+    assert_eq!(
+        (report.dependencies, report.workflows, report.batches),
+        (4, 1, 1)
+    );
+    let again = backlog::copy(&from, &h.queue)?;
+    assert_eq!((again.pending, again.dependencies), (0, 0));
+    assert_eq!((again.workflows, again.batches, again.skipped), (0, 0, 7));
+    finish(&h.queue, &flow, batch)
+}
+
+fn copy_carries_a_half_run_workflow_and_batch_to_sqlite(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let dir = tempfile::tempdir()?;
+    let (flow, batch) = half_run(&h.queue)?;
+    let to = QueueOptions::new()
+        .clock(ManualClock::at(h.now()))
+        .open(dir.path().join("new.db"))?;
+    let report = backlog::copy(&h.queue, &to)?;
+    assert_eq!((report.pending, report.live, report.history), (1, 4, 2));
+    assert_eq!(
+        (report.dependencies, report.workflows, report.batches),
+        (4, 1, 1)
+    );
+    finish(&to, &flow, batch)
+}
+
+fn copy_refuses_a_target_holding_another_batch_under_the_same_id(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let dir = tempfile::tempdir()?;
+    let clock = ManualClock::at(h.now());
+    let from = QueueOptions::new()
+        .clock(clock.clone())
+        .open(dir.path().join("old.db"))?;
+    // The target's own batch, created earlier than the source's.
+    let theirs = h.queue.batch().create()?;
+    clock.advance(Duration::from_secs(1));
+    let ours = from.batch().create()?;
+    assert_eq!(ours.id, theirs.id);
+    from.enqueue(NewJob::new("member", json!(1)).batch(ours.id))?;
+    from.enqueue_workflow(Workflow::new("w").step("s", NewJob::new("s", json!(1))))?;
+
+    let err = backlog::copy(&from, &h.queue).unwrap_err();
+    match &err {
+        backlog::Error::InvalidArgument(why) => {
+            assert!(why.contains(&format!("batch with id {}", ours.id)), "{why}")
+        }
+        other => return Err(format!("expected InvalidArgument, got {other:?}").into()),
+    }
+    // Nothing was written.
+    assert_eq!((h.live_rows()?, h.history_rows()?), (0, 0));
+    assert!(h.queue.workflow("w")?.is_none());
+    assert_eq!(h.queue.batch_status(theirs.id)?.total, 0);
+    Ok(())
+}
+
 conformance!(
     copy_from_sqlite_keeps_ids_attempts_schedules_and_keys,
     copy_onto_the_same_database_is_refused,
+    copy_carries_a_half_run_workflow_and_batch_from_sqlite,
+    copy_carries_a_half_run_workflow_and_batch_to_sqlite,
+    copy_refuses_a_target_holding_another_batch_under_the_same_id,
 );

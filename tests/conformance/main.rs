@@ -33,6 +33,7 @@ mod progress;
 mod reconnect;
 mod settle;
 mod sqlite_diagnostics;
+mod test_helpers;
 mod transactional;
 mod unheld;
 mod unique_period;

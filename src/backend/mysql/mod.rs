@@ -24,6 +24,7 @@ pub(crate) mod limits;
 pub(crate) mod migrate;
 pub(crate) mod poller;
 pub(crate) mod queries;
+mod rows;
 pub(crate) mod schedules;
 pub(crate) mod version;
 #[cfg(feature = "diesel-mysql")]

@@ -20,6 +20,7 @@ pub(crate) mod listen;
 pub(crate) mod migrate;
 pub(crate) mod pool;
 pub(crate) mod queries;
+mod rows;
 pub(crate) mod schedules;
 pub(crate) mod target;
 #[cfg(feature = "diesel-postgres")]

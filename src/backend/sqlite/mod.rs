@@ -19,6 +19,7 @@ pub(crate) mod jobs;
 pub(crate) mod limits;
 pub(crate) mod migrate;
 pub(crate) mod queries;
+mod rows;
 pub(crate) mod schedules;
 mod store;
 pub(crate) mod wal;
