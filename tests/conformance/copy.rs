@@ -262,6 +262,29 @@ fn copy_carries_a_half_run_workflow_and_batch_to_sqlite(b: &Backend) -> TestResu
     finish(&to, &flow, batch)
 }
 
+/// Server to server: PostgreSQL to MariaDB, and MariaDB to PostgreSQL.
+fn copy_carries_a_half_run_workflow_and_batch_to_the_other_server(b: &Backend) -> TestResult {
+    let (other, var) = match b {
+        Backend::Postgres => (Backend::Mysql, "BACKLOG_TEST_MYSQL_URL"),
+        Backend::Mysql => (Backend::Postgres, "BACKLOG_TEST_POSTGRES_URL"),
+        Backend::Sqlite => {
+            println!("SKIPPED: SQLite's pairs are the two scenarios above");
+            return Ok(());
+        }
+    };
+    if std::env::var(var).map_or(true, |v| v.is_empty()) {
+        println!("SKIPPED: set {var} too to copy between the servers");
+        return Ok(());
+    }
+    let h = b.harness()?;
+    let target = other.harness()?;
+    let (flow, batch) = half_run(&h.queue)?;
+    let report = backlog::copy(&h.queue, &target.queue)?;
+    assert_eq!((report.pending, report.live, report.history), (1, 4, 2));
+    assert_eq!((report.dependencies, report.workflows, report.batches), (4, 1, 1));
+    finish(&target.queue, &flow, batch)
+}
+
 fn copy_refuses_a_target_holding_another_batch_under_the_same_id(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let dir = tempfile::tempdir()?;
@@ -296,5 +319,6 @@ conformance!(
     copy_onto_the_same_database_is_refused,
     copy_carries_a_half_run_workflow_and_batch_from_sqlite,
     copy_carries_a_half_run_workflow_and_batch_to_sqlite,
+    copy_carries_a_half_run_workflow_and_batch_to_the_other_server,
     copy_refuses_a_target_holding_another_batch_under_the_same_id,
 );
