@@ -281,8 +281,44 @@ fn copy_carries_a_half_run_workflow_and_batch_to_the_other_server(b: &Backend) -
     let (flow, batch) = half_run(&h.queue)?;
     let report = backlog::copy(&h.queue, &target.queue)?;
     assert_eq!((report.pending, report.live, report.history), (1, 4, 2));
-    assert_eq!((report.dependencies, report.workflows, report.batches), (4, 1, 1));
+    assert_eq!(
+        (report.dependencies, report.workflows, report.batches),
+        (4, 1, 1)
+    );
     finish(&target.queue, &flow, batch)
+}
+
+/// More edges and waiting jobs than one page (500) of copy: every one
+/// arrives, keyed on (dependent, dependency) across the page boundary.
+fn copy_pages_through_more_edges_than_one_page(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let dir = tempfile::tempdir()?;
+    let from = QueueOptions::new()
+        .clock(ManualClock::at(h.now()))
+        .open(dir.path().join("old.db"))?;
+    let mut flow = Workflow::new("fan")
+        .step("a", NewJob::new("root", json!(0)))
+        .step("b", NewJob::new("root", json!(1)));
+    for i in 0..300 {
+        flow = flow.step_after(format!("s{i}"), NewJob::new("leaf", json!(i)), &["a", "b"]);
+    }
+    from.enqueue_workflow(flow)?;
+    let report = backlog::copy(&from, &h.queue)?;
+    assert_eq!(
+        (report.pending, report.live, report.dependencies),
+        (300, 2, 600)
+    );
+    assert_eq!(run_one(&h.queue, "root")?.map(|_| ()), Some(()));
+    assert_eq!(run_one(&h.queue, "root")?.map(|_| ()), Some(()));
+    let leaves = h
+        .queue
+        .list(&backlog::JobFilter::new(JobState::Available).limit(1000))?;
+    assert_eq!(
+        leaves.jobs.len(),
+        300,
+        "every leaf released by its two roots"
+    );
+    Ok(())
 }
 
 fn copy_refuses_a_target_holding_another_batch_under_the_same_id(b: &Backend) -> TestResult {
@@ -320,5 +356,6 @@ conformance!(
     copy_carries_a_half_run_workflow_and_batch_from_sqlite,
     copy_carries_a_half_run_workflow_and_batch_to_sqlite,
     copy_carries_a_half_run_workflow_and_batch_to_the_other_server,
+    copy_pages_through_more_edges_than_one_page,
     copy_refuses_a_target_holding_another_batch_under_the_same_id,
 );
