@@ -474,26 +474,23 @@ fn sqlite_list(
     crate::backend::sqlite::inspect::list(conn, f, now)
 }
 
-impl sealed::Sealed for &crate::sqlite::Connection {}
-impl ReadThrough for &crate::sqlite::Connection {
-    fn list_through(&mut self, queue: &Queue, filter: &JobFilter, now: i64) -> Result<Page> {
-        sqlite_list(queue, self, filter, now)
-    }
+/// SQLite: a connection, or what derefs to one.
+macro_rules! read_through_sqlite {
+    ($($conn:ty),*) => {$(
+        impl sealed::Sealed for $conn {}
+        impl ReadThrough for $conn {
+            fn list_through(&mut self, queue: &Queue, filter: &JobFilter, now: i64) -> Result<Page> {
+                sqlite_list(queue, self, filter, now)
+            }
+        }
+    )*};
 }
 
-impl sealed::Sealed for &rusqlite::Transaction<'_> {}
-impl ReadThrough for &rusqlite::Transaction<'_> {
-    fn list_through(&mut self, queue: &Queue, filter: &JobFilter, now: i64) -> Result<Page> {
-        sqlite_list(queue, self, filter, now)
-    }
-}
-
-impl sealed::Sealed for &rusqlite::Savepoint<'_> {}
-impl ReadThrough for &rusqlite::Savepoint<'_> {
-    fn list_through(&mut self, queue: &Queue, filter: &JobFilter, now: i64) -> Result<Page> {
-        sqlite_list(queue, self, filter, now)
-    }
-}
+read_through_sqlite!(
+    &crate::sqlite::Connection,
+    &rusqlite::Transaction<'_>,
+    &rusqlite::Savepoint<'_>
+);
 
 #[cfg(feature = "postgres")]
 impl sealed::Sealed for &mut crate::postgres::Transaction<'_> {}

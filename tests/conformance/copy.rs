@@ -15,13 +15,19 @@ use serde_json::json;
 
 use crate::harness::{Backend, TestResult};
 
+/// A SQLite queue in `dir` (file `name`) on `clock`: the other side of a
+/// copy.
+fn sqlite_file(dir: &tempfile::TempDir, name: &str, clock: &ManualClock) -> TestResult<Queue> {
+    Ok(QueueOptions::new()
+        .clock(clock.clone())
+        .open(dir.path().join(name))?)
+}
+
 fn copy_from_sqlite_keeps_ids_attempts_schedules_and_keys(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let dir = tempfile::tempdir()?;
     let clock = ManualClock::at(h.now());
-    let from = QueueOptions::new()
-        .clock(clock.clone())
-        .open(dir.path().join("old.db"))?;
+    let from = sqlite_file(&dir, "old.db", &clock)?;
     // Some history first, so live ids are not 1..n.
     let done = from.enqueue(NewJob::new("k", json!({"done": true})))?;
     let job = from
@@ -228,9 +234,7 @@ fn finish(to: &Queue, flow: &EnqueuedWorkflow, batch: Batch) -> TestResult {
 fn copy_carries_a_half_run_workflow_and_batch_from_sqlite(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let dir = tempfile::tempdir()?;
-    let from = QueueOptions::new()
-        .clock(ManualClock::at(h.now()))
-        .open(dir.path().join("old.db"))?;
+    let from = sqlite_file(&dir, "old.db", &ManualClock::at(h.now()))?;
     let (flow, batch) = half_run(&from)?;
 
     let report = backlog::copy(&from, &h.queue)?;
@@ -250,9 +254,7 @@ fn copy_carries_a_half_run_workflow_and_batch_to_sqlite(b: &Backend) -> TestResu
     let h = b.harness()?;
     let dir = tempfile::tempdir()?;
     let (flow, batch) = half_run(&h.queue)?;
-    let to = QueueOptions::new()
-        .clock(ManualClock::at(h.now()))
-        .open(dir.path().join("new.db"))?;
+    let to = sqlite_file(&dir, "new.db", &ManualClock::at(h.now()))?;
     let report = backlog::copy(&h.queue, &to)?;
     assert_eq!((report.pending, report.live, report.history), (1, 4, 2));
     assert_eq!(
@@ -293,9 +295,7 @@ fn copy_carries_a_half_run_workflow_and_batch_to_the_other_server(b: &Backend) -
 fn copy_pages_through_more_edges_than_one_page(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let dir = tempfile::tempdir()?;
-    let from = QueueOptions::new()
-        .clock(ManualClock::at(h.now()))
-        .open(dir.path().join("old.db"))?;
+    let from = sqlite_file(&dir, "old.db", &ManualClock::at(h.now()))?;
     let mut flow = Workflow::new("fan")
         .step("a", NewJob::new("root", json!(0)))
         .step("b", NewJob::new("root", json!(1)));
@@ -325,9 +325,7 @@ fn copy_refuses_a_target_holding_another_batch_under_the_same_id(b: &Backend) ->
     let h = b.harness()?;
     let dir = tempfile::tempdir()?;
     let clock = ManualClock::at(h.now());
-    let from = QueueOptions::new()
-        .clock(clock.clone())
-        .open(dir.path().join("old.db"))?;
+    let from = sqlite_file(&dir, "old.db", &clock)?;
     // The target's own batch, created earlier than the source's.
     let theirs = h.queue.batch().create()?;
     clock.advance(Duration::from_secs(1));
