@@ -159,13 +159,6 @@ impl Cell {
             _ => None,
         }
     }
-
-    pub(crate) fn text(&self) -> Option<&str> {
-        match self {
-            Cell::Text(t) => Some(t),
-            _ => None,
-        }
-    }
 }
 
 /// A row, its cells in [`Table::columns`]' order.

@@ -89,7 +89,10 @@ fn write<C: GenericClient>(
                 match kind {
                     Kind::Int => Box::new(cell.int()),
                     Kind::Bool => Box::new(cell.int().map(|i| i != 0)),
-                    Kind::Text | Kind::Json => Box::new(cell.text().map(str::to_owned)),
+                    Kind::Text | Kind::Json => Box::new(match cell {
+                        Cell::Text(t) => Some(t.clone()),
+                        _ => None,
+                    }),
                 }
             })
             .collect();
