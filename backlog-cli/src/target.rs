@@ -320,3 +320,18 @@ impl Key {
         Ok(key.map(Key))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_never_shows_in_debug_output() {
+        let target = Target::parse("q.db")
+            .expect("a path")
+            .with_key(Some(Key("correct horse".into())));
+        let shown = format!("{target:?}");
+        assert!(!shown.contains("horse"), "{shown}");
+        assert!(shown.contains("Some(***)"), "{shown}");
+    }
+}

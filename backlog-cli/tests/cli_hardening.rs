@@ -349,11 +349,14 @@ fn hostile_text_in_any_field_reaches_no_terminal_raw() -> TestResult {
     Ok(())
 }
 
+/// A workflow's id, and its first and second steps' jobs.
+type HostileFlow = (i64, i64, i64);
+
 /// Per hostile string: a workflow whose name, first step's name and that
 /// step's kind are it (written with SQL: the library refuses control
 /// characters in names), its second step after the first. Returns each
 /// workflow's id and its two jobs.
-fn hostile_workflows(dir: &Path) -> TestResult<(String, Vec<(i64, i64, i64)>)> {
+fn hostile_workflows(dir: &Path) -> TestResult<(String, Vec<HostileFlow>)> {
     let (db, queue) = new_queue(dir)?;
     let conn = rusqlite::Connection::open(&db)?;
     let mut out = Vec::new();

@@ -29,14 +29,7 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 #[test]
 #[ignore = "needs chromium and chromedriver; .ci/run installs them and runs it"]
 fn operator_retries_a_dead_job_and_pauses_a_queue_in_chromium() -> TestResult {
-    for binary in [CHROMIUM, CHROMEDRIVER] {
-        if !std::path::Path::new(binary).exists() {
-            return Err(format!(
-                "{binary} is missing: apt-get install -y chromium chromium-driver"
-            )
-            .into());
-        }
-    }
+    browser_installed()?;
     let db = Database::new(Backend::Sqlite)?.ok_or("no SQLite database")?;
     let seeded = seed(&db, true)?;
     let queue = db.open()?;
@@ -140,14 +133,7 @@ fn operator_retries_a_dead_job_and_pauses_a_queue_in_chromium() -> TestResult {
 #[test]
 #[ignore = "needs chromium and chromedriver; .ci/run installs them and runs it"]
 fn operator_sees_live_workers_and_unhandled_kinds_in_chromium() -> TestResult {
-    for binary in [CHROMIUM, CHROMEDRIVER] {
-        if !std::path::Path::new(binary).exists() {
-            return Err(format!(
-                "{binary} is missing: apt-get install -y chromium chromium-driver"
-            )
-            .into());
-        }
-    }
+    browser_installed()?;
     let db = Database::new(Backend::Sqlite)?.ok_or("no SQLite database")?;
     seed(&db, true)?;
     let queue = db.open()?;
@@ -218,14 +204,7 @@ fn operator_sees_live_workers_and_unhandled_kinds_in_chromium() -> TestResult {
 #[test]
 #[ignore = "needs chromium and chromedriver; .ci/run installs them and runs it"]
 fn operator_charts_a_week_per_queue_and_kind_in_chromium() -> TestResult {
-    for binary in [CHROMIUM, CHROMEDRIVER] {
-        if !std::path::Path::new(binary).exists() {
-            return Err(format!(
-                "{binary} is missing: apt-get install -y chromium chromium-driver"
-            )
-            .into());
-        }
-    }
+    browser_installed()?;
     let db = Database::new(Backend::Sqlite)?.ok_or("no SQLite database")?;
     seed_week(&db)?;
     seed(&db, true)?;
@@ -292,14 +271,7 @@ fn operator_charts_a_week_per_queue_and_kind_in_chromium() -> TestResult {
 #[test]
 #[ignore = "needs chromium and chromedriver; .ci/run installs them and runs it"]
 fn operator_follows_a_workflow_step_by_step_and_cancels_it_in_chromium() -> TestResult {
-    for binary in [CHROMIUM, CHROMEDRIVER] {
-        if !std::path::Path::new(binary).exists() {
-            return Err(format!(
-                "{binary} is missing: apt-get install -y chromium chromium-driver"
-            )
-            .into());
-        }
-    }
+    browser_installed()?;
     let db = Database::new(Backend::Sqlite)?.ok_or("no SQLite database")?;
     let queue = db.open()?;
     // A nightly close: three extracts, reconciled, rendered, mailed; the
@@ -321,8 +293,12 @@ fn operator_follows_a_workflow_step_by_step_and_cancels_it_in_chromium() -> Test
     )?;
     let step = |name: &str| flow.step(name).ok_or(format!("no step {name}"));
     // Orders and refunds extracted; payouts running on a worker.
-    let leased =
-        queue.lease(&backlog::LeaseRequest::new("etl-1.prod:4410", 3).kinds(["extract"]))?;
+    let leased = queue.lease(
+        &backlog::LeaseRequest::new("etl-1.prod:4410", 3)
+            .queues(["finance"])
+            .kinds(["extract"]),
+    )?;
+    assert_eq!(leased.len(), 3);
     for j in &leased {
         if j.id != step("extract-payouts")? {
             queue.complete(j, Some(json!({"rows": 1200 + j.id})))?;
@@ -377,6 +353,19 @@ fn operator_follows_a_workflow_step_by_step_and_cancels_it_in_chromium() -> Test
         backlog::JobState::CANCELLED
     );
     assert!(queue.get(step("extract-payouts")?)?.cancel_requested);
+    Ok(())
+}
+
+/// Fails (never skips) when chromium or chromedriver is missing.
+fn browser_installed() -> TestResult {
+    for binary in [CHROMIUM, CHROMEDRIVER] {
+        if !std::path::Path::new(binary).exists() {
+            return Err(format!(
+                "{binary} is missing: apt-get install -y chromium chromium-driver"
+            )
+            .into());
+        }
+    }
     Ok(())
 }
 
