@@ -607,3 +607,51 @@ pub(crate) fn waiting(
 pub(crate) fn cancelled_error(dependency: i64, status: &str, now: i64) -> AttemptError {
     action::operator_error(&format!("dependency {dependency} ended {status}"), now)
 }
+
+// ---- where a job stands, for operators -------------------------------------
+
+/// Where a job stands among others, as an operator's tools show it
+/// ([`Queue::job_links`]): its workflow and step, its batch, and the jobs
+/// that wait on it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct JobLinks {
+    /// Its workflow and step, when it is a workflow's step.
+    pub workflow: Option<StepOf>,
+    /// The batch it is a member of, while it has not finished: a member
+    /// leaves its batch's list when it finishes (it is counted then), so a
+    /// finished job shows none.
+    pub batch: Option<i64>,
+    /// The jobs enqueued to depend on it, by id (whatever their states now).
+    pub dependents: Vec<i64>,
+}
+
+/// A job's place in a workflow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepOf {
+    /// The workflow's id.
+    pub workflow_id: i64,
+    /// The workflow's name.
+    pub workflow: String,
+    /// The job's step name.
+    pub step: String,
+}
+
+impl Queue {
+    /// Job `id`'s workflow and step, its batch, and the jobs that depend on
+    /// it: what `backlog show` and the dashboard's job page link to. Three
+    /// reads by key; all empty for a job that has none (or an id no job
+    /// has: use [`Queue::get`] for whether it exists).
+    pub fn job_links(&self, id: i64) -> Result<JobLinks> {
+        let row = self.store().links(id)?;
+        Ok(JobLinks {
+            workflow: row.workflow.map(|(workflow_id, workflow, step)| StepOf {
+                workflow_id,
+                workflow,
+                step,
+            }),
+            batch: row.batch,
+            dependents: row.dependents,
+        })
+    }
+}

@@ -166,7 +166,10 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use copy::{copy, CopyReport};
 pub use error::{Error, Result};
 pub use events::Event;
-pub use flow::{Dependency, EnqueuedWorkflow, Workflow, WorkflowInfo, WorkflowRef, WorkflowStep};
+pub use flow::{
+    Dependency, EnqueuedWorkflow, JobLinks, StepOf, Workflow, WorkflowInfo, WorkflowRef,
+    WorkflowStep,
+};
 pub use group::{AggregateReport, Group, MAX_GROUP_SIZE};
 pub use inspect::{
     BulkReport, CancelOutcome, FinishedCount, JobFilter, JobRecord, JobState, JobUpdate, Page,

@@ -10,7 +10,7 @@ pub enum Code {
     /// Bad command line (clap's own errors exit 2 as well), or a URL for a
     /// backend this build does not include.
     Usage = 2,
-    /// No job has this id.
+    /// No job (or workflow, or batch) has this id.
     NotFound = 3,
     /// A value was rejected: bad JSON, a bad name, time or number.
     InvalidInput = 4,
@@ -80,7 +80,7 @@ Exit codes:
   0  success
   1  other error (database, I/O)
   2  bad command line
-  3  unknown job id
+  3  unknown job, workflow or batch
   4  invalid input (bad JSON, name, time or number, or one out of range)
   5  the job's state does not allow it
   6  unknown queue

@@ -8,6 +8,7 @@
 #[cfg(feature = "dashboard")]
 mod dashboard;
 mod fail;
+mod flows;
 mod output;
 mod schedules;
 mod target;
@@ -26,7 +27,7 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 
 use fail::{Code, Failure, EXIT_CODES};
-use target::Target;
+use target::{Key, Target};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -43,14 +44,20 @@ struct Cli {
     /// Print JSON for scripts instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// A file holding the key of an encrypted (SQLCipher) SQLite database,
+    /// for a build with the `sqlcipher` feature; or set BACKLOG_SQLITE_KEY.
+    /// Never the key itself on the command line, where `ps` shows it.
+    #[arg(long, global = true, value_name = "PATH")]
+    sqlite_key_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Each queue: jobs available, scheduled, retrying, running, dead;
-    /// completed in the last hour and minute; paused or not.
+    /// Each queue: jobs available, scheduled, retrying, running, grouped,
+    /// pending (waiting for their dependencies), dead; completed in the last
+    /// hour and minute; paused or not.
     Stats {
         /// Only this queue.
         #[arg(long)]
@@ -58,7 +65,9 @@ enum Command {
     },
     /// List jobs, oldest id first, a page at a time.
     Jobs(JobsArgs),
-    /// Everything about one job: payload, attempts, every error, result, times.
+    /// Everything about one job: payload, attempts, every error, result,
+    /// times; its workflow and step, its batch, what it depends on and what
+    /// depends on it.
     Show {
         /// The job's id.
         id: i64,
@@ -159,6 +168,15 @@ enum Command {
         #[arg(long)]
         max_attempts: Option<u32>,
     },
+    /// A workflow's steps: name, job id, kind, state, the steps each comes
+    /// after and those it still waits on. `workflow cancel ID|NAME` stops it.
+    Workflow(WorkflowArgs),
+    /// A batch's members counted per state, sealed or open, and its
+    /// callbacks: each one's job once enqueued, or why not.
+    Batch {
+        /// The batch's id.
+        id: i64,
+    },
     /// Create the queue's tables, or bring them up to date.
     Migrate,
     /// The queue's metrics in Prometheus text format.
@@ -214,8 +232,9 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct JobsArgs {
-    /// available, scheduled, retrying, running, grouped, completed,
-    /// discarded, cancelled, dead, aggregated, or all.
+    /// available, scheduled, retrying, running, grouped, pending (waiting
+    /// for dependencies), completed, discarded, cancelled, dead, aggregated,
+    /// or all.
     #[arg(long, default_value = "all", value_parser = clap::builder::PossibleValuesParser::new(STATES.into_iter().chain(["all"])))]
     state: String,
     /// Only jobs of this queue.
@@ -230,6 +249,31 @@ struct JobsArgs {
     /// Jobs per page.
     #[arg(long, default_value_t = 50)]
     limit: usize,
+}
+
+/// `backlog workflow ID|NAME`, or `backlog workflow cancel ID|NAME`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct WorkflowArgs {
+    /// The workflow's id, or its name (the newest workflow of that name).
+    #[arg(value_name = "ID|NAME", required = true)]
+    which: Option<String>,
+    #[command(subcommand)]
+    action: Option<WorkflowAction>,
+}
+
+#[derive(Debug, Subcommand)]
+enum WorkflowAction {
+    /// Cancel every step not finished: a waiting or pending one at once
+    /// (with what comes after it), a running one asked to stop.
+    Cancel {
+        /// The workflow's id, or its name (the newest of that name).
+        #[arg(value_name = "ID|NAME")]
+        which: String,
+        /// Cancel without asking.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 /// One job by id, or every job a filter selects.
@@ -290,7 +334,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::Copy { databases } => {
             return match (databases.as_slice(), &cli.db) {
-                ([from, to], _) | ([to], Some(from)) => copy(&out, from, to),
+                ([from, to], _) | ([to], Some(from)) => copy(&out, from, to, key(cli)?),
                 _ => Err(Failure::new(
                     Code::Usage,
                     "copy: give FROM and TO, or TO with --db FROM (or BACKLOG_DATABASE)",
@@ -323,10 +367,22 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         Command::Jobs(args) => jobs(&out, &queue, args),
         Command::Show { id } => {
             let record = queue.get(*id)?;
+            let links = flows::Links::read(&queue, *id)?;
             if out.json {
-                out.value(&output::record_json(&record))
+                let mut value = output::record_json(&record);
+                links.add_to(&mut value);
+                out.value(&value)
             } else {
-                out.text(&output::record_text(&record, queue.now()))
+                out.text(&output::record_text(&record, queue.now(), &links.text()))
+            }
+        }
+        Command::Workflow(args) => workflow(&out, &queue, args),
+        Command::Batch { id } => {
+            let status = flows::batch(&queue, *id)?;
+            if out.json {
+                out.value(&flows::batch_json(&queue, &status)?)
+            } else {
+                out.text(&flows::batch_text(&queue, &status, queue.now())?)
             }
         }
         Command::Retry(select) => act(&out, &queue, select, Action::Retry),
@@ -480,12 +536,18 @@ fn run(cli: &Cli) -> Result<(), Failure> {
 
 fn target(cli: &Cli) -> Result<Target, Failure> {
     match cli.db.as_deref() {
-        Some(db) if !db.is_empty() => Target::parse(db),
+        Some(db) if !db.is_empty() => Ok(Target::parse(db)?.with_key(key(cli)?)),
         _ => Err(Failure::new(
             Code::Usage,
             "which database? pass --db PATH|URL or set BACKLOG_DATABASE",
         )),
     }
+}
+
+/// The SQLite key the command line points to, if any: it opens every
+/// SQLite file the command opens (a server URL ignores it).
+fn key(cli: &Cli) -> Result<Option<Key>, Failure> {
+    Key::from_cli(cli.sqlite_key_file.as_deref())
 }
 
 /// How results are printed.
@@ -523,6 +585,34 @@ impl Out {
         } else {
             self.text(&format!("{text}\n"))
         }
+    }
+}
+
+/// `backlog workflow ID|NAME` shows it; `backlog workflow cancel ID|NAME`
+/// cancels its steps not finished, once confirmed.
+fn workflow(out: &Out, queue: &Queue, args: &WorkflowArgs) -> Result<(), Failure> {
+    match (&args.action, &args.which) {
+        (Some(WorkflowAction::Cancel { which, yes }), _) => {
+            let info = flows::find(queue, &flows::which(which))?;
+            let open = info.steps.iter().filter(|s| !s.state.is_finished()).count();
+            if open > 0 && !yes {
+                confirm(&format!(
+                    "Cancel workflow {} {} ({open} step(s) not finished)?",
+                    info.id, info.name
+                ))?;
+            }
+            let cancelled = flows::cancel(queue, &info)?;
+            out.done(&cancelled.message(&info), cancelled.json(&info))
+        }
+        (None, Some(which)) => {
+            let info = flows::find(queue, &flows::which(which))?;
+            if out.json {
+                out.value(&flows::workflow_json(queue, &info)?)
+            } else {
+                out.text(&flows::workflow_text(queue, &info)?)
+            }
+        }
+        (None, None) => Err(Failure::new(Code::Usage, "workflow: give its id or name")),
     }
 }
 
@@ -863,8 +953,9 @@ fn purge(out: &Out, queue: &Queue, statuses: &[String], older_than: &str) -> Res
     )
 }
 
-fn copy(out: &Out, from: &str, to: &str) -> Result<(), Failure> {
+fn copy(out: &Out, from: &str, to: &str, key: Option<Key>) -> Result<(), Failure> {
     let (from, to) = (Target::parse(from)?, Target::parse(to)?);
+    let (from, to) = (from.with_key(key.clone()), to.with_key(key));
     let source = from.open_existing()?;
     let (destination, _) = to.open_and_migrate()?;
     let report = backlog::copy(&source, &destination)?;

@@ -132,7 +132,7 @@ pub fn limits_json(queue: &str, limits: &QueueLimits) -> Value {
 }
 
 /// The stats table of `backlog stats` and `backlog watch`: live jobs by
-/// state, dead jobs, recent completions, then the finished totals since the
+/// state (PENDING: waiting for their dependencies), dead jobs, recent completions, then the finished totals since the
 /// counts began (COMPLETED, DISCARDED, CANCELLED, and DIED: every job that
 /// went dead, pruned ones included); a LIMITS column when a queue has
 /// limits, a NO WORKER column (due jobs per kind that no live worker
@@ -147,6 +147,7 @@ pub fn stats_table(stats: &[QueueStats]) -> String {
         ("RETRYING", true),
         ("RUNNING", true),
         ("GROUPED", true),
+        ("PENDING", true),
         ("DEAD", true),
         ("DONE 1H", true),
         ("PER MIN", true),
@@ -171,6 +172,7 @@ pub fn stats_table(stats: &[QueueStats]) -> String {
             s.retrying.to_string(),
             s.running.to_string(),
             s.grouped.to_string(),
+            s.pending.to_string(),
             s.dead.to_string(),
             s.completed_last_hour.to_string(),
             s.completed_last_minute.to_string(),
@@ -329,8 +331,9 @@ pub fn jobs_table(jobs: &[JobRecord], now: SystemTime) -> String {
     table.render()
 }
 
-/// `backlog show`: every field, payload pretty-printed, every error.
-pub fn record_text(r: &JobRecord, now: SystemTime) -> String {
+/// `backlog show`: every field, then `links` (lines already made safe: its
+/// workflow, batch and dependencies), payload pretty-printed, every error.
+pub fn record_text(r: &JobRecord, now: SystemTime, links: &str) -> String {
     let mut out = String::new();
     let mut field = |name: &str, value: String| {
         out.push_str(&format!("{name:<14}{}\n", safe(&value)));
@@ -375,6 +378,7 @@ pub fn record_text(r: &JobRecord, now: SystemTime) -> String {
         field("finished", stamp(at, now));
     }
     field("updated", stamp(r.updated_at, now));
+    out.push_str(links);
     out.push_str("payload\n");
     out.push_str(&indent(&pretty(&r.payload)));
     if let Some(result) = &r.result {

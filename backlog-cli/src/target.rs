@@ -14,7 +14,8 @@ use crate::fail::{Code, Failure};
 /// Where a `--db` value points.
 #[derive(Debug, Clone)]
 pub enum Target {
-    Sqlite(PathBuf),
+    /// A SQLite file, and its key when it is encrypted (SQLCipher).
+    Sqlite(PathBuf, Option<Key>),
     /// A server URL (`postgres://`, `mysql://`); `Queue::connect` parses it.
     Server(String),
 }
@@ -40,8 +41,26 @@ impl Target {
                     .strip_prefix("sqlite://")
                     .or_else(|| db.strip_prefix("sqlite:"))
                     .unwrap_or(db);
-                Ok(Target::Sqlite(PathBuf::from(path)))
+                Ok(Target::Sqlite(PathBuf::from(path), None))
             }
+        }
+    }
+
+    /// The same target, opened with `key` when it is a SQLite file (a
+    /// server URL has no use for one).
+    pub fn with_key(self, key: Option<Key>) -> Target {
+        match self {
+            Target::Sqlite(path, _) => Target::Sqlite(path, key),
+            server => server,
+        }
+    }
+
+    /// The options every open starts from: nothing migrated, the key given.
+    fn options(&self) -> QueueOptions {
+        let options = QueueOptions::new().migrate(false);
+        match self {
+            Target::Sqlite(_, Some(key)) => options.sqlite_key(key.0.clone()),
+            _ => options,
         }
     }
 
@@ -50,17 +69,17 @@ impl Target {
     /// a URL of an unknown scheme given as `--db` is taken for a path.
     pub fn display(&self) -> String {
         match self {
-            Target::Sqlite(path) => shown(path),
+            Target::Sqlite(path, _) => shown(path),
             Target::Server(url) => backlog::redact_url(url),
         }
     }
 
     /// Opens an existing backlog database, migrating nothing.
     pub fn open_existing(&self) -> Result<Queue, Failure> {
-        let options = QueueOptions::new().migrate(false);
+        let options = self.options();
         let queue = match self {
-            Target::Sqlite(path) => {
-                probe_sqlite(path)?;
+            Target::Sqlite(path, key) => {
+                probe_sqlite(path, key.as_ref())?;
                 options.open(path).map_err(|e| self.unreachable(e))?
             }
             Target::Server(url) => options.connect(url).map_err(|e| self.unreachable(e))?,
@@ -98,8 +117,9 @@ impl Target {
     /// Returns the migrations it applied, oldest first (all of them on a
     /// new database, none on a current one).
     pub fn open_and_migrate(&self) -> Result<(Queue, Vec<String>), Failure> {
-        if let Target::Sqlite(path) = self {
-            match probe(path)? {
+        if let Target::Sqlite(path, key) = self {
+            match probe(path, key.as_ref())? {
+                SqliteFile::WrongKey => return Err(wrong_key(path)),
                 SqliteFile::NotSqlite => {
                     return Err(Failure::new(
                         Code::NotBacklog,
@@ -121,9 +141,9 @@ impl Target {
                 _ => {}
             }
         }
-        let options = QueueOptions::new().migrate(false);
+        let options = self.options();
         let queue = match self {
-            Target::Sqlite(path) => options.open(path),
+            Target::Sqlite(path, _) => options.open(path),
             Target::Server(url) => options.connect(url),
         }
         .map_err(|e| self.unreachable(e))?;
@@ -135,6 +155,8 @@ impl Target {
     fn unreachable(&self, e: backlog::Error) -> Failure {
         let code = match e {
             backlog::Error::FeatureDisabled { .. } => Code::Usage,
+            // A key given to a build without SQLCipher.
+            backlog::Error::InvalidArgument(_) => Code::Usage,
             ref e if e.is_corrupt() => Code::NotBacklog,
             _ => Code::Unreachable,
         };
@@ -143,9 +165,10 @@ impl Target {
 }
 
 /// Checks, read-only, that `path` is a SQLite file with backlog's tables.
-fn probe_sqlite(path: &Path) -> Result<(), Failure> {
-    let (code, why) = match probe(path)? {
+fn probe_sqlite(path: &Path, key: Option<&Key>) -> Result<(), Failure> {
+    let (code, why) = match probe(path, key)? {
         SqliteFile::Backlog => return Ok(()),
+        SqliteFile::WrongKey => return Err(wrong_key(path)),
         SqliteFile::Missing => (
             Code::Unreachable,
             format!(
@@ -163,6 +186,13 @@ fn probe_sqlite(path: &Path) -> Result<(), Failure> {
             Code::NotBacklog,
             format!("{} is not a SQLite database", shown(path)),
         ),
+        _ if key.is_some() => (
+            Code::NotBacklog,
+            format!(
+                "{} is a SQLite database without backlog's tables, or not a SQLite database",
+                shown(path)
+            ),
+        ),
         _ => (
             Code::NotBacklog,
             format!(
@@ -174,7 +204,18 @@ fn probe_sqlite(path: &Path) -> Result<(), Failure> {
     Err(Failure::new(code, why))
 }
 
-fn probe(path: &Path) -> Result<SqliteFile, Failure> {
+fn wrong_key(path: &Path) -> Failure {
+    Failure::new(
+        Code::NotBacklog,
+        format!(
+            "{} does not open with the key given (--sqlite-key-file or BACKLOG_SQLITE_KEY): \
+             the key is wrong, or the file is not encrypted with one",
+            shown(path)
+        ),
+    )
+}
+
+fn probe(path: &Path, key: Option<&Key>) -> Result<SqliteFile, Failure> {
     // Opening a FIFO for reading waits for a writer, forever: only regular
     // files (or links to one) are read. A missing path is the probe's to
     // report.
@@ -191,7 +232,11 @@ fn probe(path: &Path) -> Result<SqliteFile, Failure> {
             ));
         }
     }
-    backlog::sqlite::probe_sqlite_file(path).map_err(|e| {
+    let probed = match key {
+        Some(key) => backlog::sqlite::probe_sqlite_file_with_key(path, &key.0),
+        None => backlog::sqlite::probe_sqlite_file(path),
+    };
+    probed.map_err(|e| {
         let code = if e.is_corrupt() {
             Code::NotBacklog
         } else {
@@ -217,4 +262,76 @@ fn looks_like_key_value(db: &str) -> bool {
 /// names that is not a known URL is taken for a path.
 fn shown(path: &Path) -> String {
     backlog::redact_url(&path.display().to_string())
+}
+
+/// The key of an encrypted SQLite file, from `--sqlite-key-file` or
+/// `BACKLOG_SQLITE_KEY`: shown as `***` by `Debug`, never printed.
+#[derive(Clone)]
+pub struct Key(String);
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// The environment variable that may hold the key instead of a file.
+pub const KEY_VAR: &str = "BACKLOG_SQLITE_KEY";
+
+impl Key {
+    /// The key from `file` (its text, less a final line break) or from
+    /// [`KEY_VAR`]; `None` when neither is given. Both at once is a usage
+    /// error: which one would win is a guess.
+    pub fn from_cli(file: Option<&Path>) -> Result<Option<Key>, Failure> {
+        let var = std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty());
+        let key = match (file, var) {
+            (Some(_), Some(_)) => {
+                return Err(Failure::new(
+                    Code::Usage,
+                    format!("give the SQLite key once: --sqlite-key-file or {KEY_VAR}, not both"),
+                ))
+            }
+            (None, var) => var,
+            (Some(path), None) => {
+                // Read as bytes: an error names the file, never its text.
+                let bytes = std::fs::read(path).map_err(|e| {
+                    Failure::new(
+                        Code::InvalidInput,
+                        format!("cannot read the key file {}: {e}", path.display()),
+                    )
+                })?;
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    Failure::new(
+                        Code::InvalidInput,
+                        format!("the key file {} is not UTF-8 text", path.display()),
+                    )
+                })?;
+                let key = text.strip_suffix('\n').unwrap_or(&text);
+                let key = key.strip_suffix('\r').unwrap_or(key);
+                if key.is_empty() {
+                    return Err(Failure::new(
+                        Code::InvalidInput,
+                        format!("the key file {} is empty", path.display()),
+                    ));
+                }
+                Some(key.to_owned())
+            }
+        };
+        Ok(key.map(Key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_never_shows_in_debug_output() {
+        let target = Target::parse("q.db")
+            .expect("a path")
+            .with_key(Some(Key("correct horse".into())));
+        let shown = format!("{target:?}");
+        assert!(!shown.contains("horse"), "{shown}");
+        assert!(shown.contains("Some(***)"), "{shown}");
+    }
 }

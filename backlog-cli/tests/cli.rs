@@ -274,14 +274,17 @@ fn stats_prints_a_table_and_json_per_queue() -> TestResult {
     assert_eq!(
         default,
         [
-            "default", "1", "0", "1", "1", "0", "1", "1", "1", "1", "0", "0", "1", "-", "email",
-            "1"
+            "default", "1", "0", "1", "1", "0", "0", "1", "1", "1", "1", "0", "0", "1", "-",
+            "email", "1"
         ]
     );
     let media: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(
         media,
-        ["media", "1", "1", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0", "-", "resize", "1"]
+        [
+            "media", "1", "1", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0", "-",
+            "resize", "1"
+        ]
     );
 
     let stats = fixture.run(&["--json", "stats"])?.ok()?.json()?;
@@ -946,21 +949,21 @@ fn stats_totals_count_every_finish_and_outlive_history() -> TestResult {
         .ok_or("no header")?
         .split_whitespace()
         .collect();
-    // QUEUE, 5 live states, DEAD, DONE 1H, PER MIN, then the totals (the
+    // QUEUE, 6 live states, DEAD, DONE 1H, PER MIN, then the totals (the
     // header splits DONE 1H and PER MIN in two words each).
     assert_eq!(
-        &header[11..16],
+        &header[12..17],
         ["COMPLETED", "DISCARDED", "CANCELLED", "DIED", "PAUSED"]
     );
     let rows = totals(table)?;
     assert_eq!(
-        &rows[0][9..13],
+        &rows[0][10..14],
         ["1", "1", "0", "1"],
         "default: {:?}",
         rows[0]
     );
     assert_eq!(
-        &rows[1][9..13],
+        &rows[1][10..14],
         ["0", "1", "1", "0"],
         "media: {:?}",
         rows[1]
@@ -1169,5 +1172,317 @@ fn workers_prints_what_a_worker_row_carries_without_control_characters() -> Test
     );
     assert!(run.stdout.contains("host\\u{1b}[2J"), "{}", run.stdout);
     assert!(run.stdout.contains("q\\u{1b}[31m"), "{}", run.stdout);
+    Ok(())
+}
+
+// ---- workflows, dependencies, batches ---------------------------------------
+
+/// A queue holding workflow "report" (fetch-a, fetch-b, merge after both;
+/// fetch-a completed), a plain job depending on fetch-b, and an open batch
+/// with two members (one completed) and both callbacks.
+struct Flows {
+    _dir: TempDir,
+    db: PathBuf,
+    workflow: backlog::EnqueuedWorkflow,
+    audit: i64,
+    batch: i64,
+    members: [i64; 2],
+}
+
+impl Flows {
+    fn new() -> TestResult<Flows> {
+        let dir = tempfile::tempdir()?;
+        let db = dir.path().join("flows.db");
+        let queue = Queue::open(&db)?;
+        let workflow = queue.enqueue_workflow(
+            backlog::Workflow::new("report")
+                .step("fetch-a", NewJob::new("fetch", json!({"source": "a"})))
+                .step("fetch-b", NewJob::new("fetch", json!({"source": "b"})))
+                .step_after(
+                    "merge",
+                    NewJob::new("merge", json!({})),
+                    &["fetch-a", "fetch-b"],
+                ),
+        )?;
+        let fetch_a = workflow.step("fetch-a").ok_or("fetch-a")?;
+        let leased = queue.lease(&LeaseRequest::new("w", 10).kinds(["fetch"]))?;
+        for job in &leased {
+            if job.id == fetch_a {
+                queue.complete(job, Some(json!(1)))?;
+            } else {
+                queue.release(job)?;
+            }
+        }
+        let audit = queue
+            .enqueue(
+                NewJob::new("audit", json!({}))
+                    .depends_on([workflow.step("fetch-b").ok_or("b")?]),
+            )?
+            .id;
+        let batch = queue
+            .batch()
+            .on_complete(NewJob::new("report", json!({})).queue("callbacks"))
+            .on_success(NewJob::new("done", json!({})).queue("callbacks"))
+            .create()?
+            .id;
+        let members = [
+            queue
+                .enqueue(NewJob::new("row", json!({"n": 1})).batch(batch))?
+                .id,
+            queue
+                .enqueue(NewJob::new("row", json!({"n": 2})).batch(batch))?
+                .id,
+        ];
+        let leased = queue.lease(&LeaseRequest::new("w", 1).kinds(["row"]))?;
+        queue.complete(&leased[0], None)?;
+        Ok(Flows {
+            _dir: dir,
+            db,
+            workflow,
+            audit,
+            batch,
+            members,
+        })
+    }
+
+    fn run(&self, args: &[&str]) -> TestResult<Run> {
+        backlog(&self.db, args)
+    }
+
+    fn step(&self, name: &str) -> TestResult<i64> {
+        Ok(self.workflow.step(name).ok_or(name.to_owned())?)
+    }
+}
+
+#[test]
+fn workflow_shows_each_step_its_state_and_what_it_waits_on() -> TestResult {
+    let f = Flows::new()?;
+    let id = f.workflow.id.to_string();
+    for which in ["report", id.as_str()] {
+        let run = f.run(&["workflow", which])?.ok()?;
+        let text = &run.stdout;
+        assert!(
+            text.starts_with(&format!("workflow {id} report (running)")),
+            "{text}"
+        );
+        assert!(text.contains("1 of 3 step(s) finished"), "{text}");
+        let merge = text
+            .lines()
+            .find(|l| l.starts_with("merge"))
+            .ok_or("no merge row")?;
+        let cells: Vec<&str> = merge
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(
+            cells,
+            [
+                "merge",
+                &f.step("merge")?.to_string(),
+                "merge",
+                "pending",
+                "fetch-a, fetch-b",
+                "fetch-b"
+            ],
+            "{text}"
+        );
+    }
+    let value = f.run(&["--json", "workflow", "report"])?.ok()?.json()?;
+    assert_eq!(value["id"], f.workflow.id);
+    assert_eq!(value["name"], "report");
+    assert_eq!(value["finished"], false);
+    let steps = value["steps"].as_array().ok_or("steps")?;
+    let merge = steps.iter().find(|s| s["step"] == "merge").ok_or("merge")?;
+    assert_eq!(merge["job_id"], f.step("merge")?);
+    assert_eq!(merge["kind"], "merge");
+    assert_eq!(merge["state"], "pending");
+    assert_eq!(merge["waiting_on"], json!(["fetch-b"]));
+    assert_eq!(
+        merge["after"],
+        json!([
+            {"job_id": f.step("fetch-a")?, "step": "fetch-a", "status": "completed"},
+            {"job_id": f.step("fetch-b")?, "step": "fetch-b", "status": null},
+        ])
+    );
+    f.run(&["workflow", "nosuch"])?
+        .fails_with(exit::NOT_FOUND, "no workflow is named \"nosuch\"")?;
+    f.run(&["workflow", "999"])?
+        .fails_with(exit::NOT_FOUND, "no workflow has id 999")
+}
+
+#[test]
+fn workflow_cancel_needs_confirmation_or_yes() -> TestResult {
+    let f = Flows::new()?;
+    f.run(&["workflow", "cancel", "report"])?
+        .fails_with(exit::ABORTED, "pass --yes")?;
+    let queue = Queue::open(&f.db)?;
+    assert_eq!(queue.get(f.step("merge")?)?.state, JobState::Pending);
+
+    let report = f
+        .run(&["--json", "workflow", "cancel", "report", "--yes"])?
+        .ok()?
+        .json()?;
+    assert_eq!(report["workflow"], f.workflow.id);
+    // fetch-b, and merge with it (cancelled by its dependency's cancel).
+    assert_eq!(report["cancelled"], 2, "{report}");
+    assert_eq!(report["asked_to_stop"], 0, "{report}");
+    for step in ["fetch-b", "merge"] {
+        assert_eq!(queue.get(f.step(step)?)?.state, JobState::CANCELLED);
+    }
+    assert_eq!(queue.get(f.step("fetch-a")?)?.state, JobState::COMPLETED);
+    // Nothing left to cancel: nothing asked.
+    let run = f.run(&["workflow", "cancel", "report"])?.ok()?;
+    assert!(run.stdout.contains("0 step(s) cancelled"), "{}", run.stdout);
+    f.run(&["workflow", "cancel", "nosuch", "--yes"])?
+        .fails_with(exit::NOT_FOUND, "no workflow")
+}
+
+#[test]
+fn batch_shows_counts_seal_and_each_callback() -> TestResult {
+    let f = Flows::new()?;
+    let id = f.batch.to_string();
+    let run = f.run(&["batch", &id])?.ok()?;
+    let text = &run.stdout;
+    assert!(text.starts_with(&format!("batch {id}: open")), "{text}");
+    assert!(text.contains("not finished"), "{text}");
+    for (name, n) in [("total", 2), ("pending", 1), ("completed", 1), ("dead", 0)] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .ok_or(name.to_owned())?;
+        assert!(line.ends_with(&format!(" {n}")), "{line}");
+    }
+    assert!(
+        text.contains("on complete   not enqueued yet: the batch has not finished"),
+        "{text}"
+    );
+
+    let queue = Queue::open(&f.db)?;
+    queue.seal_batch(f.batch)?;
+    let leased = queue.lease(&LeaseRequest::new("w", 1).kinds(["row"]))?;
+    assert_eq!(leased[0].id, f.members[1]);
+    queue.fail(&leased[0], "bad row")?;
+    queue.discard_job(f.members[1], "given up")?;
+    let value = f.run(&["--json", "batch", &id])?.ok()?.json()?;
+    assert_eq!(value["sealed"], true);
+    assert_eq!(value["finished"], true);
+    assert_eq!(
+        (&value["total"], &value["completed"], &value["discarded"]),
+        (&json!(2), &json!(1), &json!(1))
+    );
+    let complete = value["on_complete"]["job_id"].as_i64().ok_or("complete")?;
+    assert_eq!(value["on_complete"]["enqueued"], true);
+    assert_eq!(value["on_complete"]["state"], "available");
+    assert_eq!(
+        value["on_success"],
+        json!({"enqueued": false, "job_id": null, "why": "not every member completed"})
+    );
+    let run = f.run(&["batch", &id])?.ok()?;
+    assert!(
+        run.stdout.contains(&format!(
+            "on complete   job {complete} enqueued (available now)"
+        )),
+        "{}",
+        run.stdout
+    );
+    assert!(run
+        .stdout
+        .contains(&format!("batch {id}: sealed, finished")));
+    f.run(&["batch", "999"])?
+        .fails_with(exit::NOT_FOUND, "no batch has id 999")
+}
+
+#[test]
+fn show_prints_a_jobs_workflow_batch_dependencies_and_dependents() -> TestResult {
+    let f = Flows::new()?;
+    let (a, b, merge) = (f.step("fetch-a")?, f.step("fetch-b")?, f.step("merge")?);
+    let run = f.run(&["show", &merge.to_string()])?.ok()?;
+    let text = &run.stdout;
+    let id = f.workflow.id;
+    for expected in [
+        format!("workflow      report (id {id}), step merge\n"),
+        format!("depends on    {a} (fetch-a) completed, {b} (fetch-b) not finished\n"),
+    ] {
+        assert!(text.contains(&expected), "{expected:?} in\n{text}");
+    }
+    assert!(!text.contains("dependents"), "{text}");
+    let run = f.run(&["show", &b.to_string()])?.ok()?;
+    let dependents = format!(
+        "dependents    {}, {}\n",
+        merge.min(f.audit),
+        merge.max(f.audit)
+    );
+    assert!(run.stdout.contains(&dependents), "{}", run.stdout);
+
+    let value = f.run(&["--json", "show", &b.to_string()])?.ok()?.json()?;
+    assert_eq!(
+        value["workflow"],
+        json!({"id": id, "name": "report", "step": "fetch-b"})
+    );
+    assert_eq!(value["batch"], Value::Null);
+    assert_eq!(value["dependencies"], json!([]));
+    assert_eq!(
+        value["dependents"],
+        json!([merge.min(f.audit), merge.max(f.audit)])
+    );
+
+    let member = f.members[1].to_string();
+    let run = f.run(&["show", &member])?.ok()?;
+    assert!(
+        run.stdout.contains(&format!("batch         {}\n", f.batch)),
+        "{}",
+        run.stdout
+    );
+    let value = f.run(&["--json", "show", &member])?.ok()?.json()?;
+    assert_eq!(value["batch"], f.batch);
+    assert_eq!(value["workflow"], Value::Null);
+    // A plain job shows none of it.
+    let run = f.run(&["show", &f.audit.to_string()])?.ok()?;
+    assert!(!run.stdout.contains("workflow "), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains(&format!("depends on    {b} (fetch-b) not finished")),
+        "{}",
+        run.stdout
+    );
+    Ok(())
+}
+
+#[test]
+fn stats_jobs_and_metrics_show_pending_jobs() -> TestResult {
+    let f = Flows::new()?;
+    let run = f.run(&["stats", "--queue", "default"])?.ok()?;
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    let column = header
+        .iter()
+        .position(|h| *h == "PENDING")
+        .ok_or(run.stdout.clone())?;
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(row[column], "2", "merge and audit: {}", run.stdout);
+    let stats = f
+        .run(&["--json", "stats", "--queue", "default"])?
+        .ok()?
+        .json()?;
+    assert_eq!(stats[0]["pending"], 2);
+
+    let listed = f
+        .run(&["--json", "jobs", "--state", "pending"])?
+        .ok()?
+        .json()?;
+    let ids: Vec<i64> = listed["jobs"]
+        .as_array()
+        .ok_or("jobs")?
+        .iter()
+        .filter_map(|j| j["id"].as_i64())
+        .collect();
+    assert_eq!(ids, [f.step("merge")?, f.audit]);
+
+    let metrics = f.run(&["metrics"])?.ok()?.stdout;
+    assert!(
+        metrics.contains("backlog_jobs{queue=\"default\",state=\"pending\"} 2\n"),
+        "{metrics}"
+    );
     Ok(())
 }

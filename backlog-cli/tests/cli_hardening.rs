@@ -349,6 +349,83 @@ fn hostile_text_in_any_field_reaches_no_terminal_raw() -> TestResult {
     Ok(())
 }
 
+/// A workflow's id, and its first and second steps' jobs.
+type HostileFlow = (i64, i64, i64);
+
+/// Per hostile string: a workflow whose name, first step's name and that
+/// step's kind are it (written with SQL: the library refuses control
+/// characters in names), its second step after the first. Returns each
+/// workflow's id and its two jobs.
+fn hostile_workflows(dir: &Path) -> TestResult<(String, Vec<HostileFlow>)> {
+    let (db, queue) = new_queue(dir)?;
+    let conn = rusqlite::Connection::open(&db)?;
+    let mut out = Vec::new();
+    for text in HOSTILE {
+        let flow = queue.enqueue_workflow(
+            backlog::Workflow::new("wf")
+                .step("a", NewJob::new("k", json!({})))
+                .step_after("b", NewJob::new("k", json!({})), &["a"]),
+        )?;
+        let (a, b) = (flow.step("a").ok_or("a")?, flow.step("b").ok_or("b")?);
+        conn.execute(
+            "UPDATE backlog_workflows SET name = ?1 WHERE id = ?2",
+            rusqlite::params![text, flow.id],
+        )?;
+        conn.execute(
+            "UPDATE backlog_workflow_steps SET step = ?1 WHERE job_id = ?2",
+            rusqlite::params![text, a],
+        )?;
+        conn.execute(
+            "UPDATE backlog_jobs SET kind = ?1 WHERE id = ?2",
+            rusqlite::params![text, a],
+        )?;
+        out.push((flow.id, a, b));
+    }
+    Ok((db, out))
+}
+
+#[test]
+fn hostile_workflow_and_step_names_reach_no_terminal_raw() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (db, flows) = hostile_workflows(dir.path())?;
+    let mut commands: Vec<Vec<String>> = Vec::new();
+    for (id, a, b) in &flows {
+        let id = id.to_string();
+        commands.push(vec!["workflow".into(), id.clone()]);
+        commands.push(vec!["show".into(), a.to_string()]);
+        commands.push(vec!["show".into(), b.to_string()]);
+        // Not confirmed (no terminal): the question quotes the name.
+        commands.push(vec!["workflow".into(), "cancel".into(), id.clone()]);
+        commands.push(vec!["workflow".into(), "cancel".into(), id, "--yes".into()]);
+    }
+    for text in HOSTILE.iter().filter(|t| !t.contains('\0')) {
+        commands.push(vec!["workflow".into(), text.to_string()]);
+    }
+    for command in &commands {
+        let args: Vec<&str> = command.iter().map(String::as_str).collect();
+        let run = on(&db, &args)?;
+        assert_ne!(run.code, 101, "{args:?} panicked: {}", run.text());
+        assert_terminal_safe(&args, &run);
+    }
+    // Shown escaped, not dropped: the workflow's name is still there.
+    let (id, _, _) = flows[9];
+    let run = on(&db, &["workflow", &id.to_string()])?;
+    assert!(
+        String::from_utf8_lossy(&run.stdout).contains("k\\u{202e}gnp.exe"),
+        "{}",
+        run.text()
+    );
+    // JSON keeps the names exact.
+    for (text, (id, _, _)) in HOSTILE.iter().zip(&flows) {
+        let run = on(&db, &["--json", "workflow", &id.to_string()])?;
+        let value: Value = serde_json::from_slice(&run.stdout)?;
+        assert_eq!(value["name"], *text);
+        assert_eq!(value["steps"][0]["step"], *text);
+        assert_eq!(value["steps"][1]["after"][0]["step"], *text);
+    }
+    Ok(())
+}
+
 #[test]
 fn json_output_keeps_hostile_text_exact() -> TestResult {
     let dir = tempfile::tempdir()?;

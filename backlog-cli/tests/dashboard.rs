@@ -52,6 +52,7 @@ on_every_backend!(
     a_token_guards_every_route_but_healthz,
     the_workers_page_lists_live_workers_their_jobs_and_unhandled_kinds,
     the_chart_api_covers_an_hour_a_day_and_a_week_per_queue_and_kind,
+    workflows_and_batches_have_pages_an_api_links_and_a_guarded_cancel,
 );
 
 struct Setup {
@@ -812,5 +813,122 @@ fn the_chart_api_covers_an_hour_a_day_and_a_week_per_queue_and_kind(s: &Setup) -
         billing["finished"],
         json!({"completed": 0, "discarded": 0, "cancelled": 1, "dead": 1, "aggregated": 0})
     );
+    Ok(())
+}
+
+/// The workflow and batch pages, their API, the job page's links, pending
+/// jobs in the overview, and cancelling a workflow behind the CSRF token and
+/// read-only rules of every action.
+fn workflows_and_batches_have_pages_an_api_links_and_a_guarded_cancel(s: &Setup) -> TestResult {
+    let queue = s.db.open()?;
+    let flow = queue.enqueue_workflow(
+        backlog::Workflow::new("report")
+            .step("fetch", NewJob::new("fetch", json!({})).queue("flows"))
+            .step_after(
+                "merge",
+                NewJob::new("merge", json!({})).queue("flows"),
+                &["fetch"],
+            ),
+    )?;
+    let (fetch, merge) = (
+        flow.step("fetch").ok_or("fetch")?,
+        flow.step("merge").ok_or("merge")?,
+    );
+    let batch = queue
+        .batch()
+        .on_complete(NewJob::new("report", json!({})).queue("flows"))
+        .create()?
+        .id;
+    let member = queue
+        .enqueue(NewJob::new("row", json!({})).queue("flows").batch(batch))?
+        .id;
+    let d = Dashboard::start(&s.db.target, &[])?;
+
+    for page in [
+        format!("/workflows/{}", flow.id),
+        "/workflows/report".into(),
+        format!("/batches/{batch}"),
+    ] {
+        let reply = d.get(&page)?;
+        assert_eq!(reply.status, 200, "{page}: {}", reply.body);
+        assert!(
+            reply.body.contains("<script src=\"/assets/flows.js\""),
+            "{page}"
+        );
+    }
+    let js = d.get("/assets/flows.js")?;
+    assert_eq!(js.status, 200);
+    assert!(js.body.contains("function workflowPage("));
+    assert!(!js.body.contains("http://") && !js.body.contains("https://"));
+
+    for which in [flow.id.to_string(), "report".into()] {
+        let w = d.get(&format!("/api/workflows/{which}"))?.expect(200)?;
+        let w = &w["workflow"];
+        assert_eq!((&w["id"], &w["name"]), (&json!(flow.id), &json!("report")));
+        assert_eq!(w["steps"][1]["step"], "merge");
+        assert_eq!(w["steps"][1]["state"], "pending");
+        assert_eq!(w["steps"][1]["waiting_on"], json!(["fetch"]));
+    }
+    d.get("/api/workflows/nosuch")?
+        .fails(404, "no workflow is named")?;
+    d.get("/api/workflows/99999999")?
+        .fails(404, "no workflow has id")?;
+
+    let b = d.get(&format!("/api/batches/{batch}"))?.expect(200)?;
+    let b = &b["batch"];
+    assert_eq!(
+        (&b["total"], &b["pending"], &b["sealed"]),
+        (&json!(1), &json!(1), &json!(false))
+    );
+    assert_eq!(b["on_complete"]["enqueued"], false);
+    d.get("/api/batches/99999999")?
+        .fails(404, "no batch has id")?;
+    d.get("/api/batches/abc")?.fails(404, "not a batch id")?;
+
+    let job = d.get(&format!("/api/jobs/{merge}"))?.expect(200)?;
+    assert_eq!(
+        job["links"]["workflow"],
+        json!({"id": flow.id, "name": "report", "step": "merge"})
+    );
+    assert_eq!(job["links"]["dependencies"][0]["job_id"], fetch);
+    let job = d.get(&format!("/api/jobs/{member}"))?.expect(200)?;
+    assert_eq!(job["links"]["batch"], batch);
+    assert_eq!(job["links"]["workflow"], serde_json::Value::Null);
+
+    let overview = d.get("/api/overview")?.expect(200)?;
+    let flows = overview["queues"]
+        .as_array()
+        .ok_or("queues")?
+        .iter()
+        .find(|q| q["queue"] == "flows")
+        .ok_or("no queue flows")?
+        .clone();
+    assert_eq!(flows["pending"], 1);
+
+    // Cancelling: a POST with the CSRF token, refused without it, by GET,
+    // and on a read-only dashboard.
+    let cancel = format!("/api/workflows/{}/cancel", flow.id);
+    d.request(
+        "POST",
+        &cancel,
+        &[("Content-Type", "application/json")],
+        b"{}",
+    )?
+    .fails(403, "missing CSRF token")?;
+    let reply = d.get(&cancel)?;
+    assert_eq!(reply.status, 405, "{}", reply.body);
+    let read_only = Dashboard::start(&s.db.target, &["--read-only"])?;
+    read_only
+        .post(&cancel, json!({}))?
+        .fails(403, "read-only")?;
+    assert_eq!(queue.get(merge)?.state, JobState::Pending);
+    d.post(&format!("/api/workflows/{}/pause", flow.id), json!({}))?
+        .fails(404, "no workflow action")?;
+    let done = d.post(&cancel, json!({}))?.expect(200)?;
+    assert_eq!(done["cancelled"], 2, "{done}");
+    assert_eq!(queue.get(fetch)?.state, JobState::CANCELLED);
+    assert_eq!(queue.get(merge)?.state, JobState::CANCELLED);
+    let w = d.get(&format!("/api/workflows/{}", flow.id))?.expect(200)?;
+    assert_eq!(w["workflow"]["finished"], true);
     Ok(())
 }

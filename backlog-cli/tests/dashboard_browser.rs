@@ -29,14 +29,7 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 #[test]
 #[ignore = "needs chromium and chromedriver; .ci/run installs them and runs it"]
 fn operator_retries_a_dead_job_and_pauses_a_queue_in_chromium() -> TestResult {
-    for binary in [CHROMIUM, CHROMEDRIVER] {
-        if !std::path::Path::new(binary).exists() {
-            return Err(format!(
-                "{binary} is missing: apt-get install -y chromium chromium-driver"
-            )
-            .into());
-        }
-    }
+    browser_installed()?;
     let db = Database::new(Backend::Sqlite)?.ok_or("no SQLite database")?;
     let seeded = seed(&db, true)?;
     let queue = db.open()?;
@@ -48,15 +41,16 @@ fn operator_retries_a_dead_job_and_pauses_a_queue_in_chromium() -> TestResult {
     browser.open(&format!("{}/", dashboard.url()))?;
     let emails = browser.wait_text("tr[data-queue=\"emails\"]", |t| t.contains("emails"))?;
     let cells: Vec<&str> = emails.split_whitespace().collect();
+    // Queue, available, running, scheduled, retrying, pending, dead.
     assert_eq!(
-        &cells[..6],
-        ["emails", "12", "2", "0", "0", "3"],
+        &cells[..7],
+        ["emails", "12", "2", "0", "0", "0", "3"],
         "{emails}"
     );
     let reports = browser.wait_text("tr[data-queue=\"reports\"]", |t| t.contains("paused"))?;
-    assert!(reports.starts_with("reports 4 0 0 0 0"), "{reports}");
+    assert!(reports.starts_with("reports 4 0 0 0 0 0"), "{reports}");
     let billing = browser.text("tr[data-queue=\"billing\"]")?;
-    assert!(billing.starts_with("billing 0 0 5 2 1"), "{billing}");
+    assert!(billing.starts_with("billing 0 0 5 2 0 1"), "{billing}");
     browser.text("tr[data-queue=\"webhooks\"]")?;
     let flow = browser.wait_text("#flow-control", |t| t.contains("nightly-report"))?;
     assert!(
@@ -139,14 +133,7 @@ fn operator_retries_a_dead_job_and_pauses_a_queue_in_chromium() -> TestResult {
 #[test]
 #[ignore = "needs chromium and chromedriver; .ci/run installs them and runs it"]
 fn operator_sees_live_workers_and_unhandled_kinds_in_chromium() -> TestResult {
-    for binary in [CHROMIUM, CHROMEDRIVER] {
-        if !std::path::Path::new(binary).exists() {
-            return Err(format!(
-                "{binary} is missing: apt-get install -y chromium chromium-driver"
-            )
-            .into());
-        }
-    }
+    browser_installed()?;
     let db = Database::new(Backend::Sqlite)?.ok_or("no SQLite database")?;
     seed(&db, true)?;
     let queue = db.open()?;
@@ -217,14 +204,7 @@ fn operator_sees_live_workers_and_unhandled_kinds_in_chromium() -> TestResult {
 #[test]
 #[ignore = "needs chromium and chromedriver; .ci/run installs them and runs it"]
 fn operator_charts_a_week_per_queue_and_kind_in_chromium() -> TestResult {
-    for binary in [CHROMIUM, CHROMEDRIVER] {
-        if !std::path::Path::new(binary).exists() {
-            return Err(format!(
-                "{binary} is missing: apt-get install -y chromium chromium-driver"
-            )
-            .into());
-        }
-    }
+    browser_installed()?;
     let db = Database::new(Backend::Sqlite)?.ok_or("no SQLite database")?;
     seed_week(&db)?;
     seed(&db, true)?;
@@ -285,6 +265,107 @@ fn operator_charts_a_week_per_queue_and_kind_in_chromium() -> TestResult {
     browser.wait_text("#throughput h2", |t| t == "Finished per minute, last hour")?;
     browser.click("[data-choose=\"queue\"] a:first-of-type")?;
     browser.wait_text("[data-choose=\"queue\"] .active", |t| t == "all")?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs chromium and chromedriver; .ci/run installs them and runs it"]
+fn operator_follows_a_workflow_step_by_step_and_cancels_it_in_chromium() -> TestResult {
+    browser_installed()?;
+    let db = Database::new(Backend::Sqlite)?.ok_or("no SQLite database")?;
+    let queue = db.open()?;
+    // A nightly close: three extracts, reconciled, rendered, mailed; the
+    // archive runs after the reconcile however it ends.
+    let job = |kind: &str| NewJob::new(kind, json!({"day": "2026-11-26"})).queue("finance");
+    let flow = queue.enqueue_workflow(
+        backlog::Workflow::new("nightly-close")
+            .step("extract-orders", job("extract"))
+            .step("extract-refunds", job("extract"))
+            .step("extract-payouts", job("extract"))
+            .step_after(
+                "reconcile",
+                job("reconcile"),
+                &["extract-orders", "extract-refunds", "extract-payouts"],
+            )
+            .step_after("render-pdf", job("render_pdf"), &["reconcile"])
+            .step_after("email-finance", job("send_email"), &["render-pdf"])
+            .step_after_anyway("archive", job("archive"), &["reconcile"]),
+    )?;
+    let step = |name: &str| flow.step(name).ok_or(format!("no step {name}"));
+    // Orders and refunds extracted; payouts running on a worker.
+    let leased = queue.lease(
+        &backlog::LeaseRequest::new("etl-1.prod:4410", 3)
+            .queues(["finance"])
+            .kinds(["extract"]),
+    )?;
+    assert_eq!(leased.len(), 3);
+    for j in &leased {
+        if j.id != step("extract-payouts")? {
+            queue.complete(j, Some(json!({"rows": 1200 + j.id})))?;
+        }
+    }
+    let dashboard = Dashboard::start(&db.target, &[])?;
+    let browser = Browser::start()?;
+
+    browser.open(&format!("{}/workflows/nightly-close", dashboard.url()))?;
+    browser.wait_text("h1", |t| t == "Workflow nightly-close")?;
+    let layers = browser.wait_text("#layers", |t| t.contains("email-finance"))?;
+    assert!(layers.contains("waiting on extract-payouts"), "{layers}");
+    let reconcile = browser.text("#steps tr[data-step=\"reconcile\"]")?;
+    assert!(reconcile.contains("pending"), "{reconcile}");
+    let payouts = browser.text("#layers [data-step=\"extract-payouts\"]")?;
+    assert!(payouts.contains("running"), "{payouts}");
+    assert_eq!(
+        browser.script("return document.querySelectorAll('#layers .layer').length")?,
+        json!(4),
+        "extracts, reconcile, render and archive, email"
+    );
+    if let Some(dir) = std::env::var_os("BACKLOG_DASHBOARD_SCREENSHOTS").map(PathBuf::from) {
+        browser.resize(1360, 900)?;
+        browser.screenshot(&dir.join("dashboard-workflow.png"))?;
+    }
+
+    // A step's job page links back to its workflow, its dependencies and
+    // its dependents.
+    browser.click("#layers [data-step=\"reconcile\"] a")?;
+    browser.wait_text("h1", |t| {
+        t == format!("Job #{}", step("reconcile").unwrap_or(0))
+    })?;
+    let links = browser.wait_text("#links", |t| t.contains("nightly-close"))?;
+    assert!(
+        links.contains("step reconcile") && links.contains("extract-payouts"),
+        "{links}"
+    );
+    browser.click("#links a[href^=\"/workflows/\"]")?;
+    browser.wait_text("h1", |t| t == "Workflow nightly-close")?;
+
+    // Cancel it: confirmed in the dialog, every step not finished cancelled
+    // (the running extract asked to stop).
+    browser.click_button("Cancel workflow")?;
+    browser.wait_text("#confirm-ok", |t| t == "Cancel workflow")?;
+    browser.click("#confirm-ok")?;
+    browser.wait_text("#flash", |t| t.contains("step(s) cancelled"))?;
+    browser.wait_text("#steps tr[data-step=\"render-pdf\"]", |t| {
+        t.contains("cancelled")
+    })?;
+    assert_eq!(
+        queue.get(step("email-finance")?)?.state,
+        backlog::JobState::CANCELLED
+    );
+    assert!(queue.get(step("extract-payouts")?)?.cancel_requested);
+    Ok(())
+}
+
+/// Fails (never skips) when chromium or chromedriver is missing.
+fn browser_installed() -> TestResult {
+    for binary in [CHROMIUM, CHROMEDRIVER] {
+        if !std::path::Path::new(binary).exists() {
+            return Err(format!(
+                "{binary} is missing: apt-get install -y chromium chromium-driver"
+            )
+            .into());
+        }
+    }
     Ok(())
 }
 

@@ -260,6 +260,10 @@ pub(crate) trait Flows {
 
     /// The jobs `job_id` depends on, their ends and results, by id.
     fn dependencies(&self, job_id: i64) -> Result<Vec<params::DependencyRow>>;
+
+    /// Job `job_id`'s workflow and step, its batch (while it is a live
+    /// member), and the jobs that depend on it.
+    fn links(&self, job_id: i64) -> Result<params::JobLinksRow>;
 }
 
 /// The live-worker registry (`backlog_workers`, see [`registry`]): the part

@@ -100,6 +100,18 @@ pub(crate) struct DependencyRow {
     pub result: Option<String>,
 }
 
+/// Where a job stands among others: its workflow and step, its batch, what
+/// depends on it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct JobLinksRow {
+    /// Its workflow's id and name, and its step name.
+    pub workflow: Option<(i64, String, String)>,
+    /// The batch it is a live member of.
+    pub batch: Option<i64>,
+    /// The jobs that depend on it, by id.
+    pub dependents: Vec<i64>,
+}
+
 /// A workflow as stored: id, name, and its steps' names and job ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WorkflowRow {

@@ -59,6 +59,10 @@ pub enum SqliteFile {
     OtherDatabase,
     /// A SQLite database with backlog's tables.
     Backlog,
+    /// A file that does not open with the key given to
+    /// [`probe_sqlite_file_with_key`]: the key is wrong, or the file is not
+    /// encrypted with one (or not SQLite at all).
+    WrongKey,
 }
 
 /// Looks at the file at `path` without creating or changing anything, for
@@ -66,6 +70,21 @@ pub enum SqliteFile {
 /// creates a missing file and switches a database to WAL mode, which must
 /// not happen to another application's database.
 pub fn probe_sqlite_file(path: &std::path::Path) -> Result<SqliteFile> {
+    probe(path, None)
+}
+
+/// [`probe_sqlite_file`] for a file encrypted with SQLCipher (the
+/// `sqlcipher` feature; [`QueueOptions::sqlite_key`](crate::QueueOptions::sqlite_key)):
+/// read-only through `key`, creating and changing nothing. An encrypted
+/// file has no readable header, so one that does not open with `key` is
+/// [`SqliteFile::WrongKey`]. In a build without SQLCipher the key is
+/// ignored, as plain SQLite ignores it: a plain file probes as it is, and
+/// opening it with the key is then refused.
+pub fn probe_sqlite_file_with_key(path: &std::path::Path, key: &str) -> Result<SqliteFile> {
+    probe(path, Some(key))
+}
+
+fn probe(path: &std::path::Path, key: Option<&str>) -> Result<SqliteFile> {
     use std::io::Read;
     match std::fs::metadata(path) {
         Ok(meta) if !meta.is_file() => return Ok(SqliteFile::NotSqlite),
@@ -89,12 +108,16 @@ pub fn probe_sqlite_file(path: &std::path::Path) -> Result<SqliteFile> {
     if read == 0 {
         return Ok(SqliteFile::Empty);
     }
-    // Every SQLite database starts with this.
-    if &header != b"SQLite format 3\0" {
+    // Every SQLite database starts with this, unless encrypted: its first
+    // page is then ciphertext, read through the key or not at all.
+    if key.is_none() && &header != b"SQLite format 3\0" {
         return Ok(SqliteFile::NotSqlite);
     }
-    Ok(match crate::backend::sqlite::inspect::probe_tables(path)? {
-        (3, _) => SqliteFile::Backlog,
-        _ => SqliteFile::OtherDatabase,
-    })
+    Ok(
+        match crate::backend::sqlite::inspect::probe_tables(path, key)? {
+            None => SqliteFile::WrongKey,
+            Some((3, _)) => SqliteFile::Backlog,
+            Some(_) => SqliteFile::OtherDatabase,
+        },
+    )
 }

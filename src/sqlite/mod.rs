@@ -78,7 +78,7 @@ use crate::outcome::Outcome;
 use crate::queue::{params, run_then_complete, Queue};
 use crate::worker::{JobContext, JobError};
 
-pub use diagnostics::{probe_sqlite_file, SqliteFile};
+pub use diagnostics::{probe_sqlite_file, probe_sqlite_file_with_key, SqliteFile};
 
 /// The `rusqlite` backlog is built with. Use it for the connections you pass
 /// to [`QueueExt::enqueue_in`] and friends: a second `rusqlite` version in

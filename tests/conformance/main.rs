@@ -23,6 +23,7 @@ mod groups;
 mod heartbeat_rescue;
 mod inside_transaction;
 mod inspect;
+mod job_links;
 mod lease;
 mod limits;
 mod lookahead;

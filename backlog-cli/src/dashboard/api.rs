@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 
 use super::{error, failure, query_param, Config, Reply};
 use crate::fail::{Code, Failure};
-use crate::{output, schedules};
+use crate::{flows, output, schedules};
 
 /// Jobs per page unless `limit` says otherwise, and the most it may say.
 const PAGE: usize = 50;
@@ -335,18 +335,84 @@ fn summary(r: &JobRecord) -> Value {
     })
 }
 
-/// `GET /api/jobs/ID`: everything about one job.
+/// `GET /api/jobs/ID`: everything about one job, and `links`: its
+/// workflow and step, its batch, what it depends on and what depends on it
+/// (as `backlog --json show` adds them).
 pub fn job(queue: &Queue, id: &str) -> Reply {
-    let result = parse_id(id).and_then(|id| Ok(queue.get(id)?));
+    let result = parse_id(id).and_then(|id| {
+        let record = queue.get(id)?;
+        let mut links = json!({});
+        flows::Links::read(queue, id)?.add_to(&mut links);
+        Ok((record, links))
+    });
     match result {
-        Ok(record) => Reply::json(
+        Ok((record, links)) => Reply::json(
             200,
             &json!({
                 "job": output::record_json(&record),
                 "progress": progress(&record),
+                "links": links,
                 "now": output::time_json(Some(queue.now())),
             }),
         ),
+        Err(f) => failure(f),
+    }
+}
+
+/// `GET /api/workflows/ID|NAME`: the workflow and its steps, as `backlog
+/// --json workflow` prints them (a name finds the newest of that name).
+pub fn workflow(queue: &Queue, which: &str) -> Reply {
+    let which = flows::which(&super::decode(which));
+    let result = flows::find(queue, &which).and_then(|info| {
+        Ok(json!({
+            "workflow": flows::workflow_json(queue, &info)?,
+            "now": output::time_json(Some(queue.now())),
+        }))
+    });
+    match result {
+        Ok(value) => Reply::json(200, &value),
+        Err(f) => failure(f),
+    }
+}
+
+/// `POST /api/workflows/ID|NAME/cancel`: cancels every step not finished.
+pub fn workflow_action(queue: &Queue, which: &str, action: &str) -> Reply {
+    let which = flows::which(&super::decode(which));
+    let result = (|| -> Result<Value, Failure> {
+        if action != "cancel" {
+            return Err(Failure::new(
+                Code::NotFound,
+                format!("no workflow action {action:?}: cancel"),
+            ));
+        }
+        let info = flows::find(queue, &which)?;
+        let cancelled = flows::cancel(queue, &info)?;
+        let mut value = cancelled.json(&info);
+        value["ok"] = json!(true);
+        value["message"] = json!(cancelled.message(&info));
+        Ok(value)
+    })();
+    match result {
+        Ok(value) => Reply::json(200, &value),
+        Err(f) => failure(f),
+    }
+}
+
+/// `GET /api/batches/ID`: counts per state, sealed or open, and its
+/// callbacks, as `backlog --json batch` prints them.
+pub fn batch(queue: &Queue, id: &str) -> Reply {
+    let result = id
+        .parse::<i64>()
+        .map_err(|_| Failure::new(Code::NotFound, format!("{id:?} is not a batch id")))
+        .and_then(|id| {
+            let status = flows::batch(queue, id)?;
+            Ok(json!({
+                "batch": flows::batch_json(queue, &status)?,
+                "now": output::time_json(Some(queue.now())),
+            }))
+        });
+    match result {
+        Ok(value) => Reply::json(200, &value),
         Err(f) => failure(f),
     }
 }

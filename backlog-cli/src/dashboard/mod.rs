@@ -36,6 +36,7 @@ use crate::fail::{Code, Failure};
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
+const FLOWS_JS: &str = include_str!("assets/flows.js");
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
@@ -248,6 +249,10 @@ impl Server {
             ["assets", "app.js"] => only("GET", get, &|| {
                 Reply::new(200, "text/javascript; charset=utf-8", APP_JS)
             }),
+            ["workflows", _] | ["batches", _] => only("GET", get, &|| self.shell()),
+            ["assets", "flows.js"] => only("GET", get, &|| {
+                Reply::new(200, "text/javascript; charset=utf-8", FLOWS_JS)
+            }),
             ["assets", "app.css"] => only("GET", get, &|| {
                 Reply::new(200, "text/css; charset=utf-8", APP_CSS)
             }),
@@ -260,6 +265,11 @@ impl Server {
             ["api", "workers"] => only("GET", get, &|| api::workers(&self.queue)),
             ["api", "chart"] => only("GET", get, &|| api::chart_api(&self.queue, r.query)),
             ["api", "jobs", id] => only("GET", get, &|| api::job(&self.queue, id)),
+            ["api", "workflows", which] => only("GET", get, &|| api::workflow(&self.queue, which)),
+            ["api", "workflows", which, action] => only("POST", post, &|| {
+                self.action(|| api::workflow_action(&self.queue, which, action))
+            }),
+            ["api", "batches", id] => only("GET", get, &|| api::batch(&self.queue, id)),
             ["api", "jobs", id, action] => only("POST", post, &|| {
                 self.action(|| api::job_action(&self.queue, id, action, r.body))
             }),
@@ -434,7 +444,7 @@ pub fn query_param(query: &str, name: &str) -> Option<String> {
 }
 
 /// Percent-decodes `text`, a `+` standing for a space as in a form.
-fn decode(text: &str) -> String {
+pub fn decode(text: &str) -> String {
     percent_encoding::percent_decode_str(&text.replace('+', " "))
         .decode_utf8_lossy()
         .into_owned()

@@ -19,7 +19,9 @@ use mysql::{params, Row};
 
 use super::queries::{Sql, Tables};
 use super::{take, Db, Now};
-use crate::backend::params::{DependencyRow, EnqueueParams, WorkflowParams, WorkflowRow};
+use crate::backend::params::{
+    DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
+};
 use crate::backend::Flows;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
@@ -146,6 +148,15 @@ WHERE e.dependent = :id
 ORDER BY e.dependency";
 
 /// As SQLite's.
+pub const JOB_WORKFLOW: &str = "
+SELECT w.id, w.name, s.step
+FROM {workflow_steps} AS s JOIN {workflows} AS w ON w.id = s.workflow_id
+WHERE s.job_id = :id";
+
+/// As SQLite's.
+pub const JOB_BATCH: &str = "SELECT batch_id FROM {batch_jobs} WHERE job_id = :id";
+
+/// As SQLite's.
 pub const IS_PENDING: &str = "SELECT 1 FROM {pending} WHERE id = :id";
 
 /// As SQLite's, in the column order of `LIVE_COLUMNS`.
@@ -183,6 +194,8 @@ pub struct FlowSql {
     workflow: String,
     steps: String,
     dependencies: String,
+    job_workflow: String,
+    job_batch: String,
     is_pending: String,
     pub get_pending: String,
     pub list_pending: String,
@@ -215,6 +228,8 @@ impl FlowSql {
             workflow: r(WORKFLOW),
             steps: r(STEPS),
             dependencies: r(DEPENDENCIES),
+            job_workflow: r(JOB_WORKFLOW),
+            job_batch: r(JOB_BATCH),
             is_pending: r(IS_PENDING),
             get_pending: r(&format!(
                 "SELECT {PENDING_COLUMNS} FROM {{pending}} WHERE id = :id"
@@ -500,6 +515,20 @@ fn dependencies(sql: &Sql, q: &mut impl Queryable, job_id: i64) -> Result<Vec<De
         .collect()
 }
 
+fn links(sql: &Sql, q: &mut impl Queryable, job_id: i64) -> Result<JobLinksRow> {
+    let workflow: Option<(i64, String, String)> =
+        q.exec_first(&sql.flows.job_workflow, params! { "id" => job_id })?;
+    let batch: Option<i64> = q.exec_first(&sql.flows.job_batch, params! { "id" => job_id })?;
+    let rows: Vec<(i64, bool)> = q.exec(&sql.flows.dependents, params! { "id" => job_id })?;
+    let mut dependents: Vec<i64> = rows.into_iter().map(|(id, _)| id).collect();
+    dependents.sort_unstable();
+    Ok(JobLinksRow {
+        workflow,
+        batch,
+        dependents,
+    })
+}
+
 impl Flows for Db {
     fn enqueue_workflow(
         &self,
@@ -515,5 +544,9 @@ impl Flows for Db {
 
     fn dependencies(&self, job_id: i64) -> Result<Vec<DependencyRow>> {
         self.read(|c| dependencies(&self.sql, c, job_id))
+    }
+
+    fn links(&self, job_id: i64) -> Result<JobLinksRow> {
+        self.read(|c| links(&self.sql, c, job_id))
     }
 }

@@ -22,7 +22,9 @@ use postgres::GenericClient;
 use super::connection::Tx;
 use super::queries::{Queries, Tables};
 use super::Db;
-use crate::backend::params::{DependencyRow, EnqueueParams, WorkflowParams, WorkflowRow};
+use crate::backend::params::{
+    DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
+};
 use crate::backend::Flows;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
@@ -140,6 +142,15 @@ WHERE e.dependent = $1
 ORDER BY e.dependency";
 
 /// As SQLite's.
+pub const JOB_WORKFLOW: &str = "
+SELECT w.id, w.name, s.step
+FROM {workflow_steps} AS s JOIN {workflows} AS w ON w.id = s.workflow_id
+WHERE s.job_id = $1";
+
+/// As SQLite's.
+pub const JOB_BATCH: &str = "SELECT batch_id FROM {batch_jobs} WHERE job_id = $1";
+
+/// As SQLite's.
 pub const IS_PENDING: &str = "SELECT 1 FROM {pending} WHERE id = $1";
 
 /// As SQLite's, in the column order of `LIVE_COLUMNS`.
@@ -174,6 +185,8 @@ pub(crate) struct FlowQueries {
     workflow: String,
     steps: String,
     dependencies: String,
+    job_workflow: String,
+    job_batch: String,
     is_pending: String,
     pub get_pending: String,
     pub list_pending: String,
@@ -202,6 +215,8 @@ impl FlowQueries {
             workflow: r(WORKFLOW),
             steps: r(STEPS),
             dependencies: r(DEPENDENCIES),
+            job_workflow: r(JOB_WORKFLOW),
+            job_batch: r(JOB_BATCH),
             is_pending: r(IS_PENDING),
             get_pending: r(&format!(
                 "SELECT {PENDING_COLUMNS} FROM {{pending}} WHERE id = $1"
@@ -454,6 +469,28 @@ fn dependencies<C: GenericClient>(
         .collect()
 }
 
+fn links<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, job_id: i64) -> Result<JobLinksRow> {
+    let workflow = match tx.query_opt(&q.flows.job_workflow, &[&job_id])? {
+        Some(r) => Some((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)),
+        None => None,
+    };
+    let batch = match tx.query_opt(&q.flows.job_batch, &[&job_id])? {
+        Some(r) => Some(r.try_get(0)?),
+        None => None,
+    };
+    let mut dependents = tx
+        .query(&q.flows.dependents, &[&job_id])?
+        .iter()
+        .map(|r| Ok(r.try_get(0)?))
+        .collect::<Result<Vec<i64>>>()?;
+    dependents.sort_unstable();
+    Ok(JobLinksRow {
+        workflow,
+        batch,
+        dependents,
+    })
+}
+
 impl Flows for Db {
     fn enqueue_workflow(
         &self,
@@ -469,5 +506,9 @@ impl Flows for Db {
 
     fn dependencies(&self, job_id: i64) -> Result<Vec<DependencyRow>> {
         self.pool.read(|tx| dependencies(tx, &self.q, job_id))
+    }
+
+    fn links(&self, job_id: i64) -> Result<JobLinksRow> {
+        self.pool.read(|tx| links(tx, &self.q, job_id))
     }
 }

@@ -13,7 +13,9 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::jobs;
-use crate::backend::params::{DependencyRow, EnqueueParams, WorkflowParams, WorkflowRow};
+use crate::backend::params::{
+    DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
+};
 use crate::error::Result;
 use crate::job::Enqueued;
 use crate::outcome::{AttemptError, FinalStatus};
@@ -147,6 +149,15 @@ pub const PENDING_COLUMNS: &str = "id, queue, kind, priority, NULL AS unique_key
      NULL AS lease_until, NULL AS first_leased_at, 0 AS cancel_requested, NULL AS result, \
      NULL AS finished_at, created_at, created_at AS updated_at, 'pending' AS state, \
      NULL AS progress, NULL AS group_key, NULL AS aggregated_into";
+
+/// The workflow and step of job `?1`.
+pub const JOB_WORKFLOW: &str = "
+SELECT w.id, w.name, s.step
+FROM backlog_workflow_steps AS s JOIN backlog_workflows AS w ON w.id = s.workflow_id
+WHERE s.job_id = ?1";
+
+/// The batch job `?1` is a live member of.
+pub const JOB_BATCH: &str = "SELECT batch_id FROM backlog_batch_jobs WHERE job_id = ?1";
 
 /// Whether `?1` is pending.
 pub const IS_PENDING: &str = "SELECT 1 FROM backlog_pending WHERE id = ?1";
@@ -389,6 +400,28 @@ pub(crate) fn dependencies(conn: &Connection, job_id: i64) -> Result<Vec<Depende
     Ok(rows)
 }
 
+/// Job `job_id`'s workflow and step, batch, and dependents.
+pub(crate) fn links(conn: &Connection, job_id: i64) -> Result<JobLinksRow> {
+    let workflow = conn
+        .prepare_cached(JOB_WORKFLOW)?
+        .query_row([job_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let batch = conn
+        .prepare_cached(JOB_BATCH)?
+        .query_row([job_id], |r| r.get(0))
+        .optional()?;
+    let mut dependents: Vec<i64> = conn
+        .prepare_cached(DEPENDENTS)?
+        .query_map([job_id], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    dependents.sort_unstable();
+    Ok(JobLinksRow {
+        workflow,
+        batch,
+        dependents,
+    })
+}
+
 impl crate::backend::Flows for super::Connections {
     fn enqueue_workflow(
         &self,
@@ -404,6 +437,10 @@ impl crate::backend::Flows for super::Connections {
 
     fn dependencies(&self, job_id: i64) -> Result<Vec<DependencyRow>> {
         self.read(|c| dependencies(c, job_id))
+    }
+
+    fn links(&self, job_id: i64) -> Result<JobLinksRow> {
+        self.read(|c| links(c, job_id))
     }
 }
 
@@ -444,6 +481,8 @@ mod tests {
             (WORKFLOW, 2),
             (STEPS, 1),
             (DEPENDENCIES, 1),
+            (JOB_WORKFLOW, 1),
+            (JOB_BATCH, 1),
             (IS_PENDING, 1),
         ] {
             let plan = plan(sql, n)?;

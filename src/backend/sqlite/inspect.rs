@@ -483,12 +483,28 @@ pub(crate) fn update(conn: &Connection, p: &UpdateParams<'_>) -> Result<Acted> {
 
 /// Backlog's tables (of 3) and all tables in the SQLite file at `path`,
 /// read on a read-only connection of its own: nothing is created or changed.
-pub(crate) fn probe_tables(path: &std::path::Path) -> Result<(i64, i64)> {
+/// With `key`, the file is read through SQLCipher's `PRAGMA key`; `None`
+/// when it does not open with it (a wrong key, or not encrypted with one).
+pub(crate) fn probe_tables(
+    path: &std::path::Path,
+    key: Option<&str>,
+) -> Result<Option<(i64, i64)>> {
     let flags =
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
-    Ok(conn.query_row(queries::PROBE_TABLES, [], |r| Ok((r.get(0)?, r.get(1)?)))?)
+    if let Some(key) = key {
+        conn.pragma_update(None, "key", key)?;
+    }
+    match conn.query_row(queries::PROBE_TABLES, [], |r| Ok((r.get(0)?, r.get(1)?))) {
+        Err(e)
+            if key.is_some()
+                && e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) =>
+        {
+            Ok(None)
+        }
+        other => Ok(Some(other?)),
+    }
 }
 
 /// Pauses (`true`) or resumes (`false`) a queue.

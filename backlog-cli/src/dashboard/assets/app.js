@@ -6,7 +6,7 @@
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const READ_ONLY = document.querySelector('meta[name="read-only"]').content === "1";
 const REFRESH_MS = 2000;
-const STATES = ["available", "scheduled", "retrying", "running", "grouped",
+const STATES = ["available", "scheduled", "retrying", "running", "grouped", "pending",
   "completed", "discarded", "cancelled", "dead"];
 const main = document.getElementById("main");
 
@@ -154,6 +154,11 @@ function route() {
   else if (path === "/dead") { view = () => dead(params); nav = "dead"; }
   else if (path === "/workers") { view = () => workersPage(); nav = "workers"; }
   else if ((m = path.match(/^\/jobs\/(-?\d+)$/))) { view = () => job(m[1]); nav = "jobs"; }
+  else if ((m = path.match(/^\/workflows\/([^/]+)$/))) {
+    const which = decodeURIComponent(m[1]);
+    view = () => workflowPage(which); nav = "jobs";
+  }
+  else if ((m = path.match(/^\/batches\/(-?\d+)$/))) { view = () => batchPage(m[1]); nav = "jobs"; }
   else { view = async () => [h("h1", {}, "Not found")]; nav = ""; }
   for (const a of document.querySelectorAll("nav a")) {
     a.classList.toggle("active", a.dataset.nav === nav);
@@ -234,6 +239,7 @@ async function overview(params) {
     card("Running", total("running"), "leased by workers", "/jobs?state=running"),
     card("Scheduled", total("scheduled") + total("retrying"),
       num(total("retrying")) + " retrying after a failure", "/jobs?state=scheduled"),
+    card("Pending", total("pending"), "waiting for their dependencies", "/jobs?state=pending"),
     card("Dead", total("dead"), "out of attempts", "/dead", total("dead") > 0 ? "bad" : ""),
     card("Completed", total("completed_last_hour"),
       "last hour · " + num(total("completed_last_minute")) + " last minute",
@@ -326,7 +332,9 @@ function queuesTable(queues) {
     h("thead", {}, h("tr", {},
       h("th", {}, "Queue"), h("th", {class: "num"}, "Available"),
       h("th", {class: "num"}, "Running"), h("th", {class: "num"}, "Scheduled"),
-      h("th", {class: "num"}, "Retrying"), h("th", {class: "num"}, "Dead"),
+      h("th", {class: "num"}, "Retrying"),
+      h("th", {class: "num", title: "Waiting for their dependencies"}, "Pending"),
+      h("th", {class: "num"}, "Dead"),
       h("th", {class: "num"}, "Done 1h"), h("th", {class: "num"}, "Failed 1h"),
       h("th", {class: "num"}, "Per min"),
       h("th", {class: "num", title: "How long the first available job (lowest id) has been due"},
@@ -337,7 +345,7 @@ function queuesTable(queues) {
       return h("tr", {"data-queue": row.queue},
         h("td", {class: "name"}, link(`/jobs?queue=${q(row.queue)}`, row.queue)),
         count(row, "available"), count(row, "running"), count(row, "scheduled"),
-        count(row, "retrying"),
+        count(row, "retrying"), count(row, "pending"),
         h("td", {class: "num" + (row.dead ? " bad" : " zero")},
           link(`/dead?queue=${q(row.queue)}`, num(row.dead))),
         h("td", {class: "num"}, num(row.completed_last_hour)),
@@ -645,6 +653,8 @@ async function job(id) {
         j.result !== null ? [h("h2", {}, "Result"),
           h("pre", {class: "code"}, JSON.stringify(j.result, null, 2))] : null)),
   ];
+  const links = renderLinks(data.links);
+  if (links) out.push(links);
   const progress = renderProgress(data.progress);
   if (progress) out.push(progress);
   out.push(h("section", {class: "panel"},
