@@ -25,6 +25,7 @@ mod inside_transaction;
 mod inspect;
 mod lease;
 mod limits;
+mod limits_hand_on;
 mod lookahead;
 mod on_time;
 mod operate;
