@@ -477,10 +477,14 @@ pub(crate) fn lease_within(
 /// a limit set by another node is never exceeded while this memory is stale;
 /// its queue is only not leased here until the next look, within
 /// [`LimitedQueues::TTL`].
+/// A look at the limited queues: when, and each with its limits.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+type Look = (std::time::Instant, Vec<(String, QueueLimits)>);
+
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 #[derive(Debug, Default)]
 pub(crate) struct LimitedQueues {
-    seen: std::sync::Mutex<Option<(std::time::Instant, Vec<(String, QueueLimits)>)>>,
+    seen: std::sync::Mutex<Option<Look>>,
 }
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -503,7 +507,9 @@ impl LimitedQueues {
             *seen = Some((std::time::Instant::now(), read()?));
         }
         Ok(seen.as_ref().is_some_and(|(_, limited)| {
-            queues.iter().any(|q| limited.iter().any(|(name, _)| name == q))
+            queues
+                .iter()
+                .any(|q| limited.iter().any(|(name, _)| name == q))
         }))
     }
 
@@ -588,7 +594,11 @@ pub(crate) fn lease_handing_on<T: ?Sized>(
             others.push(q.clone());
             continue;
         };
-        let cap = p.caps.iter().find(|(c, _)| c == q).map_or(usize::MAX, |(_, n)| *n);
+        let cap = p
+            .caps
+            .iter()
+            .find(|(c, _)| c == q)
+            .map_or(usize::MAX, |(_, n)| *n);
         let limit = places.min(cap).min(p.limit - jobs.len());
         if limit > 0 {
             jobs.extend(by_hand(
@@ -738,10 +748,13 @@ mod tests {
         };
         known.any_of(&["a".into()], || {
             Ok(vec![
-                ("a".into(), QueueLimits {
-                    concurrency: Some(2),
-                    rate: None,
-                }),
+                (
+                    "a".into(),
+                    QueueLimits {
+                        concurrency: Some(2),
+                        rate: None,
+                    },
+                ),
                 ("r".into(), both),
             ])
         })?;

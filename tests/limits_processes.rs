@@ -232,7 +232,10 @@ fn processes_handing_places_on_never_run_more_than_the_concurrency_limit(
     );
     assert_eq!(claimed_twice(&records), 0, "a job was claimed twice");
     assert!(overlap <= LIMIT as usize, "{overlap} jobs ran at once");
-    assert!(overlap >= 3, "only {overlap} at once: the test proves little");
+    assert!(
+        overlap >= 3,
+        "only {overlap} at once: the test proves little"
+    );
     Ok(())
 }
 

@@ -183,7 +183,11 @@ mod tests {
         let la = LookAhead::new(4);
         la.record(Duration::from_micros(2));
         la.set_places(Some(12));
-        assert_eq!(la.depth(), 0, "4 threads and 128 ahead would fill 12 places");
+        assert_eq!(
+            la.depth(),
+            0,
+            "4 threads and 128 ahead would fill 12 places"
+        );
         la.set_places(Some(1_000_000));
         assert_eq!(la.depth(), CAP);
         la.set_places(Some(4 + CAP as u32));

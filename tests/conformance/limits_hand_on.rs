@@ -52,10 +52,7 @@ struct Gate {
 
 /// A worker of `threads` on `queue`'s jobs of kind `gated`: each handler
 /// reports its start on the returned channel and waits for the go.
-fn gated_worker(
-    queue: &Queue,
-    threads: usize,
-) -> TestResult<(Worker, Arc<Gate>, Receiver<()>)> {
+fn gated_worker(queue: &Queue, threads: usize) -> TestResult<(Worker, Arc<Gate>, Receiver<()>)> {
     let gate = Arc::new(Gate::default());
     let (started_tx, started_rx) = unbounded();
     let g = gate.clone();
@@ -127,7 +124,10 @@ fn a_worker_that_would_fill_a_limit_hands_its_places_on_and_never_runs_more(
     let most = gate.most.load(Ordering::SeqCst);
     println!("hand-on ({b:?}): limit {LIMIT}, 4 threads, {JOBS} jobs: at most {most} at once");
     assert!(most <= LIMIT as usize, "{most} ran at once");
-    assert_eq!(most, LIMIT as usize, "the limit never filled: the test proves little");
+    assert_eq!(
+        most, LIMIT as usize,
+        "the limit never filled: the test proves little"
+    );
     Ok(())
 }
 
@@ -152,7 +152,8 @@ fn a_lowered_limit_holds_back_the_places_handed_on(b: &Backend) -> TestResult {
     worker.shutdown(Duration::from_secs(5))?;
     let most = gate.most_after.load(Ordering::SeqCst);
     assert_eq!(
-        most, 1,
+        most,
+        1,
         "a job started while {} ran, under a limit lowered to 1",
         most.saturating_sub(1)
     );
