@@ -462,12 +462,7 @@ pub(crate) fn lease_within(
     if !rest.is_empty() && jobs.len() < limit {
         jobs.extend(claim(&rest, limit - jobs.len(), now)?);
     }
-    jobs.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.available_at.cmp(&b.available_at))
-            .then(a.id.cmp(&b.id))
-    });
+    crate::lease::sort_in_claim_order(&mut jobs);
     Ok((jobs, windows))
 }
 
@@ -622,12 +617,7 @@ pub(crate) fn lease_handing_on<T: ?Sized>(
             },
         )?);
     }
-    jobs.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.available_at.cmp(&b.available_at))
-            .then(a.id.cmp(&b.id))
-    });
+    crate::lease::sort_in_claim_order(&mut jobs);
     Ok(jobs)
 }
 

@@ -176,12 +176,7 @@ fn claim(
             "worker_id" => p.worker_id, "now" => server_now,
         },
     )?;
-    jobs.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.available_at.cmp(&b.available_at))
-            .then(a.id.cmp(&b.id))
-    });
+    crate::lease::sort_in_claim_order(&mut jobs);
     Ok(jobs)
 }
 
