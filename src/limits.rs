@@ -35,10 +35,10 @@
 //! commit, log flush included, so under a limit that binds the leases of
 //! every process would run one after another. But a transaction that
 //! settles k of the queue's jobs and then claims at most k of them cannot
-//! raise its running count, so it needs neither the lock nor a count:
-//! the worker's completer, which settles and refills in one transaction,
+//! raise its running count, so it needs no lock (it still counts, so that a
+//! lowered limit is honoured): the worker's completer, which settles and refills in one transaction,
 //! hands the places its settles freed to its next claims of the same queue
-//! ([`lease_handing_on`]), and only a claim that grows a queue's running
+//! (`limits::lease_handing_on`), and only a claim that grows a queue's running
 //! count waits for the row. Places of a queue with a rate limit are not
 //! handed on: every start must be counted in its window, under the lock.
 //!
