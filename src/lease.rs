@@ -75,6 +75,17 @@ impl Job {
     }
 }
 
+/// Sorts leased jobs in claim order: highest priority first, then the
+/// longest due, then the oldest id.
+pub(crate) fn sort_in_claim_order(jobs: &mut [Job]) {
+    jobs.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.available_at.cmp(&b.available_at))
+            .then(a.id.cmp(&b.id))
+    });
+}
+
 /// What to claim in one [`Queue::lease`](crate::Queue::lease) call.
 #[derive(Debug, Clone)]
 pub struct LeaseRequest {

@@ -5,6 +5,10 @@
 //! - Concurrency: each job records when its handler started and ended (the
 //!   machine's clock, shared by the processes); at no instant do more jobs
 //!   overlap than the limit.
+//! - Places handed on: the same with uncapped workers of short jobs, whose
+//!   threads would fill the limit, so they hold no look-ahead and each
+//!   completer claims in the transaction that frees its places (on the
+//!   servers, without the queue's lock: `limits::lease_handing_on`).
 //! - Rate: each job's start as the database recorded it (`started_at`, the
 //!   clock the limiter's windows are cut from) falls in a fixed window of
 //!   the period; no window holds more starts than the limit.
@@ -29,6 +33,8 @@ use serde_json::{json, Value};
 use harness::{child_queue, wait_for_completed, Backend, Children, Harness, TestResult};
 
 const ROLE: &str = "BACKLOG_LIMITS_ROLE";
+/// A child's cap on the limited queue's jobs; `0` for none.
+const CAP: &str = "BACKLOG_LIMITS_CAP";
 const QUEUE: &str = "limited";
 
 /// The completed jobs of the limited queue, paged.
@@ -48,13 +54,15 @@ fn limits_child() -> TestResult {
     if role != "worker" {
         return Err(format!("unknown role {role}").into());
     }
-    let _worker = Worker::builder(queue)
-        .queues([QUEUE])
-        .concurrency(4)
-        // A process refills its places in the transaction that frees them
-        // (complete-and-lease), so one process could keep the queue's whole
-        // limit; capped at 2 here, the limit of 3 takes two processes.
-        .queue_concurrency(QUEUE, 2)
+    let mut builder = Worker::builder(queue).queues([QUEUE]).concurrency(4);
+    // A process refills its places in the transaction that frees them
+    // (complete-and-lease), so one process could keep the queue's whole
+    // limit; capped at 2 here, the limit of 3 takes two processes.
+    let cap = std::env::var(CAP).map_or(Ok(2), |v| v.parse())?;
+    if cap > 0 {
+        builder = builder.queue_concurrency(QUEUE, cap);
+    }
+    let _worker = builder
         .poll_interval(Duration::from_millis(50))
         .handle_raw("timed", |payload: Value, _| {
             let start = unix_micros();
@@ -87,6 +95,10 @@ fn started_micros(record: &JobRecord) -> Option<i64> {
 }
 
 fn spawn_workers(h: &Harness, n: usize) -> TestResult<Children> {
+    spawn_capped_workers(h, n, 2)
+}
+
+fn spawn_capped_workers(h: &Harness, n: usize, cap: usize) -> TestResult<Children> {
     let mut children = Children(Vec::new());
     for _ in 0..n {
         let mut command = Command::new(std::env::current_exe()?);
@@ -94,6 +106,7 @@ fn spawn_workers(h: &Harness, n: usize) -> TestResult<Children> {
             .args(["--exact", "limits_child", "--ignored", "--nocapture"])
             .args(["--test-threads", "1"])
             .env(ROLE, "worker")
+            .env(CAP, cap.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         for (k, v) in h.child_env() {
@@ -156,9 +169,25 @@ fn processes_never_run_more_than_the_concurrency_limit(b: &Backend) -> TestResul
             .map(|i| NewJob::new("timed", json!({ "i": i, "sleep_ms": sleep_ms })).queue(QUEUE)),
     )?;
     let children = spawn_workers(&h, 3)?; // 6 places for a limit of 3
-    let records = wait_for_completed(&h, completed(), jobs, Duration::from_secs(120))?;
-    drop(children);
+    let workers = never_above(b, &h, "", LIMIT, jobs, children)?;
+    // The limit was what held them back, not a lack of contention.
+    assert!(workers >= 2, "one process did all the work");
+    Ok(())
+}
 
+/// Waits for the `jobs`, ends the `children`, and checks that no more than
+/// `limit` of them ran at once, none twice, and the limit filled at least
+/// to 2; returns how many processes ran them.
+fn never_above(
+    b: &Backend,
+    h: &Harness,
+    what: &str,
+    limit: u32,
+    jobs: usize,
+    children: Children,
+) -> TestResult<usize> {
+    let records = wait_for_completed(h, completed(), jobs, Duration::from_secs(120))?;
+    drop(children);
     let intervals = records
         .iter()
         .map(interval)
@@ -167,19 +196,39 @@ fn processes_never_run_more_than_the_concurrency_limit(b: &Backend) -> TestResul
     let workers: std::collections::HashSet<_> =
         records.iter().filter_map(|r| r.worker.clone()).collect();
     println!(
-        "limits processes ({b:?}): concurrency limit={LIMIT} jobs={jobs} max_overlap={overlap} \
-         workers={} claimed_twice={}",
+        "limits processes ({b:?}):{what} concurrency limit={limit} jobs={jobs} \
+         max_overlap={overlap} workers={} claimed_twice={}",
         workers.len(),
         claimed_twice(&records)
     );
     assert_eq!(claimed_twice(&records), 0, "a job was claimed twice");
-    assert!(overlap <= LIMIT as usize, "{overlap} jobs ran at once");
-    // The limit was what held them back, not a lack of contention.
+    assert!(overlap <= limit as usize, "{overlap} jobs ran at once");
     assert!(
         overlap >= 2,
         "only {overlap} at once: the test proves little"
     );
-    assert!(workers.len() >= 2, "one process did all the work");
+    Ok(workers.len())
+}
+
+fn processes_handing_places_on_never_run_more_than_the_concurrency_limit(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness()?;
+    const LIMIT: u32 = 5;
+    let jobs = knob("BACKLOG_LIMITS_HAND_ON_JOBS", 600);
+    h.queue.set_limits(
+        QUEUE,
+        QueueLimits {
+            concurrency: Some(LIMIT),
+            rate: None,
+        },
+    )?;
+    h.queue.enqueue_many(
+        (0..jobs).map(|i| NewJob::new("timed", json!({ "i": i, "sleep_ms": 1 })).queue(QUEUE)),
+    )?;
+    // 12 uncapped threads for 5 places; jobs short enough for a look-ahead.
+    let children = spawn_capped_workers(&h, 3, 0)?;
+    never_above(b, &h, " places handed on,", LIMIT, jobs, children)?;
     Ok(())
 }
 
@@ -229,5 +278,6 @@ fn processes_never_start_more_than_the_rate_limit_per_window(b: &Backend) -> Tes
 
 conformance!(
     processes_never_run_more_than_the_concurrency_limit,
+    processes_handing_places_on_never_run_more_than_the_concurrency_limit,
     processes_never_start_more_than_the_rate_limit_per_window,
 );

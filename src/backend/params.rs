@@ -159,6 +159,11 @@ pub(crate) struct LeaseParams<'a> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SettleAndLeaseParams<'a> {
     pub items: &'a [&'a SettleParams],
+    /// The queue each item's job was leased from, as the lease returned it
+    /// (only the worker's completer leases here, with its own jobs): the
+    /// places of a limited queue that the settled items free, which the
+    /// servers' lease may hand on (see [`crate::limits`]).
+    pub queues: &'a [&'a str],
     pub lease: Option<&'a LeaseParams<'a>>,
     /// SQLite gives up then (`Busy`) however long another process holds the
     /// write lock; the servers have no such lock and keep their own bounds.

@@ -100,8 +100,10 @@ impl Queue {
             })
             .collect::<Result<_>>()?;
         let params: Vec<&SettleParams> = items.iter().map(|(_, _, p)| p).collect();
+        let queues: Vec<&str> = items.iter().map(|(job, _, _)| job.queue.as_str()).collect();
         let (results, jobs) = self.store().settle_and_lease(&SettleAndLeaseParams {
             items: &params,
+            queues: &queues,
             lease: lease.as_ref(),
             until,
         })?;

@@ -103,6 +103,7 @@ impl Fetcher {
                 return;
             }
             self.shared.release_unheld_if_lost();
+            self.look_at_limits();
             if self.shared.claimable() >= self.shared.refill_at() && !self.completer_refills() {
                 match self.lease() {
                     Some((n, claimed)) if n == claimed => continue, // maybe more waiting
@@ -139,6 +140,26 @@ impl Fetcher {
     /// of its own for what the completer's carries anyway.
     fn completer_refills(&self) -> bool {
         self.shared.completer_refills() && self.shared.settling.load(Ordering::SeqCst) > 0
+    }
+
+    /// Reads the concurrency limits of the worker's queues when due, for
+    /// the look-ahead (which a limit it would fill turns off). Not with a
+    /// prefetch: that is the caller's choice.
+    fn look_at_limits(&self) {
+        let lookahead = &self.shared.lookahead;
+        if self.shared.config.prefetch.is_some() || !lookahead.limits_due() {
+            return;
+        }
+        match self.shared.queue.all_limits() {
+            Ok(all) => lookahead.set_places(
+                all.iter()
+                    .filter(|(name, _)| self.request.queues.contains(name))
+                    .filter_map(|(_, limits)| limits.concurrency)
+                    .min(),
+            ),
+            // The last look stands; the next one is a look later.
+            Err(error) => tracing::debug!(%error, "could not read the queues' limits"),
+        }
     }
 
     /// Claims the free slots, leases up to as many jobs and hands them over.

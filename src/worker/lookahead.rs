@@ -14,6 +14,16 @@
 //! when it was enqueued, running ones included:
 //! `held × mean / threads ≤ HORIZON`.
 //!
+//! Under a concurrency limit, a leased job counts as running, held ahead or
+//! not. A worker whose threads plus look-ahead would fill the tightest
+//! concurrency limit of its queues holds no look-ahead at all: its jobs
+//! would only take places that other workers' threads could run now, and
+//! its completer then refills the threads' slots in the transaction that
+//! settles their jobs, where the places those jobs free pass straight on to
+//! the next ones without the queue's lock (see [`crate::limits`]). A limit
+//! well above that (say, 1,000,000) leaves the look-ahead as it is. The
+//! limits are read again every [`crate::limits::LIMITS_SEEN_WITHIN`].
+//!
 //! The measure is a running mean that rises at once to a slower run and
 //! decays slowly (by an eighth per job) towards faster ones: a job kind that
 //! turns slow shrinks the look-ahead from its first slow run. Handler time is
@@ -21,8 +31,9 @@
 //! ([`crate::ManualClock`]), the longer of that and the clock's advance, so a
 //! test can give handlers a duration without sleeping.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// How much measured handler time the look-ahead may hold: the most extra
 /// wait it gives a job leased behind it.
@@ -40,6 +51,11 @@ pub(crate) struct LookAhead {
     /// Nanoseconds; [`UNKNOWN`] until the first run.
     mean_ns: AtomicU64,
     threads: u64,
+    /// The tightest concurrency limit of the worker's queues at the last
+    /// look; `usize::MAX` for none.
+    places: AtomicUsize,
+    /// When the limits were last read.
+    looked: Mutex<Option<Instant>>,
 }
 
 impl LookAhead {
@@ -47,7 +63,26 @@ impl LookAhead {
         LookAhead {
             mean_ns: AtomicU64::new(UNKNOWN),
             threads: u64::try_from(threads).unwrap_or(u64::MAX).max(1),
+            places: AtomicUsize::new(usize::MAX),
+            looked: Mutex::new(None),
         }
+    }
+
+    /// True when the limits of the worker's queues are due to be read again
+    /// (and notes the look as made: a failed read is tried a look later).
+    pub(crate) fn limits_due(&self) -> bool {
+        let mut looked = self.looked.lock().unwrap_or_else(|p| p.into_inner());
+        if looked.is_some_and(|at| at.elapsed() < crate::limits::LIMITS_SEEN_WITHIN) {
+            return false;
+        }
+        *looked = Some(Instant::now());
+        true
+    }
+
+    /// Notes the tightest concurrency limit of the worker's queues.
+    pub(crate) fn set_places(&self, limit: Option<u32>) {
+        let places = limit.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        self.places.store(places, Ordering::Relaxed);
     }
 
     /// Records one handler run.
@@ -74,9 +109,14 @@ impl LookAhead {
         let horizon = u64::try_from(HORIZON.as_nanos()).unwrap_or(u64::MAX);
         // Running jobs count against the horizon too.
         let held = horizon.saturating_mul(self.threads) / mean.max(1);
-        usize::try_from(held.saturating_sub(self.threads))
+        let depth = usize::try_from(held.saturating_sub(self.threads))
             .unwrap_or(CAP)
-            .min(CAP)
+            .min(CAP);
+        let threads = usize::try_from(self.threads).unwrap_or(usize::MAX);
+        if depth > 0 && threads.saturating_add(depth) >= self.places.load(Ordering::Relaxed) {
+            return 0; // it would fill a concurrency limit
+        }
+        depth
     }
 
     /// How many of `n` jobs one handler thread may take in one hand-off:
@@ -135,6 +175,26 @@ mod tests {
         for _ in 0..100 {
             la.record(Duration::from_micros(10));
         }
+        assert_eq!(la.depth(), CAP);
+    }
+
+    #[test]
+    fn no_look_ahead_that_would_fill_a_concurrency_limit() {
+        let la = LookAhead::new(4);
+        la.record(Duration::from_micros(2));
+        la.set_places(Some(12));
+        assert_eq!(
+            la.depth(),
+            0,
+            "4 threads and 128 ahead would fill 12 places"
+        );
+        la.set_places(Some(1_000_000));
+        assert_eq!(la.depth(), CAP);
+        la.set_places(Some(4 + CAP as u32));
+        assert_eq!(la.depth(), 0, "exactly filled is filled");
+        la.set_places(Some(4 + CAP as u32 + 1));
+        assert_eq!(la.depth(), CAP);
+        la.set_places(None);
         assert_eq!(la.depth(), CAP);
     }
 

@@ -26,6 +26,7 @@ mod inspect;
 mod job_links;
 mod lease;
 mod limits;
+mod limits_hand_on;
 mod lookahead;
 mod on_time;
 mod operate;

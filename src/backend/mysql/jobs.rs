@@ -120,6 +120,32 @@ pub(crate) fn lease_limited(
     claim(sql, q, p, now, candidates)
 }
 
+/// A claim of one limited queue that the settles of this transaction pay
+/// for, up to `p.limit` (the places they freed), without the queue's lock:
+/// see `lease_candidates_handed`.
+pub(crate) fn lease_handed(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &LeaseParams<'_>,
+    now: Now,
+) -> Result<Vec<Job>> {
+    if p.queues.len() != 1 || p.limit == 0 {
+        return Ok(Vec::new());
+    }
+    let kinds = p.kinds.map_or(0, <[String]>::len);
+    let rows: Vec<Row> = q.exec(sql.lease_handed(kinds), lease_params(p, now, false))?;
+    let mut room = 0;
+    let mut candidates = Vec::with_capacity(rows.len());
+    for mut r in rows {
+        let running = take::<i64>(&mut r, 11)?;
+        let limit = take::<Option<i64>>(&mut r, 12)?.unwrap_or(0);
+        room = usize::try_from(limit.saturating_sub(running)).unwrap_or(0);
+        candidates.push(candidate(r)?);
+    }
+    candidates.truncate(room.min(p.limit));
+    claim(sql, q, p, now, candidates)
+}
+
 /// Claims the locked candidates in one update; the jobs in claim order.
 fn claim(
     sql: &Sql,
@@ -150,12 +176,7 @@ fn claim(
             "worker_id" => p.worker_id, "now" => server_now,
         },
     )?;
-    jobs.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.available_at.cmp(&b.available_at))
-            .then(a.id.cmp(&b.id))
-    });
+    crate::lease::sort_in_claim_order(&mut jobs);
     Ok(jobs)
 }
 

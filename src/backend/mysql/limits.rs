@@ -83,6 +83,25 @@ pub(crate) fn limits(sql: &Sql, q: &mut impl Queryable) -> Result<Vec<(String, Q
         .collect()
 }
 
+/// A lease in the transaction that settled jobs first, where some of the
+/// queues may be limited: the places the settles `freed` pass to claims of
+/// their queues without the queues' locks, the rest goes to [`lease`].
+pub(crate) fn lease_handing_on<Q: Queryable>(
+    sql: &Sql,
+    q: &mut Q,
+    p: &LeaseParams<'_>,
+    now: Now,
+    freed: &[(String, usize)],
+) -> Result<Vec<Job>> {
+    crate::limits::lease_handing_on(
+        q,
+        p,
+        freed,
+        |q, part| jobs::lease_handed(sql, q, part, now),
+        |q, rest| lease(sql, q, rest, now),
+    )
+}
+
 /// A lease where some of the queues may be limited, in the caller's
 /// transaction: locks the limited queues' rows, claims each up to its room
 /// and the others with what is left, and stores the rate windows.

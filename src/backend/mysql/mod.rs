@@ -145,9 +145,7 @@ impl Db {
         if !p.caps.is_empty() {
             return Ok(true);
         }
-        self.limited.any_of(p.queues, || {
-            Ok(self.limits()?.into_iter().map(|(name, _)| name).collect())
-        })
+        self.limited.any_of(p.queues, || self.limits())
     }
 
     /// Applies `items` in the caller's transaction. A lost lease fails only
@@ -242,7 +240,12 @@ impl Store for Db {
     /// it; a failure of either half rolls back both (as on SQLite), and a
     /// retried transaction runs both again.
     fn settle_and_lease(&self, p: &SettleAndLeaseParams<'_>) -> Result<SettledAndLeased> {
-        let SettleAndLeaseParams { items, lease, .. } = *p;
+        let SettleAndLeaseParams {
+            items,
+            lease,
+            queues,
+            ..
+        } = *p;
         let limited = match lease {
             Some(p) => self.may_be_limited(p)?,
             None => false,
@@ -254,7 +257,11 @@ impl Store for Db {
                 self.settle_in(tx, items)?
             };
             let jobs = match lease {
-                Some(p) => self.lease_in(tx, p, limited)?,
+                Some(p) if limited => {
+                    let freed = self.limited.places_freed(queues, &results);
+                    limits::lease_handing_on(&self.sql, tx, p, self.now(p.now), &freed)?
+                }
+                Some(p) => self.lease_in(tx, p, false)?,
                 None => Vec::new(),
             };
             Ok((results, jobs))

@@ -241,15 +241,26 @@ pub(crate) fn lease_limited_at<C: GenericClient>(
     sorted_jobs(&rows)
 }
 
+/// A claim of one limited queue that the settles of this transaction pay
+/// for, up to `p.limit` (the places they freed), without the queue's lock:
+/// see `limits::HANDED_ROOM`.
+pub(crate) fn lease_handed<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+) -> Result<Vec<Job>> {
+    let args = LeaseArgs::new(q, p, false);
+    let Some(params) = args.params() else {
+        return Ok(Vec::new());
+    };
+    let rows = tx.query(&q.limits.lease_handed, &params)?;
+    sorted_jobs(&rows)
+}
+
 /// Leased rows in claim order.
 fn sorted_jobs(rows: &[Row]) -> Result<Vec<Job>> {
     let mut jobs = rows.iter().map(leased_job).collect::<Result<Vec<Job>>>()?;
-    jobs.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.available_at.cmp(&b.available_at))
-            .then(a.id.cmp(&b.id))
-    });
+    crate::lease::sort_in_claim_order(&mut jobs);
     Ok(jobs)
 }
 

@@ -69,6 +69,26 @@ fn lease_limited() -> String {
     LEASE.replacen("LIMIT $6\n", &format!("{LIMITED_ROOM}\n"), 1)
 }
 
+/// The `LIMIT` of [`LEASE`] for a claim of one limited queue (`$4`) that the
+/// settles of its own transaction pay for (`$6`, the places they freed, at
+/// most): see [`crate::limits::lease_handing_on`]. It takes no lock, and
+/// reads the queue's limit itself: nothing when the queue has a rate limit
+/// by now (its starts are counted under the queue's lock) or no concurrency
+/// limit any more (the next lease takes the usual path), and no more than
+/// the room a lowered limit leaves. Those reads may be a commit behind the
+/// lock's holder; over-admission is ruled out by `$6` alone, which the
+/// statement never exceeds.
+///
+/// PostgreSQL only, like [`LIMITED_ROOM`].
+const HANDED_ROOM: &str = "LIMIT GREATEST(0, LEAST($6, COALESCE((SELECT concurrency_limit
+        FROM {queues} WHERE name = $4 AND rate_limit IS NULL), 0)::int8
+        - (SELECT count(*) FROM {jobs} WHERE queue = $4 AND lease_token IS NOT NULL)))";
+
+/// [`LEASE`] with its `LIMIT $6` replaced by [`HANDED_ROOM`].
+fn lease_handed() -> String {
+    LEASE.replacen("LIMIT $6\n", &format!("{HANDED_ROOM}\n"), 1)
+}
+
 /// Stores queue `$1`'s rate window: start `$2` (unix µs), count `$3`.
 const SET_RATE_WINDOW: &str = "
 UPDATE {queues} SET rate_window_start = $2, rate_window_count = $3 WHERE name = $1";
@@ -80,6 +100,7 @@ pub(crate) struct LimitQueries {
     limits: String,
     lock_limited: String,
     pub(crate) lease_limited: String,
+    pub(crate) lease_handed: String,
     set_rate_window: String,
 }
 
@@ -90,6 +111,7 @@ impl LimitQueries {
             limits: tables.render(LIMITS),
             lock_limited: tables.render(LOCK_LIMITED),
             lease_limited: tables.render(&lease_limited()),
+            lease_handed: tables.render(&lease_handed()),
             set_rate_window: tables.render(SET_RATE_WINDOW),
         }
     }
@@ -133,6 +155,24 @@ pub(crate) fn limits<C: GenericClient>(
             ))
         })
         .collect()
+}
+
+/// A lease in the transaction that settled jobs first, where some of the
+/// queues may be limited: the places the settles `freed` pass to claims of
+/// their queues without the queues' locks, the rest goes to [`lease`].
+pub(crate) fn lease_handing_on<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+    freed: &[(String, usize)],
+) -> Result<Vec<Job>> {
+    crate::limits::lease_handing_on(
+        tx,
+        p,
+        freed,
+        |tx, part| jobs::lease_handed(tx, q, part),
+        |tx, rest| lease(tx, q, rest),
+    )
 }
 
 /// A lease where some of the queues may be limited, in the caller's
@@ -210,5 +250,8 @@ mod tests {
         let limited = super::lease_limited();
         assert!(limited.contains(super::LIMITED_ROOM), "{limited}");
         assert!(!limited.contains("LIMIT $6\n"), "{limited}");
+        let handed = super::lease_handed();
+        assert!(handed.contains(super::HANDED_ROOM), "{handed}");
+        assert!(!handed.contains("LIMIT $6\n"), "{handed}");
     }
 }

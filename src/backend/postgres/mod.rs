@@ -129,9 +129,7 @@ impl Db {
         if !p.caps.is_empty() {
             return Ok(true);
         }
-        self.limited.any_of(p.queues, || {
-            Ok(self.limits()?.into_iter().map(|(name, _)| name).collect())
-        })
+        self.limited.any_of(p.queues, || self.limits())
     }
 
     pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {
@@ -192,7 +190,12 @@ impl Store for Db {
     /// failure of either half rolls back both and is retried whole: each
     /// settle is fenced on its lease token, so a retry applies it once.
     fn settle_and_lease(&self, p: &SettleAndLeaseParams<'_>) -> Result<SettledAndLeased> {
-        let SettleAndLeaseParams { items, lease, .. } = *p;
+        let SettleAndLeaseParams {
+            items,
+            lease,
+            queues,
+            ..
+        } = *p;
         match (items.is_empty(), lease) {
             (true, None) => Ok((Vec::new(), Vec::new())),
             (true, Some(p)) => Ok((Vec::new(), self.lease(p)?)),
@@ -202,7 +205,8 @@ impl Store for Db {
                 self.pool.write(|tx| {
                     let results = jobs::settle_all(tx, &self.q, items, false)?;
                     let jobs = if limited {
-                        limits::lease(tx, &self.q, p)?
+                        let freed = self.limited.places_freed(queues, &results);
+                        limits::lease_handing_on(tx, &self.q, p, &freed)?
                     } else {
                         jobs::lease(tx, &self.q, p, true)?
                     };

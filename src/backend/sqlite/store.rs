@@ -66,10 +66,13 @@ impl Store for Connections {
     }
 
     fn settle_and_lease(&self, p: &SettleAndLeaseParams<'_>) -> Result<SettledAndLeased> {
+        // SQLite's single writer needs no hand-on of places: its lease
+        // counts a limited queue's running jobs without a lock.
         let SettleAndLeaseParams {
             items,
             lease,
             until,
+            ..
         } = *p;
         let apply = |tx: &rusqlite::Transaction<'_>| {
             let results = items

@@ -247,6 +247,12 @@ impl Sql {
         self.tables.render(&lease_candidates_counting(kinds))
     }
 
+    /// The lease walk of one limited queue whose places this transaction's
+    /// settles freed: its running jobs and its concurrency limit read too.
+    pub fn lease_handed(&self, kinds: usize) -> String {
+        self.tables.render(&lease_candidates_handed(kinds))
+    }
+
     /// One page of jobs in a state: history by status, or live by derived
     /// state.
     pub fn list(&self, state: Option<&str>) -> String {

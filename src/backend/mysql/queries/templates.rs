@@ -136,6 +136,23 @@ pub fn lease_candidates_counting(kinds: usize) -> String {
     )
 }
 
+/// [`lease_candidates_counting`] for a claim that the settles of its own
+/// transaction pay for (see `crate::limits::lease_handing_on`): it takes no
+/// lock on the queue's row, and reads the queue's concurrency limit as one
+/// more column, NULL when the queue has a rate limit by now (its starts are
+/// counted under the queue's lock) or no concurrency limit any more: the
+/// caller then claims nothing. `:limit` is at most the places the settles
+/// freed, which the caller never exceeds; the limit and the count only keep
+/// a lowered limit honoured.
+pub fn lease_candidates_handed(kinds: usize) -> String {
+    lease_candidates_counting(kinds).replacen(
+        " AS running FROM",
+        " AS running, (SELECT concurrency_limit FROM {queues}
+             WHERE name = :q0 AND rate_limit IS NULL) AS place_limit FROM",
+        1,
+    )
+}
+
 /// Picks the candidates of `queue_count` queues in claim order. Each queue
 /// gets its own walk, merged here, because one index walk cannot read
 /// `lease_queue IN (..)` in order: it would sort every available job (as on
