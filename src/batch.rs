@@ -332,6 +332,7 @@ impl Callback {
             now,
             group: None,
             depends_on: &[],
+            sequence: None,
             batch: None,
         }
     }

@@ -75,6 +75,7 @@ fn backlog_rows() -> Vec<(i64, String)> {
         (8, "dependencies".to_owned()),
         (9, "batches".to_owned()),
         (10, "finished_counts".to_owned()),
+        (11, "sequences".to_owned()),
     ]
 }
 

@@ -31,6 +31,7 @@ mod operate;
 mod periodic;
 mod progress;
 mod reconnect;
+mod sequences;
 mod settle;
 mod sqlite_diagnostics;
 mod transactional;

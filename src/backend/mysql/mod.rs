@@ -25,6 +25,7 @@ pub(crate) mod migrate;
 pub(crate) mod poller;
 pub(crate) mod queries;
 pub(crate) mod schedules;
+pub(crate) mod sequences;
 pub(crate) mod version;
 #[cfg(feature = "diesel-mysql")]
 pub(crate) mod via_diesel;

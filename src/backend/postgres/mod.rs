@@ -21,6 +21,7 @@ pub(crate) mod migrate;
 pub(crate) mod pool;
 pub(crate) mod queries;
 pub(crate) mod schedules;
+pub(crate) mod sequences;
 pub(crate) mod target;
 #[cfg(feature = "diesel-postgres")]
 pub(crate) mod via_diesel;

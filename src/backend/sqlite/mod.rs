@@ -20,6 +20,7 @@ pub(crate) mod limits;
 pub(crate) mod migrate;
 pub(crate) mod queries;
 pub(crate) mod schedules;
+pub(crate) mod sequences;
 mod store;
 pub(crate) mod wal;
 pub(crate) mod workers;
