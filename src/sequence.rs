@@ -92,6 +92,43 @@ pub(crate) fn check(job: &NewJob) -> Result<()> {
     Ok(())
 }
 
+/// What the engine reads of a sequence from a database, inside the
+/// transaction of an enqueue or of a job's end (each backend's
+/// `sequences.rs`).
+pub(crate) trait Chain {
+    /// Where job `id` is: `pending`, `live`, a history status, or `None`
+    /// (on a server, its row share-locked, as for a dependency).
+    fn state_of(&mut self, id: i64) -> Result<Option<String>>;
+    /// The jobs before `id` in its sequence that it waits (or waited) on:
+    /// the one enqueued before it, and those handed over to it since.
+    fn predecessors(&mut self, id: i64) -> Result<Vec<i64>>;
+}
+
+/// The job a sequenced job waits on, given the tail it replaced: that tail,
+/// or, when the tail ended without running, the job before it that has
+/// not finished (so a cancelled tail does not let the next run beside an
+/// earlier one). A tail that finished is returned as it is: it counts at
+/// once.
+pub(crate) fn wait_on(chain: &mut impl Chain, tail: Option<i64>) -> Result<Option<i64>> {
+    match tail {
+        Some(tail) if !holds(chain.state_of(tail)?.as_deref()) => {
+            Ok(holding_predecessor(chain, tail)?.or(Some(tail)))
+        }
+        tail => Ok(tail),
+    }
+}
+
+/// The job before `id` in its sequence that has not finished, if any: the
+/// one a job after `id` waits on once `id` has ended without running.
+pub(crate) fn holding_predecessor(chain: &mut impl Chain, id: i64) -> Result<Option<i64>> {
+    for before in chain.predecessors(id)? {
+        if holds(chain.state_of(before)?.as_deref()) {
+            return Ok(Some(before));
+        }
+    }
+    Ok(None)
+}
+
 /// Whether the sequence's previous job, found where `state` says
 /// (`pending`, `live`, a history status, or `None`: gone), still holds the
 /// next one. Whatever way it ended, it lets the next one run.

@@ -150,7 +150,10 @@ fn a_tail_that_finished_or_is_gone_lets_the_next_start_at_once(b: &Backend) -> T
     run(&h, first, Outcome::Complete(None))?;
     let second = enqueue(&h, job("a", 1))?;
     assert_eq!(h.state(second)?, JobState::Available, "its tail completed");
-    assert!(predecessors(&h, second)?.is_empty(), "no edge to a finished job");
+    assert!(
+        predecessors(&h, second)?.is_empty(),
+        "no edge to a finished job"
+    );
     h.queue.delete(second)?;
     let third = enqueue(&h, job("a", 2))?;
     assert_eq!(h.state(third)?, JobState::Available, "its tail is gone");
@@ -257,9 +260,7 @@ fn an_enqueue_in_rolled_back_leaves_the_chain_untouched(b: &Backend) -> TestResu
     Ok(())
 }
 
-fn a_bad_sequence_key_or_combination_is_refused_and_nothing_is_written(
-    b: &Backend,
-) -> TestResult {
+fn a_bad_sequence_key_or_combination_is_refused_and_nothing_is_written(b: &Backend) -> TestResult {
     let h = b.harness()?;
     for key in [String::new(), "k".repeat(129), "a\nb".to_owned()] {
         let refused = h.queue.enqueue(job(&key, 0));

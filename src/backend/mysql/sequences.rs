@@ -95,27 +95,22 @@ pub(crate) fn swap(
     )?;
     let prev: Option<Option<i64>> =
         q.exec_first(&s.prev, params! { "queue" => p.queue, "key" => key })?;
-    match prev.flatten() {
-        Some(tail) if !holds(sql, q, tail)? => {
-            Ok(holding_predecessor(sql, q, tail)?.or(Some(tail)))
-        }
-        tail => Ok(tail),
-    }
+    crate::sequence::wait_on(&mut Reader(sql, q), prev.flatten())
 }
 
-fn holds(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<bool> {
-    let state = super::flows::state_of(&sql.flows, q, id)?;
-    Ok(crate::sequence::holds(state.as_deref()))
-}
+/// [`crate::sequence::Chain`] in the enqueue's or the end's transaction.
+struct Reader<'a, Q: Queryable>(&'a Sql, &'a mut Q);
 
-fn holding_predecessor(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Option<i64>> {
-    let before: Vec<i64> = q.exec(&sql.sequences.predecessors, params! { "id" => id })?;
-    for b in before {
-        if holds(sql, q, b)? {
-            return Ok(Some(b));
-        }
+impl<Q: Queryable> crate::sequence::Chain for Reader<'_, Q> {
+    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
+        super::flows::state_of(&self.0.flows, self.1, id)
     }
-    Ok(None)
+
+    fn predecessors(&mut self, id: i64) -> Result<Vec<i64>> {
+        Ok(self
+            .1
+            .exec(&self.0.sequences.predecessors, params! { "id" => id })?)
+    }
 }
 
 /// As SQLite's `link`.
@@ -137,10 +132,7 @@ pub(crate) fn link(
             params! { "queue" => p.queue, "key" => key, "tail" => id, "prev" => tail },
         )?;
     } else if let Some(tail) = waiting.tail {
-        q.exec_drop(
-            &s.link,
-            params! { "dependency" => tail, "dependent" => id },
-        )?;
+        q.exec_drop(&s.link, params! { "dependency" => tail, "dependent" => id })?;
     }
     Ok(())
 }
@@ -153,7 +145,7 @@ pub(crate) fn handoff(sql: &Sql, q: &mut impl Queryable, ended: i64, next: i64) 
     if is_next.is_none() {
         return Ok(false);
     }
-    let Some(before) = holding_predecessor(sql, q, ended)? else {
+    let Some(before) = crate::sequence::holding_predecessor(&mut Reader(sql, q), ended)? else {
         return Ok(false);
     };
     let inserted = q

@@ -87,32 +87,24 @@ pub(crate) fn swap<C: GenericClient>(
     let row = tx
         .query_opt(&q.sequences.swap_tail, &[&p.queue, &key, &id])?
         .ok_or_else(|| Error::Database("the sequence's upsert returned no row".into()))?;
-    match row.try_get(0)? {
-        Some(tail) if !holds(tx, q, tail)? => {
-            Ok(holding_predecessor(tx, q, tail)?.or(Some(tail)))
-        }
-        tail => Ok(tail),
-    }
+    crate::sequence::wait_on(&mut Reader(tx, q), row.try_get(0)?)
 }
 
-fn holds<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<bool> {
-    let state = super::flows::state_of(tx, &q.flows, id)?;
-    Ok(crate::sequence::holds(state.as_deref()))
-}
+/// [`crate::sequence::Chain`] in the enqueue's or the end's transaction.
+struct Reader<'a, 't, C: GenericClient>(&'a mut Tx<'t, C>, &'a Queries);
 
-fn holding_predecessor<C: GenericClient>(
-    tx: &mut Tx<'_, C>,
-    q: &Queries,
-    id: i64,
-) -> Result<Option<i64>> {
-    let before = tx.query(&q.sequences.predecessors, &[&id])?;
-    for row in before {
-        let b: i64 = row.try_get(0)?;
-        if holds(tx, q, b)? {
-            return Ok(Some(b));
-        }
+impl<C: GenericClient> crate::sequence::Chain for Reader<'_, '_, C> {
+    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
+        super::flows::state_of(self.0, &self.1.flows, id)
     }
-    Ok(None)
+
+    fn predecessors(&mut self, id: i64) -> Result<Vec<i64>> {
+        let rows = self.0.query(&self.1.sequences.predecessors, &[&id])?;
+        Ok(rows
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?)
+    }
 }
 
 /// As SQLite's `link`.
@@ -142,10 +134,13 @@ pub(crate) fn handoff<C: GenericClient>(
     ended: i64,
     next: i64,
 ) -> Result<bool> {
-    if tx.query_opt(&q.sequences.is_next, &[&ended, &next])?.is_none() {
+    if tx
+        .query_opt(&q.sequences.is_next, &[&ended, &next])?
+        .is_none()
+    {
         return Ok(false);
     }
-    let Some(before) = holding_predecessor(tx, q, ended)? else {
+    let Some(before) = crate::sequence::holding_predecessor(&mut Reader(tx, q), ended)? else {
         return Ok(false);
     };
     Ok(tx.execute(&q.sequences.hand_over, &[&before, &next])? == 1)

@@ -160,7 +160,8 @@ pub const COUNT_PENDING: &str =
 /// moves it to pending when some have not finished, or finishes it as
 /// `cancelled` when one ended other than completed on a cancelling edge.
 /// `earlier` holds the batch's jobs enqueued before it. A job that existed
-/// (its unique key was held) is left as it was.
+/// (its unique key was held) is left as it was. A sequenced job also waits
+/// on the job before it in its sequence (`sequences.rs`).
 pub(crate) fn wait(
     conn: &Connection,
     p: &EnqueueParams<'_>,

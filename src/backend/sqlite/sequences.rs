@@ -62,33 +62,28 @@ pub(crate) fn swap(conn: &Connection, p: &EnqueueParams<'_>, id: i64) -> Result<
     let tail: Option<i64> = conn
         .prepare_cached(SWAP_TAIL)?
         .query_row(params![p.queue, key, id], |r| r.get(0))?;
-    match tail {
-        Some(tail) if !holds(conn, tail)? => Ok(holding_predecessor(conn, tail)?.or(Some(tail))),
-        tail => Ok(tail),
-    }
+    crate::sequence::wait_on(&mut Reader(conn), tail)
 }
 
-/// Whether job `id` has not finished.
-fn holds(conn: &Connection, id: i64) -> Result<bool> {
-    let state: Option<String> = conn
-        .prepare_cached(super::flows::DEPENDENCY_STATE)?
-        .query_row([id], |r| r.get(0))
-        .optional()?;
-    Ok(crate::sequence::holds(state.as_deref()))
-}
+/// [`crate::sequence::Chain`] on the enqueue's or the end's connection.
+struct Reader<'c>(&'c Connection);
 
-/// The job before `id` in its sequence that has not finished, if any.
-fn holding_predecessor(conn: &Connection, id: i64) -> Result<Option<i64>> {
-    let before: Vec<i64> = conn
-        .prepare_cached(PREDECESSORS)?
-        .query_map([id], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    for b in before {
-        if holds(conn, b)? {
-            return Ok(Some(b));
-        }
+impl crate::sequence::Chain for Reader<'_> {
+    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
+        Ok(self
+            .0
+            .prepare_cached(super::flows::DEPENDENCY_STATE)?
+            .query_row([id], |r| r.get(0))
+            .optional()?)
     }
-    Ok(None)
+
+    fn predecessors(&mut self, id: i64) -> Result<Vec<i64>> {
+        Ok(self
+            .0
+            .prepare_cached(PREDECESSORS)?
+            .query_map([id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?)
+    }
 }
 
 /// After `flow::waiting` for job `id` of `p`'s sequence, whose tail was
@@ -125,7 +120,7 @@ pub(crate) fn handoff(conn: &Connection, ended: i64, next: i64) -> Result<bool> 
     if is_next.is_none() {
         return Ok(false);
     }
-    let Some(before) = holding_predecessor(conn, ended)? else {
+    let Some(before) = crate::sequence::holding_predecessor(&mut Reader(conn), ended)? else {
         return Ok(false);
     };
     Ok(conn.prepare_cached(HAND_OVER)?.execute([before, next])? == 1)
