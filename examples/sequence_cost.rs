@@ -5,9 +5,9 @@
 //!
 //! Each run enqueues N jobs in `enqueue_many` batches of 500, plain, then
 //! sequenced over K keys (the jobs of a key interleaved with the others'),
-//! each on fresh tables; then drains each set with a default worker (4
-//! handler threads, no-op handler) and reports jobs per second. Medians and
-//! per-run ratios.
+//! each on fresh tables; then N/10 more one per `enqueue` (one transaction
+//! each); then drains each set with a default worker (4 handler threads,
+//! no-op handler) and reports jobs per second. Medians and per-run ratios.
 //!
 //! ```sh
 //! cargo run --release --example sequence_cost -- 10000 100 3          # SQLite
@@ -37,8 +37,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let stamp = std::process::id();
-    let (mut enq_ratio, mut drain_ratio) = (Vec::new(), Vec::new());
-    let (mut enq, mut drain) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+    let (mut enq_ratio, mut one_ratio, mut drain_ratio) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut enq, mut one, mut drain) = (
+        [Vec::new(), Vec::new()],
+        [Vec::new(), Vec::new()],
+        [Vec::new(), Vec::new()],
+    );
     for run in 0..runs {
         for (side, sequenced) in [(0, false), (1, true)] {
             let queue = open(format!(
@@ -60,30 +64,46 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 queue.enqueue_many(chunk.to_vec())?;
             }
             enq[side].push(start.elapsed().as_secs_f64() * 1e6 / jobs as f64);
-            drain[side].push(jobs as f64 / drain_all(&queue, jobs)?.as_secs_f64());
+            let singles = &all[..jobs / 10];
+            let start = Instant::now();
+            for job in singles {
+                queue.enqueue(job.clone())?;
+            }
+            one[side].push(start.elapsed().as_secs_f64() * 1e6 / singles.len() as f64);
+            let total = jobs + singles.len();
+            drain[side].push(total as f64 / drain_all(&queue, total)?.as_secs_f64());
         }
         enq_ratio.push(enq[1][run] / enq[0][run]);
+        one_ratio.push(one[1][run] / one[0][run]);
         drain_ratio.push(drain[1][run] / drain[0][run]);
         println!(
-            "run {run}: enqueue plain {:.1} µs/job, sequenced {:.1} µs/job (×{:.2}); \
+            "run {run}: enqueue_many plain {:.1} µs/job, sequenced {:.1} µs/job (×{:.2}); \
+             enqueue plain {:.0} µs, sequenced {:.0} µs (×{:.2}); \
              drain plain {:.0} jobs/s, sequenced {:.0} jobs/s (×{:.2})",
             enq[0][run],
             enq[1][run],
             enq_ratio[run],
+            one[0][run],
+            one[1][run],
+            one_ratio[run],
             drain[0][run],
             drain[1][run],
             drain_ratio[run]
         );
     }
+    let backend = url
+        .as_deref()
+        .map_or("sqlite", |u| u.split(':').next().unwrap_or("server"));
     println!(
-        "medians of {runs} ({} jobs, {keys} keys, {}): enqueue plain {:.1} µs/job, sequenced \
-         {:.1} µs/job, ratio {:.2}; drain plain {:.0} jobs/s, sequenced {:.0} jobs/s, ratio {:.2}",
-        jobs,
-        url.as_deref()
-            .map_or("sqlite", |u| u.split(':').next().unwrap_or("server")),
+        "medians of {runs} ({jobs} jobs, {keys} keys, {backend}): enqueue_many plain {:.1} µs/job, \
+         sequenced {:.1} µs/job, ratio {:.2}; enqueue plain {:.0} µs, sequenced {:.0} µs, \
+         ratio {:.2}; drain plain {:.0} jobs/s, sequenced {:.0} jobs/s, ratio {:.2}",
         median(&enq[0]),
         median(&enq[1]),
         median(&enq_ratio),
+        median(&one[0]),
+        median(&one[1]),
+        median(&one_ratio),
         median(&drain[0]),
         median(&drain[1]),
         median(&drain_ratio)

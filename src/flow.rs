@@ -574,8 +574,9 @@ impl Waiting {
     }
 }
 
-/// [`Waiting`] for a job with `edges` and `tail`, the previous job of its
-/// sequence (`crate::sequence`), reading each one's place (`pending`,
+/// [`Waiting`] for a job with `edges` and `tail`, the job of its sequence
+/// it waits on and whether that one has not finished (read by
+/// `crate::sequence::wait_on`), reading each dependency's place (`pending`,
 /// `live`, a history status, or `None`) with `state_of`, which a server
 /// backend share-locks. An id no job has is [`Error::UnknownDependency`];
 /// a tail that is gone or finished counts at once, one that holds gets a
@@ -584,7 +585,7 @@ impl Waiting {
 pub(crate) fn waiting(
     edges: &[Edge],
     earlier: &[Enqueued],
-    tail: Option<i64>,
+    tail: Option<(i64, bool)>,
     mut state_of: impl FnMut(i64) -> Result<Option<String>>,
 ) -> Result<Waiting> {
     let mut waiting = Waiting {
@@ -608,12 +609,12 @@ pub(crate) fn waiting(
         };
         waiting.edges.push((dependency, run_anyway, cancels));
     }
-    if let Some(tail) = tail {
+    if let Some((tail, holds)) = tail {
         match waiting.edges.iter().find(|e| e.0 == tail) {
             // Counted already, if it holds; the edge is marked as the
             // sequence's.
             Some(&(_, _, cancels)) => waiting.tail = (!cancels).then_some(tail),
-            None if crate::sequence::holds(state_of(tail)?.as_deref()) => {
+            None if holds => {
                 waiting.remaining += 1;
                 waiting.tail = Some(tail);
             }

@@ -104,18 +104,22 @@ pub(crate) trait Chain {
     fn predecessors(&mut self, id: i64) -> Result<Vec<i64>>;
 }
 
-/// The job a sequenced job waits on, given the tail it replaced: that tail,
-/// or, when the tail ended without running, the job before it that has
-/// not finished (so a cancelled tail does not let the next run beside an
-/// earlier one). A tail that finished is returned as it is: it counts at
-/// once.
-pub(crate) fn wait_on(chain: &mut impl Chain, tail: Option<i64>) -> Result<Option<i64>> {
-    match tail {
-        Some(tail) if !holds(chain.state_of(tail)?.as_deref()) => {
-            Ok(holding_predecessor(chain, tail)?.or(Some(tail)))
-        }
-        tail => Ok(tail),
+/// The job a sequenced job waits on, given the tail it replaced, and
+/// whether that job has not finished: the tail, or, when the tail ended
+/// without running, the job before it that has not finished (so a
+/// cancelled tail does not let the next run beside an earlier one). A tail
+/// that finished counts at once.
+pub(crate) fn wait_on(chain: &mut impl Chain, tail: Option<i64>) -> Result<Option<(i64, bool)>> {
+    let Some(tail) = tail else {
+        return Ok(None);
+    };
+    if holds(chain.state_of(tail)?.as_deref()) {
+        return Ok(Some((tail, true)));
     }
+    Ok(Some(match holding_predecessor(chain, tail)? {
+        Some(before) => (before, true),
+        None => (tail, false),
+    }))
 }
 
 /// The job before `id` in its sequence that has not finished, if any: the

@@ -84,7 +84,7 @@ pub(crate) fn swap(
     q: &mut impl Queryable,
     p: &EnqueueParams<'_>,
     id: i64,
-) -> Result<Option<i64>> {
+) -> Result<Option<(i64, bool)>> {
     let Some(key) = p.sequence else {
         return Ok(None);
     };
@@ -119,10 +119,10 @@ pub(crate) fn link(
     q: &mut impl Queryable,
     p: &EnqueueParams<'_>,
     id: i64,
-    tail: Option<i64>,
+    tail: Option<(i64, bool)>,
     waiting: &Waiting,
 ) -> Result<()> {
-    let (Some(key), Some(tail)) = (p.sequence, tail) else {
+    let (Some(key), Some((tail, _))) = (p.sequence, tail) else {
         return Ok(());
     };
     let s = &sql.sequences;

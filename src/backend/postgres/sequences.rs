@@ -80,7 +80,7 @@ pub(crate) fn swap<C: GenericClient>(
     q: &Queries,
     p: &EnqueueParams<'_>,
     id: i64,
-) -> Result<Option<i64>> {
+) -> Result<Option<(i64, bool)>> {
     let Some(key) = p.sequence else {
         return Ok(None);
     };
@@ -113,10 +113,10 @@ pub(crate) fn link<C: GenericClient>(
     q: &Queries,
     p: &EnqueueParams<'_>,
     id: i64,
-    tail: Option<i64>,
+    tail: Option<(i64, bool)>,
     waiting: &Waiting,
 ) -> Result<()> {
-    let (Some(key), Some(tail)) = (p.sequence, tail) else {
+    let (Some(key), Some((tail, _))) = (p.sequence, tail) else {
         return Ok(());
     };
     if waiting.cancelled_by.is_some() {

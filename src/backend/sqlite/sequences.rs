@@ -52,10 +52,14 @@ VALUES (?1, ?2, 1, 0, 1)
 ON CONFLICT DO NOTHING";
 
 /// For a sequenced job `id` just inserted: makes it its sequence's tail,
-/// and returns the job it is to wait on: the old tail, or, when that one
-/// ended without running, the job before it that has not finished. `None`
-/// for a job of no sequence or a new sequence.
-pub(crate) fn swap(conn: &Connection, p: &EnqueueParams<'_>, id: i64) -> Result<Option<i64>> {
+/// and returns the job it is to wait on and whether that one has not
+/// finished (`crate::sequence::wait_on`). `None` for a job of no sequence
+/// or a new sequence.
+pub(crate) fn swap(
+    conn: &Connection,
+    p: &EnqueueParams<'_>,
+    id: i64,
+) -> Result<Option<(i64, bool)>> {
     let Some(key) = p.sequence else {
         return Ok(None);
     };
@@ -93,10 +97,10 @@ pub(crate) fn link(
     conn: &Connection,
     p: &EnqueueParams<'_>,
     id: i64,
-    tail: Option<i64>,
+    tail: Option<(i64, bool)>,
     waiting: &Waiting,
 ) -> Result<()> {
-    let (Some(key), Some(tail)) = (p.sequence, tail) else {
+    let (Some(key), Some((tail, _))) = (p.sequence, tail) else {
         return Ok(());
     };
     if waiting.cancelled_by.is_some() {
