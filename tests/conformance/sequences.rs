@@ -289,6 +289,9 @@ fn a_bad_sequence_key_or_combination_is_refused_and_nothing_is_written(b: &Backe
     Ok(())
 }
 
+/// One handler run: key, n, start, end.
+type Run = (String, usize, Instant, Instant);
+
 fn workers_with_many_threads_run_a_sequence_one_at_a_time_in_order(b: &Backend) -> TestResult {
     const KEYS: usize = 3;
     const PER_KEY: usize = 15;
@@ -296,7 +299,7 @@ fn workers_with_many_threads_run_a_sequence_one_at_a_time_in_order(b: &Backend) 
     // Interleaved, so that the jobs of one key are not adjacent ids.
     let jobs = (0..PER_KEY).flat_map(|n| (0..KEYS).map(move |k| job(&format!("k{k}"), n)));
     h.queue.enqueue_many(jobs)?;
-    let runs: Arc<Mutex<Vec<(String, usize, Instant, Instant)>>> = Arc::default();
+    let runs: Arc<Mutex<Vec<Run>>> = Arc::default();
     let (done, finished) = crossbeam_channel::unbounded();
     let worker = {
         let runs = runs.clone();
