@@ -333,6 +333,7 @@ impl Callback {
             now,
             group: None,
             depends_on: &[],
+            sequence: None,
             batch: None,
         }
     }

@@ -560,6 +560,9 @@ pub(crate) struct Waiting {
     pub remaining: i64,
     /// The dependency that cancels the dependent now, and how it ended.
     pub cancelled_by: Option<(i64, String)>,
+    /// The previous job of its sequence, when that one has not finished:
+    /// the sequence's edge to write (counted in `remaining`).
+    pub tail: Option<i64>,
 }
 
 impl Waiting {
@@ -571,19 +574,25 @@ impl Waiting {
     }
 }
 
-/// [`Waiting`] for a job with `edges`, reading each dependency's place
-/// (`pending`, `live`, a history status, or `None`) with `state_of`, which
-/// a server backend share-locks. An id no job has is
-/// [`Error::UnknownDependency`].
+/// [`Waiting`] for a job with `edges` and `tail`, the job of its sequence
+/// it waits on and whether that one has not finished (read by
+/// `crate::sequence::wait_on`), reading each dependency's place (`pending`,
+/// `live`, a history status, or `None`) with `state_of`, which a server
+/// backend share-locks. An id no job has is [`Error::UnknownDependency`];
+/// a tail that is gone or finished counts at once, one that holds gets a
+/// run-anyway edge (unless the job depends on it already: that edge's
+/// policy rules, and it is marked as the sequence's).
 pub(crate) fn waiting(
     edges: &[Edge],
     earlier: &[Enqueued],
+    tail: Option<(i64, bool)>,
     mut state_of: impl FnMut(i64) -> Result<Option<String>>,
 ) -> Result<Waiting> {
     let mut waiting = Waiting {
         edges: Vec::with_capacity(edges.len()),
         remaining: 0,
         cancelled_by: None,
+        tail: None,
     };
     for (dependency, run_anyway) in resolve(edges, earlier)? {
         let state = state_of(dependency)?;
@@ -599,6 +608,18 @@ pub(crate) fn waiting(
             }
         };
         waiting.edges.push((dependency, run_anyway, cancels));
+    }
+    if let Some((tail, holds)) = tail {
+        match waiting.edges.iter().find(|e| e.0 == tail) {
+            // Counted already, if it holds; the edge is marked as the
+            // sequence's.
+            Some(&(_, _, cancels)) => waiting.tail = (!cancels).then_some(tail),
+            None if holds => {
+                waiting.remaining += 1;
+                waiting.tail = Some(tail);
+            }
+            None => {}
+        }
     }
     Ok(waiting)
 }

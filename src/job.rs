@@ -92,6 +92,8 @@ pub struct NewJob {
     /// Every dependency counts whatever its end.
     pub(crate) run_anyway: bool,
     pub(crate) batch: Option<i64>,
+    /// The sequence it joins (see [`NewJob::sequence`]).
+    pub(crate) sequence: Option<String>,
     pub(crate) unique_states: Option<Vec<crate::outcome::FinalStatus>>,
 }
 
@@ -132,6 +134,7 @@ impl NewJob {
             depends_on: Vec::new(),
             run_anyway: false,
             batch: None,
+            sequence: None,
             unique_states: None,
         }
     }
@@ -233,6 +236,32 @@ impl NewJob {
     /// grouped job cannot join a batch. Defaults to none.
     pub fn batch(mut self, id: i64) -> Self {
         self.batch = Some(id);
+        self
+    }
+
+    /// Joins the sequence `key` of the job's queue (see [`crate::sequence`]):
+    /// the job runs once the job enqueued into the sequence before it has
+    /// finished, however that one ended, so the sequence's jobs run one at
+    /// a time in the order they were enqueued, across every worker. Until
+    /// then it is [`JobState::Pending`](crate::JobState::Pending). A key is
+    /// checked like a queue name (1 to [`MAX_NAME_BYTES`](crate::MAX_NAME_BYTES)
+    /// bytes, no control characters); a sequenced job can have neither a
+    /// unique key, a group nor a batch ([`Error::InvalidArgument`] at
+    /// enqueue, nothing written). Combined with [`NewJob::depends_on`], it
+    /// waits for both. Defaults to none.
+    ///
+    /// ```
+    /// use backlog::NewJob;
+    /// use serde_json::json;
+    ///
+    /// // Each account's ledger entries are applied one at a time, in order.
+    /// let job = NewJob::new("apply_entry", json!({"account": 7, "amount": 30}))
+    ///     .sequence("account-7");
+    /// ```
+    ///
+    /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
+    pub fn sequence(mut self, key: impl Into<String>) -> Self {
+        self.sequence = Some(key.into());
         self
     }
 

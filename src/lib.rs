@@ -154,6 +154,7 @@ pub mod postgres;
 mod queue;
 mod redact;
 mod retry;
+pub mod sequence;
 pub mod sqlite;
 #[cfg(any(feature = "sqlx-postgres", feature = "sqlx-mysql"))]
 pub mod sqlx;

@@ -75,6 +75,7 @@ fn backlog_rows() -> Vec<(i64, String)> {
         (8, "dependencies".to_owned()),
         (9, "batches".to_owned()),
         (10, "finished_counts".to_owned()),
+        (11, "sequences".to_owned()),
     ]
 }
 
@@ -241,10 +242,12 @@ fn migrating_to_v10_counts_the_history_already_there() -> TestResult {
         queue.complete(&job, None)?;
     }
     drop(queue);
-    // Back to V7: no counts yet.
+    // Back to V9: no counts yet (nor V11's sequences, which come after).
     Connection::open(&path)?.execute_batch(
         "DROP TABLE backlog_finished_counts;
-         DELETE FROM backlog_schema_history WHERE version = 10;",
+         DROP TABLE backlog_sequences;
+         ALTER TABLE backlog_dependencies DROP COLUMN in_sequence;
+         DELETE FROM backlog_schema_history WHERE version >= 10;",
     )?;
     let queue = Queue::open(&path)?;
     let totals: Vec<(String, u64)> = queue

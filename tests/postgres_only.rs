@@ -586,8 +586,9 @@ fn queues_with_other_prefixes_or_schemas_neither_see_nor_wake_each_other() -> Te
         .try_get(0)?;
     // jobs, history, queues, groups, group members, schedules, workers,
     // pending, dependencies, workflows, workflow steps, batches, batch
-    // members, finished counts and refinery's history: 15 per prefix.
-    assert_eq!(tables, 30);
+    // members, finished counts, sequences and refinery's history: 16 per
+    // prefix.
+    assert_eq!(tables, 32);
     Ok(())
 }
 
@@ -880,8 +881,8 @@ fn nodes_migrating_a_new_schema_at_once_all_succeed() -> TestResult {
         .try_get(0)?;
     // Each migration once: V1__initial, V2__due, V3__progress, V4__groups,
     // V5__limits, V6__schedules, V7__workers, V8__dependencies, V9__batches,
-    // V10__finished_counts.
-    assert_eq!(applied, 10);
+    // V10__finished_counts, V11__sequences.
+    assert_eq!(applied, 11);
     Ok(())
 }
 

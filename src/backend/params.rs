@@ -35,6 +35,9 @@ pub(crate) struct EnqueueParams<'a> {
     pub depends_on: &'a [Edge],
     /// The open batch the job joins (`crate::batch`).
     pub batch: Option<i64>,
+    /// The sequence key (in `queue`) the job joins (`crate::sequence`; each
+    /// backend's `sequences.rs`).
+    pub sequence: Option<&'a str>,
 }
 
 impl EnqueueParams<'_> {
@@ -55,6 +58,8 @@ impl EnqueueParams<'_> {
             Some("jobs with dependencies")
         } else if self.batch.is_some() {
             Some("batch members")
+        } else if self.sequence.is_some() {
+            Some("sequenced jobs")
         } else {
             None
         }

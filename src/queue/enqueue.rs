@@ -140,6 +140,7 @@ impl Queue {
             }
         };
         let depends_on = crate::flow::check_edges(&job)?;
+        crate::sequence::check(&job)?;
         if job.batch.is_some() && job.group.is_some() {
             return Err(Error::InvalidArgument(
                 "a grouped job cannot join a batch: its group combines it into another job".into(),
@@ -237,6 +238,7 @@ pub(crate) fn params(prepared: &[Prepared], now: i64) -> Vec<EnqueueParams<'_>> 
             },
             depends_on: &p.depends_on,
             batch: p.job.batch,
+            sequence: p.job.sequence.as_deref(),
             unique_statuses: p.unique_statuses.as_deref(),
         })
         .collect()

@@ -33,6 +33,7 @@ mod operate;
 mod periodic;
 mod progress;
 mod reconnect;
+mod sequences;
 mod settle;
 mod sqlite_diagnostics;
 mod test_helpers;

@@ -267,11 +267,12 @@ fn wait(
     earlier: &[Enqueued],
     now: Now,
 ) -> Result<()> {
-    if p.depends_on.is_empty() || e.existed {
+    if (p.depends_on.is_empty() && p.sequence.is_none()) || e.existed {
         return Ok(());
     }
+    let tail = super::sequences::swap(sql, q, p, e.id)?;
     let f = &sql.flows;
-    let waiting = crate::flow::waiting(p.depends_on, earlier, |dependency| {
+    let waiting = crate::flow::waiting(p.depends_on, earlier, tail, |dependency| {
         state_of(f, q, dependency)
     })?;
     for &(dependency, run_anyway, cancels) in &waiting.edges {
@@ -283,6 +284,7 @@ fn wait(
             },
         )?;
     }
+    super::sequences::link(sql, q, p, e.id, tail, &waiting)?;
     if let Some(error) = waiting.cancelled_error(p.now) {
         super::jobs::finish(
             sql,
@@ -306,7 +308,7 @@ fn wait(
 
 /// Where job `id` is, its row share-locked: `pending`, `live`, a history
 /// status, or `None`.
-fn state_of(f: &FlowSql, q: &mut impl Queryable, id: i64) -> Result<Option<String>> {
+pub(crate) fn state_of(f: &FlowSql, q: &mut impl Queryable, id: i64) -> Result<Option<String>> {
     if q.exec_first::<i64, _, _>(&f.pending_for_share, params! { "id" => id })?
         .is_some()
     {
@@ -335,6 +337,11 @@ pub(crate) fn finished(
         let dependents: Vec<(i64, bool)> = q.exec(&f.dependents, params! { "id" => id })?;
         for (dependent, run_anyway) in dependents {
             if status == FinalStatus::Completed || run_anyway {
+                if status != FinalStatus::Completed
+                    && super::sequences::handoff(sql, q, id, dependent)?
+                {
+                    continue;
+                }
                 let counted = q
                     .exec_iter(&f.count_down, params! { "id" => dependent })?
                     .affected_rows();

@@ -102,6 +102,7 @@ pub(crate) fn aggregate(
                 now: 0,
                 group: None,
                 depends_on: &[],
+                sequence: None,
             };
             let job_id = insert_live(sql, q, &job, now)?;
             let ids_json = serde_json::to_string(&ids)?;

@@ -523,6 +523,7 @@ mod tests {
             "V8__dependencies",
             "V9__batches",
             "V10__finished_counts",
+            "V11__sequences",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate(std::time::Duration::ZERO)?;

@@ -49,6 +49,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V10__finished_counts",
         include_str!("../../../migrations/mysql/V10__finished_counts.sql"),
     ),
+    (
+        "V11__sequences",
+        include_str!("../../../migrations/mysql/V11__sequences.sql"),
+    ),
 ];
 
 /// Applies pending migrations.
@@ -125,6 +129,7 @@ fn render(template: &str, prefix: &str) -> String {
         .replace("{batches}", &format!("{prefix}batches"))
         .replace("{batch_jobs}", &format!("{prefix}batch_jobs"))
         .replace("{finished_counts}", &format!("{prefix}finished_counts"))
+        .replace("{sequences}", &format!("{prefix}sequences"))
 }
 
 /// The server lock's name for one queue's tables. Names are at most 64

@@ -26,6 +26,7 @@ pub(crate) mod poller;
 pub(crate) mod queries;
 mod rows;
 pub(crate) mod schedules;
+pub(crate) mod sequences;
 pub(crate) mod version;
 #[cfg(feature = "diesel-mysql")]
 pub(crate) mod via_diesel;

@@ -252,16 +252,18 @@ fn wait<C: GenericClient>(
     e: Enqueued,
     earlier: &[Enqueued],
 ) -> Result<()> {
-    if p.depends_on.is_empty() || e.existed {
+    if (p.depends_on.is_empty() && p.sequence.is_none()) || e.existed {
         return Ok(());
     }
+    let tail = super::sequences::swap(tx, q, p, e.id)?;
     let f = &q.flows;
-    let waiting = crate::flow::waiting(p.depends_on, earlier, |dependency| {
+    let waiting = crate::flow::waiting(p.depends_on, earlier, tail, |dependency| {
         state_of(tx, f, dependency)
     })?;
     for &(dependency, run_anyway, cancels) in &waiting.edges {
         tx.execute(&f.insert_edge, &[&dependency, &e.id, &run_anyway, &cancels])?;
     }
+    super::sequences::link(tx, q, p, e.id, tail, &waiting)?;
     if let Some(error) = waiting.cancelled_error(p.now) {
         super::jobs::finish_one(tx, q, e.id, FinalStatus::Cancelled, Some(&error), p.now)?;
     } else if waiting.remaining > 0 {
@@ -274,7 +276,7 @@ fn wait<C: GenericClient>(
 
 /// Where job `id` is, its row share-locked: `pending`, `live`, a history
 /// status, or `None`.
-fn state_of<C: GenericClient>(
+pub(crate) fn state_of<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     f: &FlowQueries,
     id: i64,
@@ -308,6 +310,11 @@ pub(crate) fn finished<C: GenericClient>(
         for row in dependents {
             let (dependent, run_anyway): (i64, bool) = (row.try_get(0)?, row.try_get(1)?);
             if status == FinalStatus::Completed || run_anyway {
+                if status != FinalStatus::Completed
+                    && super::sequences::handoff(tx, q, id, dependent)?
+                {
+                    continue;
+                }
                 let left: Option<i32> = match tx.query_opt(&f.count_down, &[&dependent])? {
                     Some(row) => Some(row.try_get(0)?),
                     None => None,

@@ -55,6 +55,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V10__finished_counts",
         include_str!("../../../migrations/postgres/V10__finished_counts.sql"),
     ),
+    (
+        "V11__sequences",
+        include_str!("../../../migrations/postgres/V11__sequences.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

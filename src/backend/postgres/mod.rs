@@ -22,6 +22,7 @@ pub(crate) mod pool;
 pub(crate) mod queries;
 mod rows;
 pub(crate) mod schedules;
+pub(crate) mod sequences;
 pub(crate) mod target;
 #[cfg(feature = "diesel-postgres")]
 pub(crate) mod via_diesel;

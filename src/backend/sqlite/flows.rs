@@ -171,17 +171,19 @@ pub const COUNT_PENDING: &str =
 /// moves it to pending when some have not finished, or finishes it as
 /// `cancelled` when one ended other than completed on a cancelling edge.
 /// `earlier` holds the batch's jobs enqueued before it. A job that existed
-/// (its unique key was held) is left as it was.
+/// (its unique key was held) is left as it was. A sequenced job also waits
+/// on the job before it in its sequence (`sequences.rs`).
 pub(crate) fn wait(
     conn: &Connection,
     p: &EnqueueParams<'_>,
     e: Enqueued,
     earlier: &[Enqueued],
 ) -> Result<Enqueued> {
-    if p.depends_on.is_empty() || e.existed {
+    if (p.depends_on.is_empty() && p.sequence.is_none()) || e.existed {
         return Ok(e);
     }
-    let waiting = crate::flow::waiting(p.depends_on, earlier, |dependency| {
+    let tail = super::sequences::swap(conn, p, e.id)?;
+    let waiting = crate::flow::waiting(p.depends_on, earlier, tail, |dependency| {
         Ok(conn
             .prepare_cached(DEPENDENCY_STATE)?
             .query_row([dependency], |r| r.get(0))
@@ -191,6 +193,7 @@ pub(crate) fn wait(
         conn.prepare_cached(INSERT_EDGE)?
             .execute(params![dependency, e.id, run_anyway, cancels])?;
     }
+    super::sequences::link(conn, p, e.id, tail, &waiting)?;
     if let Some(error) = waiting.cancelled_error(p.now) {
         jobs::finish(
             conn,
@@ -225,6 +228,11 @@ pub(crate) fn finished(conn: &Connection, id: i64, status: FinalStatus, now: i64
             .collect::<rusqlite::Result<_>>()?;
         for (dependent, run_anyway) in dependents {
             if status == FinalStatus::Completed || run_anyway {
+                if status != FinalStatus::Completed
+                    && super::sequences::handoff(conn, id, dependent)?
+                {
+                    continue;
+                }
                 let left: Option<i64> = conn
                     .prepare_cached(COUNT_DOWN)?
                     .query_row([dependent], |r| r.get(0))

@@ -21,6 +21,7 @@ pub(crate) mod migrate;
 pub(crate) mod queries;
 mod rows;
 pub(crate) mod schedules;
+pub(crate) mod sequences;
 mod store;
 pub(crate) mod wal;
 pub(crate) mod workers;

@@ -32,6 +32,8 @@ pub struct Tables {
     pub workers: String,
     /// The finished-job counts (`counts.rs`).
     pub finished_counts: String,
+    /// Each sequence's tail (`sequences.rs`).
+    pub sequences: String,
 }
 
 impl Tables {
@@ -56,6 +58,7 @@ impl Tables {
             batch_jobs: format!("{db}.`{prefix}batch_jobs`"),
             workers: format!("{db}.`{prefix}workers`"),
             finished_counts: format!("{db}.`{prefix}finished_counts`"),
+            sequences: format!("{db}.`{prefix}sequences`"),
         }
     }
 
@@ -78,6 +81,7 @@ impl Tables {
             .replace("{batches}", &self.batches)
             .replace("{workers}", &self.workers)
             .replace("{finished_counts}", &self.finished_counts)
+            .replace("{sequences}", &self.sequences)
     }
 }
 
@@ -148,6 +152,7 @@ pub struct Sql {
     pub prune_history: String,
     pub latest_job: String,
     pub flows: super::flows::FlowSql,
+    pub sequences: super::sequences::SequenceSql,
 }
 
 impl Sql {
@@ -222,6 +227,7 @@ impl Sql {
             prune_history: r(PRUNE_HISTORY),
             latest_job: r(LATEST_JOB),
             flows: super::flows::FlowSql::new(&tables),
+            sequences: super::sequences::SequenceSql::new(&tables),
             tables,
             returning,
         }

@@ -53,6 +53,7 @@ impl Tables {
                 "{finished_counts}",
                 &format!("{schema}{prefix}finished_counts"),
             )
+            .replace("{sequences}", &format!("{schema}{prefix}sequences"))
             .replace("{channel}", &self.channel())
             .replace("{now}", NOW)
             .replace("{token}", TOKEN)
@@ -129,6 +130,7 @@ pub(crate) struct Queries {
     pub find_unique: String,
     pub limits: super::limits::LimitQueries,
     pub flows: super::flows::FlowQueries,
+    pub sequences: super::sequences::SequenceQueries,
     pub update_waiting: String,
     /// [`COUNT_WAITING_DUE`], [`COUNT_WAITING_LATER`], [`COUNT_RUNNING`] and
     /// [`COUNT_DEAD`] as one statement.
@@ -190,6 +192,7 @@ impl Queries {
             find_unique: r(FIND_UNIQUE),
             limits: super::limits::LimitQueries::render(&tables),
             flows: super::flows::FlowQueries::render(&tables),
+            sequences: super::sequences::SequenceQueries::render(&tables),
             update_waiting: r(UPDATE_WAITING),
             depth: r(&[
                 COUNT_WAITING_DUE,

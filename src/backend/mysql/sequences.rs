@@ -1,0 +1,158 @@
+//! Sequences on MySQL/MariaDB, in the order of `sqlite/sequences.rs`.
+//!
+//! Differs from SQLite in that several nodes enqueue at once: the swap's
+//! `ON DUPLICATE KEY UPDATE` takes the sequence row's exclusive lock (or,
+//! for a new key, the primary key's) until the enqueue commits, so a second
+//! enqueue of the key waits, then updates the row as the first left it. And
+//! in that the swap takes two statements: an upsert returns no row here, so
+//! the old tail is read back after it, from the row this transaction has
+//! just written (a transaction reads its own writes at any isolation).
+//! Whether a job has finished is read with `flows.rs`' share locks, as on
+//! PostgreSQL.
+
+use mysql::params;
+use mysql::prelude::Queryable;
+
+use super::queries::{Sql, Tables};
+use crate::backend::params::EnqueueParams;
+use crate::error::Result;
+use crate::flow::Waiting;
+
+/// As SQLite's, without the `RETURNING`. The assignments of `ON DUPLICATE
+/// KEY UPDATE` run left to right, each seeing the ones before it: `prev`
+/// takes the old tail, then `tail` the new one.
+pub const SWAP_TAIL: &str = "
+INSERT INTO {sequences} (queue, `key`, tail) VALUES (:queue, :key, :tail)
+ON DUPLICATE KEY UPDATE prev = tail, tail = VALUES(tail)";
+
+/// The tail [`SWAP_TAIL`] replaced, NULL for a new sequence.
+pub const PREV: &str = "SELECT prev FROM {sequences} WHERE queue = :queue AND `key` = :key";
+
+/// As SQLite's.
+pub const RESTORE_TAIL: &str = "
+UPDATE {sequences} SET tail = :prev WHERE queue = :queue AND `key` = :key AND tail = :tail";
+
+/// As SQLite's.
+pub const LINK: &str = "
+INSERT INTO {dependencies} (dependency, dependent, run_anyway, cancelled, in_sequence)
+VALUES (:dependency, :dependent, TRUE, FALSE, TRUE)
+ON DUPLICATE KEY UPDATE in_sequence = TRUE";
+
+/// As SQLite's.
+pub const PREDECESSORS: &str =
+    "SELECT dependency FROM {dependencies} WHERE dependent = :id AND in_sequence";
+
+/// As SQLite's.
+pub const IS_NEXT: &str = "
+SELECT 1 FROM {dependencies} WHERE dependency = :ended AND dependent = :next AND in_sequence";
+
+/// As SQLite's.
+pub const HAND_OVER: &str = "
+INSERT IGNORE INTO {dependencies} (dependency, dependent, run_anyway, cancelled, in_sequence)
+VALUES (:dependency, :dependent, TRUE, FALSE, TRUE)";
+
+/// The statements above, rendered once at connect.
+#[derive(Debug)]
+pub struct SequenceSql {
+    swap_tail: String,
+    prev: String,
+    restore_tail: String,
+    link: String,
+    predecessors: String,
+    is_next: String,
+    hand_over: String,
+}
+
+impl SequenceSql {
+    pub fn new(tables: &Tables) -> SequenceSql {
+        let r = |t: &str| tables.render(t);
+        SequenceSql {
+            swap_tail: r(SWAP_TAIL),
+            prev: r(PREV),
+            restore_tail: r(RESTORE_TAIL),
+            link: r(LINK),
+            predecessors: r(PREDECESSORS),
+            is_next: r(IS_NEXT),
+            hand_over: r(HAND_OVER),
+        }
+    }
+}
+
+/// As SQLite's `swap`.
+pub(crate) fn swap(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &EnqueueParams<'_>,
+    id: i64,
+) -> Result<Option<(i64, bool)>> {
+    let Some(key) = p.sequence else {
+        return Ok(None);
+    };
+    let s = &sql.sequences;
+    q.exec_drop(
+        &s.swap_tail,
+        params! { "queue" => p.queue, "key" => key, "tail" => id },
+    )?;
+    let prev: Option<Option<i64>> =
+        q.exec_first(&s.prev, params! { "queue" => p.queue, "key" => key })?;
+    crate::sequence::wait_on(&mut Reader(sql, q), prev.flatten())
+}
+
+/// [`crate::sequence::Chain`] in the enqueue's or the end's transaction.
+struct Reader<'a, Q: Queryable>(&'a Sql, &'a mut Q);
+
+impl<Q: Queryable> crate::sequence::Chain for Reader<'_, Q> {
+    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
+        super::flows::state_of(&self.0.flows, self.1, id)
+    }
+
+    fn predecessors(&mut self, id: i64) -> Result<Vec<i64>> {
+        Ok(self
+            .1
+            .exec(&self.0.sequences.predecessors, params! { "id" => id })?)
+    }
+}
+
+/// As SQLite's `link`.
+pub(crate) fn link(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    p: &EnqueueParams<'_>,
+    id: i64,
+    tail: Option<(i64, bool)>,
+    waiting: &Waiting,
+) -> Result<()> {
+    let (Some(key), Some((tail, _))) = (p.sequence, tail) else {
+        return Ok(());
+    };
+    let s = &sql.sequences;
+    if waiting.cancelled_by.is_some() {
+        q.exec_drop(
+            &s.restore_tail,
+            params! { "queue" => p.queue, "key" => key, "tail" => id, "prev" => tail },
+        )?;
+    } else if let Some(tail) = waiting.tail {
+        q.exec_drop(&s.link, params! { "dependency" => tail, "dependent" => id })?;
+    }
+    Ok(())
+}
+
+/// As SQLite's `handoff`.
+pub(crate) fn handoff(sql: &Sql, q: &mut impl Queryable, ended: i64, next: i64) -> Result<bool> {
+    let s = &sql.sequences;
+    let is_next: Option<i64> =
+        q.exec_first(&s.is_next, params! { "ended" => ended, "next" => next })?;
+    if is_next.is_none() {
+        return Ok(false);
+    }
+    let Some(before) = crate::sequence::holding_predecessor(&mut Reader(sql, q), ended)? else {
+        return Ok(false);
+    };
+    let inserted = q
+        .exec_iter(
+            &s.hand_over,
+            params! { "dependency" => before, "dependent" => next },
+        )?
+        .affected_rows();
+    Ok(inserted == 1)
+}

@@ -1,0 +1,147 @@
+//! Sequences on PostgreSQL, in the order of `sqlite/sequences.rs`.
+//!
+//! Differs from SQLite in that several nodes enqueue at once: the swap's
+//! `ON CONFLICT DO UPDATE` locks the sequence's row until the enqueue
+//! commits, and a second enqueue of the key waits for it, then updates the
+//! row as that one left it (READ COMMITTED re-reads the newest version). So
+//! each enqueue gets the tail the one before it set, never the same as
+//! another's. Two enqueues of a new key both insert: the second waits on
+//! the primary key for the first to commit, then takes the update path.
+//! Whether a job has finished is read with `flows.rs`' share locks, so it
+//! cannot finish before the edge written on it commits.
+
+use postgres::GenericClient;
+
+use super::connection::Tx;
+use super::queries::{Queries, Tables};
+use crate::backend::params::EnqueueParams;
+use crate::error::{Error, Result};
+use crate::flow::Waiting;
+
+/// As SQLite's, `$1` queue, `$2` key, `$3` the new tail. Every `SET`
+/// expression reads the row as it was, so `prev` takes the old tail.
+pub const SWAP_TAIL: &str = "
+INSERT INTO {sequences} AS s (queue, key, tail) VALUES ($1, $2, $3)
+ON CONFLICT (queue, key) DO UPDATE SET prev = s.tail, tail = EXCLUDED.tail
+RETURNING prev";
+
+/// As SQLite's.
+pub const RESTORE_TAIL: &str =
+    "UPDATE {sequences} SET tail = $4 WHERE queue = $1 AND key = $2 AND tail = $3";
+
+/// As SQLite's.
+pub const LINK: &str = "
+INSERT INTO {dependencies} (dependency, dependent, run_anyway, cancelled, in_sequence)
+VALUES ($1, $2, TRUE, FALSE, TRUE)
+ON CONFLICT (dependency, dependent) DO UPDATE SET in_sequence = TRUE";
+
+/// As SQLite's.
+pub const PREDECESSORS: &str =
+    "SELECT dependency FROM {dependencies} WHERE dependent = $1 AND in_sequence";
+
+/// As SQLite's.
+pub const IS_NEXT: &str =
+    "SELECT 1 FROM {dependencies} WHERE dependency = $1 AND dependent = $2 AND in_sequence";
+
+/// As SQLite's.
+pub const HAND_OVER: &str = "
+INSERT INTO {dependencies} (dependency, dependent, run_anyway, cancelled, in_sequence)
+VALUES ($1, $2, TRUE, FALSE, TRUE)
+ON CONFLICT DO NOTHING";
+
+/// The statements above, rendered once at connect.
+#[derive(Debug)]
+pub(crate) struct SequenceQueries {
+    swap_tail: String,
+    restore_tail: String,
+    link: String,
+    predecessors: String,
+    is_next: String,
+    hand_over: String,
+}
+
+impl SequenceQueries {
+    pub(crate) fn render(tables: &Tables) -> SequenceQueries {
+        let r = |t: &str| tables.render(t);
+        SequenceQueries {
+            swap_tail: r(SWAP_TAIL),
+            restore_tail: r(RESTORE_TAIL),
+            link: r(LINK),
+            predecessors: r(PREDECESSORS),
+            is_next: r(IS_NEXT),
+            hand_over: r(HAND_OVER),
+        }
+    }
+}
+
+/// As SQLite's `swap`.
+pub(crate) fn swap<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &EnqueueParams<'_>,
+    id: i64,
+) -> Result<Option<(i64, bool)>> {
+    let Some(key) = p.sequence else {
+        return Ok(None);
+    };
+    let row = tx
+        .query_opt(&q.sequences.swap_tail, &[&p.queue, &key, &id])?
+        .ok_or_else(|| Error::Database("the sequence's upsert returned no row".into()))?;
+    crate::sequence::wait_on(&mut Reader(tx, q), row.try_get(0)?)
+}
+
+/// [`crate::sequence::Chain`] in the enqueue's or the end's transaction.
+struct Reader<'a, 't, C: GenericClient>(&'a mut Tx<'t, C>, &'a Queries);
+
+impl<C: GenericClient> crate::sequence::Chain for Reader<'_, '_, C> {
+    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
+        super::flows::state_of(self.0, &self.1.flows, id)
+    }
+
+    fn predecessors(&mut self, id: i64) -> Result<Vec<i64>> {
+        let rows = self.0.query(&self.1.sequences.predecessors, &[&id])?;
+        Ok(rows
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?)
+    }
+}
+
+/// As SQLite's `link`.
+pub(crate) fn link<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &EnqueueParams<'_>,
+    id: i64,
+    tail: Option<(i64, bool)>,
+    waiting: &Waiting,
+) -> Result<()> {
+    let (Some(key), Some((tail, _))) = (p.sequence, tail) else {
+        return Ok(());
+    };
+    if waiting.cancelled_by.is_some() {
+        tx.execute(&q.sequences.restore_tail, &[&p.queue, &key, &id, &tail])?;
+    } else if let Some(tail) = waiting.tail {
+        tx.execute(&q.sequences.link, &[&tail, &id])?;
+    }
+    Ok(())
+}
+
+/// As SQLite's `handoff`.
+pub(crate) fn handoff<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    ended: i64,
+    next: i64,
+) -> Result<bool> {
+    if tx
+        .query_opt(&q.sequences.is_next, &[&ended, &next])?
+        .is_none()
+    {
+        return Ok(false);
+    }
+    let Some(before) = crate::sequence::holding_predecessor(&mut Reader(tx, q), ended)? else {
+        return Ok(false);
+    };
+    Ok(tx.execute(&q.sequences.hand_over, &[&before, &next])? == 1)
+}

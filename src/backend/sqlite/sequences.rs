@@ -1,0 +1,163 @@
+//! Sequences on SQLite (`migrations/sqlite/V11`): an enqueue swaps its job
+//! in as its sequence's tail and hands the old tail to `flows.rs`' `wait`,
+//! which makes the job wait on it (`crate::sequence`), and [`link`] marks
+//! that edge as the sequence's. When a job ends without running while the
+//! job before it has not finished, [`handoff`] makes the next one wait on
+//! that one instead. Each runs inside its caller's transaction; the single
+//! writer makes the swap atomic, so two enqueues of one key, from any
+//! process, chain one after the other. The same functions, in the same
+//! order, are in `postgres/sequences.rs` and `mysql/sequences.rs`.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::backend::params::EnqueueParams;
+use crate::error::Result;
+use crate::flow::Waiting;
+
+/// Makes `?3` the tail of sequence `?2` in queue `?1`, returning the tail
+/// it replaced (`prev`), NULL for a new sequence. In `DO UPDATE` a bare
+/// column is the row as it was, so `prev` takes the old tail.
+pub const SWAP_TAIL: &str = "
+INSERT INTO backlog_sequences (queue, key, tail) VALUES (?1, ?2, ?3)
+ON CONFLICT (queue, key) DO UPDATE SET prev = tail, tail = excluded.tail
+RETURNING prev";
+
+/// Puts back the tail `?4` of sequence `?2` in queue `?1` where the job
+/// `?3` had replaced it: a job cancelled at enqueue leaves the sequence to
+/// the job before it.
+pub const RESTORE_TAIL: &str = "
+UPDATE backlog_sequences SET tail = ?4 WHERE queue = ?1 AND key = ?2 AND tail = ?3";
+
+/// Records the sequence's edge from `?1` to the next job `?2`, or marks a
+/// dependency edge between them as the sequence's.
+pub const LINK: &str = "
+INSERT INTO backlog_dependencies (dependency, dependent, run_anyway, cancelled, in_sequence)
+VALUES (?1, ?2, 1, 0, 1)
+ON CONFLICT (dependency, dependent) DO UPDATE SET in_sequence = 1";
+
+/// The jobs before `?1` in its sequence that it waits (or waited) on: the
+/// one enqueued before it, and those handed over to it since.
+pub const PREDECESSORS: &str = "
+SELECT dependency FROM backlog_dependencies WHERE dependent = ?1 AND in_sequence = 1";
+
+/// Whether `?2` waits on `?1` as the next of its sequence.
+pub const IS_NEXT: &str = "
+SELECT 1 FROM backlog_dependencies WHERE dependency = ?1 AND dependent = ?2 AND in_sequence = 1";
+
+/// The sequence's edge from `?1` to `?2` handed over; nothing when an edge
+/// between them is there already.
+pub const HAND_OVER: &str = "
+INSERT INTO backlog_dependencies (dependency, dependent, run_anyway, cancelled, in_sequence)
+VALUES (?1, ?2, 1, 0, 1)
+ON CONFLICT DO NOTHING";
+
+/// For a sequenced job `id` just inserted: makes it its sequence's tail,
+/// and returns the job it is to wait on and whether that one has not
+/// finished (`crate::sequence::wait_on`). `None` for a job of no sequence
+/// or a new sequence.
+pub(crate) fn swap(
+    conn: &Connection,
+    p: &EnqueueParams<'_>,
+    id: i64,
+) -> Result<Option<(i64, bool)>> {
+    let Some(key) = p.sequence else {
+        return Ok(None);
+    };
+    let tail: Option<i64> = conn
+        .prepare_cached(SWAP_TAIL)?
+        .query_row(params![p.queue, key, id], |r| r.get(0))?;
+    crate::sequence::wait_on(&mut Reader(conn), tail)
+}
+
+/// [`crate::sequence::Chain`] on the enqueue's or the end's connection.
+struct Reader<'c>(&'c Connection);
+
+impl crate::sequence::Chain for Reader<'_> {
+    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
+        Ok(self
+            .0
+            .prepare_cached(super::flows::DEPENDENCY_STATE)?
+            .query_row([id], |r| r.get(0))
+            .optional()?)
+    }
+
+    fn predecessors(&mut self, id: i64) -> Result<Vec<i64>> {
+        Ok(self
+            .0
+            .prepare_cached(PREDECESSORS)?
+            .query_map([id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+/// After `flow::waiting` for job `id` of `p`'s sequence, whose tail was
+/// `tail`: writes the sequence's edge when the tail holds, or gives the
+/// tail back when the job was cancelled at enqueue.
+pub(crate) fn link(
+    conn: &Connection,
+    p: &EnqueueParams<'_>,
+    id: i64,
+    tail: Option<(i64, bool)>,
+    waiting: &Waiting,
+) -> Result<()> {
+    let (Some(key), Some((tail, _))) = (p.sequence, tail) else {
+        return Ok(());
+    };
+    if waiting.cancelled_by.is_some() {
+        conn.prepare_cached(RESTORE_TAIL)?
+            .execute(params![p.queue, key, id, tail])?;
+    } else if let Some(tail) = waiting.tail {
+        conn.prepare_cached(LINK)?.execute([tail, id])?;
+    }
+    Ok(())
+}
+
+/// When `ended` finished other than completed and `next` waits on it as
+/// the next of its sequence: if the job before `ended` has not finished
+/// (`ended` never ran), makes `next` wait on that one instead. Whether it
+/// did (then `next` is not counted down).
+pub(crate) fn handoff(conn: &Connection, ended: i64, next: i64) -> Result<bool> {
+    let is_next = conn
+        .prepare_cached(IS_NEXT)?
+        .query_row([ended, next], |_| Ok(()))
+        .optional()?;
+    if is_next.is_none() {
+        return Ok(false);
+    }
+    let Some(before) = crate::sequence::holding_predecessor(&mut Reader(conn), ended)? else {
+        return Ok(false);
+    };
+    Ok(conn.prepare_cached(HAND_OVER)?.execute([before, next])? == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use crate::options::QueueOptions;
+
+    /// The swap and the hand-over seek keys: they cost the same however
+    /// many sequences and edges there are.
+    #[test]
+    fn the_swap_seeks_the_primary_key() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
+        let db = super::super::Connections::open(&dir.path().join("q.db"), &QueueOptions::new())?;
+        super::super::migrate::migrate(&mut *db.writer()?, std::time::Duration::from_secs(5))?;
+        let conn = db.writer()?;
+        let plan: Vec<String> = conn
+            .prepare("EXPLAIN QUERY PLAN SELECT tail FROM backlog_sequences WHERE queue = ?1 AND key = ?2")?
+            .query_map(["q", "k"], |r| r.get::<_, String>(3))?
+            .collect::<rusqlite::Result<_>>()?;
+        assert!(plan.join(";").contains("PRIMARY KEY"), "{plan:?}");
+        for (sql, n) in [(PREDECESSORS, 1), (IS_NEXT, 2), (RESTORE_TAIL, 4)] {
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?
+                .query_map(rusqlite::params_from_iter(vec![1_i64; n]), |r| {
+                    r.get::<_, String>(3)
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            assert!(!plan.join(";").contains("SCAN"), "{sql}\n{plan:?}");
+        }
+        Ok(())
+    }
+}
