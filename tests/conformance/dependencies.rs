@@ -73,6 +73,40 @@ fn a_released_job_with_a_delay_waits_for_its_time(b: &Backend) -> TestResult {
     Ok(())
 }
 
+/// The scenario above with a worker, on real time: a delayed dependent
+/// released before its time must wait where a worker's next-due look finds
+/// it, so the worker (idle poll 300 s, so its first wait is 30 s) starts it
+/// when due. Released into the due index instead (SQLite's `RELEASE` with
+/// `due` 1, fixed in 35ce8c1), it was leased only at the idle poll.
+fn a_released_job_with_a_delay_starts_when_due_not_at_the_idle_poll(b: &Backend) -> TestResult {
+    const DELAY: Duration = Duration::from_millis(800);
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let events = h.queue.subscribe();
+    let worker = Worker::builder(h.queue.clone())
+        .poll_interval(Duration::from_secs(300))
+        .handle_raw("later", |_: Value, _| Ok(()))
+        .start()?;
+    let enqueued = std::time::Instant::now();
+    let a = enqueue(&h, job("a"))?;
+    let later = enqueue(&h, job("later").depends_on([a]).delay(DELAY))?;
+    run(&h, a, Outcome::Complete(None))?;
+    assert_eq!(h.state(later)?, JobState::Scheduled, "released before its time");
+    let deadline = enqueued + DELAY + Duration::from_secs(5);
+    let started = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match events.recv_timeout(left) {
+            Ok(backlog::Event::Started { job_id, .. }) if job_id == later => {
+                break enqueued.elapsed()
+            }
+            Ok(_) => {}
+            Err(_) => return Err("the released job did not start within 5 s of its time".into()),
+        }
+    };
+    worker.shutdown(Duration::from_secs(5))?;
+    assert!(started >= DELAY, "started early: {started:?}");
+    Ok(())
+}
+
 fn fan_in_waits_for_every_dependency_and_fan_out_releases_every_dependent(
     b: &Backend,
 ) -> TestResult {
@@ -403,6 +437,7 @@ conformance!(
     a_job_released_by_another_process_starts_before_the_idle_poll,
     a_dependent_is_pending_and_never_leased_until_its_dependency_completes,
     a_released_job_with_a_delay_waits_for_its_time,
+    a_released_job_with_a_delay_starts_when_due_not_at_the_idle_poll,
     fan_in_waits_for_every_dependency_and_fan_out_releases_every_dependent,
     a_dependency_finished_at_enqueue_counts_at_once,
     a_dependency_that_does_not_complete_cancels_its_dependents_in_cascade,
