@@ -14,7 +14,8 @@
 //!   (the callback is inserted in it); and the time from that commit's
 //!   return to the callback being leased.
 //! - **edges**: `enqueue_many` of N plain jobs, then of N jobs that each
-//!   depend on one live job, per job; then the completion of that job,
+//!   depend on one live job, per job (N, at most `EDGES`); then the
+//!   completion of that job,
 //!   which releases all N in its transaction, per edge. In a queue of their
 //!   own, as the probes' dependencies are, so that the probe worker's
 //!   leases do not walk past them.
@@ -42,6 +43,9 @@ const CHUNK: usize = 100;
 
 /// Jobs per `enqueue_many`.
 const BATCH: usize = 500;
+
+/// The most jobs of the edge figures.
+const EDGES: usize = 2_000;
 
 /// Probes of each kind per run and worker.
 const LATENCY_ROUNDS: usize = 15;
@@ -180,9 +184,10 @@ fn fan_in(queue: &Queue, members: usize, figures: &mut Figures) -> BoxResult {
     Ok(())
 }
 
-/// The cost of a dependency edge at enqueue and at release.
+/// The cost of a dependency edge at enqueue and at release, over N jobs
+/// but at most `EDGES` (a cost per job: more add time, not precision).
 fn edges(queue: &Queue, n: usize, figures: &mut Figures) -> BoxResult {
-    let batches = n.div_ceil(BATCH);
+    let batches = n.min(EDGES).div_ceil(BATCH);
     let start = Instant::now();
     for _ in 0..batches {
         queue.enqueue_many((0..BATCH).map(|i| NewJob::new("k", json!(i)).queue("edges")))?;
@@ -195,27 +200,40 @@ fn edges(queue: &Queue, n: usize, figures: &mut Figures) -> BoxResult {
         .id;
     let start = Instant::now();
     for _ in 0..batches {
-        queue.enqueue_many(
-            (0..BATCH).map(|i| NewJob::new("dep", json!(i)).queue("edges").depends_on([root])),
-        )?;
+        queue.enqueue_many((0..BATCH).map(|i| {
+            NewJob::new("dep", json!(i))
+                .queue("edges")
+                .depends_on([root])
+        }))?;
     }
     figures
         .enqueue_edge
         .push(per_job(start.elapsed(), batches * BATCH));
     let job = queue
-        .lease(&LeaseRequest::new("bench", 1).queues(["edges"]).kinds(["root"]))?
+        .lease(
+            &LeaseRequest::new("bench", 1)
+                .queues(["edges"])
+                .kinds(["root"]),
+        )?
         .pop()
         .ok_or("the root was not leased")?;
     let start = Instant::now();
     queue.complete(&job, None)?;
-    figures.release.push(per_job(start.elapsed(), batches * BATCH));
+    figures
+        .release
+        .push(per_job(start.elapsed(), batches * BATCH));
     let released = queue.lease(
         &LeaseRequest::new("bench", batches * BATCH)
             .queues(["edges"])
             .kinds(["dep"]),
     )?;
     if released.len() != batches * BATCH {
-        return Err(format!("{} of {} dependents released", released.len(), batches * BATCH).into());
+        return Err(format!(
+            "{} of {} dependents released",
+            released.len(),
+            batches * BATCH
+        )
+        .into());
     }
     Ok(())
 }
@@ -314,7 +332,10 @@ fn micros(t: SystemTime) -> i64 {
 enum Place {
     Sqlite(tempfile::TempDir),
     #[cfg(feature = "postgres")]
-    Postgres { url: String, schema: String },
+    Postgres {
+        url: String,
+        schema: String,
+    },
     #[cfg(feature = "mysql")]
     Mysql {
         admin: String,

@@ -91,9 +91,7 @@ fn graph_child() -> TestResult {
         .heartbeat_interval(Duration::from_millis(400))
         .rescue_interval(Duration::from_millis(500))
         .poll_interval(Duration::from_millis(200))
-        .handle(move |plan: Plan, ctx| {
-            run_step(backend, &effects, &plan, ctx)
-        })
+        .handle(move |plan: Plan, ctx| run_step(backend, &effects, &plan, ctx))
         .start()?;
     loop {
         thread::sleep(Duration::from_secs(3600)); // until SIGKILL
@@ -103,7 +101,12 @@ fn graph_child() -> TestResult {
 /// A step's handler: checks what the queue says of its dependencies, then,
 /// in the transaction that completes it, that each completed dependency's
 /// effect is committed, and writes its own effect (`ran`, or `early: why`).
-fn run_step(backend: Backend, effects: &str, plan: &Plan, ctx: &JobContext) -> Result<(), JobError> {
+fn run_step(
+    backend: Backend,
+    effects: &str,
+    plan: &Plan,
+    ctx: &JobContext,
+) -> Result<(), JobError> {
     if plan.doomed {
         return Err(JobError::discard("a doomed step"));
     }
@@ -113,11 +116,17 @@ fn run_step(backend: Backend, effects: &str, plan: &Plan, ctx: &JobContext) -> R
             "a flaky step's first attempt",
         ));
     }
-    thread::sleep(Duration::from_millis(u64::try_from(ctx.id() % 4).unwrap_or(0)));
+    thread::sleep(Duration::from_millis(
+        u64::try_from(ctx.id() % 4).unwrap_or(0),
+    ));
     let deps = ctx.dependencies()?;
     let mut early = Vec::new();
     if deps.len() != plan.after.len() {
-        early.push(format!("{} dependencies, {} planned", deps.len(), plan.after.len()));
+        early.push(format!(
+            "{} dependencies, {} planned",
+            deps.len(),
+            plan.after.len()
+        ));
     }
     let mut completed = Vec::new();
     for dep in &deps {
@@ -393,7 +402,10 @@ fn a_graph_of_steps_runs_each_once_after_its_dependencies_through_sigkills(
                 callbacks += 1;
             }
             (0, None) => return Err(format!("batch 0 has no success callback: {status:?}").into()),
-            (_, None) => assert_eq!(status.discarded, plans.iter().filter(|p| p.doomed).count() as i64),
+            (_, None) => assert_eq!(
+                status.discarded,
+                plans.iter().filter(|p| p.doomed).count() as i64
+            ),
             (_, Some(_)) => return Err(format!("batch {k} succeeded with a doomed member").into()),
         }
     }
@@ -405,7 +417,10 @@ fn a_graph_of_steps_runs_each_once_after_its_dependencies_through_sigkills(
          secs={secs:.1}",
         doomed.len()
     );
-    assert_eq!(early, 0, "steps started before a dependency committed (see the children's stderr)");
+    assert_eq!(
+        early, 0,
+        "steps started before a dependency committed (see the children's stderr)"
+    );
     assert_eq!((lost, dup, of_doomed), (0, 0, 0));
     assert_eq!(fired, callbacks, "each callback once");
     assert_eq!(killed, kills, "the graph finished before every kill");

@@ -90,7 +90,11 @@ fn a_released_job_with_a_delay_starts_when_due_not_at_the_idle_poll(b: &Backend)
     let a = enqueue(&h, job("a"))?;
     let later = enqueue(&h, job("later").depends_on([a]).delay(DELAY))?;
     run(&h, a, Outcome::Complete(None))?;
-    assert_eq!(h.state(later)?, JobState::Scheduled, "released before its time");
+    assert_eq!(
+        h.state(later)?,
+        JobState::Scheduled,
+        "released before its time"
+    );
     let deadline = enqueued + DELAY + Duration::from_secs(5);
     let started = loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());

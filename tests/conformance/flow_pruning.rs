@@ -59,11 +59,19 @@ fn pruning_a_finished_workflow_deletes_its_edges_steps_and_row(b: &Backend) -> T
         ))?;
     h.advance(DAY);
     for name in ["a", "b", "c"] {
-        run(&h, flow.step(name).ok_or("no step")?, Outcome::Complete(None))?;
+        run(
+            &h,
+            flow.step(name).ok_or("no step")?,
+            Outcome::Complete(None),
+        )?;
     }
     h.advance(DAY);
     for name in ["x", "y"] {
-        run(&h, kept.step(name).ok_or("no step")?, Outcome::Complete(None))?;
+        run(
+            &h,
+            kept.step(name).ok_or("no step")?,
+            Outcome::Complete(None),
+        )?;
     }
     assert_eq!(graph_rows(&h)?, (4, 5, 2));
 
@@ -81,7 +89,12 @@ fn pruning_a_finished_workflow_deletes_its_edges_steps_and_row(b: &Backend) -> T
     assert!(h.queue.workflow(flow.id)?.is_none());
     let info = h.queue.workflow(kept.id)?.ok_or("the second workflow")?;
     assert_eq!(info.steps.len(), 2);
-    assert_eq!(h.queue.dependencies(kept.step("y").ok_or("no step")?)?.len(), 1);
+    assert_eq!(
+        h.queue
+            .dependencies(kept.step("y").ok_or("no step")?)?
+            .len(),
+        1
+    );
 
     h.advance(2 * DAY);
     assert_eq!(h.queue.prune_history(&retention, 10)?, 2);
@@ -89,9 +102,7 @@ fn pruning_a_finished_workflow_deletes_its_edges_steps_and_row(b: &Backend) -> T
     Ok(())
 }
 
-fn a_finished_dependency_is_kept_while_a_dependent_waits_for_its_result(
-    b: &Backend,
-) -> TestResult {
+fn a_finished_dependency_is_kept_while_a_dependent_waits_for_its_result(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let flow = h.queue.enqueue_workflow(
         Workflow::new("slow")
@@ -100,7 +111,11 @@ fn a_finished_dependency_is_kept_while_a_dependent_waits_for_its_result(
             .step_after("merge", job("merge"), &["fetch", "other"]),
     )?;
     let id = |name: &str| flow.step(name).ok_or("no step");
-    run(&h, id("fetch")?, Outcome::Complete(Some(json!({"rows": 7}))))?;
+    run(
+        &h,
+        id("fetch")?,
+        Outcome::Complete(Some(json!({"rows": 7}))),
+    )?;
     // `other` takes longer than fetch's retention: merge is still pending.
     h.advance(8 * DAY);
     let retention = Retention::default();

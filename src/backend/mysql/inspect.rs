@@ -474,7 +474,10 @@ pub(crate) fn prune(
     if !flows.is_empty() {
         flows.sort_unstable();
         flows.dedup();
-        q.exec_drop(workflows, params! { "ids" => serde_json::to_string(&flows)? })?;
+        q.exec_drop(
+            workflows,
+            params! { "ids" => serde_json::to_string(&flows)? },
+        )?;
     }
     Ok(ids.len())
 }
