@@ -16,7 +16,7 @@
 //! - **edges**: `enqueue_many` of N plain jobs, then of N jobs that each
 //!   depend on one live job, per job (N, at most `EDGES`); then the
 //!   completion of that job,
-//!   which releases all N in its transaction, per edge. In a queue of their
+//!   which releases them all in its transaction, per edge. In a queue of their
 //!   own, as the probes' dependencies are, so that the probe worker's
 //!   leases do not walk past them.
 //! - **start latency**: a worker (in this process, then in another one, this

@@ -29,7 +29,7 @@ fn lease_all(h: &Harness) -> TestResult<Vec<i64>> {
 }
 
 /// Leases job `id` (it must be available) and settles it with `outcome`.
-fn run(h: &Harness, id: i64, outcome: Outcome) -> TestResult {
+pub(crate) fn run(h: &Harness, id: i64, outcome: Outcome) -> TestResult {
     let jobs = h.lease("w", 100)?;
     let job = jobs
         .iter()

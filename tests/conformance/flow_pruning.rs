@@ -9,26 +9,13 @@ use std::time::Duration;
 use backlog::{Outcome, Retention, Workflow};
 use serde_json::{json, Value};
 
+use crate::dependencies::run;
 use crate::harness::{Backend, Harness, TestResult};
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
 fn job(kind: &str) -> backlog::NewJob {
     backlog::NewJob::new(kind, json!({}))
-}
-
-/// Leases the available job `id` and settles it with `outcome`.
-fn run(h: &Harness, id: i64, outcome: Outcome) -> TestResult {
-    let jobs = h.lease("w", 100)?;
-    let job = jobs
-        .iter()
-        .find(|j| j.id == id)
-        .ok_or_else(|| format!("job {id} was not leased"))?;
-    h.queue.settle(job, outcome)?;
-    for other in jobs.iter().filter(|j| j.id != id) {
-        h.queue.release(other)?;
-    }
-    Ok(())
 }
 
 /// Rows of the dependency and workflow tables: `(edges, steps, workflows)`.
