@@ -79,7 +79,7 @@ fn a_released_job_with_a_delay_waits_for_its_time(b: &Backend) -> TestResult {
 /// when due. Released into the due index instead (SQLite's `RELEASE` with
 /// `due` 1, fixed in 35ce8c1), it was leased only at the idle poll.
 fn a_released_job_with_a_delay_starts_when_due_not_at_the_idle_poll(b: &Backend) -> TestResult {
-    const DELAY: Duration = Duration::from_millis(800);
+    const DELAY: Duration = Duration::from_millis(1_500);
     let h = b.harness_on_real_time(QueueOptions::new())?;
     let events = h.queue.subscribe();
     let worker = Worker::builder(h.queue.clone())
@@ -90,12 +90,12 @@ fn a_released_job_with_a_delay_starts_when_due_not_at_the_idle_poll(b: &Backend)
     let a = enqueue(&h, job("a"))?;
     let later = enqueue(&h, job("later").depends_on([a]).delay(DELAY))?;
     run(&h, a, Outcome::Complete(None))?;
-    assert_eq!(
-        h.state(later)?,
-        JobState::Scheduled,
-        "released before its time"
-    );
-    let deadline = enqueued + DELAY + Duration::from_secs(5);
+    // Released before its time (unless this machine took the whole delay
+    // to get here: then the scenario shows nothing, but fails nothing).
+    if enqueued.elapsed() + Duration::from_millis(500) < DELAY {
+        assert_eq!(h.state(later)?, JobState::Scheduled, "released early");
+    }
+    let deadline = enqueued + DELAY + Duration::from_secs(10);
     let started = loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match events.recv_timeout(left) {
@@ -103,7 +103,7 @@ fn a_released_job_with_a_delay_starts_when_due_not_at_the_idle_poll(b: &Backend)
                 break enqueued.elapsed()
             }
             Ok(_) => {}
-            Err(_) => return Err("the released job did not start within 5 s of its time".into()),
+            Err(_) => return Err("the released job did not start within 10 s of its time".into()),
         }
     };
     worker.shutdown(Duration::from_secs(5))?;
