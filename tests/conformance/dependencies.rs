@@ -87,9 +87,17 @@ fn a_released_job_with_a_delay_starts_when_due_not_at_the_idle_poll(b: &Backend)
         .handle_raw("later", |_: Value, _| Ok(()))
         .start()?;
     let enqueued = std::time::Instant::now();
-    let a = enqueue(&h, job("a"))?;
+    // The dependency in a queue of its own: on MySQL the worker's lease of
+    // `later`, walking `default`'s lease index, locks the rows it passes,
+    // and a lease of ours meanwhile would skip them (SKIP LOCKED).
+    let a = enqueue(&h, job("a").queue("gates"))?;
     let later = enqueue(&h, job("later").depends_on([a]).delay(DELAY))?;
-    run(&h, a, Outcome::Complete(None))?;
+    let gate = h
+        .queue
+        .lease(&LeaseRequest::new("w", 1).queues(["gates"]))?
+        .pop()
+        .ok_or("the dependency was not leased")?;
+    h.queue.complete(&gate, None)?;
     // Released before its time (unless this machine took the whole delay
     // to get here: then the scenario shows nothing, but fails nothing).
     if enqueued.elapsed() + Duration::from_millis(500) < DELAY {
