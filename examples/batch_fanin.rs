@@ -1,94 +1,447 @@
-//! The fan-in figure of batches (issue 23): N members into one callback, on
-//! SQLite with the default (FULL) durability.
+//! The fan-in and dependency figures of issue 23, on SQLite (default FULL
+//! durability) and on PostgreSQL and MariaDB/MySQL when their URLs are set
+//! (`BACKLOG_TEST_POSTGRES_URL`, `BACKLOG_TEST_MYSQL_URL`, with the
+//! `postgres` / `mysql` features; each run in a schema or database of its
+//! own, dropped at the end).
 //!
-//! Each run completes N plain jobs, then N members of one sealed batch, the
-//! same way (leases of `CHUNK` jobs, each settled with one `complete_many`
-//! transaction, as a worker's completer does), and reports:
+//! Each run, on a fresh queue:
 //!
-//! - the completion cost per job, plain and as a batch member, and their
-//!   ratio (the cost of counting a member: its membership row deleted and the
-//!   batch's counter row updated, in the completing transaction);
-//! - the time from the last member's commit (the return of its
-//!   `complete_many`) to the callback being visible to a lease, and the
-//!   duration of that last commit itself (the callback is inserted in it).
+//! - **fan-in**: completes N plain jobs, then N members of one sealed batch,
+//!   the same way (leases of `CHUNK` jobs, each settled with one
+//!   `complete_many` transaction, as a worker's completer does). Reports the
+//!   completion cost per job, plain and as a member, and their ratio (the
+//!   cost of counting a member); the duration of the last member's commit
+//!   (the callback is inserted in it); and the time from that commit's
+//!   return to the callback being leased.
+//! - **edges**: `enqueue_many` of N plain jobs, then of N jobs that each
+//!   depend on one live job, per job (N, at most `EDGES`); then the
+//!   completion of that job,
+//!   which releases them all in its transaction, per edge. In a queue of their
+//!   own, as the probes' dependencies are, so that the probe worker's
+//!   leases do not walk past them.
+//! - **start latency**: a worker (in this process, then in another one, this
+//!   binary re-run with `--worker`) runs probe jobs that return the time
+//!   they started; from the start of an `enqueue` call to the start of its
+//!   job, against from the start of the `complete` call that finishes a
+//!   probe's only dependency to the start of the probe. `LATENCY_ROUNDS`
+//!   of each, alternating.
 //!
-//! Medians over the runs. `cargo run --release --example batch_fanin -- 10000 5`
-//! (members, runs); the defaults are 2,000 members and 1 run, small enough
-//! for CI.
+//! Medians over the runs. `cargo run --release --features postgres,mysql
+//! --example batch_fanin -- 10000 3` (N, runs; `--db sqlite,postgres,mysql`
+//! picks backends); the defaults are 1,000 and 1 run, small enough for CI.
 
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use backlog::{LeaseRequest, NewJob, Queue};
+use backlog::{LeaseRequest, NewJob, Queue, QueueOptions, Worker};
 use serde_json::json;
+
+type BoxResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// Jobs per lease and per completing transaction.
 const CHUNK: usize = 100;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let members: usize = args.next().map_or(Ok(2_000), |a| a.parse())?;
-    let runs: usize = args.next().map_or(Ok(1), |a| a.parse())?;
+/// Jobs per `enqueue_many`.
+const BATCH: usize = 500;
 
-    let mut plain = Vec::new();
-    let mut member = Vec::new();
-    let mut visible = Vec::new();
-    let mut last_commit = Vec::new();
-    for run in 0..runs {
-        let dir = tempfile::tempdir()?;
-        let queue = Queue::open(dir.path().join("fanin.db"))?;
+/// The most jobs of the edge figures.
+const EDGES: usize = 2_000;
 
-        let jobs = (0..members).map(|n| NewJob::new("plain", json!({ "n": n })));
-        queue.enqueue_many(jobs)?;
-        let (took, _) = complete_all(&queue, "plain", members)?;
-        plain.push(per_job(took, members));
+/// Probes of each kind per run and worker.
+const LATENCY_ROUNDS: usize = 15;
 
-        let batch = queue
-            .batch()
-            .on_complete(NewJob::new("report", json!({})).queue("callbacks"))
-            .create()?;
-        for chunk in (0..members).collect::<Vec<_>>().chunks(1_000) {
-            let jobs = chunk
-                .iter()
-                .map(|n| NewJob::new("member", json!({ "n": n })).batch(batch.id));
-            queue.enqueue_many(jobs)?;
-        }
-        queue.seal_batch(batch.id)?;
-        let (took, last) = complete_all(&queue, "member", members)?;
-        member.push(per_job(took, members));
-        last_commit.push(last);
-
-        // The last commit has returned: the callback must be there already.
-        let returned = Instant::now();
-        let fired = queue.lease(&LeaseRequest::new("cb", 10).queues(["callbacks"]))?;
-        visible.push(returned.elapsed());
-        if fired.len() != 1 {
-            return Err(format!("expected one callback, found {}", fired.len()).into());
-        }
-        let status = queue.batch_status(batch.id)?;
-        if status.completed != members as i64 || status.complete_job_id != Some(fired[0].id) {
-            return Err(format!("unexpected batch status {status:?}").into());
-        }
-        println!(
-            "run {run}: plain {:.1} µs/job, member {:.1} µs/job, last commit {:.2} ms, \
-             callback visible {:.2} ms after it",
-            plain[run],
-            member[run],
-            ms(last_commit[run]),
-            ms(visible[run])
-        );
+fn main() -> BoxResult {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--worker") {
+        return worker(args.get(1).ok_or("no target")?, args.get(2));
     }
-    let (p, m) = (median(&mut plain), median(&mut member));
-    let mut last_ms: Vec<f64> = last_commit.iter().map(|d| ms(*d)).collect();
-    let mut visible_ms: Vec<f64> = visible.iter().map(|d| ms(*d)).collect();
-    println!(
-        "fan-in of {members} members, median of {runs}: completion {p:.1} µs/job plain, \
-         {m:.1} µs/job in a batch (ratio {:.2}); last member's commit {:.2} ms (callback \
-         inserted in it); callback visible {:.2} ms after that commit returned",
-        m / p,
-        median(&mut last_ms),
-        median(&mut visible_ms)
-    );
+    let db = args.iter().position(|a| a == "--db");
+    let chosen = db.and_then(|at| args.get(at + 1));
+    let mut positional = args
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| db.is_none_or(|at| i != at && i != at + 1))
+        .map(|(_, a)| a);
+    let members: usize = positional.next().map_or(Ok(1_000), |a| a.parse())?;
+    let runs: usize = positional.next().map_or(Ok(1), |a| a.parse())?;
+    let backends: Vec<&str> = match chosen {
+        Some(list) => list.split(',').collect(),
+        None => ["sqlite", "postgres", "mysql"]
+            .into_iter()
+            .filter(|b| Place::url_of(b).is_some())
+            .collect(),
+    };
+    for backend in backends {
+        let mut figures = Figures::default();
+        for run in 0..runs {
+            let Some(place) = Place::new(backend)? else {
+                println!("SKIPPED {backend}: no URL set, or not built with its feature");
+                break;
+            };
+            let queue = place.open()?;
+            fan_in(&queue, members, &mut figures)?;
+            let queue = place.open()?; // a fresh handle: its caches cold as the first's
+            edges(&queue, members, &mut figures)?;
+            latency(&place, &mut figures)?;
+            println!("{backend} run {run}: {}", figures.last());
+        }
+        if !figures.plain.is_empty() {
+            println!(
+                "fan-in and dependencies on {backend}, N={members}, median of {}: {}",
+                figures.plain.len(),
+                figures.medians()
+            );
+        }
+    }
     Ok(())
+}
+
+/// Each run's figures, in µs (costs) or ms (times).
+#[derive(Default)]
+struct Figures {
+    plain: Vec<f64>,
+    member: Vec<f64>,
+    last_commit: Vec<f64>,
+    callback: Vec<f64>,
+    enqueue_plain: Vec<f64>,
+    enqueue_edge: Vec<f64>,
+    release: Vec<f64>,
+    fresh_here: Vec<f64>,
+    released_here: Vec<f64>,
+    fresh_other: Vec<f64>,
+    released_other: Vec<f64>,
+}
+
+impl Figures {
+    fn line(&self, pick: impl Fn(&[f64]) -> f64) -> String {
+        let (p, m) = (pick(&self.plain), pick(&self.member));
+        let (e, d, r) = (
+            pick(&self.enqueue_plain),
+            pick(&self.enqueue_edge),
+            pick(&self.release),
+        );
+        format!(
+            "complete {p:.1} µs/job plain, {m:.1} µs/job member (ratio {:.2}); last member's \
+             commit {:.2} ms, callback leased {:.2} ms after it; enqueue {e:.1} µs/job plain, \
+             {d:.1} µs/job with an edge (ratio {:.2}), release {r:.1} µs/edge (ratio to plain \
+             enqueue {:.2}, to plain complete {:.2}); start latency ms, fresh / released: this \
+             process {:.2} / {:.2}, another process {:.2} / {:.2}",
+            m / p,
+            pick(&self.last_commit),
+            pick(&self.callback),
+            d / e,
+            r / e,
+            r / p,
+            pick(&self.fresh_here),
+            pick(&self.released_here),
+            pick(&self.fresh_other),
+            pick(&self.released_other),
+        )
+    }
+
+    fn last(&self) -> String {
+        self.line(|v| v.last().copied().unwrap_or(f64::NAN))
+    }
+
+    fn medians(&self) -> String {
+        self.line(median)
+    }
+}
+
+/// Completes N plain jobs, then N members of one sealed batch.
+fn fan_in(queue: &Queue, members: usize, figures: &mut Figures) -> BoxResult {
+    let jobs = (0..members).map(|n| NewJob::new("plain", json!({ "n": n })));
+    queue.enqueue_many(jobs)?;
+    let (took, _) = complete_all(queue, "plain", members)?;
+    figures.plain.push(per_job(took, members));
+
+    let batch = queue
+        .batch()
+        .on_complete(NewJob::new("report", json!({})).queue("callbacks"))
+        .create()?;
+    for chunk in (0..members).collect::<Vec<_>>().chunks(1_000) {
+        let jobs = chunk
+            .iter()
+            .map(|n| NewJob::new("member", json!({ "n": n })).batch(batch.id));
+        queue.enqueue_many(jobs)?;
+    }
+    queue.seal_batch(batch.id)?;
+    let (took, last) = complete_all(queue, "member", members)?;
+    figures.member.push(per_job(took, members));
+    figures.last_commit.push(ms(last));
+
+    // The last commit has returned: the callback must be there already.
+    let returned = Instant::now();
+    let fired = queue.lease(&LeaseRequest::new("cb", 10).queues(["callbacks"]))?;
+    figures.callback.push(ms(returned.elapsed()));
+    if fired.len() != 1 {
+        return Err(format!("expected one callback, found {}", fired.len()).into());
+    }
+    let status = queue.batch_status(batch.id)?;
+    if status.completed != members as i64 || status.complete_job_id != Some(fired[0].id) {
+        return Err(format!("unexpected batch status {status:?}").into());
+    }
+    Ok(())
+}
+
+/// The cost of a dependency edge at enqueue and at release, over N jobs
+/// but at most `EDGES` (a cost per job: more add time, not precision).
+fn edges(queue: &Queue, n: usize, figures: &mut Figures) -> BoxResult {
+    let batches = n.min(EDGES).div_ceil(BATCH);
+    let start = Instant::now();
+    for _ in 0..batches {
+        queue.enqueue_many((0..BATCH).map(|i| NewJob::new("k", json!(i)).queue("edges")))?;
+    }
+    figures
+        .enqueue_plain
+        .push(per_job(start.elapsed(), batches * BATCH));
+    let root = queue
+        .enqueue(NewJob::new("root", json!({})).queue("edges"))?
+        .id;
+    let start = Instant::now();
+    for _ in 0..batches {
+        queue.enqueue_many((0..BATCH).map(|i| {
+            NewJob::new("dep", json!(i))
+                .queue("edges")
+                .depends_on([root])
+        }))?;
+    }
+    figures
+        .enqueue_edge
+        .push(per_job(start.elapsed(), batches * BATCH));
+    let job = queue
+        .lease(
+            &LeaseRequest::new("bench", 1)
+                .queues(["edges"])
+                .kinds(["root"]),
+        )?
+        .pop()
+        .ok_or("the root was not leased")?;
+    let start = Instant::now();
+    queue.complete(&job, None)?;
+    figures
+        .release
+        .push(per_job(start.elapsed(), batches * BATCH));
+    let released = queue.lease(
+        &LeaseRequest::new("bench", batches * BATCH)
+            .queues(["edges"])
+            .kinds(["dep"]),
+    )?;
+    if released.len() != batches * BATCH {
+        return Err(format!(
+            "{} of {} dependents released",
+            released.len(),
+            batches * BATCH
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Start latencies of probes, fresh and released, with a worker in this
+/// process and then in another.
+fn latency(place: &Place, figures: &mut Figures) -> BoxResult {
+    let queue = place.open()?;
+    let worker = probe_worker(queue.clone())?;
+    let (fresh, released) = probes(&queue)?;
+    figures.fresh_here.push(fresh);
+    figures.released_here.push(released);
+    worker.shutdown(Duration::from_secs(5))?;
+
+    let (target, schema) = place.target();
+    let mut command = Command::new(std::env::current_exe()?);
+    command.args(["--worker", &target]).args(schema);
+    let mut child = KillOnDrop(command.stdout(Stdio::null()).spawn()?);
+    let (fresh, released) = probes(&queue)?;
+    figures.fresh_other.push(fresh);
+    figures.released_other.push(released);
+    child.0.kill()?;
+    Ok(())
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn probe_worker(queue: Queue) -> backlog::Result<Worker> {
+    Worker::builder(queue)
+        .concurrency(2)
+        .handle_raw("probe", |_, _| Ok(micros(SystemTime::now())))
+        .start()
+}
+
+/// `--worker TARGET [SCHEMA]`: a probe worker until killed.
+fn worker(target: &str, schema: Option<&String>) -> BoxResult {
+    let mut options = QueueOptions::new();
+    if let Some(schema) = schema {
+        options = options.schema(schema.clone());
+    }
+    let _worker = probe_worker(options.connect(target)?)?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// Median ms from the call to the probe's start: `(fresh, released)`.
+fn probes(queue: &Queue) -> BoxResult<(f64, f64)> {
+    let wait = Duration::from_secs(30);
+    // A first probe warms the worker up (and waits for the child to start).
+    let warm = queue.enqueue(NewJob::new("probe", json!({})))?;
+    queue.wait(warm.id, Duration::from_secs(60))?;
+    let (mut fresh, mut released) = (Vec::new(), Vec::new());
+    for _ in 0..LATENCY_ROUNDS {
+        let called = SystemTime::now();
+        let id = queue.enqueue(NewJob::new("probe", json!({})))?.id;
+        fresh.push(started_after(queue, id, called, wait)?);
+
+        let gate = queue
+            .enqueue(NewJob::new("gate", json!({})).queue("gates"))?
+            .id;
+        let id = queue
+            .enqueue(NewJob::new("probe", json!({})).depends_on([gate]))?
+            .id;
+        let job = queue
+            .lease(&LeaseRequest::new("gatekeeper", 1).queues(["gates"]))?
+            .pop()
+            .ok_or("the gate was not leased")?;
+        let called = SystemTime::now();
+        queue.complete(&job, None)?;
+        released.push(started_after(queue, id, called, wait)?);
+    }
+    Ok((median(&fresh), median(&released)))
+}
+
+/// Ms from `called` to the start probe `id` returned.
+fn started_after(queue: &Queue, id: i64, called: SystemTime, wait: Duration) -> BoxResult<f64> {
+    let record = queue.wait(id, wait)?;
+    let started: i64 = serde_json::from_str(record.result.as_deref().ok_or("no result")?)?;
+    Ok((started - micros(called)) as f64 / 1e3)
+}
+
+fn micros(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+/// Where one run's queue lives; dropped with the run.
+enum Place {
+    Sqlite(tempfile::TempDir),
+    #[cfg(feature = "postgres")]
+    Postgres {
+        url: String,
+        schema: String,
+    },
+    #[cfg(feature = "mysql")]
+    Mysql {
+        admin: String,
+        url: String,
+        database: String,
+    },
+}
+
+impl Place {
+    fn url_of(backend: &str) -> Option<String> {
+        match backend {
+            "sqlite" => Some(String::new()),
+            #[cfg(feature = "postgres")]
+            "postgres" => std::env::var("BACKLOG_TEST_POSTGRES_URL").ok(),
+            #[cfg(feature = "mysql")]
+            "mysql" => std::env::var("BACKLOG_TEST_MYSQL_URL").ok(),
+            _ => None,
+        }
+    }
+
+    /// A fresh place on `backend`; `None` when it cannot be reached.
+    fn new(backend: &str) -> BoxResult<Option<Place>> {
+        let Some(url) = Place::url_of(backend) else {
+            return Ok(None);
+        };
+        // Short: a PostgreSQL schema name is at most 32 characters here.
+        let name = format!(
+            "fanin_{}_{}",
+            std::process::id(),
+            micros(SystemTime::now()) % 1_000_000_000
+        );
+        Ok(Some(match backend {
+            #[cfg(feature = "postgres")]
+            "postgres" => Place::Postgres { url, schema: name },
+            #[cfg(feature = "mysql")]
+            "mysql" => {
+                use backlog::mysql::mysql::prelude::Queryable;
+                let opts = backlog::mysql::mysql::Opts::from_url(&url)?;
+                backlog::mysql::mysql::Conn::new(opts)?
+                    .query_drop(format!("CREATE DATABASE {name}"))?;
+                let (base, query) = url.split_once('?').unwrap_or((&url, ""));
+                let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
+                let query = if query.is_empty() {
+                    String::new()
+                } else {
+                    format!("?{query}")
+                };
+                Place::Mysql {
+                    url: format!("{root}/{name}{query}"),
+                    admin: url.clone(),
+                    database: name,
+                }
+            }
+            _ => Place::Sqlite(tempfile::tempdir()?),
+        }))
+    }
+
+    /// What `QueueOptions::connect` takes, and the schema.
+    fn target(&self) -> (String, Option<String>) {
+        match self {
+            Place::Sqlite(dir) => (
+                format!("sqlite:{}", dir.path().join("fanin.db").display()),
+                None,
+            ),
+            #[cfg(feature = "postgres")]
+            Place::Postgres { url, schema } => (url.clone(), Some(schema.clone())),
+            #[cfg(feature = "mysql")]
+            Place::Mysql { url, .. } => (url.clone(), None),
+        }
+    }
+
+    fn open(&self) -> backlog::Result<Queue> {
+        let (target, schema) = self.target();
+        let options = match schema {
+            Some(schema) => QueueOptions::new().schema(schema),
+            None => QueueOptions::new(),
+        };
+        options.connect(&target)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        match self {
+            Place::Sqlite(_) => {}
+            #[cfg(feature = "postgres")]
+            Place::Postgres { url, schema } => {
+                use backlog::postgres::postgres::{Client, NoTls};
+                if let Ok(mut admin) = Client::connect(url, NoTls) {
+                    let _ = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+                }
+            }
+            #[cfg(feature = "mysql")]
+            Place::Mysql {
+                admin, database, ..
+            } => {
+                use backlog::mysql::mysql::prelude::Queryable;
+                if let Ok(mut admin) = backlog::mysql::mysql::Opts::from_url(admin)
+                    .map_err(backlog::mysql::mysql::Error::from)
+                    .and_then(backlog::mysql::mysql::Conn::new)
+                {
+                    let _ = admin.query_drop(format!("DROP DATABASE IF EXISTS {database}"));
+                }
+            }
+        }
+    }
 }
 
 /// Leases and completes `n` jobs of `kind`, `CHUNK` per transaction; the
@@ -122,7 +475,8 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
 }

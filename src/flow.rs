@@ -19,6 +19,11 @@
 //! [`Queue::retry`] of that step: the steps its failure cancelled wait for
 //! it again.
 //!
+//! Pruning history ([`Retention`](crate::Retention)) deletes a finished
+//! job's edges and workflow step with it, and its workflow once no step is
+//! left; a finished job that a pending or live job depends on is kept until
+//! that job finishes, so its handler can read the result.
+//!
 //! ```
 //! use backlog::{NewJob, Queue, Workflow};
 //! use serde_json::json;

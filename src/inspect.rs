@@ -368,6 +368,12 @@ pub enum CancelOutcome {
 }
 
 /// How long finished jobs are kept, per status. `None` keeps forever.
+///
+/// A pruned job takes its dependency edges and workflow step with it, and
+/// its workflow once no step is left. A finished job that a pending or live
+/// job depends on is kept past its retention until that job has finished
+/// too: its handler may read the result
+/// ([`JobContext::result_of`](crate::JobContext::result_of)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
     /// Defaults to 7 days. Grouped jobs combined into another

@@ -19,6 +19,7 @@ mod events;
 mod find_unique;
 mod finished_counts;
 mod finished_per_minute;
+mod flow_pruning;
 mod groups;
 mod heartbeat_rescue;
 mod inside_transaction;

@@ -442,7 +442,10 @@ pub(crate) fn paused_queues(sql: &Sql, q: &mut impl Queryable) -> Result<Vec<Str
     rows.into_iter().map(|mut r| take(&mut r, 0)).collect()
 }
 
-/// Deletes up to `limit` finished jobs of `status` that finished before `cutoff`.
+/// Deletes up to `limit` finished jobs of `status` that finished before
+/// `cutoff`, with their dependency edges and workflow steps, and each
+/// workflow whose last step they were (`PRUNE_HISTORY` and the statements
+/// after it).
 pub(crate) fn prune(
     sql: &Sql,
     q: &mut impl Queryable,
@@ -452,16 +455,31 @@ pub(crate) fn prune(
     now: Now,
 ) -> Result<usize> {
     let limit = u64::try_from(limit).unwrap_or(u64::MAX);
-    let deleted = q
-        .exec_iter(
-            &sql.prune_history,
-            params! {
-                "status" => status.as_str(), "cutoff_in" => now.offset(cutoff),
-                "limit" => limit, "now" => now.param(),
-            },
-        )?
-        .affected_rows();
-    Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+    let ids: Vec<i64> = q.exec(
+        &sql.prune_history,
+        params! {
+            "status" => status.as_str(), "cutoff_in" => now.offset(cutoff),
+            "limit" => limit, "now" => now.param(),
+        },
+    )?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let [jobs, edges_out, edges_in, steps_of, steps, workflows] = &sql.prune;
+    let json = serde_json::to_string(&ids)?;
+    let mut flows: Vec<i64> = q.exec(steps_of, params! { "ids" => &json })?;
+    for statement in [jobs, edges_out, edges_in, steps] {
+        q.exec_drop(statement, params! { "ids" => &json })?;
+    }
+    if !flows.is_empty() {
+        flows.sort_unstable();
+        flows.dedup();
+        q.exec_drop(
+            workflows,
+            params! { "ids" => serde_json::to_string(&flows)? },
+        )?;
+    }
+    Ok(ids.len())
 }
 
 #[cfg(test)]

@@ -543,7 +543,8 @@ pub(crate) fn paused_queues<C: GenericClient>(
 }
 
 /// Deletes up to `limit` finished jobs of `status` that finished before
-/// `cutoff` (`now` is the engine's clock then, to turn it into an offset).
+/// `cutoff` (`now` is the engine's clock then, to turn it into an offset),
+/// with their edges and workflow steps (`PRUNE_HISTORY`).
 pub(crate) fn prune<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
@@ -554,9 +555,11 @@ pub(crate) fn prune<C: GenericClient>(
 ) -> Result<usize> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let back = cutoff.saturating_sub(now);
-    let deleted = tx.execute(
-        &q.prune_history,
-        &[&q.now_override(now), &status.as_str(), &back, &limit],
-    )?;
+    let deleted: i64 = tx
+        .query_opt(
+            &q.prune_history,
+            &[&q.now_override(now), &status.as_str(), &back, &limit],
+        )?
+        .map_or(Ok(0), |r| r.try_get(0))?;
     Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
 }

@@ -530,7 +530,9 @@ pub(crate) fn paused_queues(conn: &Connection) -> Result<Vec<String>> {
     jobs::paused_queues(conn)
 }
 
-/// Deletes up to `limit` finished jobs of `status` that finished before `cutoff`.
+/// Deletes up to `limit` finished jobs of `status` that finished before
+/// `cutoff`, with their dependency edges and workflow steps, and each
+/// workflow whose last step they were.
 pub(crate) fn prune(
     conn: &Connection,
     status: FinalStatus,
@@ -538,9 +540,21 @@ pub(crate) fn prune(
     limit: usize,
 ) -> Result<usize> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    Ok(conn
+    let ids = conn
         .prepare_cached(queries::PRUNE_HISTORY)?
-        .execute(params![status.as_str(), cutoff, limit])?)
+        .query_map(params![status.as_str(), cutoff, limit], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<i64>>>()?;
+    let mut edges = conn.prepare_cached(queries::PRUNE_EDGES)?;
+    let mut step = conn.prepare_cached(queries::PRUNE_STEP)?;
+    let mut workflow = conn.prepare_cached(queries::PRUNE_WORKFLOW)?;
+    for id in &ids {
+        edges.execute([id])?;
+        let of: Option<i64> = step.query_row([id], |r| r.get(0)).optional()?;
+        if let Some(of) = of {
+            workflow.execute([of])?;
+        }
+    }
+    Ok(ids.len())
 }
 
 #[cfg(test)]

@@ -533,11 +533,37 @@ pub const RAISE_NEXT_ID: &str =
 // ---- maintenance -----------------------------------------------------------
 
 /// Deletes up to `?3` finished jobs of status `?1` that finished before `?2`,
-/// oldest first, through `backlog_history_finished`.
+/// oldest first, through `backlog_history_finished`; returns their ids. A job
+/// that a pending or live job depends on is kept past its retention until
+/// that job finishes too: its dependent's handler may read its result
+/// (`result_of`). The check is a seek on `backlog_dependencies`' primary key
+/// per candidate, and on the pending and live tables' per edge.
 pub const PRUNE_HISTORY: &str = "
 DELETE FROM backlog_history WHERE id IN (
-    SELECT id FROM backlog_history WHERE status = ?1 AND finished_at < ?2
-    ORDER BY finished_at LIMIT ?3)";
+    SELECT h.id FROM backlog_history AS h WHERE h.status = ?1 AND h.finished_at < ?2
+      AND NOT EXISTS (
+        SELECT 1 FROM backlog_dependencies AS e
+        WHERE e.dependency = h.id
+          AND (EXISTS (SELECT 1 FROM backlog_pending AS p WHERE p.id = e.dependent)
+               OR EXISTS (SELECT 1 FROM backlog_jobs AS j WHERE j.id = e.dependent)))
+    ORDER BY h.finished_at LIMIT ?3)
+RETURNING id";
+
+/// Deletes a pruned job's (`?1`) edges, both ways: what it depended on (it
+/// will not run or be retried again) and what depended on it (every such
+/// job has finished: [`PRUNE_HISTORY`] keeps it otherwise, and a retry of
+/// one must not wait for a job that is gone).
+pub const PRUNE_EDGES: &str = "
+DELETE FROM backlog_dependencies WHERE dependency = ?1 OR dependent = ?1";
+
+/// Deletes a pruned job's (`?1`) workflow step; returns its workflow.
+pub const PRUNE_STEP: &str =
+    "DELETE FROM backlog_workflow_steps WHERE job_id = ?1 RETURNING workflow_id";
+
+/// Deletes workflow `?1` once its last step is pruned.
+pub const PRUNE_WORKFLOW: &str = "
+DELETE FROM backlog_workflows WHERE id = ?1
+  AND NOT EXISTS (SELECT 1 FROM backlog_workflow_steps WHERE workflow_id = ?1)";
 
 /// A counter that changes whenever another connection commits to the file:
 /// how a worker notices another process's enqueue without reading a table.

@@ -150,6 +150,9 @@ pub struct Sql {
     pub raise_next_id: String,
     pub drop_id_placeholder: String,
     pub prune_history: String,
+    /// The rest of a prune, in order: jobs, edges out and in, the steps'
+    /// workflows, steps, workflows.
+    pub prune: [String; 6],
     pub latest_job: String,
     pub flows: super::flows::FlowSql,
     pub sequences: super::sequences::SequenceSql,
@@ -225,6 +228,14 @@ impl Sql {
             raise_next_id: r(RAISE_NEXT_ID),
             drop_id_placeholder: r(DROP_ID_PLACEHOLDER),
             prune_history: r(PRUNE_HISTORY),
+            prune: [
+                r(PRUNE_JOBS),
+                r(PRUNE_EDGES_OUT),
+                r(PRUNE_EDGES_IN),
+                r(PRUNE_STEPS_OF),
+                r(PRUNE_STEPS),
+                r(PRUNE_WORKFLOWS),
+            ],
             latest_job: r(LATEST_JOB),
             flows: super::flows::FlowSql::new(&tables),
             sequences: super::sequences::SequenceSql::new(&tables),

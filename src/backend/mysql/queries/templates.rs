@@ -718,13 +718,65 @@ pub const DROP_ID_PLACEHOLDER: &str = "DELETE FROM {jobs} WHERE id = :id AND kin
 
 // ---- maintenance -----------------------------------------------------------
 
-/// Deletes up to `:limit` finished jobs of `:status` that finished before
-/// `:cutoff_in` from now, oldest first, through `history_finished`. Differs
-/// from SQLite in that the `ORDER BY .. LIMIT` sits on the `DELETE` itself:
-/// MySQL refuses a sub-select of the table being deleted from.
+/// As SQLite's `PRUNE_HISTORY`: up to `:limit` finished jobs of `:status`
+/// that finished before `:cutoff_in` from now, oldest first, through
+/// `history_finished`, but those a pending or live job depends on. Differs
+/// from SQLite in that it only selects and locks them (skipping rows
+/// another node is pruning): MySQL has no `DELETE .. RETURNING`, and the
+/// statements below need the ids.
 pub const PRUNE_HISTORY: &str = "
-DELETE FROM {history} WHERE status = :status AND finished_at < {now} + :cutoff_in
-ORDER BY finished_at LIMIT :limit";
+SELECT h.id FROM {history} AS h
+WHERE h.status = :status AND h.finished_at < {now} + :cutoff_in
+  AND NOT EXISTS (
+    SELECT 1 FROM {dependencies} AS e
+    WHERE e.dependency = h.id
+      AND (EXISTS (SELECT 1 FROM {pending} AS p WHERE p.id = e.dependent)
+           OR EXISTS (SELECT 1 FROM {jobs} AS j WHERE j.id = e.dependent)))
+ORDER BY h.finished_at LIMIT :limit
+FOR UPDATE SKIP LOCKED";
+
+/// Deletes the jobs [`PRUNE_HISTORY`] selected (`:ids`, a JSON array).
+pub const PRUNE_JOBS: &str = "
+DELETE h
+FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g
+STRAIGHT_JOIN {history} AS h ON h.id = g.id";
+
+/// As SQLite's `PRUNE_EDGES`, in two statements (an `OR` of the two keys
+/// would not seek both): the edges from the pruned jobs ...
+pub const PRUNE_EDGES_OUT: &str = "
+DELETE e
+FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g
+STRAIGHT_JOIN {dependencies} AS e FORCE INDEX (PRIMARY) ON e.dependency = g.id";
+
+/// ... and the edges to them.
+pub const PRUNE_EDGES_IN: &str = "
+DELETE e
+FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g
+STRAIGHT_JOIN {dependencies} AS e FORCE INDEX (dependencies_dependent) ON e.dependent = g.id";
+
+/// As SQLite's `PRUNE_STEP`, in two statements: the pruned jobs' workflows,
+/// their rows locked so that two nodes pruning the last steps of one
+/// workflow take turns (the second then sees the first's steps gone) ...
+pub const PRUNE_STEPS_OF: &str = "
+SELECT w.id
+FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g
+STRAIGHT_JOIN {workflow_steps} AS s FORCE INDEX (workflow_steps_job) ON s.job_id = g.id
+STRAIGHT_JOIN {workflows} AS w ON w.id = s.workflow_id
+FOR UPDATE";
+
+/// ... and their steps deleted.
+pub const PRUNE_STEPS: &str = "
+DELETE s
+FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g
+STRAIGHT_JOIN {workflow_steps} AS s FORCE INDEX (workflow_steps_job) ON s.job_id = g.id";
+
+/// As SQLite's `PRUNE_WORKFLOW`, for the workflows of `:ids` (a JSON
+/// array).
+pub const PRUNE_WORKFLOWS: &str = "
+DELETE w
+FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS f
+STRAIGHT_JOIN {workflows} AS w ON w.id = f.id
+WHERE NOT EXISTS (SELECT 1 FROM {workflow_steps} AS s WHERE s.workflow_id = w.id)";
 
 /// The newest job's id, and the count of transactions that released jobs
 /// waiting for their dependencies (`flows.rs`; a released job keeps an

@@ -700,14 +700,45 @@ pub const COUNT_GROUPED: &str =
 // ---- maintenance -----------------------------------------------------------
 
 /// Deletes up to `$4` finished jobs of status `$2` that finished before `$3`
-/// (µs from now, negative), oldest first, through `{prefix}history_finished`.
+/// (µs from now, negative), oldest first, through `{prefix}history_finished`,
+/// keeping those a pending or live job depends on; with them their edges,
+/// their workflow steps, and each workflow whose last step they were (as
+/// SQLite's `PRUNE_HISTORY`, `PRUNE_EDGES`, `PRUNE_STEP` and
+/// `PRUNE_WORKFLOW`). Returns how many jobs it deleted.
 ///
-/// Differs from SQLite in that rows another node is pruning are skipped.
+/// Differs from SQLite in that rows another node is pruning are skipped, and
+/// in that it is one statement: every part reads one snapshot, so the
+/// workflow's other steps are those not deleted here, and an edge between
+/// two pruned jobs is deleted by `edges_out` only. Two nodes pruning the
+/// last steps of one workflow at the same instant each see the other's step
+/// still there and keep its row (a name and a time); no step is left.
 pub const PRUNE_HISTORY: &str = "
-DELETE FROM {history} WHERE id IN (
-    SELECT id FROM {history} WHERE status = $2 AND finished_at < {now} + $3
-    ORDER BY finished_at LIMIT $4
-    FOR UPDATE SKIP LOCKED)";
+WITH gone AS (
+    DELETE FROM {history} WHERE id IN (
+        SELECT h.id FROM {history} AS h WHERE h.status = $2 AND h.finished_at < {now} + $3
+          AND NOT EXISTS (
+            SELECT 1 FROM {dependencies} AS e
+            WHERE e.dependency = h.id
+              AND (EXISTS (SELECT 1 FROM {pending} AS p WHERE p.id = e.dependent)
+                   OR EXISTS (SELECT 1 FROM {jobs} AS j WHERE j.id = e.dependent)))
+        ORDER BY h.finished_at LIMIT $4
+        FOR UPDATE SKIP LOCKED)
+    RETURNING id
+), edges_out AS (
+    DELETE FROM {dependencies} AS e USING gone WHERE e.dependency = gone.id
+), edges_in AS (
+    DELETE FROM {dependencies} AS e USING gone
+    WHERE e.dependent = gone.id AND e.dependency NOT IN (SELECT id FROM gone)
+), steps AS (
+    DELETE FROM {workflow_steps} AS s USING gone WHERE s.job_id = gone.id
+    RETURNING s.workflow_id
+), flows AS (
+    DELETE FROM {workflows} AS w WHERE w.id IN (SELECT workflow_id FROM steps)
+      AND NOT EXISTS (
+        SELECT 1 FROM {workflow_steps} AS s
+        WHERE s.workflow_id = w.id AND s.job_id NOT IN (SELECT id FROM gone))
+)
+SELECT count(*) FROM gone";
 
 /// Subscribes a connection to the queue's channel.
 ///
