@@ -22,6 +22,39 @@ const ROWS_PER_INSERT: [usize; 5] = [500, 100, 20, 5, 1];
 /// `max_allowed_packet` (16 MiB on MariaDB).
 const BYTES_PER_INSERT: usize = 4 << 20;
 
+/// Whether enqueueing `jobs` is one statement and nothing else, so that it
+/// can commit by itself, in one round trip ([`Db::autocommit`]) where a
+/// transaction takes three: plain jobs (no unique key: a refused insert is
+/// followed by a look-up of the job holding the key, and a period-scoped key
+/// by a locking read; no group, no batch, no dependencies), one of them, or
+/// on MariaDB as many as one multi-row insert takes ([`ROWS_PER_INSERT`]).
+/// A statement is atomic: all the rows or none, as in a transaction.
+///
+/// Why that cannot enqueue twice: the statement is sent once. Before it is
+/// sent, a connection the server has closed is replaced (its FIN is on the
+/// socket), and an error the server answers means the statement did not
+/// commit: both are retried. A connection lost after the statement was sent
+/// leaves the outcome unknown (it may have committed): it is not retried,
+/// and the caller gets the error, as with a raw insert, or with a
+/// transaction's `COMMIT` lost the same way. An `Ok` is the server's answer
+/// to the committed statement, so no acknowledged job is lost.
+///
+/// [`Db::autocommit`]: super::Db::autocommit
+pub(crate) fn is_one_statement(sql: &Sql, jobs: &[EnqueueParams<'_>]) -> bool {
+    let plain = |p: &EnqueueParams<'_>| {
+        p.unique_key.is_none() && p.group.is_none() && p.batch.is_none() && p.depends_on.is_empty()
+    };
+    match jobs {
+        [] => false,
+        [p] => plain(p),
+        _ => {
+            sql.returning
+                && jobs.iter().all(plain)
+                && chunk_len(jobs, &(0..jobs.len()).collect::<Vec<_>>()) == jobs.len()
+        }
+    }
+}
+
 /// Inserts jobs in order, each one or the id of the job already holding its
 /// unique key, the members of a batch joining it (`batches.rs`).
 pub(crate) fn enqueue_all(
@@ -62,26 +95,33 @@ fn insert_all(
     let pending: Vec<usize> = (0..jobs.len()).filter(|&i| out[i].is_none()).collect();
     let mut rest = pending.as_slice();
     while !rest.is_empty() {
-        let mut n = ROWS_PER_INSERT
-            .into_iter()
-            .find(|&n| n <= rest.len())
-            .unwrap_or(1);
-        while n > 1
-            && rest[..n]
-                .iter()
-                .map(|&i| jobs[i].payload.len())
-                .sum::<usize>()
-                > BYTES_PER_INSERT
-        {
-            n = ROWS_PER_INSERT.into_iter().find(|&m| m < n).unwrap_or(1);
-        }
-        let (chunk, tail) = rest.split_at(n);
+        let (chunk, tail) = rest.split_at(chunk_len(jobs, rest));
         insert_rows(sql, q, jobs, chunk, &mut out, now)?;
         rest = tail;
     }
     out.into_iter()
         .map(|e| e.ok_or_else(|| Error::Database("a job was neither inserted nor found".into())))
         .collect()
+}
+
+/// How many of the jobs at `rest` the next multi-row insert takes: the
+/// largest of [`ROWS_PER_INSERT`] that they fill, fewer while their payloads
+/// pass [`BYTES_PER_INSERT`].
+fn chunk_len(jobs: &[EnqueueParams<'_>], rest: &[usize]) -> usize {
+    let mut n = ROWS_PER_INSERT
+        .into_iter()
+        .find(|&n| n <= rest.len())
+        .unwrap_or(1);
+    while n > 1
+        && rest[..n]
+            .iter()
+            .map(|&i| jobs[i].payload.len())
+            .sum::<usize>()
+            > BYTES_PER_INSERT
+    {
+        n = ROWS_PER_INSERT.into_iter().find(|&m| m < n).unwrap_or(1);
+    }
+    n
 }
 
 /// Inserts the jobs at `chunk` in one statement, filling `out` with their
