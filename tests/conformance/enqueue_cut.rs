@@ -108,7 +108,8 @@ fn fill_pool(queue: &Queue, n: usize) -> TestResult {
         let threads: Vec<_> = (0..n)
             .map(|_| {
                 s.spawn(|| {
-                    (0..5).try_for_each(|_| queue.enqueue(NewJob::new("fill", json!(null))).map(drop))
+                    (0..5)
+                        .try_for_each(|_| queue.enqueue(NewJob::new("fill", json!(null))).map(drop))
                 })
             })
             .collect();

@@ -1,5 +1,26 @@
 //! Enqueueing on MySQL: one insert per job, or on MariaDB many jobs per
 //! multi-row insert; a unique key already held returns its job's id.
+//!
+//! Plain jobs (no unique key, group, batch or dependency) whose enqueue is
+//! a single statement (one job, or up to 1,000 on MariaDB) go in one
+//! autocommit statement: one round trip, the price of a raw insert, where a
+//! transaction costs three. Every other enqueue runs in a transaction.
+//!
+//! Why a single statement never enqueues twice, though the engine retries
+//! a write whose connection failed: an autocommit insert whose answer is
+//! lost may have committed, so it is never sent again. What can be retried
+//! is told apart before sending or by the server itself:
+//! - a pooled connection the server closed while idle (a restart, a kill,
+//!   `wait_timeout`) holds the server's FIN on its socket, seen by a `poll`
+//!   at checkout (no round trip), and is replaced before anything is sent;
+//! - an error packet from the server (a deadlock, a lock wait timeout, a
+//!   killed query) means the statement did not commit.
+//!
+//! A connection lost after sending (a network cut, a server crash
+//! mid-statement) returns its error to the caller, as a raw insert or a
+//! transaction's lost `COMMIT` does: the job is then there once or not at
+//! all. An `Ok` is the server's answer to the committed statement. Where the
+//! FIN cannot be seen (off Linux) every enqueue takes the transaction.
 
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Value};
@@ -12,11 +33,12 @@ use crate::job::Enqueued;
 
 /// Rows per multi-row insert, largest first: a batch goes out in chunks of
 /// these sizes, so a handful of statement texts serve every batch size (each
-/// is prepared once per connection). `enqueue_many(1000)` goes out in two
-/// statements (with 128 rows at most it took eleven; the raw ceiling sends
-/// one). A 500-row statement has 5,000 placeholders, well under the
-/// protocol's 65,535.
-const ROWS_PER_INSERT: [usize; 5] = [500, 100, 20, 5, 1];
+/// is prepared once per connection). `enqueue_many(1000)` of plain jobs is
+/// one statement, committing by itself ([`is_one_statement`]), as the raw
+/// ceiling's is (with 128 rows at most it took eleven, with 500 two and a
+/// transaction). A 1,000-row statement has 10,000 placeholders, well under
+/// the protocol's 65,535.
+const ROWS_PER_INSERT: [usize; 5] = [1000, 100, 20, 5, 1];
 
 /// Payload bytes per multi-row insert, well under the server's default
 /// `max_allowed_packet` (16 MiB on MariaDB).
@@ -151,8 +173,26 @@ fn insert_rows(
             now.param().into(),
         ]);
     }
-    let rows: Vec<(i64, String, Option<String>)> =
-        q.exec(sql.enqueue_rows(chunk.len()), Params::Positional(values))?;
+    if chunk.iter().all(|&i| jobs[i].unique_key.is_none()) {
+        // Nothing to refuse: an id a row, in order.
+        let ids: Vec<i64> = q.exec(
+            sql.enqueue_rows(chunk.len(), false),
+            Params::Positional(values),
+        )?;
+        if ids.len() != chunk.len() {
+            return Err(Error::Database(
+                "a job was neither inserted nor found".into(),
+            ));
+        }
+        for (&i, id) in chunk.iter().zip(ids) {
+            out[i] = Some(Enqueued { id, existed: false });
+        }
+        return Ok(());
+    }
+    let rows: Vec<(i64, String, Option<String>)> = q.exec(
+        sql.enqueue_rows(chunk.len(), true),
+        Params::Positional(values),
+    )?;
     // Rows come back in input order, refused ones left out: match them up.
     let mut inserted = rows.into_iter().peekable();
     for &i in chunk {
