@@ -18,20 +18,16 @@ use std::time::Duration;
 use backlog::{NewJob, Queue, QueueOptions};
 use serde_json::json;
 
-use crate::harness::{Backend, TestResult};
+use crate::harness::{Backend, Harness, TestResult};
 
 /// The moment a retry could write twice: the server has the insert (and,
 /// for a single job on MariaDB, has committed it: one autocommit
 /// statement), and its answer never reaches the caller. Every `Ok` is a job
 /// that exists once; an `Err` leaves at most one.
 fn an_enqueue_whose_answer_is_lost_is_never_written_twice(b: &Backend) -> TestResult {
-    if *b == Backend::Sqlite {
-        println!("not applicable on SQLite: no network between a caller and its database");
+    let Some((h, proxy, queue)) = through_proxy(b)? else {
         return Ok(());
-    }
-    let h = b.harness_on_real_time(QueueOptions::new())?;
-    let proxy = Proxy::start(&h.server_addr()?)?;
-    let queue = h.handle_through(&proxy.addr, QueueOptions::new())?;
+    };
     queue.enqueue(NewJob::new("warm_up", json!(null)))?;
     for (round, jobs) in [1, 5, 2, 1, 3].into_iter().enumerate() {
         // The kind is in the request's bytes: the proxy loses the answer to
@@ -77,13 +73,9 @@ fn an_enqueue_whose_answer_is_lost_is_never_written_twice(b: &Backend) -> TestRe
 /// before sending anything and take fresh ones: no error, and each job
 /// once.
 fn an_enqueue_after_the_server_closed_idle_connections_succeeds(b: &Backend) -> TestResult {
-    if *b == Backend::Sqlite {
-        println!("not applicable on SQLite: no network between a caller and its database");
+    let Some((h, proxy, queue)) = through_proxy(b)? else {
         return Ok(());
-    }
-    let h = b.harness_on_real_time(QueueOptions::new())?;
-    let proxy = Proxy::start(&h.server_addr()?)?;
-    let queue = h.handle_through(&proxy.addr, QueueOptions::new())?;
+    };
     for round in 0..3 {
         fill_pool(&queue, 6)?;
         proxy.close_all();
@@ -99,6 +91,19 @@ fn an_enqueue_after_the_server_closed_idle_connections_succeeds(b: &Backend) -> 
         24
     );
     Ok(())
+}
+
+/// A fresh database, a proxy to its server and a queue through the proxy;
+/// `None` on SQLite, which has no network between a caller and its database.
+fn through_proxy(b: &Backend) -> TestResult<Option<(Harness, Proxy, Queue)>> {
+    if *b == Backend::Sqlite {
+        println!("not applicable on SQLite: no network between a caller and its database");
+        return Ok(None);
+    }
+    let h = b.harness_on_real_time(QueueOptions::new())?;
+    let proxy = Proxy::start(&h.server_addr()?)?;
+    let queue = h.handle_through(&proxy.addr, QueueOptions::new())?;
+    Ok(Some((h, proxy, queue)))
 }
 
 /// Leaves up to `n` idle connections in the queue's pool: `n` threads
