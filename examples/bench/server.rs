@@ -344,8 +344,14 @@ fn enqueued(c: Counts, expected: usize) -> Gate {
     }
 }
 
+/// Blocks each side of an enqueue comparison is cut into: the sides take
+/// turns block by block, so that both meet the same load on a shared
+/// machine (a whole run each, seconds apart, saw rates swing twentyfold).
+const ENQUEUE_BLOCKS: usize = 20;
+
 /// backlog's `enqueue` and `enqueue_many(1000)` against the raw inserts with
-/// the same jobs per commit, on fresh namespaces, in alternating order.
+/// the same jobs per commit, on fresh namespaces, block by block in turn
+/// (which side goes first alternates).
 fn enqueue(
     report: &mut Report,
     server: &Server,
@@ -358,45 +364,48 @@ fn enqueue(
         ("enqueue_many(1000)", sizes.batched, 1000),
     ];
     for (name, count, batch) in cases {
-        let (mut backlog_rate, mut raw_rate) = (0.0, 0.0);
-        for side in 0..2 {
-            let ns = fresh(server, "enqueue")?;
-            if (side + run).is_multiple_of(2) {
-                let queue = open_queue(&ns.target()?)?;
-                let start = Instant::now();
-                if batch == 1 {
-                    for n in 0..count {
-                        queue.enqueue(job(n))?;
+        let (backlog_ns, raw_ns) = (fresh(server, "enqueue")?, fresh(server, "enqueue")?);
+        let queue = open_queue(&backlog_ns.target()?)?;
+        let mut raw = raw_ns.raw()?;
+        let block = (count / ENQUEUE_BLOCKS).div_ceil(batch).max(1) * batch;
+        let (mut backlog_took, mut raw_took) = (Duration::ZERO, Duration::ZERO);
+        let mut first = 0;
+        while first < count {
+            let end = (first + block).min(count);
+            for side in 0..2 {
+                if (side + run + first / block).is_multiple_of(2) {
+                    let start = Instant::now();
+                    let mut n = first;
+                    while n < end {
+                        let upto = (n + batch).min(end);
+                        if batch == 1 {
+                            queue.enqueue(job(n))?;
+                        } else {
+                            queue.enqueue_many((n..upto).map(job))?;
+                        }
+                        n = upto;
                     }
+                    backlog_took += start.elapsed();
                 } else {
-                    let mut n = 0;
-                    while n < count {
-                        let end = (n + batch).min(count);
-                        queue.enqueue_many((n..end).map(job))?;
-                        n = end;
-                    }
+                    raw_took += raw.insert(first, end - first, batch)?;
                 }
-                backlog_rate = per_sec(count, start.elapsed());
-                drop(queue);
-                let counts = ns.raw()?.counts()?;
-                report.gate(
-                    "enqueue",
-                    label,
-                    &format!("backlog {name}"),
-                    enqueued(counts, count),
-                );
-            } else {
-                let mut raw = ns.raw()?;
-                raw_rate = per_sec(count, raw.insert(0, count, batch)?);
-                let counts = raw.counts()?;
-                report.gate(
-                    "enqueue",
-                    label,
-                    &format!("raw, batch {batch}"),
-                    enqueued(counts, count),
-                );
             }
+            first = end;
         }
+        drop(queue);
+        report.gate(
+            "enqueue",
+            label,
+            &format!("backlog {name}"),
+            enqueued(backlog_ns.raw()?.counts()?, count),
+        );
+        report.gate(
+            "enqueue",
+            label,
+            &format!("raw, batch {batch}"),
+            enqueued(raw.counts()?, count),
+        );
+        let (backlog_rate, raw_rate) = (per_sec(count, backlog_took), per_sec(count, raw_took));
         let raw_name = if batch == 1 {
             "raw insert, one per commit".to_owned()
         } else {

@@ -15,6 +15,7 @@ mod batches;
 mod copy;
 mod dependencies;
 mod enqueue;
+mod enqueue_cut;
 mod events;
 mod find_unique;
 mod finished_counts;

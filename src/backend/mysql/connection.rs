@@ -179,7 +179,24 @@ impl Db {
     /// opens one while the pool has room, and otherwise gets
     /// [`Error::InsideTransaction`] at once instead of waiting (always with
     /// `pool_size(1)`).
+    ///
+    /// An idle connection the server has closed meanwhile (a restart, a
+    /// kill, `wait_timeout`, a proxy's reset: its socket holds the server's
+    /// FIN) is dropped and another taken, at no cost of a round trip
+    /// ([`closed_by_peer`]); the pool makes a new one once no idle one is
+    /// left.
     pub(crate) fn conn(&self) -> Result<PooledConn> {
+        loop {
+            let mut conn = self.checkout()?;
+            if closed_by_peer(&conn) != Some(true) {
+                return Ok(conn);
+            }
+            // Dropped by the pool on its return: the reset fails.
+            conn.reset_connection(true);
+        }
+    }
+
+    fn checkout(&self) -> Result<PooledConn> {
         if inside::is_inside(self.id()) {
             return self.pool.try_get_conn(Duration::ZERO).map_err(|e| match e {
                 mysql::Error::DriverError(mysql::DriverError::Timeout) => Error::InsideTransaction,
@@ -224,6 +241,42 @@ impl Db {
             }
             result
         })
+    }
+
+    /// Runs `f`, a single statement that commits by itself (autocommit), on
+    /// a pooled connection: one round trip where [`Db::write`] takes three
+    /// (`START TRANSACTION`, the statement, `COMMIT`). `None` where an idle
+    /// connection closed by the server cannot be told apart before use
+    /// ([`closed_by_peer`]): the caller takes [`Db::write`] then.
+    ///
+    /// Retried as [`Db::write`] is, up to the moment the statement is sent:
+    /// a connection the server closed while it sat in the pool is replaced
+    /// before anything is sent ([`Db::conn`]), and an error the server
+    /// answers (a deadlock, a lock wait timeout, a killed query) means the
+    /// statement did not commit, so it runs again. A connection lost after
+    /// the statement was sent and before its answer came leaves the outcome
+    /// unknown, as the commit of [`Db::write`] does: the statement may have
+    /// committed, so it is not run again (that could write twice) and the
+    /// error is returned. A raw autocommit insert behaves the same.
+    pub(crate) fn autocommit<T>(
+        &self,
+        mut f: impl FnMut(&mut PooledConn) -> Result<T>,
+    ) -> Option<Result<T>> {
+        closed_by_peer_is_known()?;
+        if let Err(e) = self.refuse_inside() {
+            return Some(Err(e));
+        }
+        Some(self.with_retries(|| {
+            let mut conn = self.conn()?;
+            f(&mut conn).map_err(|e| {
+                discard_if_broken(&mut conn, &e);
+                if is_connectivity(&e) && !is_answer(&e) {
+                    Attempt::Committing(e)
+                } else {
+                    Attempt::Failed(e)
+                }
+            })
+        }))
     }
 
     /// Runs `f` on a pooled connection, once more on a fresh one if the
@@ -339,6 +392,37 @@ fn discard_if_broken(conn: &mut PooledConn, e: &Error) {
     }
 }
 
+/// Whether the server has closed this idle connection: its FIN (or a
+/// reset) is waiting on the socket. Costs one `poll` on the socket, no round
+/// trip. An idle connection has no answer due, so anything the server sent
+/// is a goodbye (MariaDB's notice of a kill or a shutdown comes with the
+/// FIN). `None` where it cannot be told (off Linux: `POLLRDHUP` is
+/// Linux's). A connection that breaks without a FIN (a silent network cut)
+/// is not found here, and fails on use.
+#[cfg(target_os = "linux")]
+fn closed_by_peer(conn: &PooledConn) -> Option<bool> {
+    use std::os::unix::io::AsRawFd;
+    let mut fd = libc::pollfd {
+        fd: conn.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a zero timeout; the socket stays open
+    // (borrowed from `conn`) for the call.
+    let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+    Some(ready < 0 || fd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn closed_by_peer(_: &PooledConn) -> Option<bool> {
+    None
+}
+
+/// `Some` where [`closed_by_peer`] can tell.
+fn closed_by_peer_is_known() -> Option<()> {
+    cfg!(target_os = "linux").then_some(())
+}
+
 /// True for an error of the connection rather than of the statement: the
 /// server went away, the socket broke, the session was killed.
 pub(crate) fn is_connectivity(e: &Error) -> bool {
@@ -354,6 +438,13 @@ pub(crate) fn is_connectivity(e: &Error) -> bool {
             }),
         _ => false,
     }
+}
+
+/// True for an error the server answered (an error packet), as opposed to
+/// an answer that never came: the statement did not commit.
+fn is_answer(e: &Error) -> bool {
+    matches!(e, Error::Database(inner)
+        if matches!(inner.downcast_ref::<mysql::Error>(), Some(mysql::Error::MySqlError(_))))
 }
 
 /// True when the server refused a new connection for lack of room: its

@@ -1,5 +1,26 @@
 //! Enqueueing on MySQL: one insert per job, or on MariaDB many jobs per
 //! multi-row insert; a unique key already held returns its job's id.
+//!
+//! Plain jobs (no unique key, group, batch or dependency) whose enqueue is
+//! a single statement (one job, or up to 1,000 on MariaDB) go in one
+//! autocommit statement: one round trip, the price of a raw insert, where a
+//! transaction costs three. Every other enqueue runs in a transaction.
+//!
+//! Why a single statement never enqueues twice, though the engine retries
+//! a write whose connection failed: an autocommit insert whose answer is
+//! lost may have committed, so it is never sent again. What can be retried
+//! is told apart before sending or by the server itself:
+//! - a pooled connection the server closed while idle (a restart, a kill,
+//!   `wait_timeout`) holds the server's FIN on its socket, seen by a `poll`
+//!   at checkout (no round trip), and is replaced before anything is sent;
+//! - an error packet from the server (a deadlock, a lock wait timeout, a
+//!   killed query) means the statement did not commit.
+//!
+//! A connection lost after sending (a network cut, a server crash
+//! mid-statement) returns its error to the caller, as a raw insert or a
+//! transaction's lost `COMMIT` does: the job is then there once or not at
+//! all. An `Ok` is the server's answer to the committed statement. Where the
+//! FIN cannot be seen (off Linux) every enqueue takes the transaction.
 
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Value};
@@ -12,15 +33,49 @@ use crate::job::Enqueued;
 
 /// Rows per multi-row insert, largest first: a batch goes out in chunks of
 /// these sizes, so a handful of statement texts serve every batch size (each
-/// is prepared once per connection). `enqueue_many(1000)` goes out in two
-/// statements (with 128 rows at most it took eleven; the raw ceiling sends
-/// one). A 500-row statement has 5,000 placeholders, well under the
-/// protocol's 65,535.
-const ROWS_PER_INSERT: [usize; 5] = [500, 100, 20, 5, 1];
+/// is prepared once per connection). `enqueue_many(1000)` of plain jobs is
+/// one statement, committing by itself ([`is_one_statement`]), as the raw
+/// ceiling's is (with 128 rows at most it took eleven, with 500 two and a
+/// transaction). A 1,000-row statement has 10,000 placeholders, well under
+/// the protocol's 65,535.
+const ROWS_PER_INSERT: [usize; 5] = [1000, 100, 20, 5, 1];
 
 /// Payload bytes per multi-row insert, well under the server's default
 /// `max_allowed_packet` (16 MiB on MariaDB).
 const BYTES_PER_INSERT: usize = 4 << 20;
+
+/// Whether enqueueing `jobs` is one statement and nothing else, so that it
+/// can commit by itself, in one round trip ([`Db::autocommit`]) where a
+/// transaction takes three: plain jobs (no unique key: a refused insert is
+/// followed by a look-up of the job holding the key, and a period-scoped key
+/// by a locking read; no group, no batch, no dependencies), one of them, or
+/// on MariaDB as many as one multi-row insert takes ([`ROWS_PER_INSERT`]).
+/// A statement is atomic: all the rows or none, as in a transaction.
+///
+/// Why that cannot enqueue twice: the statement is sent once. Before it is
+/// sent, a connection the server has closed is replaced (its FIN is on the
+/// socket), and an error the server answers means the statement did not
+/// commit: both are retried. A connection lost after the statement was sent
+/// leaves the outcome unknown (it may have committed): it is not retried,
+/// and the caller gets the error, as with a raw insert, or with a
+/// transaction's `COMMIT` lost the same way. An `Ok` is the server's answer
+/// to the committed statement, so no acknowledged job is lost.
+///
+/// [`Db::autocommit`]: super::Db::autocommit
+pub(crate) fn is_one_statement(sql: &Sql, jobs: &[EnqueueParams<'_>]) -> bool {
+    let plain = |p: &EnqueueParams<'_>| {
+        p.unique_key.is_none() && p.group.is_none() && p.batch.is_none() && p.depends_on.is_empty()
+    };
+    match jobs {
+        [] => false,
+        [p] => plain(p),
+        _ => {
+            sql.returning
+                && jobs.iter().all(plain)
+                && chunk_len(jobs, &(0..jobs.len()).collect::<Vec<_>>()) == jobs.len()
+        }
+    }
+}
 
 /// Inserts jobs in order, each one or the id of the job already holding its
 /// unique key, the members of a batch joining it (`batches.rs`).
@@ -62,26 +117,33 @@ fn insert_all(
     let pending: Vec<usize> = (0..jobs.len()).filter(|&i| out[i].is_none()).collect();
     let mut rest = pending.as_slice();
     while !rest.is_empty() {
-        let mut n = ROWS_PER_INSERT
-            .into_iter()
-            .find(|&n| n <= rest.len())
-            .unwrap_or(1);
-        while n > 1
-            && rest[..n]
-                .iter()
-                .map(|&i| jobs[i].payload.len())
-                .sum::<usize>()
-                > BYTES_PER_INSERT
-        {
-            n = ROWS_PER_INSERT.into_iter().find(|&m| m < n).unwrap_or(1);
-        }
-        let (chunk, tail) = rest.split_at(n);
+        let (chunk, tail) = rest.split_at(chunk_len(jobs, rest));
         insert_rows(sql, q, jobs, chunk, &mut out, now)?;
         rest = tail;
     }
     out.into_iter()
         .map(|e| e.ok_or_else(|| Error::Database("a job was neither inserted nor found".into())))
         .collect()
+}
+
+/// How many of the jobs at `rest` the next multi-row insert takes: the
+/// largest of [`ROWS_PER_INSERT`] that they fill, fewer while their payloads
+/// pass [`BYTES_PER_INSERT`].
+fn chunk_len(jobs: &[EnqueueParams<'_>], rest: &[usize]) -> usize {
+    let mut n = ROWS_PER_INSERT
+        .into_iter()
+        .find(|&n| n <= rest.len())
+        .unwrap_or(1);
+    while n > 1
+        && rest[..n]
+            .iter()
+            .map(|&i| jobs[i].payload.len())
+            .sum::<usize>()
+            > BYTES_PER_INSERT
+    {
+        n = ROWS_PER_INSERT.into_iter().find(|&m| m < n).unwrap_or(1);
+    }
+    n
 }
 
 /// Inserts the jobs at `chunk` in one statement, filling `out` with their
@@ -111,8 +173,26 @@ fn insert_rows(
             now.param().into(),
         ]);
     }
-    let rows: Vec<(i64, String, Option<String>)> =
-        q.exec(sql.enqueue_rows(chunk.len()), Params::Positional(values))?;
+    if chunk.iter().all(|&i| jobs[i].unique_key.is_none()) {
+        // Nothing to refuse: an id a row, in order.
+        let ids: Vec<i64> = q.exec(
+            sql.enqueue_rows(chunk.len(), false),
+            Params::Positional(values),
+        )?;
+        if ids.len() != chunk.len() {
+            return Err(Error::Database(
+                "a job was neither inserted nor found".into(),
+            ));
+        }
+        for (&i, id) in chunk.iter().zip(ids) {
+            out[i] = Some(Enqueued { id, existed: false });
+        }
+        return Ok(());
+    }
+    let rows: Vec<(i64, String, Option<String>)> = q.exec(
+        sql.enqueue_rows(chunk.len(), true),
+        Params::Positional(values),
+    )?;
     // Rows come back in input order, refused ones left out: match them up.
     let mut inserted = rows.into_iter().peekable();
     for &i in chunk {

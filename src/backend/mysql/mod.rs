@@ -211,6 +211,12 @@ impl Store for Db {
 
     fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
         let now = self.now(jobs.first().map_or(0, |j| j.now));
+        if enqueue::is_one_statement(&self.sql, jobs) {
+            let alone = self.autocommit(|conn| jobs::enqueue_all(&self.sql, conn, jobs, now));
+            if let Some(result) = alone {
+                return result;
+            }
+        }
         self.write(|tx| jobs::enqueue_all(&self.sql, tx, jobs, now))
     }
 

@@ -249,9 +249,10 @@ impl Sql {
         self.tables.render(&next_due(queue_count))
     }
 
-    /// The multi-row insert of `rows` jobs (MariaDB).
-    pub fn enqueue_rows(&self, rows: usize) -> String {
-        self.tables.render(&enqueue_rows(rows))
+    /// The multi-row insert of `rows` jobs (MariaDB), returning their
+    /// queues and unique keys too when `keyed`.
+    pub fn enqueue_rows(&self, rows: usize, keyed: bool) -> String {
+        self.tables.render(&enqueue_rows(rows, keyed))
     }
 
     /// The lease walk for this many queues and kinds (0: any kind).

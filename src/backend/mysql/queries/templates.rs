@@ -40,8 +40,9 @@ VALUES (:queue, :kind, :priority, :unique_key, :payload, '[]', :max_attempts,
         {now} + :available_in, {now}, {now})";
 
 /// Inserts `rows` jobs in one statement and returns the inserted rows'
-/// `id, queue, unique_key` in input order; a row refused for its unique key
-/// returns nothing. Parameters are positional, ten per row: queue, kind,
+/// `id, queue, unique_key` in input order (only `id` unless `keyed`: with
+/// no unique key among the rows none is refused, and the ids match the rows
+/// one to one); a row refused for its unique key returns nothing. Parameters are positional, ten per row: queue, kind,
 /// priority, unique key, payload, max attempts, then the now override and
 /// the delay (µs from now), then the now override twice more. Only on
 /// MariaDB (10.5+ has `INSERT .. RETURNING`; MySQL has no way to read the
@@ -52,7 +53,7 @@ VALUES (:queue, :kind, :priority, :unique_key, :payload, '[]', :max_attempts,
 /// (`?`): the driver matches named parameters to positions in time
 /// quadratic in their number (each occurrence looks for a later one), which
 /// for a 128-row statement (1,280 placeholders) cost more than the insert.
-pub fn enqueue_rows(rows: usize) -> String {
+pub fn enqueue_rows(rows: usize, keyed: bool) -> String {
     let now = NOW.replace(":now", "?");
     let row = format!("(?, ?, ?, ?, ?, '[]', ?, {now} + ?, {now}, {now})");
     format!(
@@ -60,8 +61,9 @@ pub fn enqueue_rows(rows: usize) -> String {
     (queue, kind, priority, unique_key, payload, errors, max_attempts, available_at,
      created_at, updated_at)
 VALUES {}
-RETURNING id, queue, unique_key",
-        vec![row; rows].join(",\n       ")
+RETURNING id{}",
+        vec![row; rows].join(",\n       "),
+        if keyed { ", queue, unique_key" } else { "" }
     )
 }
 
