@@ -150,12 +150,7 @@ fn claim(
             "worker_id" => p.worker_id, "now" => server_now,
         },
     )?;
-    jobs.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.available_at.cmp(&b.available_at))
-            .then(a.id.cmp(&b.id))
-    });
+    Job::sort_claimed(&mut jobs);
     Ok(jobs)
 }
 

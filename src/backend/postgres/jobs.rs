@@ -244,12 +244,7 @@ pub(crate) fn lease_limited_at<C: GenericClient>(
 /// Leased rows in claim order.
 fn sorted_jobs(rows: &[Row]) -> Result<Vec<Job>> {
     let mut jobs = rows.iter().map(leased_job).collect::<Result<Vec<Job>>>()?;
-    jobs.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.available_at.cmp(&b.available_at))
-            .then(a.id.cmp(&b.id))
-    });
+    Job::sort_claimed(&mut jobs);
     Ok(jobs)
 }
 

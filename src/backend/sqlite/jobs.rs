@@ -141,12 +141,7 @@ fn claim(
     let mut jobs = stmt
         .query_map(values.as_slice(), leased_job)?
         .collect::<rusqlite::Result<Vec<Job>>>()?;
-    jobs.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.available_at.cmp(&b.available_at))
-            .then(a.id.cmp(&b.id))
-    });
+    Job::sort_claimed(&mut jobs);
     Ok(jobs)
 }
 
