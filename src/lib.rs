@@ -125,6 +125,8 @@
 mod failpoint;
 
 mod action;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod app_transaction;
 #[cfg(feature = "async")]
 pub mod async_queue;
 mod backend;
