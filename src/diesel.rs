@@ -236,10 +236,11 @@ pub mod postgres {
 
     use super::Adapter;
     pub use super::QueueExt;
+    use crate::app_transaction::server_db;
     use crate::backend::params::EnqueueParams;
     use crate::backend::postgres::{via_diesel, Db};
     use crate::backend::Backend;
-    use crate::error::{Error, Result};
+    use crate::error::Result;
     use crate::job::Enqueued;
     use crate::lease::Lease;
     use crate::outcome::Transition;
@@ -275,14 +276,15 @@ pub mod postgres {
     /// The PostgreSQL database of `queue`, or a typed error for a queue on
     /// another backend.
     fn database(queue: &Queue) -> Result<&Db> {
-        match queue.backend() {
-            Backend::Postgres(db) => Ok(db),
-            #[allow(unreachable_patterns)]
-            _ => Err(Error::InvalidArgument(
-                "this queue is not on PostgreSQL: diesel's PgConnection joins only a PostgreSQL queue"
-                    .into(),
-            )),
-        }
+        server_db(
+            queue,
+            |b| match b {
+                Backend::Postgres(db) => Some(db),
+                #[allow(unreachable_patterns)]
+                _ => None,
+            },
+            "this queue is not on PostgreSQL: diesel's PgConnection joins only a PostgreSQL queue",
+        )
     }
 }
 
@@ -341,10 +343,11 @@ pub mod mysql {
 
     use super::Adapter;
     pub use super::QueueExt;
+    use crate::app_transaction::server_db;
     use crate::backend::mysql::{via_diesel, Db, Now};
     use crate::backend::params::EnqueueParams;
     use crate::backend::Backend;
-    use crate::error::{Error, Result};
+    use crate::error::Result;
     use crate::job::Enqueued;
     use crate::lease::Lease;
     use crate::outcome::Transition;
@@ -385,13 +388,14 @@ pub mod mysql {
     /// The MySQL database of `queue`, or a typed error for a queue on
     /// another backend.
     fn database(queue: &Queue) -> Result<&Db> {
-        match queue.backend() {
-            Backend::Mysql(db) => Ok(db),
-            #[allow(unreachable_patterns)]
-            _ => Err(Error::InvalidArgument(
-                "this queue is not on MySQL: diesel's MysqlConnection joins only a MySQL/MariaDB queue"
-                    .into(),
-            )),
-        }
+        server_db(
+            queue,
+            |b| match b {
+                Backend::Mysql(db) => Some(db),
+                #[allow(unreachable_patterns)]
+                _ => None,
+            },
+            "this queue is not on MySQL: diesel's MysqlConnection joins only a MySQL/MariaDB queue",
+        )
     }
 }

@@ -60,9 +60,14 @@
 //! [`Queue::connect`]: crate::Queue::connect
 //! [`Queue::enqueue`]: crate::Queue::enqueue
 
+use std::future::Future;
+
+use ::sqlx::{Database, Transaction};
+
 use crate::backend::params::EnqueueParams;
-use crate::error::Error;
-use crate::job::Enqueued;
+use crate::error::{Error, Result};
+use crate::job::{Enqueued, IntoNewJob};
+use crate::queue::{params, Queue};
 
 /// The sqlx backlog is built with: use its `Transaction` type.
 pub use ::sqlx;
@@ -72,9 +77,96 @@ pub mod mysql;
 #[cfg(feature = "sqlx-postgres")]
 pub mod postgres;
 
+/// Enqueueing of a [`Queue`] inside the application's sqlx transaction on
+/// `DB`: `sqlx::Postgres` (feature `sqlx-postgres`, see [`postgres`]) for a
+/// queue on PostgreSQL, `sqlx::MySql` (feature `sqlx-mysql`, see [`mysql`])
+/// for one on MySQL/MariaDB. `DB` is the transaction's: one import serves
+/// both.
+///
+/// Nothing is committed by these calls: the caller owns the commit, and the
+/// job exists (on PostgreSQL, listening workers wake) when and only if the
+/// transaction commits. The statements name the queue's schema or database
+/// and tables fully, so the connection's `search_path` or default database
+/// does not matter. A queue on another database is
+/// [`Error::InvalidArgument`].
+pub trait QueueExt<DB: Database> {
+    /// Enqueues a job inside `tx`. A bad job is refused with a typed error
+    /// before anything is sent. With a unique key already held by a live
+    /// job (or a finished one, per the key's scope), the existing job's id
+    /// comes back with `existed: true`; a key held by another transaction
+    /// not yet committed waits for it, up to your `lock_timeout`
+    /// (PostgreSQL) or `innodb_lock_wait_timeout` (MySQL; [`Error::Busy`]
+    /// then).
+    fn enqueue_in(
+        &self,
+        tx: &mut Transaction<'_, DB>,
+        job: impl IntoNewJob,
+    ) -> impl Future<Output = Result<Enqueued>> + Send;
+
+    /// Enqueues many jobs inside `tx`, ids in input order. On PostgreSQL
+    /// jobs without unique keys go in one statement; on MySQL, one insert
+    /// each.
+    fn enqueue_many_in<J: IntoNewJob>(
+        &self,
+        tx: &mut Transaction<'_, DB>,
+        jobs: impl IntoIterator<Item = J>,
+    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send;
+}
+
+/// One database's statements on its sqlx connection; the checks around
+/// them are [`QueueExt`]'s, shared.
+trait Driver: Database {
+    /// Refuses a queue on another database, before anything is sent.
+    fn check_queue(queue: &Queue) -> Result<()>;
+
+    /// Inserts `jobs` (already refused if only backlog's own path can
+    /// enqueue them), ids in input order.
+    fn enqueue_all<'a>(
+        queue: &'a Queue,
+        conn: &'a mut Self::Connection,
+        jobs: &'a [EnqueueParams<'a>],
+        now: i64,
+    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a;
+}
+
+#[allow(private_bounds)]
+impl<DB: Driver> QueueExt<DB> for Queue {
+    fn enqueue_in(
+        &self,
+        tx: &mut Transaction<'_, DB>,
+        job: impl IntoNewJob,
+    ) -> impl Future<Output = Result<Enqueued>> + Send {
+        let ids = self.enqueue_many_in(tx, [job]);
+        async move {
+            ids.await?
+                .pop()
+                .ok_or_else(|| Error::Database("enqueue returned no id".into()))
+        }
+    }
+
+    fn enqueue_many_in<J: IntoNewJob>(
+        &self,
+        tx: &mut Transaction<'_, DB>,
+        jobs: impl IntoIterator<Item = J>,
+    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send {
+        // Validated and encoded now, before the first await: the future
+        // holds no job of the caller's type.
+        let now = self.now_micros();
+        let prepared = self.prepare_all(jobs, now);
+        let conn: &mut DB::Connection = tx;
+        async move {
+            let prepared = prepared?;
+            DB::check_queue(self)?;
+            let jobs = params(&prepared, now);
+            refuse_own_path_only(&jobs)?;
+            DB::enqueue_all(self, conn, &jobs, now).await
+        }
+    }
+}
+
 /// A job only backlog's own drivers can enqueue (see
 /// `EnqueueParams::own_path_only`), refused before anything is sent.
-fn refuse_own_path_only(jobs: &[EnqueueParams<'_>]) -> crate::error::Result<()> {
+fn refuse_own_path_only(jobs: &[EnqueueParams<'_>]) -> Result<()> {
     match jobs.iter().find_map(EnqueueParams::own_path_only) {
         Some(what) => Err(Error::InvalidArgument(format!(
             "{what} cannot be enqueued through sqlx: use Queue::enqueue or the \
@@ -82,10 +174,4 @@ fn refuse_own_path_only(jobs: &[EnqueueParams<'_>]) -> crate::error::Result<()> 
         ))),
         None => Ok(()),
     }
-}
-
-/// The one id `enqueue_in` asked for.
-fn single(mut ids: Vec<Enqueued>) -> crate::error::Result<Enqueued> {
-    ids.pop()
-        .ok_or_else(|| Error::Database("enqueue returned no id".into()))
 }
