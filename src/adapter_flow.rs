@@ -186,14 +186,26 @@ mod tests {
     fn a_plain_job_is_one_insert() {
         let (ran, got) = script(&params(None, None), Conflict::Retry, &[Some(7)]);
         assert_eq!(ran, [Step::Insert]);
-        assert_eq!(got.unwrap(), Enqueued { id: 7, existed: false });
+        assert_eq!(
+            got.unwrap(),
+            Enqueued {
+                id: 7,
+                existed: false
+            }
+        );
     }
 
     #[test]
     fn a_finished_holder_of_a_period_key_is_returned_before_any_insert() {
         let (ran, got) = script(&params(Some("k"), Some(1)), Conflict::Locked, &[Some(3)]);
         assert_eq!(ran, [Step::FindInHistory { locking: false }]);
-        assert_eq!(got.unwrap(), Enqueued { id: 3, existed: true });
+        assert_eq!(
+            got.unwrap(),
+            Enqueued {
+                id: 3,
+                existed: true
+            }
+        );
     }
 
     #[test]
@@ -212,7 +224,13 @@ mod tests {
                 Step::DeleteLive(9),
             ]
         );
-        assert_eq!(got.unwrap(), Enqueued { id: 4, existed: true });
+        assert_eq!(
+            got.unwrap(),
+            Enqueued {
+                id: 4,
+                existed: true
+            }
+        );
     }
 
     #[test]
@@ -220,7 +238,13 @@ mod tests {
         let p = params(Some("k"), None);
         let (ran, got) = script(&p, Conflict::Retry, &[None, Some(5)]);
         assert_eq!(ran, [Step::Insert, Step::FindLive]);
-        assert_eq!(got.unwrap(), Enqueued { id: 5, existed: true });
+        assert_eq!(
+            got.unwrap(),
+            Enqueued {
+                id: 5,
+                existed: true
+            }
+        );
         let (ran, got) = script(&p, Conflict::Retry, &[None; 6]);
         assert_eq!(ran.len(), 6);
         assert!(matches!(got, Err(Error::Busy)));

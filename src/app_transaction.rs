@@ -12,12 +12,12 @@
 //! transaction type with both features on, which one generic trait cannot),
 //! but their declarations, documentation and forwarding are written once.
 
-use crate::backend::params::{EnqueueParams, SettleParams, WorkflowParams};
-use crate::backend::Backend;
 #[cfg(feature = "mysql")]
 use crate::backend::mysql;
+use crate::backend::params::{EnqueueParams, SettleParams, WorkflowParams};
 #[cfg(feature = "postgres")]
 use crate::backend::postgres;
+use crate::backend::Backend;
 use crate::batch::{self, Batch, BatchBuilder, CreateBatchParams};
 use crate::error::{Error, Result};
 use crate::job::{Enqueued, IntoNewJob};
@@ -64,7 +64,12 @@ impl AppTx<'_, '_> {
         }
     }
 
-    fn enqueue_all(&mut self, q: &Queue, jobs: &[EnqueueParams<'_>], now: i64) -> Result<Vec<Enqueued>> {
+    fn enqueue_all(
+        &mut self,
+        q: &Queue,
+        jobs: &[EnqueueParams<'_>],
+        now: i64,
+    ) -> Result<Vec<Enqueued>> {
         match self {
             #[cfg(feature = "postgres")]
             AppTx::Postgres(tx) => {
@@ -72,7 +77,9 @@ impl AppTx<'_, '_> {
                 postgres::jobs::enqueue_all(&mut postgres::on_transaction(tx), db.queries(), jobs)
             }
             #[cfg(feature = "mysql")]
-            AppTx::Mysql(tx) => mysql::jobs::enqueue_all(&mysql_db(q)?.sql, *tx, jobs, clocked(q, now)),
+            AppTx::Mysql(tx) => {
+                mysql::jobs::enqueue_all(&mysql_db(q)?.sql, *tx, jobs, clocked(q, now))
+            }
         }
     }
 
@@ -106,7 +113,9 @@ impl AppTx<'_, '_> {
                 postgres::batches::create(&mut postgres::on_transaction(tx), db.queries(), p)
             }
             #[cfg(feature = "mysql")]
-            AppTx::Mysql(tx) => mysql::batches::create(&mysql_db(q)?.sql, *tx, p, clocked(q, p.now)),
+            AppTx::Mysql(tx) => {
+                mysql::batches::create(&mysql_db(q)?.sql, *tx, p, clocked(q, p.now))
+            }
         }
     }
 
@@ -145,7 +154,11 @@ impl AppTx<'_, '_> {
     }
 }
 
-pub(crate) fn enqueue_in(queue: &Queue, tx: AppTx<'_, '_>, job: impl IntoNewJob) -> Result<Enqueued> {
+pub(crate) fn enqueue_in(
+    queue: &Queue,
+    tx: AppTx<'_, '_>,
+    job: impl IntoNewJob,
+) -> Result<Enqueued> {
     single(enqueue_many_in(queue, tx, [job])?)
 }
 
@@ -209,44 +222,44 @@ pub(crate) fn single(mut ids: Vec<Enqueued>) -> Result<Enqueued> {
         .ok_or_else(|| Error::Database("enqueue returned no id".into()))
 }
 
-/// The database `pick` finds behind `queue`, or a typed error naming what
-/// the caller needs (`refusal`) for a queue on another one.
-pub(crate) fn server_db<'q, D>(
-    queue: &'q Queue,
-    pick: impl FnOnce(&'q Backend) -> Option<&'q D>,
-    refusal: &str,
-) -> Result<&'q D> {
-    pick(queue.backend()).ok_or_else(|| Error::InvalidArgument(refusal.into()))
-}
-
 /// The PostgreSQL database of `queue`, or a typed error for a queue on
 /// another backend.
 #[cfg(feature = "postgres")]
 pub(crate) fn postgres_db(queue: &Queue) -> Result<&postgres::Db> {
-    server_db(
+    postgres_db_or(
         queue,
-        |b| match b {
-            Backend::Postgres(db) => Some(db),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        },
         "this queue is not on PostgreSQL: use the transaction calls of its database's module",
     )
+}
+
+/// [`postgres_db`], refused with `refusal` (what the caller needs).
+#[cfg(feature = "postgres")]
+pub(crate) fn postgres_db_or<'q>(queue: &'q Queue, refusal: &str) -> Result<&'q postgres::Db> {
+    match queue.backend() {
+        Backend::Postgres(db) => Ok(db),
+        #[allow(unreachable_patterns)]
+        _ => Err(Error::InvalidArgument(refusal.into())),
+    }
 }
 
 /// The MySQL connections of `queue`, or a typed error for a queue on another
 /// database.
 #[cfg(feature = "mysql")]
 pub(crate) fn mysql_db(queue: &Queue) -> Result<&mysql::Db> {
-    server_db(
+    mysql_db_or(
         queue,
-        |b| match b {
-            Backend::Mysql(db) => Some(db),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        },
         "this queue is not on MySQL: use the transaction calls of its database's module",
     )
+}
+
+/// [`mysql_db`], refused with `refusal` (what the caller needs).
+#[cfg(feature = "mysql")]
+pub(crate) fn mysql_db_or<'q>(queue: &'q Queue, refusal: &str) -> Result<&'q mysql::Db> {
+    match queue.backend() {
+        Backend::Mysql(db) => Ok(db),
+        #[allow(unreachable_patterns)]
+        _ => Err(Error::InvalidArgument(refusal.into())),
+    }
 }
 
 /// `now` of `queue`'s clock, overriding MySQL's only for a manual clock.
@@ -447,4 +460,3 @@ macro_rules! transactional_calls {
     };
 }
 pub(crate) use transactional_calls;
-

@@ -114,18 +114,24 @@ pub trait QueueExt<C> {
     fn settle_in(&self, conn: &mut C, job: &Job, outcome: Outcome) -> Result<()>;
 }
 
+/// A finishing outcome as the engine decided it, encoded for the
+/// statements: the only kind the diesel adapters settle.
+pub(crate) struct Finishing<'a> {
+    pub lease: Lease,
+    pub status: &'static str,
+    pub result: Option<&'a str>,
+    /// The attempt's error as the history's JSON.
+    pub error: Option<String>,
+    pub now: i64,
+}
+
 /// One database's statements on its diesel connection; the checks and
 /// decisions around them are [`QueueExt`]'s, shared.
 trait Adapter: Connection {
     fn enqueue(queue: &Queue, conn: &mut Self, p: &EnqueueParams<'_>, now: i64)
         -> Result<Enqueued>;
-    fn finish(
-        queue: &Queue,
-        conn: &mut Self,
-        lease: Lease,
-        transition: &Transition,
-        now: i64,
-    ) -> Result<()>;
+    /// Checks the lease (fence first), then finishes the job as decided.
+    fn finish(queue: &Queue, conn: &mut Self, finishing: &Finishing<'_>) -> Result<()>;
     /// Refuses a queue on another database before anything is sent.
     fn check_queue(queue: &Queue) -> Result<()>;
 }
@@ -168,16 +174,28 @@ impl<C: Adapter> QueueExt<C> for Queue {
     fn settle_in(&self, conn: &mut C, job: &Job, outcome: Outcome) -> Result<()> {
         let now = self.now_micros();
         let params = self.settle_params(job, outcome, now)?;
-        if !matches!(params.transition, Transition::Finish { .. }) {
+        let Transition::Finish {
+            status,
+            result,
+            error,
+        } = &params.transition
+        else {
             return Err(Error::InvalidArgument(
                 "only finishing outcomes settle through diesel: a retry, snooze or release is the worker's to record".into(),
             ));
-        }
+        };
+        let finishing = Finishing {
+            lease: params.lease,
+            status: status.as_str(),
+            result: result.as_deref(),
+            error: error.as_ref().map(serde_json::to_string).transpose()?,
+            now,
+        };
         C::check_queue(self)?;
         if !in_transaction(conn)? {
             return Err(Error::NotInTransaction);
         }
-        C::finish(self, conn, params.lease, &params.transition, now)?;
+        C::finish(self, conn, &finishing)?;
         self.note_settled_in(job.lease());
         Ok(())
     }
@@ -234,16 +252,13 @@ pub mod postgres {
 
     use ::diesel::pg::PgConnection;
 
-    use super::Adapter;
     pub use super::QueueExt;
-    use crate::app_transaction::server_db;
+    use super::{Adapter, Finishing};
+    use crate::app_transaction::postgres_db_or;
     use crate::backend::params::EnqueueParams;
     use crate::backend::postgres::{via_diesel, Db};
-    use crate::backend::Backend;
     use crate::error::Result;
     use crate::job::Enqueued;
-    use crate::lease::Lease;
-    use crate::outcome::Transition;
     use crate::queue::Queue;
 
     impl Adapter for PgConnection {
@@ -256,16 +271,10 @@ pub mod postgres {
             via_diesel::enqueue(conn, database(queue)?.queries(), p)
         }
 
-        fn finish(
-            queue: &Queue,
-            conn: &mut Self,
-            lease: Lease,
-            transition: &Transition,
-            now: i64,
-        ) -> Result<()> {
+        fn finish(queue: &Queue, conn: &mut Self, finishing: &Finishing<'_>) -> Result<()> {
             let q = database(queue)?.queries();
-            via_diesel::check_lease(conn, q, lease)?;
-            via_diesel::finish(conn, q, lease, transition, now)
+            via_diesel::check_lease(conn, q, finishing.lease)?;
+            via_diesel::finish(conn, q, finishing)
         }
 
         fn check_queue(queue: &Queue) -> Result<()> {
@@ -276,13 +285,8 @@ pub mod postgres {
     /// The PostgreSQL database of `queue`, or a typed error for a queue on
     /// another backend.
     fn database(queue: &Queue) -> Result<&Db> {
-        server_db(
+        postgres_db_or(
             queue,
-            |b| match b {
-                Backend::Postgres(db) => Some(db),
-                #[allow(unreachable_patterns)]
-                _ => None,
-            },
             "this queue is not on PostgreSQL: diesel's PgConnection joins only a PostgreSQL queue",
         )
     }
@@ -341,16 +345,13 @@ pub mod mysql {
 
     use ::diesel::mysql::MysqlConnection;
 
-    use super::Adapter;
     pub use super::QueueExt;
-    use crate::app_transaction::server_db;
+    use super::{Adapter, Finishing};
+    use crate::app_transaction::mysql_db_or;
     use crate::backend::mysql::{via_diesel, Db, Now};
     use crate::backend::params::EnqueueParams;
-    use crate::backend::Backend;
     use crate::error::Result;
     use crate::job::Enqueued;
-    use crate::lease::Lease;
-    use crate::outcome::Transition;
     use crate::queue::Queue;
 
     impl Adapter for MysqlConnection {
@@ -364,16 +365,10 @@ pub mod mysql {
             via_diesel::enqueue(conn, &db.sql, p, clocked(queue, now))
         }
 
-        fn finish(
-            queue: &Queue,
-            conn: &mut Self,
-            lease: Lease,
-            transition: &Transition,
-            now: i64,
-        ) -> Result<()> {
-            let db = database(queue)?;
-            via_diesel::check_lease(conn, &db.sql, lease)?;
-            via_diesel::finish(conn, &db.sql, lease, transition, clocked(queue, now))
+        fn finish(queue: &Queue, conn: &mut Self, finishing: &Finishing<'_>) -> Result<()> {
+            let sql = &database(queue)?.sql;
+            via_diesel::check_lease(conn, sql, finishing.lease)?;
+            via_diesel::finish(conn, sql, finishing, clocked(queue, finishing.now))
         }
 
         fn check_queue(queue: &Queue) -> Result<()> {
@@ -388,13 +383,8 @@ pub mod mysql {
     /// The MySQL database of `queue`, or a typed error for a queue on
     /// another backend.
     fn database(queue: &Queue) -> Result<&Db> {
-        server_db(
+        mysql_db_or(
             queue,
-            |b| match b {
-                Backend::Mysql(db) => Some(db),
-                #[allow(unreachable_patterns)]
-                _ => None,
-            },
             "this queue is not on MySQL: diesel's MysqlConnection joins only a MySQL/MariaDB queue",
         )
     }

@@ -116,17 +116,19 @@ pub trait QueueExt<DB: Database> {
 /// One database's statements on its sqlx connection; the checks around
 /// them are [`QueueExt`]'s, shared.
 trait Driver: Database {
-    /// Refuses a queue on another database, before anything is sent.
-    fn check_queue(queue: &Queue) -> Result<()>;
+    /// Inserts the jobs (refused first by [`refuse_own_path_only`] when
+    /// only backlog's own path can enqueue them), ids in input order. A
+    /// queue on another database is refused before anything is sent.
+    fn enqueue_all(call: Call<'_, Self>)
+        -> impl Future<Output = Result<Vec<Enqueued>>> + Send + '_;
+}
 
-    /// Inserts `jobs` (already refused if only backlog's own path can
-    /// enqueue them), ids in input order.
-    fn enqueue_all<'a>(
-        queue: &'a Queue,
-        conn: &'a mut Self::Connection,
-        jobs: &'a [EnqueueParams<'a>],
-        now: i64,
-    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a;
+/// One `enqueue_many_in` on a driver's connection.
+struct Call<'a, DB: Database> {
+    queue: &'a Queue,
+    conn: &'a mut DB::Connection,
+    jobs: &'a [EnqueueParams<'a>],
+    now: i64,
 }
 
 #[allow(private_bounds)]
@@ -156,10 +158,14 @@ impl<DB: Driver> QueueExt<DB> for Queue {
         let conn: &mut DB::Connection = tx;
         async move {
             let prepared = prepared?;
-            DB::check_queue(self)?;
             let jobs = params(&prepared, now);
-            refuse_own_path_only(&jobs)?;
-            DB::enqueue_all(self, conn, &jobs, now).await
+            let call = Call {
+                queue: self,
+                conn,
+                jobs: &jobs,
+                now,
+            };
+            DB::enqueue_all(call).await
         }
     }
 }

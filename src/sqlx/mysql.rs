@@ -20,33 +20,27 @@ use ::sqlx::query::Query;
 use ::sqlx::{AssertSqlSafe, MySql, Row};
 
 pub use super::QueueExt;
+use super::{refuse_own_path_only, Call};
 use crate::adapter_flow::{Conflict, EnqueueFlow, Next, Step};
-use crate::app_transaction::server_db;
+use crate::app_transaction::mysql_db_or;
 use crate::backend::mysql::queries::Sql;
 use crate::backend::mysql::{Db, Now};
 use crate::backend::params::EnqueueParams;
-use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::queue::Queue;
 
 impl super::Driver for MySql {
-    fn check_queue(queue: &Queue) -> Result<()> {
-        database(queue).map(|_| ())
-    }
-
-    fn enqueue_all<'a>(
-        queue: &'a Queue,
-        conn: &'a mut MySqlConnection,
-        jobs: &'a [EnqueueParams<'a>],
-        now: i64,
-    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a {
-        let clocked = Now::new(now, queue.options().clock.is_manual());
+    fn enqueue_all(
+        call: Call<'_, Self>,
+    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + '_ {
+        let now = Now::new(call.now, call.queue.options().clock.is_manual());
         async move {
-            let sql = &database(queue)?.sql;
-            let mut ids = Vec::with_capacity(jobs.len());
-            for p in jobs {
-                ids.push(enqueue(conn, sql, p, clocked).await?);
+            let sql = &database(call.queue)?.sql;
+            refuse_own_path_only(call.jobs)?;
+            let mut ids = Vec::with_capacity(call.jobs.len());
+            for p in call.jobs {
+                ids.push(enqueue(&mut *call.conn, sql, p, now).await?);
             }
             Ok(ids)
         }
@@ -211,13 +205,8 @@ fn from_sqlx(e: ::sqlx::Error) -> Error {
 /// The MySQL database of `queue`, or a typed error for a queue on another
 /// backend.
 fn database(queue: &Queue) -> Result<&Db> {
-    server_db(
+    mysql_db_or(
         queue,
-        |b| match b {
-            Backend::Mysql(db) => Some(db),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        },
         "this queue is not on MySQL: backlog::sqlx::mysql needs a queue opened with a mysql:// URL",
     )
 }

@@ -16,31 +16,26 @@ use ::sqlx::postgres::{PgConnection, PgRow};
 use ::sqlx::{AssertSqlSafe, Postgres, Row};
 
 pub use super::QueueExt;
+use super::{refuse_own_path_only, Call};
 use crate::adapter_flow::{Conflict, EnqueueFlow, Next, Step};
-use crate::app_transaction::server_db;
+use crate::app_transaction::postgres_db_or;
 use crate::backend::params::EnqueueParams;
 use crate::backend::postgres::queries::Queries;
 use crate::backend::postgres::Db;
-use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::queue::Queue;
 
 impl super::Driver for Postgres {
-    fn check_queue(queue: &Queue) -> Result<()> {
-        database(queue).map(|_| ())
-    }
-
     /// As the backend's `jobs::enqueue_all` without groups: one statement
     /// for a batch without unique keys, else one per job.
-    fn enqueue_all<'a>(
-        queue: &'a Queue,
-        conn: &'a mut PgConnection,
-        jobs: &'a [EnqueueParams<'a>],
-        _now: i64,
-    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a {
+    fn enqueue_all(
+        call: Call<'_, Self>,
+    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + '_ {
         async move {
-            let q = database(queue)?.queries();
+            let q = database(call.queue)?.queries();
+            refuse_own_path_only(call.jobs)?;
+            let (conn, jobs) = (call.conn, call.jobs);
             if jobs.len() > 1 && jobs.iter().all(|p| p.unique_key.is_none()) {
                 return enqueue_batch(conn, q, jobs).await;
             }
@@ -64,12 +59,14 @@ async fn enqueue(conn: &mut PgConnection, q: &Queries, p: &EnqueueParams<'_>) ->
     let (mut flow, mut step) = EnqueueFlow::start(p, Conflict::Retry);
     loop {
         let query = match step {
-            Step::FindInHistory { .. } => ::sqlx::query(AssertSqlSafe(q.find_history_unique.as_str()))
-                .bind(now)
-                .bind(p.queue)
-                .bind(p.unique_key)
-                .bind(p.unique_history_since.map(|s| s.saturating_sub(p.now)))
-                .bind(p.unique_statuses),
+            Step::FindInHistory { .. } => {
+                ::sqlx::query(AssertSqlSafe(q.find_history_unique.as_str()))
+                    .bind(now)
+                    .bind(p.queue)
+                    .bind(p.unique_key)
+                    .bind(p.unique_history_since.map(|s| s.saturating_sub(p.now)))
+                    .bind(p.unique_statuses)
+            }
             Step::Insert => ::sqlx::query(AssertSqlSafe(q.enqueue_notify.as_str()))
                 .bind(now)
                 .bind(p.queue)
@@ -169,13 +166,8 @@ fn from_sqlx(e: ::sqlx::Error) -> Error {
 /// The PostgreSQL database of `queue`, or a typed error for a queue on
 /// another backend.
 fn database(queue: &Queue) -> Result<&Db> {
-    server_db(
+    postgres_db_or(
         queue,
-        |b| match b {
-            Backend::Postgres(db) => Some(db),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        },
         "this queue is not on PostgreSQL: backlog::sqlx::postgres needs a queue opened with a postgres:// URL",
     )
 }

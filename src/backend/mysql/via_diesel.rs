@@ -28,10 +28,10 @@ use super::queries::Sql;
 use super::Now;
 use crate::adapter_flow::{drive, Conflict, Step};
 use crate::backend::params::EnqueueParams;
+use crate::diesel::Finishing;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::lease::Lease;
-use crate::outcome::{FinalStatus, Transition};
 
 /// A statement's one `id` column.
 #[derive(QueryableByName)]
@@ -253,47 +253,34 @@ pub(crate) fn check_lease(conn: &mut MysqlConnection, sql: &Sql, lease: Lease) -
 }
 
 /// Moves a leased job to history as the engine decided, fenced on its
-/// lease. Follows `jobs::finish`. Only finishing transitions.
+/// lease. Follows `jobs::finish`; only finishing outcomes reach it.
 pub(crate) fn finish(
     conn: &mut MysqlConnection,
     sql: &Sql,
-    lease: Lease,
-    transition: &Transition,
+    f: &Finishing<'_>,
     now: Now,
 ) -> Result<()> {
-    let Transition::Finish {
-        status,
-        result,
-        error,
-    } = transition
-    else {
-        return Err(Error::InvalidArgument(
-            "only finishing outcomes (complete, discard, cancel, dead) settle through diesel"
-                .into(),
-        ));
-    };
-    refuse_followed(conn, sql, lease.job_id)?;
-    let error = error.as_ref().map(serde_json::to_string).transpose()?;
+    refuse_followed(conn, sql, f.lease.job_id)?;
     let copied = Binds(vec![
-        ("id", Value::BigInt(Some(lease.job_id))),
-        ("token", Value::BigInt(Some(lease.token))),
-        ("result", Value::Text(result.as_deref())),
-        ("status", Value::Text(Some(FinalStatus::as_str(*status)))),
-        ("error", Value::Text(error.as_deref())),
+        ("id", Value::BigInt(Some(f.lease.job_id))),
+        ("token", Value::BigInt(Some(f.lease.token))),
+        ("result", Value::Text(f.result)),
+        ("status", Value::Text(Some(f.status))),
+        ("error", Value::Text(f.error.as_deref())),
         ("now", Value::BigInt(now.param())),
     ])
     .query(&sql.finish_to_history)?
     .execute(conn)?;
     if copied == 0 {
         return Err(Error::LeaseLost {
-            job_id: lease.job_id,
+            job_id: f.lease.job_id,
         });
     }
-    Binds(vec![("id", Value::BigInt(Some(lease.job_id)))])
+    Binds(vec![("id", Value::BigInt(Some(f.lease.job_id)))])
         .query(&sql.delete_live)?
         .execute(conn)?;
     // As `jobs::finish`: the finished counts, in the same transaction.
-    let ids = serde_json::to_string(&[lease.job_id])?;
+    let ids = serde_json::to_string(&[f.lease.job_id])?;
     Binds(vec![("ids", Value::Text(Some(&ids)))])
         .query(&sql.count_moved)?
         .execute(conn)?;

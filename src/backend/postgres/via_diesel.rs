@@ -26,10 +26,10 @@ use ::diesel::{QueryResult, QueryableByName, RunQueryDsl};
 use super::queries::Queries;
 use crate::adapter_flow::{drive, Conflict, Step};
 use crate::backend::params::EnqueueParams;
+use crate::diesel::Finishing;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::lease::Lease;
-use crate::outcome::{FinalStatus, Transition};
 
 /// A statement's one `id` column.
 #[derive(QueryableByName)]
@@ -105,7 +105,7 @@ fn refuse_followed(conn: &mut PgConnection, q: &Queries, job_id: i64) -> Result<
     );
     let followed: Vec<Id> = Prepared::new(&sql, vec![Bind::BigInt(Some(job_id))])
         .load(conn)
-    .map_err(db_error)?;
+        .map_err(db_error)?;
     if followed.is_empty() {
         Ok(())
     } else {
@@ -122,10 +122,13 @@ pub(crate) fn check_lease(conn: &mut PgConnection, q: &Queries, lease: Lease) ->
     // A SELECT's count is its rows (libpq's `PQcmdTuples`).
     let held = Prepared::new(
         &q.lease_held,
-        vec![Bind::BigInt(Some(lease.job_id)), Bind::BigInt(Some(lease.token))],
+        vec![
+            Bind::BigInt(Some(lease.job_id)),
+            Bind::BigInt(Some(lease.token)),
+        ],
     )
     .execute(conn)
-        .map_err(db_error)?;
+    .map_err(db_error)?;
     if held == 1 {
         Ok(())
     } else {
@@ -137,47 +140,27 @@ pub(crate) fn check_lease(conn: &mut PgConnection, q: &Queries, lease: Lease) ->
 
 /// Moves a leased job to history as the engine decided, fenced on its
 /// lease: `LeaseLost` when another worker holds it now. Follows
-/// `jobs::finish` for one job. A reschedule (a retry, a snooze) is refused
-/// before anything runs: only finishing transitions go through diesel.
-pub(crate) fn finish(
-    conn: &mut PgConnection,
-    q: &Queries,
-    lease: Lease,
-    transition: &Transition,
-    now: i64,
-) -> Result<()> {
-    let Transition::Finish {
-        status,
-        result,
-        error,
-    } = transition
-    else {
-        return Err(Error::InvalidArgument(
-            "only finishing outcomes (complete, discard, cancel, dead) settle through diesel"
-                .into(),
-        ));
-    };
-    refuse_followed(conn, q, lease.job_id)?;
-    let error = error.as_ref().map(serde_json::to_string).transpose()?;
-    let status: &str = FinalStatus::as_str(*status);
+/// `jobs::finish` for one job; only finishing outcomes reach it.
+pub(crate) fn finish(conn: &mut PgConnection, q: &Queries, f: &Finishing<'_>) -> Result<()> {
+    refuse_followed(conn, q, f.lease.job_id)?;
     let moved: Vec<Id> = Prepared::new(
         &q.finish_to_history,
         vec![
-            Bind::BigInt(q.now_override(now)),
-            Bind::BigInts(vec![Some(lease.job_id)]),
-            Bind::BigInts(vec![Some(lease.token)]),
-            Bind::Texts(vec![Some(status)]),
-            Bind::Texts(vec![result.as_deref()]),
-            Bind::Texts(vec![error.as_deref()]),
+            Bind::BigInt(q.now_override(f.now)),
+            Bind::BigInts(vec![Some(f.lease.job_id)]),
+            Bind::BigInts(vec![Some(f.lease.token)]),
+            Bind::Texts(vec![Some(f.status)]),
+            Bind::Texts(vec![f.result]),
+            Bind::Texts(vec![f.error.as_deref()]),
         ],
     )
     .load(conn)
-        .map_err(db_error)?;
-    if moved.iter().any(|row| row.id == lease.job_id) {
+    .map_err(db_error)?;
+    if moved.iter().any(|row| row.id == f.lease.job_id) {
         Ok(())
     } else {
         Err(Error::LeaseLost {
-            job_id: lease.job_id,
+            job_id: f.lease.job_id,
         })
     }
 }
@@ -228,18 +211,19 @@ impl QueryFragment<Pg> for Prepared<'_> {
                         .unwrap_or(bytes.len());
                     out.push_sql(&self.sql[copied..i]);
                     let n: usize = self.sql[i + 1..end].parse().unwrap_or(0);
-                    let bind = n.checked_sub(1).and_then(|n| self.binds.get(n)).ok_or_else(|| {
-                        ::diesel::result::Error::QueryBuilderError(
-                            format!("no value for the statement's ${n}").into(),
-                        )
-                    })?;
+                    let bind = n
+                        .checked_sub(1)
+                        .and_then(|n| self.binds.get(n))
+                        .ok_or_else(|| {
+                            ::diesel::result::Error::QueryBuilderError(
+                                format!("no value for the statement's ${n}").into(),
+                            )
+                        })?;
                     match bind {
                         Bind::BigInt(v) => out.push_bind_param::<Nullable<BigInt>, _>(v)?,
                         Bind::Int(v) => out.push_bind_param::<Integer, _>(v)?,
                         Bind::Text(v) => out.push_bind_param::<Nullable<Text>, _>(v)?,
-                        Bind::BigInts(v) => {
-                            out.push_bind_param::<Array<Nullable<BigInt>>, _>(v)?
-                        }
+                        Bind::BigInts(v) => out.push_bind_param::<Array<Nullable<BigInt>>, _>(v)?,
                         Bind::Texts(v) => out.push_bind_param::<Array<Nullable<Text>>, _>(v)?,
                     }
                     copied = end;
