@@ -8,6 +8,9 @@
 //! `MysqlConnection` (MySQL 8 / MariaDB 10.6+; tested on MariaDB 10.11),
 //! whose workers see a committed job by their adaptive probe.
 //!
+//! The enqueue's control flow is the one `backlog::sqlx` runs too
+//! (`src/adapter_flow.rs`); the diesel files only send its statements.
+//!
 //! SQLite through diesel is not offered; see the README's "diesel" section
 //! for why, and for the combinations that link.
 //!

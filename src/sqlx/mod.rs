@@ -57,6 +57,11 @@
 //! `sqlx` dependency (for example `runtime-tokio`, `tls-native-tls`); sqlx
 //! reads libpq's `sslmode` and `sslrootcert` from the URL itself.
 //!
+//! One [`QueueExt`] serves both databases (its `DB` is the transaction's),
+//! and one enqueue flow serves sqlx and diesel alike (`src/adapter_flow.rs`:
+//! the look-ups, the insert and what a key conflict means, decided once);
+//! each driver file only runs the flow's statements on its connection.
+//!
 //! [`Queue::connect`]: crate::Queue::connect
 //! [`Queue::enqueue`]: crate::Queue::enqueue
 
