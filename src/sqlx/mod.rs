@@ -133,6 +133,8 @@ struct Call<'a, DB: Database> {
     queue: &'a Queue,
     conn: &'a mut DB::Connection,
     jobs: &'a [EnqueueParams<'a>],
+    /// The engine's now (MySQL binds it; PostgreSQL's jobs carry it).
+    #[cfg_attr(not(feature = "sqlx-mysql"), allow(dead_code))]
     now: i64,
 }
 

@@ -10,8 +10,6 @@
 //! PostgreSQL delivers when the transaction commits, and never if it rolls
 //! back.
 
-use std::future::Future;
-
 use ::sqlx::postgres::{PgConnection, PgRow};
 use ::sqlx::{AssertSqlSafe, Postgres, Row};
 
@@ -29,22 +27,18 @@ use crate::queue::Queue;
 impl super::Driver for Postgres {
     /// As the backend's `jobs::enqueue_all` without groups: one statement
     /// for a batch without unique keys, else one per job.
-    fn enqueue_all(
-        call: Call<'_, Self>,
-    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + '_ {
-        async move {
-            let q = database(call.queue)?.queries();
-            refuse_own_path_only(call.jobs)?;
-            let (conn, jobs) = (call.conn, call.jobs);
-            if jobs.len() > 1 && jobs.iter().all(|p| p.unique_key.is_none()) {
-                return enqueue_batch(conn, q, jobs).await;
-            }
-            let mut ids = Vec::with_capacity(jobs.len());
-            for p in jobs {
-                ids.push(enqueue(conn, q, p).await?);
-            }
-            Ok(ids)
+    async fn enqueue_all(call: Call<'_, Self>) -> Result<Vec<Enqueued>> {
+        let q = database(call.queue)?.queries();
+        refuse_own_path_only(call.jobs)?;
+        let (conn, jobs) = (call.conn, call.jobs);
+        if jobs.len() > 1 && jobs.iter().all(|p| p.unique_key.is_none()) {
+            return enqueue_batch(conn, q, jobs).await;
         }
+        let mut ids = Vec::with_capacity(jobs.len());
+        for p in jobs {
+            ids.push(enqueue(conn, q, p).await?);
+        }
+        Ok(ids)
     }
 }
 
