@@ -237,7 +237,7 @@ pub mod postgres {
     //! on rollback.
     //!
     //! Each call first reads diesel's own transaction depth of the
-    //! connection (no round trip) and answers [`Error::NotInTransaction`],
+    //! connection (no round trip) and answers [`Error::NotInTransaction`](crate::Error::NotInTransaction),
     //! writing nothing, outside `conn.transaction(..)`. A call waits on the database only through
     //! the application's connection: as long as its statements take
     //! (diesel has no client timeout; set `statement_timeout` /
@@ -248,7 +248,7 @@ pub mod postgres {
     //!
     //! Differs from [`crate::postgres::QueueExt`] in that grouped jobs
     //! ([`NewJob::group`](crate::NewJob::group)) are refused with
-    //! [`Error::InvalidArgument`] before anything is written, a batch goes
+    //! [`Error::InvalidArgument`](crate::Error::InvalidArgument) before anything is written, a batch goes
     //! one statement per job, and only finishing outcomes settle here
     //! ([`QueueExt::complete_in`], [`QueueExt::settle_in`] with a complete,
     //! discard or cancel); a retry is the worker's to record.
@@ -329,7 +329,7 @@ pub mod mysql {
     //! never sees a rolled-back one.
     //!
     //! Each call reads diesel's own transaction depth (no round trip) and
-    //! answers [`Error::NotInTransaction`], writing nothing, outside
+    //! answers [`Error::NotInTransaction`](crate::Error::NotInTransaction), writing nothing, outside
     //! `conn.transaction(..)`. An enqueue costs two statements (the insert,
     //! then `LAST_INSERT_ID()`), three or four with a unique key. A call
     //! waits on the database only through the application's connection: as

@@ -75,7 +75,7 @@
 //! unless it died during `COMMIT`, when whether it committed is unknown and
 //! the error says so. Deadlocks and serialization failures are retried with
 //! jittered backoff until the write deadline, then reported as
-//! [`Error::Busy`](crate::Error::Busy). PostgreSQL 12 or newer is required (tested on 15).
+//! [`Error::Busy`]. PostgreSQL 12 or newer is required (tested on 15).
 //!
 //! A connection is opened when a call needs one and none is idle, and the
 //! ones beyond the first are closed after 10 s unused. When the server
@@ -127,8 +127,8 @@ pub use ::postgres_native_tls;
 /// client whose transactions you pass to [`QueueExt::enqueue_in`].
 ///
 /// A bad URL, an unknown `sslmode` or an unreadable `sslrootcert` is
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument); a server that refuses is
-/// [`Error::Database`](crate::Error::Database). The password never appears in either.
+/// [`Error::InvalidArgument`]; a server that refuses is
+/// [`Error::Database`]. The password never appears in either.
 pub fn connect(url: &str) -> Result<postgres::Client> {
     let target = Target::parse_for_client(url, &crate::QueueOptions::new())?;
     target.connect()
@@ -198,7 +198,7 @@ transactional_calls! {
     /// The connection is held for the closure's run. Only checking it out
     /// and `BEGIN` are retried, up to the queue's write deadline. Inside the
     /// closure the queue's other writes and a nested `transaction` return
-    /// [`Error::InsideTransaction`](crate::Error::InsideTransaction) at once (they could wait for the row
+    /// [`Error::InsideTransaction`] at once (they could wait for the row
     /// locks of this transaction); reads work on another pooled connection,
     /// or answer `InsideTransaction` at once when none is free (see
     /// [`Queue`](crate::Queue)); the `_in` forms join it.
@@ -224,7 +224,7 @@ transactional_calls! {
     /// [`QueueExt::enqueue_in`]`(tx, ..)`, so they exist only if this
     /// transaction commits: [`Queue::enqueue`](crate::Queue::enqueue), every other write of the
     /// queue and [`JobContext::heartbeat`](crate::JobContext::heartbeat) return
-    /// [`Error::InsideTransaction`](crate::Error::InsideTransaction) at once inside `f` (the job's row is
+    /// [`Error::InsideTransaction`] at once inside `f` (the job's row is
     /// locked by this transaction); reads work (see [`Queue`](crate::Queue)).
     fn transaction = |ctx, f| {
         let queue = ctx.source();
