@@ -8,6 +8,9 @@
 //! `MysqlConnection` (MySQL 8 / MariaDB 10.6+; tested on MariaDB 10.11),
 //! whose workers see a committed job by their adaptive probe.
 //!
+//! The enqueue's control flow is the one `backlog::sqlx` runs too
+//! (`src/adapter_flow.rs`); the diesel files only send its statements.
+//!
 //! SQLite through diesel is not offered; see the README's "diesel" section
 //! for why, and for the combinations that link.
 //!
@@ -114,18 +117,24 @@ pub trait QueueExt<C> {
     fn settle_in(&self, conn: &mut C, job: &Job, outcome: Outcome) -> Result<()>;
 }
 
+/// A finishing outcome as the engine decided it, encoded for the
+/// statements: the only kind the diesel adapters settle.
+pub(crate) struct Finishing<'a> {
+    pub lease: Lease,
+    pub status: &'static str,
+    pub result: Option<&'a str>,
+    /// The attempt's error as the history's JSON.
+    pub error: Option<String>,
+    pub now: i64,
+}
+
 /// One database's statements on its diesel connection; the checks and
 /// decisions around them are [`QueueExt`]'s, shared.
 trait Adapter: Connection {
     fn enqueue(queue: &Queue, conn: &mut Self, p: &EnqueueParams<'_>, now: i64)
         -> Result<Enqueued>;
-    fn finish(
-        queue: &Queue,
-        conn: &mut Self,
-        lease: Lease,
-        transition: &Transition,
-        now: i64,
-    ) -> Result<()>;
+    /// Checks the lease (fence first), then finishes the job as decided.
+    fn finish(queue: &Queue, conn: &mut Self, finishing: &Finishing<'_>) -> Result<()>;
     /// Refuses a queue on another database before anything is sent.
     fn check_queue(queue: &Queue) -> Result<()>;
 }
@@ -168,16 +177,28 @@ impl<C: Adapter> QueueExt<C> for Queue {
     fn settle_in(&self, conn: &mut C, job: &Job, outcome: Outcome) -> Result<()> {
         let now = self.now_micros();
         let params = self.settle_params(job, outcome, now)?;
-        if !matches!(params.transition, Transition::Finish { .. }) {
+        let Transition::Finish {
+            status,
+            result,
+            error,
+        } = &params.transition
+        else {
             return Err(Error::InvalidArgument(
                 "only finishing outcomes settle through diesel: a retry, snooze or release is the worker's to record".into(),
             ));
-        }
+        };
+        let finishing = Finishing {
+            lease: params.lease,
+            status: status.as_str(),
+            result: result.as_deref(),
+            error: error.as_ref().map(serde_json::to_string).transpose()?,
+            now,
+        };
         C::check_queue(self)?;
         if !in_transaction(conn)? {
             return Err(Error::NotInTransaction);
         }
-        C::finish(self, conn, params.lease, &params.transition, now)?;
+        C::finish(self, conn, &finishing)?;
         self.note_settled_in(job.lease());
         Ok(())
     }
@@ -216,7 +237,7 @@ pub mod postgres {
     //! on rollback.
     //!
     //! Each call first reads diesel's own transaction depth of the
-    //! connection (no round trip) and answers [`Error::NotInTransaction`],
+    //! connection (no round trip) and answers [`Error::NotInTransaction`](crate::Error::NotInTransaction),
     //! writing nothing, outside `conn.transaction(..)`. A call waits on the database only through
     //! the application's connection: as long as its statements take
     //! (diesel has no client timeout; set `statement_timeout` /
@@ -227,22 +248,20 @@ pub mod postgres {
     //!
     //! Differs from [`crate::postgres::QueueExt`] in that grouped jobs
     //! ([`NewJob::group`](crate::NewJob::group)) are refused with
-    //! [`Error::InvalidArgument`] before anything is written, a batch goes
+    //! [`Error::InvalidArgument`](crate::Error::InvalidArgument) before anything is written, a batch goes
     //! one statement per job, and only finishing outcomes settle here
     //! ([`QueueExt::complete_in`], [`QueueExt::settle_in`] with a complete,
     //! discard or cancel); a retry is the worker's to record.
 
     use ::diesel::pg::PgConnection;
 
-    use super::Adapter;
     pub use super::QueueExt;
+    use super::{Adapter, Finishing};
+    use crate::app_transaction::postgres_db_or;
     use crate::backend::params::EnqueueParams;
     use crate::backend::postgres::{via_diesel, Db};
-    use crate::backend::Backend;
-    use crate::error::{Error, Result};
+    use crate::error::Result;
     use crate::job::Enqueued;
-    use crate::lease::Lease;
-    use crate::outcome::Transition;
     use crate::queue::Queue;
 
     impl Adapter for PgConnection {
@@ -255,16 +274,10 @@ pub mod postgres {
             via_diesel::enqueue(conn, database(queue)?.queries(), p)
         }
 
-        fn finish(
-            queue: &Queue,
-            conn: &mut Self,
-            lease: Lease,
-            transition: &Transition,
-            now: i64,
-        ) -> Result<()> {
+        fn finish(queue: &Queue, conn: &mut Self, finishing: &Finishing<'_>) -> Result<()> {
             let q = database(queue)?.queries();
-            via_diesel::check_lease(conn, q, lease)?;
-            via_diesel::finish(conn, q, lease, transition, now)
+            via_diesel::check_lease(conn, q, finishing.lease)?;
+            via_diesel::finish(conn, q, finishing)
         }
 
         fn check_queue(queue: &Queue) -> Result<()> {
@@ -275,14 +288,10 @@ pub mod postgres {
     /// The PostgreSQL database of `queue`, or a typed error for a queue on
     /// another backend.
     fn database(queue: &Queue) -> Result<&Db> {
-        match queue.backend() {
-            Backend::Postgres(db) => Ok(db),
-            #[allow(unreachable_patterns)]
-            _ => Err(Error::InvalidArgument(
-                "this queue is not on PostgreSQL: diesel's PgConnection joins only a PostgreSQL queue"
-                    .into(),
-            )),
-        }
+        postgres_db_or(
+            queue,
+            "this queue is not on PostgreSQL: diesel's PgConnection joins only a PostgreSQL queue",
+        )
     }
 }
 
@@ -320,7 +329,7 @@ pub mod mysql {
     //! never sees a rolled-back one.
     //!
     //! Each call reads diesel's own transaction depth (no round trip) and
-    //! answers [`Error::NotInTransaction`], writing nothing, outside
+    //! answers [`Error::NotInTransaction`](crate::Error::NotInTransaction), writing nothing, outside
     //! `conn.transaction(..)`. An enqueue costs two statements (the insert,
     //! then `LAST_INSERT_ID()`), three or four with a unique key. A call
     //! waits on the database only through the application's connection: as
@@ -339,15 +348,13 @@ pub mod mysql {
 
     use ::diesel::mysql::MysqlConnection;
 
-    use super::Adapter;
     pub use super::QueueExt;
+    use super::{Adapter, Finishing};
+    use crate::app_transaction::mysql_db_or;
     use crate::backend::mysql::{via_diesel, Db, Now};
     use crate::backend::params::EnqueueParams;
-    use crate::backend::Backend;
-    use crate::error::{Error, Result};
+    use crate::error::Result;
     use crate::job::Enqueued;
-    use crate::lease::Lease;
-    use crate::outcome::Transition;
     use crate::queue::Queue;
 
     impl Adapter for MysqlConnection {
@@ -361,16 +368,10 @@ pub mod mysql {
             via_diesel::enqueue(conn, &db.sql, p, clocked(queue, now))
         }
 
-        fn finish(
-            queue: &Queue,
-            conn: &mut Self,
-            lease: Lease,
-            transition: &Transition,
-            now: i64,
-        ) -> Result<()> {
-            let db = database(queue)?;
-            via_diesel::check_lease(conn, &db.sql, lease)?;
-            via_diesel::finish(conn, &db.sql, lease, transition, clocked(queue, now))
+        fn finish(queue: &Queue, conn: &mut Self, finishing: &Finishing<'_>) -> Result<()> {
+            let sql = &database(queue)?.sql;
+            via_diesel::check_lease(conn, sql, finishing.lease)?;
+            via_diesel::finish(conn, sql, finishing, clocked(queue, finishing.now))
         }
 
         fn check_queue(queue: &Queue) -> Result<()> {
@@ -385,13 +386,9 @@ pub mod mysql {
     /// The MySQL database of `queue`, or a typed error for a queue on
     /// another backend.
     fn database(queue: &Queue) -> Result<&Db> {
-        match queue.backend() {
-            Backend::Mysql(db) => Ok(db),
-            #[allow(unreachable_patterns)]
-            _ => Err(Error::InvalidArgument(
-                "this queue is not on MySQL: diesel's MysqlConnection joins only a MySQL/MariaDB queue"
-                    .into(),
-            )),
-        }
+        mysql_db_or(
+            queue,
+            "this queue is not on MySQL: diesel's MysqlConnection joins only a MySQL/MariaDB queue",
+        )
     }
 }

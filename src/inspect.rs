@@ -325,6 +325,19 @@ pub struct Page {
     pub next_after: Option<i64>,
 }
 
+impl Page {
+    /// The page of `jobs` read with `limit`: a full page may have a next
+    /// one, after its last id; a shorter one was the last.
+    pub(crate) fn of(jobs: Vec<JobRecord>, limit: usize) -> Page {
+        let next_after = if jobs.len() == limit {
+            jobs.last().map(|j| j.id)
+        } else {
+            None
+        };
+        Page { jobs, next_after }
+    }
+}
+
 /// How many jobs one queue holds in one state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateCount {

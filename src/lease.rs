@@ -51,6 +51,19 @@ pub struct Job {
 }
 
 impl Job {
+    /// Puts the jobs one lease claimed in the order they are handed out:
+    /// higher priority first, then the earlier due, then the lower id. The
+    /// lease statements of every backend claim in that order, but their rows
+    /// come back in no order of their own.
+    pub(crate) fn sort_claimed(jobs: &mut [Job]) {
+        jobs.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then(a.available_at.cmp(&b.available_at))
+                .then(a.id.cmp(&b.id))
+        });
+    }
+
     /// The fence of this claim.
     pub fn lease(&self) -> Lease {
         Lease {
@@ -73,17 +86,6 @@ impl Job {
     pub fn is_last_attempt(&self) -> bool {
         self.attempt >= self.max_attempts
     }
-}
-
-/// Sorts leased jobs in claim order: highest priority first, then the
-/// longest due, then the oldest id.
-pub(crate) fn sort_in_claim_order(jobs: &mut [Job]) {
-    jobs.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.available_at.cmp(&b.available_at))
-            .then(a.id.cmp(&b.id))
-    });
 }
 
 /// What to claim in one [`Queue::lease`](crate::Queue::lease) call.

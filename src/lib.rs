@@ -125,6 +125,15 @@
 mod failpoint;
 
 mod action;
+#[cfg(any(
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql",
+    feature = "diesel-postgres",
+    feature = "diesel-mysql"
+))]
+mod adapter_flow;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod app_transaction;
 #[cfg(feature = "async")]
 pub mod async_queue;
 mod backend;

@@ -462,7 +462,7 @@ pub(crate) fn lease_within(
     if !rest.is_empty() && jobs.len() < limit {
         jobs.extend(claim(&rest, limit - jobs.len(), now)?);
     }
-    crate::lease::sort_in_claim_order(&mut jobs);
+    Job::sort_claimed(&mut jobs);
     Ok((jobs, windows))
 }
 
@@ -617,7 +617,7 @@ pub(crate) fn lease_handing_on<T: ?Sized>(
             },
         )?);
     }
-    crate::lease::sort_in_claim_order(&mut jobs);
+    Job::sort_claimed(&mut jobs);
     Ok(jobs)
 }
 

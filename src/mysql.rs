@@ -1,10 +1,10 @@
 //! What only MySQL and MariaDB have: their transaction type, for enqueueing
 //! and completing inside your own transactions.
 //!
-//! Open the queue with [`Queue::connect`] on a `mysql://user:pass@host/db`
+//! Open the queue with [`Queue::connect`](crate::Queue::connect) on a `mysql://user:pass@host/db`
 //! URL (MySQL 8.0.1 or later, MariaDB 10.6 or later: both have `SKIP
 //! LOCKED`; an older server is refused with
-//! [`Error::UnsupportedServer`]), bring the extension traits into scope, and
+//! [`Error::UnsupportedServer`](crate::Error::UnsupportedServer)), bring the extension traits into scope, and
 //! the queue and the job context gain the transactional calls on
 //! [`mysql::Transaction`]:
 //!
@@ -59,17 +59,9 @@
 //! columns), but no MySQL 8 server has run the suites: treat MySQL as
 //! untested until one does.
 
-use serde::Serialize;
-use serde_json::Value;
-
-use crate::backend::{mysql as db, Backend};
-use crate::batch::{self, Batch, BatchBuilder};
-use crate::error::{Error, Result};
-use crate::job::{Enqueued, IntoNewJob};
-use crate::lease::Job;
-use crate::outcome::Outcome;
-use crate::queue::{params, run_then_complete, Queue};
-use crate::worker::{JobContext, JobError};
+use crate::app_transaction::{mysql_db, transactional_calls};
+use crate::backend::mysql as db;
+use crate::queue::run_then_complete;
 
 /// The `mysql` crate backlog is built with. Use it for the transactions you
 /// pass to [`QueueExt::enqueue_in`] and friends.
@@ -80,41 +72,14 @@ pub use ::mysql;
 /// closure.
 pub type Transaction<'a> = ::mysql::Transaction<'a>;
 
-/// Transactional calls of a [`Queue`] on MySQL/MariaDB.
-///
-/// Each `*_in` call runs inside the caller's transaction, which may be on
-/// any connection to the queue's server (the statements name the queue's
-/// database). Nothing is committed by these calls and no events are sent:
-/// the caller owns the commit.
-pub trait QueueExt {
-    /// Enqueues a job inside the caller's transaction: the job exists if and
-    /// only if that transaction commits.
-    fn enqueue_in(&self, tx: &mut Transaction<'_>, job: impl IntoNewJob) -> Result<Enqueued>;
-
-    /// Enqueues many jobs inside the caller's transaction.
-    fn enqueue_many_in<J: IntoNewJob>(
-        &self,
-        tx: &mut Transaction<'_>,
-        jobs: impl IntoIterator<Item = J>,
-    ) -> Result<Vec<Enqueued>>;
-
-    /// Enqueues a workflow inside the caller's transaction (see
-    /// [`Queue::enqueue_workflow`]): its steps exist if and only if that
-    /// transaction commits.
-    fn enqueue_workflow_in(
-        &self,
-        tx: &mut Transaction<'_>,
-        workflow: crate::Workflow,
-    ) -> Result<crate::EnqueuedWorkflow>;
-
-    /// Creates an open batch inside the caller's transaction (see
-    /// [`crate::batch`]): it exists if and only if that transaction commits.
-    fn create_batch_in(&self, tx: &mut Transaction<'_>, batch: BatchBuilder<'_>) -> Result<Batch>;
-
-    /// Seals a batch inside the caller's transaction, enqueueing its
-    /// callbacks there when every member has finished (see
-    /// [`Queue::seal_batch`]).
-    fn seal_batch_in(&self, tx: &mut Transaction<'_>, id: i64) -> Result<()>;
+transactional_calls! {
+    /// Transactional calls of a [`Queue`](crate::Queue) on MySQL/MariaDB.
+    ///
+    /// Each `*_in` call runs inside the caller's transaction, which may be on
+    /// any connection to the queue's server (the statements name the queue's
+    /// database). Nothing is committed by these calls and no events are sent:
+    /// the caller owns the commit.
+    trait QueueExt;
 
     /// Completes a leased job inside the caller's transaction: the completion
     /// commits if and only if the caller's transaction does, together with
@@ -126,15 +91,7 @@ pub trait QueueExt {
     /// `commit()` rolls back; [`QueueExt::transaction`] also rolls back on any
     /// `Err`. Call it first in the transaction (fence first) to learn of a
     /// lost lease before doing the work.
-    fn complete_in(&self, tx: &mut Transaction<'_>, job: &Job, result: Option<Value>)
-        -> Result<()>;
-
-    /// Records a failed attempt inside the caller's transaction. Same rules
-    /// as [`QueueExt::complete_in`].
-    fn fail_in(&self, tx: &mut Transaction<'_>, job: &Job, error: impl Into<String>) -> Result<()>;
-
-    /// Applies any outcome inside the caller's transaction.
-    fn settle_in(&self, tx: &mut Transaction<'_>, job: &Job, outcome: Outcome) -> Result<()>;
+    fn complete_in;
 
     /// Runs `f` in a transaction on one of the queue's pooled connections,
     /// committing on `Ok` and rolling back on `Err`:
@@ -153,103 +110,15 @@ pub trait QueueExt {
     /// The session reads committed data (READ COMMITTED). The closure runs
     /// once; only getting a working connection is retried. Inside the
     /// closure the queue's other writes and a nested `transaction` return
-    /// [`Error::InsideTransaction`] at once (they could wait for the row
+    /// [`Error::InsideTransaction`](crate::Error::InsideTransaction) at once (they could wait for the row
     /// locks of this transaction); reads work on another pooled connection,
     /// or answer `InsideTransaction` at once when none is free (see
-    /// [`Queue`]); the `_in` forms join it.
-    fn transaction<T, E>(
-        &self,
-        f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<T, E>,
-    ) -> std::result::Result<T, E>
-    where
-        E: From<Error>;
-}
+    /// [`Queue`](crate::Queue)); the `_in` forms join it.
+    fn transaction = |queue, f| mysql_db(queue)?.transaction(f);
 
-impl QueueExt for Queue {
-    fn enqueue_in(&self, tx: &mut Transaction<'_>, job: impl IntoNewJob) -> Result<Enqueued> {
-        let mut ids = self.enqueue_many_in(tx, [job])?;
-        ids.pop()
-            .ok_or_else(|| Error::Database("enqueue returned no id".into()))
-    }
+    /// Transactional completion for handlers on MySQL/MariaDB.
+    trait JobContextExt;
 
-    fn enqueue_many_in<J: IntoNewJob>(
-        &self,
-        tx: &mut Transaction<'_>,
-        jobs: impl IntoIterator<Item = J>,
-    ) -> Result<Vec<Enqueued>> {
-        let now = self.now_micros();
-        let prepared = self.prepare_all(jobs, now)?;
-        let db = mysql_db(self)?;
-        db::jobs::enqueue_all(&db.sql, tx, &params(&prepared, now), clocked(self, now))
-    }
-
-    fn enqueue_workflow_in(
-        &self,
-        tx: &mut Transaction<'_>,
-        workflow: crate::Workflow,
-    ) -> Result<crate::EnqueuedWorkflow> {
-        let now = self.now_micros();
-        let planned = self.plan_workflow(workflow, now)?;
-        let db = mysql_db(self)?;
-        let (id, ids) = db::flows::enqueue_workflow(
-            &db.sql,
-            tx,
-            &planned.params(now),
-            &planned.jobs(now),
-            clocked(self, now),
-        )?;
-        Ok(planned.enqueued(id, &ids))
-    }
-
-    fn create_batch_in(&self, tx: &mut Transaction<'_>, batch: BatchBuilder<'_>) -> Result<Batch> {
-        let p = batch.params()?;
-        let db = mysql_db(self)?;
-        let id = db::batches::create(&db.sql, tx, &p.borrowed(), clocked(self, p.borrowed().now))?;
-        Ok(Batch { id })
-    }
-
-    fn seal_batch_in(&self, tx: &mut Transaction<'_>, id: i64) -> Result<()> {
-        let db = mysql_db(self)?;
-        let now = self.now_micros();
-        let found = db::batches::seal(&db.sql, tx, id, clocked(self, now))?;
-        batch::join_verdict(id, found.map(|_| false))
-    }
-
-    fn complete_in(
-        &self,
-        tx: &mut Transaction<'_>,
-        job: &Job,
-        result: Option<Value>,
-    ) -> Result<()> {
-        self.settle_in(tx, job, Outcome::Complete(result))
-    }
-
-    fn fail_in(&self, tx: &mut Transaction<'_>, job: &Job, error: impl Into<String>) -> Result<()> {
-        self.settle_in(tx, job, Outcome::fail(error))
-    }
-
-    fn settle_in(&self, tx: &mut Transaction<'_>, job: &Job, outcome: Outcome) -> Result<()> {
-        let db = mysql_db(self)?;
-        let now = self.now_micros();
-        let params = self.settle_params(job, outcome, now)?;
-        db::jobs::settle(&db.sql, tx, &params, clocked(self, now))?;
-        self.note_settled_in(job.lease());
-        Ok(())
-    }
-
-    fn transaction<T, E>(
-        &self,
-        f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<T, E>,
-    ) -> std::result::Result<T, E>
-    where
-        E: From<Error>,
-    {
-        mysql_db(self)?.transaction(f)
-    }
-}
-
-/// Transactional completion for handlers on MySQL/MariaDB.
-pub trait JobContextExt {
     /// Runs `f` in a transaction on one of the queue's connections and
     /// completes the job in the same transaction: the effects `f` writes and
     /// the completion commit together, or not at all.
@@ -259,55 +128,27 @@ pub trait JobContextExt {
     /// result (a value that serializes to JSON `null`, such as `()`, stores
     /// none) and the transaction commits. When the lease was lost — it
     /// expired and another worker claimed the job — nothing commits and the
-    /// error says so ([`JobError::is_lease_lost`]); the effects are never
+    /// error says so ([`JobError::is_lease_lost`](crate::JobError::is_lease_lost)); the effects are never
     /// applied twice. On any error from `f` the transaction rolls back.
     ///
     /// A job completed this way is not completed again by the worker,
     /// whatever the handler returns afterwards. The job's row is locked while
     /// `f` runs, so its heartbeat waits for the commit: keep `f` well within
     /// the lease's TTL, and enqueue follow-up jobs with
-    /// [`QueueExt::enqueue_in`]`(tx, ..)`: [`Queue::enqueue`], every other
-    /// write of the queue and [`JobContext::heartbeat`] return
-    /// [`Error::InsideTransaction`] at once inside `f`; reads work (see
-    /// [`Queue`]).
-    fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
-    where
-        T: Serialize,
-        F: FnOnce(&mut Transaction<'_>) -> std::result::Result<T, JobError>;
-}
-
-impl JobContextExt for JobContext {
-    fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
-    where
-        T: Serialize,
-        F: FnOnce(&mut Transaction<'_>) -> std::result::Result<T, JobError>,
-    {
-        let queue = self.source();
+    /// [`QueueExt::enqueue_in`]`(tx, ..)`: [`Queue::enqueue`](crate::Queue::enqueue), every other
+    /// write of the queue and [`JobContext::heartbeat`](crate::JobContext::heartbeat) return
+    /// [`Error::InsideTransaction`](crate::Error::InsideTransaction) at once inside `f`; reads work (see
+    /// [`Queue`](crate::Queue)).
+    fn transaction = |ctx, f| {
+        let queue = ctx.source();
         let db = mysql_db(queue)?;
-        self.complete_transactionally(|| {
+        ctx.complete_transactionally(|| {
             db.transaction(|tx| {
-                db::jobs::check_lease(&db.sql, tx, self.job().lease())?;
-                run_then_complete(self, tx, f, |tx, result| {
-                    queue.complete_in(tx, self.job(), result)
+                db::jobs::check_lease(&db.sql, tx, ctx.job().lease())?;
+                run_then_complete(ctx, tx, f, |tx, result| {
+                    queue.complete_in(tx, ctx.job(), result)
                 })
             })
         })
-    }
-}
-
-/// `now` of `queue`'s clock, overriding the server's only for a manual clock.
-pub(crate) fn clocked(queue: &Queue, now: i64) -> db::Now {
-    db::Now::new(now, queue.options().clock.is_manual())
-}
-
-/// The MySQL connections of `queue`, or a typed error for a queue on another
-/// database.
-pub(crate) fn mysql_db(queue: &Queue) -> Result<&db::Db> {
-    match queue.backend() {
-        Backend::Mysql(db) => Ok(db),
-        #[allow(unreachable_patterns)]
-        _ => Err(Error::InvalidArgument(
-            "this queue is not on MySQL: use the transaction calls of its database's module".into(),
-        )),
-    }
+    };
 }

@@ -40,7 +40,7 @@
 //!
 //! ## Connecting
 //!
-//! [`Queue::connect`] takes a `postgres://` URL as libpq does. TLS follows
+//! [`Queue::connect`](crate::Queue::connect) takes a `postgres://` URL as libpq does. TLS follows
 //! `sslmode`: `disable`; `prefer` (the default: TLS when the server offers
 //! it, certificate not checked); `require` (always TLS, certificate not
 //! checked, as libpq); `verify-ca` (the certificate must be signed by
@@ -104,20 +104,13 @@
 //! queue's [`Clock`](crate::Clock) only measures delays. A
 //! [`ManualClock`](crate::ManualClock) overrides the server's (for tests).
 
-use serde::Serialize;
-use serde_json::Value;
-
+use crate::app_transaction::{postgres_db as database, transactional_calls};
 use crate::backend::postgres::connection::Tx;
+use crate::backend::postgres::jobs;
 use crate::backend::postgres::target::Target;
-use crate::backend::postgres::{self as db, jobs, Db};
-use crate::backend::Backend;
-use crate::batch::{self, Batch, BatchBuilder};
 use crate::error::{Error, Result};
-use crate::job::{Enqueued, IntoNewJob};
-use crate::lease::Job;
 use crate::outcome::Outcome;
-use crate::queue::{params, run_then_complete, Queue};
-use crate::worker::{JobContext, JobError};
+use crate::queue::run_then_complete;
 
 /// The `postgres` crate backlog is built with. Use it for the transactions
 /// you pass to [`QueueExt::enqueue_in`] and friends, so the types match.
@@ -163,41 +156,15 @@ pub fn client_config(
 /// closure.
 pub type Transaction<'a> = postgres::Transaction<'a>;
 
-/// Transactional calls of a [`Queue`] on PostgreSQL.
-///
-/// Each `*_in` call runs inside the caller's transaction, which must be open
-/// on the queue's database. Nothing is committed by these calls and no
-/// events are sent: the caller owns the commit. A job enqueued this way
-/// wakes listening workers when, and only if, the transaction commits.
-pub trait QueueExt {
-    /// Enqueues a job inside the caller's transaction: the job exists if and
-    /// only if that transaction commits.
-    fn enqueue_in(&self, tx: &mut Transaction<'_>, job: impl IntoNewJob) -> Result<Enqueued>;
-
-    /// Enqueues many jobs inside the caller's transaction.
-    fn enqueue_many_in<J: IntoNewJob>(
-        &self,
-        tx: &mut Transaction<'_>,
-        jobs: impl IntoIterator<Item = J>,
-    ) -> Result<Vec<Enqueued>>;
-
-    /// Enqueues a workflow inside the caller's transaction (see
-    /// [`Queue::enqueue_workflow`]): its steps exist if and only if that
-    /// transaction commits.
-    fn enqueue_workflow_in(
-        &self,
-        tx: &mut Transaction<'_>,
-        workflow: crate::Workflow,
-    ) -> Result<crate::EnqueuedWorkflow>;
-
-    /// Creates an open batch inside the caller's transaction (see
-    /// [`crate::batch`]): it exists if and only if that transaction commits.
-    fn create_batch_in(&self, tx: &mut Transaction<'_>, batch: BatchBuilder<'_>) -> Result<Batch>;
-
-    /// Seals a batch inside the caller's transaction, enqueueing its
-    /// callbacks there when every member has finished (see
-    /// [`Queue::seal_batch`]).
-    fn seal_batch_in(&self, tx: &mut Transaction<'_>, id: i64) -> Result<()>;
+transactional_calls! {
+    /// Transactional calls of a [`Queue`](crate::Queue) on PostgreSQL.
+    ///
+    /// Each `*_in` call runs inside the caller's transaction, which must be
+    /// open on the queue's database. Nothing is committed by these calls and
+    /// no events are sent: the caller owns the commit. A job enqueued this
+    /// way wakes listening workers when, and only if, the transaction
+    /// commits.
+    trait QueueExt;
 
     /// Completes a leased job inside the caller's transaction: the
     /// completion commits if and only if the caller's transaction does,
@@ -209,15 +176,7 @@ pub trait QueueExt {
     /// `commit()` rolls back; [`QueueExt::transaction`] also rolls back on any
     /// `Err`. Call it first in the transaction (fence first): the job's row
     /// then stays locked until the commit, so no rescuer can take it.
-    fn complete_in(&self, tx: &mut Transaction<'_>, job: &Job, result: Option<Value>)
-        -> Result<()>;
-
-    /// Records a failed attempt inside the caller's transaction. Same rules
-    /// as [`QueueExt::complete_in`].
-    fn fail_in(&self, tx: &mut Transaction<'_>, job: &Job, error: impl Into<String>) -> Result<()>;
-
-    /// Applies any outcome inside the caller's transaction.
-    fn settle_in(&self, tx: &mut Transaction<'_>, job: &Job, outcome: Outcome) -> Result<()>;
+    fn complete_in;
 
     /// Runs `f` in a transaction on one of the queue's pooled connections,
     /// committing on `Ok` and rolling back on `Err`. Pair it with
@@ -242,110 +201,12 @@ pub trait QueueExt {
     /// [`Error::InsideTransaction`] at once (they could wait for the row
     /// locks of this transaction); reads work on another pooled connection,
     /// or answer `InsideTransaction` at once when none is free (see
-    /// [`Queue`]); the `_in` forms join it.
-    fn transaction<T, E>(
-        &self,
-        f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<T, E>,
-    ) -> std::result::Result<T, E>
-    where
-        E: From<Error>;
-}
+    /// [`Queue`](crate::Queue)); the `_in` forms join it.
+    fn transaction = |queue, f| database(queue)?.pool().transaction(|tx, _| f(tx));
 
-impl QueueExt for Queue {
-    fn enqueue_in(&self, tx: &mut Transaction<'_>, job: impl IntoNewJob) -> Result<Enqueued> {
-        let mut ids = self.enqueue_many_in(tx, [job])?;
-        ids.pop()
-            .ok_or_else(|| Error::Database("enqueue returned no id".into()))
-    }
+    /// Transactional completion for handlers on PostgreSQL.
+    trait JobContextExt;
 
-    fn enqueue_many_in<J: IntoNewJob>(
-        &self,
-        tx: &mut Transaction<'_>,
-        jobs: impl IntoIterator<Item = J>,
-    ) -> Result<Vec<Enqueued>> {
-        let now = self.now_micros();
-        let prepared = self.prepare_all(jobs, now)?;
-        let db = database(self)?;
-        jobs::enqueue_all(
-            &mut db::on_transaction(tx),
-            db.queries(),
-            &params(&prepared, now),
-        )
-    }
-
-    fn enqueue_workflow_in(
-        &self,
-        tx: &mut Transaction<'_>,
-        workflow: crate::Workflow,
-    ) -> Result<crate::EnqueuedWorkflow> {
-        let now = self.now_micros();
-        let planned = self.plan_workflow(workflow, now)?;
-        let db = database(self)?;
-        let (id, ids) = db::flows::enqueue_workflow(
-            &mut db::on_transaction(tx),
-            db.queries(),
-            &planned.params(now),
-            &planned.jobs(now),
-        )?;
-        Ok(planned.enqueued(id, &ids))
-    }
-
-    fn create_batch_in(&self, tx: &mut Transaction<'_>, batch: BatchBuilder<'_>) -> Result<Batch> {
-        let p = batch.params()?;
-        let db = database(self)?;
-        let id = db::batches::create(&mut db::on_transaction(tx), db.queries(), &p.borrowed())?;
-        Ok(Batch { id })
-    }
-
-    fn seal_batch_in(&self, tx: &mut Transaction<'_>, id: i64) -> Result<()> {
-        let db = database(self)?;
-        let found = db::batches::seal(
-            &mut db::on_transaction(tx),
-            db.queries(),
-            id,
-            self.now_micros(),
-        )?;
-        batch::join_verdict(id, found.map(|_| false))
-    }
-
-    fn complete_in(
-        &self,
-        tx: &mut Transaction<'_>,
-        job: &Job,
-        result: Option<Value>,
-    ) -> Result<()> {
-        self.settle_in(tx, job, Outcome::Complete(result))
-    }
-
-    fn fail_in(&self, tx: &mut Transaction<'_>, job: &Job, error: impl Into<String>) -> Result<()> {
-        self.settle_in(tx, job, Outcome::fail(error))
-    }
-
-    fn settle_in(&self, tx: &mut Transaction<'_>, job: &Job, outcome: Outcome) -> Result<()> {
-        let db = database(self)?;
-        let params = self.settle_params(job, outcome, self.now_micros())?;
-        let mut results =
-            jobs::settle_all(&mut db::on_transaction(tx), db.queries(), &[&params], false)?;
-        results
-            .pop()
-            .unwrap_or_else(|| Err(Error::Database("settle returned no result".into())))?;
-        self.note_settled_in(job.lease());
-        Ok(())
-    }
-
-    fn transaction<T, E>(
-        &self,
-        f: impl FnOnce(&mut Transaction<'_>) -> std::result::Result<T, E>,
-    ) -> std::result::Result<T, E>
-    where
-        E: From<Error>,
-    {
-        database(self)?.pool().transaction(|tx, _| f(tx))
-    }
-}
-
-/// Transactional completion for handlers on PostgreSQL.
-pub trait JobContextExt {
     /// Runs `f` in a transaction on one of the queue's pooled connections and
     /// completes the job in the same transaction: the effects `f` writes and
     /// the completion commit together, or not at all.
@@ -355,61 +216,37 @@ pub trait JobContextExt {
     /// runs, then the job is completed with `f`'s value as its result (a
     /// value that serializes to JSON `null`, such as `()`, stores none) and
     /// the transaction commits. When the lease was lost, nothing commits and
-    /// the error says so ([`JobError::is_lease_lost`]); the effects are never
+    /// the error says so ([`JobError::is_lease_lost`](crate::JobError::is_lease_lost)); the effects are never
     /// applied twice. On any error from `f` the transaction rolls back.
     ///
     /// A job completed this way is not completed again by the worker,
     /// whatever the handler returns afterwards. Enqueue follow-up jobs with
     /// [`QueueExt::enqueue_in`]`(tx, ..)`, so they exist only if this
-    /// transaction commits: [`Queue::enqueue`], every other write of the
-    /// queue and [`JobContext::heartbeat`] return
+    /// transaction commits: [`Queue::enqueue`](crate::Queue::enqueue), every other write of the
+    /// queue and [`JobContext::heartbeat`](crate::JobContext::heartbeat) return
     /// [`Error::InsideTransaction`] at once inside `f` (the job's row is
-    /// locked by this transaction); reads work (see [`Queue`]).
-    fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
-    where
-        T: Serialize,
-        F: FnOnce(&mut Transaction<'_>) -> std::result::Result<T, JobError>;
-}
-
-impl JobContextExt for JobContext {
-    fn transaction<T, F>(&self, f: F) -> std::result::Result<T, JobError>
-    where
-        T: Serialize,
-        F: FnOnce(&mut Transaction<'_>) -> std::result::Result<T, JobError>,
-    {
-        let queue = self.source();
-        self.complete_transactionally(|| {
+    /// locked by this transaction); reads work (see [`Queue`](crate::Queue)).
+    fn transaction = |ctx, f| {
+        let queue = ctx.source();
+        ctx.complete_transactionally(|| {
             let db = database(queue)?;
             db.pool().transaction(|tx, statements| {
                 // backlog's statements run prepared once per connection:
                 // this is the hot path of a transactional worker.
-                let lease = self.job().lease();
+                let lease = ctx.job().lease();
                 jobs::check_lease(&mut Tx::cached(tx, statements), db.queries(), lease)?;
-                run_then_complete(self, tx, f, |tx, result| {
+                run_then_complete(ctx, tx, f, |tx, result| {
                     let now = queue.now_micros();
-                    let params = queue.settle_params(self.job(), Outcome::Complete(result), now)?;
+                    let params = queue.settle_params(ctx.job(), Outcome::Complete(result), now)?;
                     let mut tx = Tx::cached(tx, statements);
                     let mut settled = jobs::settle_all(&mut tx, db.queries(), &[&params], false)?;
-                    settled.pop().unwrap_or_else(|| {
-                        Err(Error::Database("settle returned no result".into()))
-                    })?;
+                    settled
+                        .pop()
+                        .unwrap_or_else(|| Err(Error::Database("settle returned no result".into())))?;
                     queue.note_settled_in(lease);
                     Ok(())
                 })
             })
         })
-    }
-}
-
-/// The PostgreSQL database of `queue`, or a typed error for a queue on
-/// another backend.
-pub(crate) fn database(queue: &Queue) -> Result<&Db> {
-    match queue.backend() {
-        Backend::Postgres(db) => Ok(db),
-        #[allow(unreachable_patterns)]
-        _ => Err(Error::InvalidArgument(
-            "this queue is not on PostgreSQL: use the transaction calls of its database's module"
-                .into(),
-        )),
-    }
+    };
 }

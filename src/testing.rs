@@ -497,7 +497,7 @@ impl sealed::Sealed for &mut crate::postgres::Transaction<'_> {}
 #[cfg(feature = "postgres")]
 impl ReadThrough for &mut crate::postgres::Transaction<'_> {
     fn list_through(&mut self, queue: &Queue, filter: &JobFilter, now: i64) -> Result<Page> {
-        let db = crate::postgres::database(queue)?;
+        let db = crate::app_transaction::postgres_db(queue)?;
         crate::backend::postgres::inspect::list(
             &mut crate::backend::postgres::on_transaction(self),
             db.queries(),
@@ -512,12 +512,12 @@ impl sealed::Sealed for &mut crate::mysql::Transaction<'_> {}
 #[cfg(feature = "mysql")]
 impl ReadThrough for &mut crate::mysql::Transaction<'_> {
     fn list_through(&mut self, queue: &Queue, filter: &JobFilter, now: i64) -> Result<Page> {
-        let db = crate::mysql::mysql_db(queue)?;
+        let db = crate::app_transaction::mysql_db(queue)?;
         crate::backend::mysql::inspect::list(
             &db.sql,
             *self,
             filter,
-            crate::mysql::clocked(queue, now),
+            crate::app_transaction::clocked(queue, now),
         )
     }
 }

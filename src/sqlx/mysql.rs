@@ -1,6 +1,6 @@
 //! Enqueueing inside a `sqlx::Transaction<'_, MySql>` (feature
-//! `sqlx-mysql`), on MySQL 8 or MariaDB 10.6+ (tested on MariaDB 10.11
-//! only). See [the module above](super) for what is and is not offered.
+//! `sqlx-mysql`) with [`QueueExt`], on MySQL 8 or MariaDB 10.6+ (tested on
+//! MariaDB 10.11 only). See [the module above](super) for what is and is not offered.
 //!
 //! The statements are the MySQL backend's own (`ENQUEUE`, the unique
 //! look-ups), rendered for the queue's tables. They are written with named
@@ -17,174 +17,119 @@ use std::future::Future;
 use ::mysql_common::named_params::ParsedNamedParams;
 use ::sqlx::mysql::{MySqlArguments, MySqlConnection, MySqlDatabaseError};
 use ::sqlx::query::Query;
-use ::sqlx::{AssertSqlSafe, MySql, Row, Transaction};
+use ::sqlx::{AssertSqlSafe, MySql, Row};
 
+pub use super::QueueExt;
+use super::{refuse_own_path_only, Call};
+use crate::adapter_flow::{Conflict, EnqueueFlow, Next, Step};
+use crate::app_transaction::mysql_db_or;
 use crate::backend::mysql::queries::Sql;
 use crate::backend::mysql::{Db, Now};
 use crate::backend::params::EnqueueParams;
-use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::job::{Enqueued, IntoNewJob};
-use crate::queue::{params, Queue};
+use crate::job::Enqueued;
+use crate::queue::Queue;
 
-/// Enqueueing of a [`Queue`] on MySQL/MariaDB inside the application's sqlx
-/// transaction.
-///
-/// Nothing is committed by these calls: the caller owns the commit, and the
-/// job exists when and only if the transaction commits. The transaction may
-/// be on any connection to the queue's server: the statements name the
-/// queue's database.
-pub trait QueueExt {
-    /// Enqueues a job inside `tx`. A bad job is refused with a typed error
-    /// before anything is sent. With a unique key already held, the existing
-    /// job's id comes back with `existed: true`; a key held by another
-    /// transaction not yet committed waits for it, up to your
-    /// `innodb_lock_wait_timeout` ([`Error::Busy`] then).
-    fn enqueue_in(
-        &self,
-        tx: &mut Transaction<'_, MySql>,
-        job: impl IntoNewJob,
-    ) -> impl Future<Output = Result<Enqueued>> + Send;
-
-    /// Enqueues many jobs inside `tx`, one insert each, ids in input order.
-    fn enqueue_many_in<J: IntoNewJob>(
-        &self,
-        tx: &mut Transaction<'_, MySql>,
-        jobs: impl IntoIterator<Item = J>,
-    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send;
-}
-
-impl QueueExt for Queue {
-    fn enqueue_in(
-        &self,
-        tx: &mut Transaction<'_, MySql>,
-        job: impl IntoNewJob,
-    ) -> impl Future<Output = Result<Enqueued>> + Send {
-        let ids = self.enqueue_many_in(tx, [job]);
-        async move { super::single(ids.await?) }
-    }
-
-    fn enqueue_many_in<J: IntoNewJob>(
-        &self,
-        tx: &mut Transaction<'_, MySql>,
-        jobs: impl IntoIterator<Item = J>,
-    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send {
-        let now = self.now_micros();
-        let prepared = self.prepare_all(jobs, now);
-        let clocked = Now::new(now, self.options().clock.is_manual());
-        let conn: &mut MySqlConnection = tx;
+impl super::Driver for MySql {
+    fn enqueue_all(
+        call: Call<'_, Self>,
+    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + '_ {
+        let now = Now::new(call.now, call.queue.options().clock.is_manual());
         async move {
-            let prepared = prepared?;
-            let db = database(self)?;
-            let jobs = params(&prepared, now);
-            super::refuse_own_path_only(&jobs)?;
-            let mut ids = Vec::with_capacity(jobs.len());
-            for p in &jobs {
-                ids.push(enqueue(conn, &db.sql, p, clocked).await?);
+            let sql = &database(call.queue)?.sql;
+            refuse_own_path_only(call.jobs)?;
+            let mut ids = Vec::with_capacity(call.jobs.len());
+            for p in call.jobs {
+                ids.push(enqueue(&mut *call.conn, sql, p, now).await?);
             }
             Ok(ids)
         }
     }
 }
 
-/// As the backend's `enqueue::enqueue`: a finished job holding the key (per
-/// its scope), else the insert, else the live job holding the key.
+/// A finished job holding the key (per its scope), else the insert, else
+/// the live job holding the key: the adapters' one flow
+/// ([`crate::adapter_flow`]), each step one of the backend's statements.
 async fn enqueue(
     conn: &mut MySqlConnection,
     sql: &Sql,
     p: &EnqueueParams<'_>,
     now: Now,
 ) -> Result<Enqueued> {
-    if let Some(id) = find_in_history(conn, sql, p, now, "").await? {
-        return Ok(Enqueued { id, existed: true });
-    }
-    let done = Positional::parse(&sql.enqueue)?
-        .bind(|name| match name {
-            "queue" => Ok(Value::Str(Some(p.queue))),
-            "kind" => Ok(Value::Str(Some(p.kind))),
-            "priority" => Ok(Value::I64(Some(i64::from(p.priority)))),
-            "unique_key" => Ok(Value::Str(p.unique_key)),
-            "payload" => Ok(Value::Str(Some(p.payload))),
-            "max_attempts" => Ok(Value::I64(Some(i64::from(p.max_attempts)))),
-            "available_in" => Ok(Value::I64(Some(now.offset(p.available_at)))),
-            "now" => Ok(Value::I64(now.param())),
-            other => Err(other),
-        })?
-        .execute(&mut *conn)
-        .await
-        .map_err(from_sqlx)?;
-    if done.rows_affected() == 1 {
-        let id = i64::try_from(done.last_insert_id())
-            .ok()
-            .filter(|&id| id > 0)
-            .ok_or_else(|| Error::Database("insert returned no id".into()))?;
-        // As the backend: a period-scoped key is looked at again with a
-        // locking read, and the row just inserted is taken back if a
-        // finished job now holds it.
-        if let Some(found) = find_in_history(conn, sql, p, now, " LOCK IN SHARE MODE").await? {
-            Positional::parse(&sql.delete_live)?
-                .bind(|name| match name {
+    let (mut flow, mut step) = EnqueueFlow::start(p, Conflict::Locked);
+    loop {
+        let id = match step {
+            Step::FindInHistory { locking } => {
+                let lock = if locking { " LOCK IN SHARE MODE" } else { "" };
+                let found = Positional::parse(&format!("{}{lock}", sql.find_history_unique))?
+                    .bind(|name| match name {
+                        "queue" => Ok(Value::Str(Some(p.queue))),
+                        "unique_key" => Ok(Value::Str(p.unique_key)),
+                        "since_in" => Ok(Value::I64(
+                            p.unique_history_since.map(|since| now.offset(since)),
+                        )),
+                        "now" => Ok(Value::I64(now.param())),
+                        "statuses" => Ok(Value::Str(p.unique_statuses)),
+                        other => Err(other),
+                    })?;
+                fetch_id(conn, found).await?
+            }
+            Step::Insert => {
+                let done = Positional::parse(&sql.enqueue)?
+                    .bind(|name| match name {
+                        "queue" => Ok(Value::Str(Some(p.queue))),
+                        "kind" => Ok(Value::Str(Some(p.kind))),
+                        "priority" => Ok(Value::I64(Some(i64::from(p.priority)))),
+                        "unique_key" => Ok(Value::Str(p.unique_key)),
+                        "payload" => Ok(Value::Str(Some(p.payload))),
+                        "max_attempts" => Ok(Value::I64(Some(i64::from(p.max_attempts)))),
+                        "available_in" => Ok(Value::I64(Some(now.offset(p.available_at)))),
+                        "now" => Ok(Value::I64(now.param())),
+                        other => Err(other),
+                    })?
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(from_sqlx)?;
+                if done.rows_affected() == 1 {
+                    let id = i64::try_from(done.last_insert_id())
+                        .ok()
+                        .filter(|&id| id > 0)
+                        .ok_or_else(|| Error::Database("insert returned no id".into()))?;
+                    Some(id)
+                } else {
+                    None
+                }
+            }
+            Step::DeleteLive(id) => {
+                let delete = Positional::parse(&sql.delete_live)?.bind(|name| match name {
                     "id" => Ok(Value::I64(Some(id))),
                     other => Err(other),
-                })?
-                .execute(&mut *conn)
-                .await
-                .map_err(from_sqlx)?;
-            return Ok(Enqueued {
-                id: found,
-                existed: true,
-            });
+                })?;
+                fetch_id(conn, delete).await?
+            }
+            Step::FindLive => {
+                let live = Positional::parse(&sql.find_live_unique)?.bind(|name| match name {
+                    "queue" => Ok(Value::Str(Some(p.queue))),
+                    "unique_key" => Ok(Value::Str(p.unique_key)),
+                    other => Err(other),
+                })?;
+                fetch_id(conn, live).await?
+            }
+        };
+        match flow.answer(id)? {
+            Next::Run(next) => step = next,
+            Next::Done(enqueued) => return Ok(enqueued),
         }
-        return Ok(Enqueued { id, existed: false });
     }
-    // Nothing inserted: only the unique index can refuse a row, and the
-    // refused insert holds a lock on the row it collided with until commit.
-    let key = p
-        .unique_key
-        .ok_or_else(|| Error::Database("insert ignored without a unique key conflict".into()))?;
-    let live = Positional::parse(&sql.find_live_unique)?
-        .bind(|name| match name {
-            "queue" => Ok(Value::Str(Some(p.queue))),
-            "unique_key" => Ok(Value::Str(Some(key))),
-            other => Err(other),
-        })?
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(from_sqlx)?
-        .ok_or_else(|| Error::Database("unique key conflict with no live job".into()))?;
-    Ok(Enqueued {
-        id: live.try_get::<i64, _>(0).map_err(from_sqlx)?,
-        existed: true,
-    })
 }
 
-/// With a unique key scoped to recent history: the finished job holding it
-/// (per the key's statuses), as the backend's look-up; `lock` is appended
-/// to the statement (a locking read after the insert).
-async fn find_in_history(
+/// The one id column of the row `query` answers, if any.
+async fn fetch_id(
     conn: &mut MySqlConnection,
-    sql: &Sql,
-    p: &EnqueueParams<'_>,
-    now: Now,
-    lock: &str,
+    query: Query<'_, MySql, MySqlArguments>,
 ) -> Result<Option<i64>> {
-    let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) else {
-        return Ok(None);
-    };
-    let found = Positional::parse(&format!("{}{lock}", sql.find_history_unique))?
-        .bind(|name| match name {
-            "queue" => Ok(Value::Str(Some(p.queue))),
-            "unique_key" => Ok(Value::Str(Some(key))),
-            "since_in" => Ok(Value::I64(Some(now.offset(since)))),
-            "now" => Ok(Value::I64(now.param())),
-            "statuses" => Ok(Value::Str(p.unique_statuses)),
-            other => Err(other),
-        })?
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(from_sqlx)?;
-    found
-        .map(|row| row.try_get::<i64, _>(0).map_err(from_sqlx))
+    let row = query.fetch_optional(conn).await.map_err(from_sqlx)?;
+    row.map(|r| r.try_get::<i64, _>(0).map_err(from_sqlx))
         .transpose()
 }
 
@@ -260,13 +205,8 @@ fn from_sqlx(e: ::sqlx::Error) -> Error {
 /// The MySQL database of `queue`, or a typed error for a queue on another
 /// backend.
 fn database(queue: &Queue) -> Result<&Db> {
-    match queue.backend() {
-        Backend::Mysql(db) => Ok(db),
-        #[allow(unreachable_patterns)]
-        _ => Err(Error::InvalidArgument(
-            "this queue is not on MySQL: backlog::sqlx::mysql needs a queue opened with a \
-             mysql:// URL"
-                .into(),
-        )),
-    }
+    mysql_db_or(
+        queue,
+        "this queue is not on MySQL: backlog::sqlx::mysql needs a queue opened with a mysql:// URL",
+    )
 }

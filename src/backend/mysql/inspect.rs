@@ -58,12 +58,7 @@ pub(crate) fn list(
         },
     )?;
     let jobs = rows.into_iter().map(record).collect::<Result<Vec<_>>>()?;
-    let next_after = if jobs.len() == filter.limit {
-        jobs.last().map(|j| j.id)
-    } else {
-        None
-    };
-    Ok(Page { jobs, next_after })
+    Ok(Page::of(jobs, filter.limit))
 }
 
 /// Reads a row in `LIVE_COLUMNS` / `HISTORY_COLUMNS` order.

@@ -176,7 +176,7 @@ fn claim(
             "worker_id" => p.worker_id, "now" => server_now,
         },
     )?;
-    crate::lease::sort_in_claim_order(&mut jobs);
+    Job::sort_claimed(&mut jobs);
     Ok(jobs)
 }
 

@@ -11,13 +11,13 @@
 //! bytes; the server parses it anyway: diesel's `sql_query` is not a
 //! cached prepared statement).
 //!
-//! The control flow mirrors [`super::enqueue`] (`enqueue`, one job at a
-//! time: no multi-row insert) and [`super::jobs`] (`check_lease`,
-//! `finish`); each step names the function it follows, so a change there is
-//! made here too. Differs from them in that the id of an inserted job is
-//! read with `SELECT LAST_INSERT_ID()` (diesel's `execute` returns only the
-//! affected rows: one round trip more than the `mysql` crate), and grouped
-//! jobs are refused by the caller before anything runs.
+//! The enqueue is the adapters' one flow ([`crate::adapter_flow`]), the
+//! same as sqlx's, one job at a time (no multi-row insert); `check_lease`
+//! and `finish` mirror [`super::jobs`], naming the function they follow, so
+//! a change there is made here too. Differs from them in that the id of an
+//! inserted job is read with `SELECT LAST_INSERT_ID()` (diesel's `execute`
+//! returns only the affected rows: one round trip more than the `mysql`
+//! crate), and grouped jobs are refused by the caller before anything runs.
 
 use ::diesel::mysql::{Mysql, MysqlConnection};
 use ::diesel::query_builder::{BoxedSqlQuery, SqlQuery};
@@ -26,11 +26,12 @@ use ::diesel::{sql_query, QueryableByName, RunQueryDsl};
 
 use super::queries::Sql;
 use super::Now;
+use crate::adapter_flow::{drive, Conflict, Step};
 use crate::backend::params::EnqueueParams;
+use crate::diesel::Finishing;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::lease::Lease;
-use crate::outcome::{FinalStatus, Transition};
 
 /// A statement's one `id` column.
 #[derive(QueryableByName)]
@@ -135,96 +136,78 @@ impl<'a> Binds<'a> {
 }
 
 /// One job inserted, or the job already holding its unique key (in recent
-/// history or live). Follows `enqueue::enqueue`.
+/// history or live): the adapters' one flow ([`crate::adapter_flow`]),
+/// each step one of the queue's statements.
 pub(crate) fn enqueue(
     conn: &mut MysqlConnection,
     sql: &Sql,
     p: &EnqueueParams<'_>,
     now: Now,
 ) -> Result<Enqueued> {
-    if let Some(id) = find_in_history(conn, sql, p, now, "")? {
-        return Ok(Enqueued { id, existed: true });
-    }
     let max_attempts = i32::try_from(p.max_attempts)
         .map_err(|_| Error::InvalidArgument("max_attempts is out of range".into()))?;
-    let inserted = Binds(vec![
-        ("queue", Value::Text(Some(p.queue))),
-        ("kind", Value::Text(Some(p.kind))),
-        ("priority", Value::Int(p.priority)),
-        ("unique_key", Value::Text(p.unique_key)),
-        ("payload", Value::Text(Some(p.payload))),
-        ("max_attempts", Value::Int(max_attempts)),
-        (
-            "available_in",
-            Value::BigInt(Some(now.offset(p.available_at))),
-        ),
-        ("now", Value::BigInt(now.param())),
-    ])
-    .query(&sql.enqueue)?
-    .execute(conn)?;
-    if inserted == 1 {
-        let row: InsertId = sql_query("SELECT LAST_INSERT_ID() AS id").get_result(conn)?;
-        let id =
-            i64::try_from(row.id).map_err(|_| Error::Database("insert returned no id".into()))?;
-        // As `enqueue::enqueue`: a period-scoped key is looked at again with
-        // a locking read, and the row taken back if a finished job now
-        // holds it.
-        if let Some(found) = find_in_history(conn, sql, p, now, " LOCK IN SHARE MODE")? {
-            Binds(vec![("id", Value::BigInt(Some(id)))])
-                .query(&sql.delete_live)?
+    drive(p, Conflict::Locked, |step| {
+        let found: Option<Id> = match step {
+            Step::FindInHistory { locking } => {
+                let lock = if locking { " LOCK IN SHARE MODE" } else { "" };
+                Binds(vec![
+                    ("queue", Value::Text(Some(p.queue))),
+                    ("unique_key", Value::Text(p.unique_key)),
+                    (
+                        "since_in",
+                        Value::BigInt(p.unique_history_since.map(|s| now.offset(s))),
+                    ),
+                    ("now", Value::BigInt(now.param())),
+                    ("statuses", Value::Text(p.unique_statuses)),
+                ])
+                .query(&format!("{}{lock}", sql.find_history_unique))?
+                .get_result(conn)
+                .map(Some)
+                .or_else(not_found_is_none)?
+            }
+            Step::Insert => {
+                let inserted = Binds(vec![
+                    ("queue", Value::Text(Some(p.queue))),
+                    ("kind", Value::Text(Some(p.kind))),
+                    ("priority", Value::Int(p.priority)),
+                    ("unique_key", Value::Text(p.unique_key)),
+                    ("payload", Value::Text(Some(p.payload))),
+                    ("max_attempts", Value::Int(max_attempts)),
+                    (
+                        "available_in",
+                        Value::BigInt(Some(now.offset(p.available_at))),
+                    ),
+                    ("now", Value::BigInt(now.param())),
+                ])
+                .query(&sql.enqueue)?
                 .execute(conn)?;
-            return Ok(Enqueued {
-                id: found,
-                existed: true,
-            });
-        }
-        return Ok(Enqueued { id, existed: false });
-    }
-    // Follows `enqueue::find_live`: only the unique index refuses a row, and
-    // the refused insert holds a lock on the row it collided with.
-    let key = p
-        .unique_key
-        .ok_or_else(|| Error::Database("insert ignored without a unique key conflict".into()))?;
-    let live: Option<Id> = Binds(vec![
-        ("queue", Value::Text(Some(p.queue))),
-        ("unique_key", Value::Text(Some(key))),
-    ])
-    .query(&sql.find_live_unique)?
-    .get_result(conn)
-    .map(Some)
-    .or_else(not_found_is_none)?;
-    let row = live.ok_or_else(|| Error::Database("unique key conflict with no live job".into()))?;
-    Ok(Enqueued {
-        id: row.id,
-        existed: true,
+                if inserted != 1 {
+                    return Ok(None);
+                }
+                // diesel's `execute` answers only the count: the id is read
+                // back, one round trip more than the `mysql` crate.
+                let row: InsertId = sql_query("SELECT LAST_INSERT_ID() AS id").get_result(conn)?;
+                let id = i64::try_from(row.id)
+                    .map_err(|_| Error::Database("insert returned no id".into()))?;
+                return Ok(Some(id));
+            }
+            Step::DeleteLive(id) => {
+                Binds(vec![("id", Value::BigInt(Some(id)))])
+                    .query(&sql.delete_live)?
+                    .execute(conn)?;
+                None
+            }
+            Step::FindLive => Binds(vec![
+                ("queue", Value::Text(Some(p.queue))),
+                ("unique_key", Value::Text(p.unique_key)),
+            ])
+            .query(&sql.find_live_unique)?
+            .get_result(conn)
+            .map(Some)
+            .or_else(not_found_is_none)?,
+        };
+        Ok(found.map(|row| row.id))
     })
-}
-
-/// With a unique key scoped to recent history: the finished job holding it
-/// (of the key's statuses); `lock` is appended to the statement. Follows
-/// `enqueue::find_in_history`.
-fn find_in_history(
-    conn: &mut MysqlConnection,
-    sql: &Sql,
-    p: &EnqueueParams<'_>,
-    now: Now,
-    lock: &str,
-) -> Result<Option<i64>> {
-    let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) else {
-        return Ok(None);
-    };
-    let found: Option<Id> = Binds(vec![
-        ("queue", Value::Text(Some(p.queue))),
-        ("unique_key", Value::Text(Some(key))),
-        ("since_in", Value::BigInt(Some(now.offset(since)))),
-        ("now", Value::BigInt(now.param())),
-        ("statuses", Value::Text(p.unique_statuses)),
-    ])
-    .query(&format!("{}{lock}", sql.find_history_unique))?
-    .get_result(conn)
-    .map(Some)
-    .or_else(not_found_is_none)?;
-    Ok(found.map(|row| row.id))
 }
 
 /// Refuses to finish a job that is a batch member or that other jobs
@@ -270,47 +253,34 @@ pub(crate) fn check_lease(conn: &mut MysqlConnection, sql: &Sql, lease: Lease) -
 }
 
 /// Moves a leased job to history as the engine decided, fenced on its
-/// lease. Follows `jobs::finish`. Only finishing transitions.
+/// lease. Follows `jobs::finish`; only finishing outcomes reach it.
 pub(crate) fn finish(
     conn: &mut MysqlConnection,
     sql: &Sql,
-    lease: Lease,
-    transition: &Transition,
+    f: &Finishing<'_>,
     now: Now,
 ) -> Result<()> {
-    let Transition::Finish {
-        status,
-        result,
-        error,
-    } = transition
-    else {
-        return Err(Error::InvalidArgument(
-            "only finishing outcomes (complete, discard, cancel, dead) settle through diesel"
-                .into(),
-        ));
-    };
-    refuse_followed(conn, sql, lease.job_id)?;
-    let error = error.as_ref().map(serde_json::to_string).transpose()?;
+    refuse_followed(conn, sql, f.lease.job_id)?;
     let copied = Binds(vec![
-        ("id", Value::BigInt(Some(lease.job_id))),
-        ("token", Value::BigInt(Some(lease.token))),
-        ("result", Value::Text(result.as_deref())),
-        ("status", Value::Text(Some(FinalStatus::as_str(*status)))),
-        ("error", Value::Text(error.as_deref())),
+        ("id", Value::BigInt(Some(f.lease.job_id))),
+        ("token", Value::BigInt(Some(f.lease.token))),
+        ("result", Value::Text(f.result)),
+        ("status", Value::Text(Some(f.status))),
+        ("error", Value::Text(f.error.as_deref())),
         ("now", Value::BigInt(now.param())),
     ])
     .query(&sql.finish_to_history)?
     .execute(conn)?;
     if copied == 0 {
         return Err(Error::LeaseLost {
-            job_id: lease.job_id,
+            job_id: f.lease.job_id,
         });
     }
-    Binds(vec![("id", Value::BigInt(Some(lease.job_id)))])
+    Binds(vec![("id", Value::BigInt(Some(f.lease.job_id)))])
         .query(&sql.delete_live)?
         .execute(conn)?;
     // As `jobs::finish`: the finished counts, in the same transaction.
-    let ids = serde_json::to_string(&[lease.job_id])?;
+    let ids = serde_json::to_string(&[f.lease.job_id])?;
     Binds(vec![("ids", Value::Text(Some(&ids)))])
         .query(&sql.count_moved)?
         .execute(conn)?;

@@ -110,12 +110,7 @@ pub(crate) fn list<C: GenericClient>(
         }
     };
     let jobs = rows.iter().map(record).collect::<Result<Vec<_>>>()?;
-    let next_after = if jobs.len() == filter.limit {
-        jobs.last().map(|j| j.id)
-    } else {
-        None
-    };
-    Ok(Page { jobs, next_after })
+    Ok(Page::of(jobs, filter.limit))
 }
 
 /// Reads a row in [`queries::LIVE_COLUMNS`] / [`queries::HISTORY_COLUMNS`] order.

@@ -260,7 +260,7 @@ pub(crate) fn lease_handed<C: GenericClient>(
 /// Leased rows in claim order.
 fn sorted_jobs(rows: &[Row]) -> Result<Vec<Job>> {
     let mut jobs = rows.iter().map(leased_job).collect::<Result<Vec<Job>>>()?;
-    crate::lease::sort_in_claim_order(&mut jobs);
+    Job::sort_claimed(&mut jobs);
     Ok(jobs)
 }
 

@@ -1,25 +1,35 @@
 //! The job operations of `backlog::diesel::postgres` on an application's
 //! diesel `PgConnection`: the statements of [`super::queries`], the very
-//! texts the queue's own connections run, sent with `diesel::sql_query` and
-//! typed binds in their `$n` order.
+//! texts the queue's own connections run, sent as [`Prepared`] statements
+//! with typed binds in their `$n` order.
 //!
-//! The control flow mirrors [`super::jobs`] (`enqueue`, `finish`) for the one
-//! reason that its `Tx` speaks the `postgres` crate's rows and binds, and
-//! diesel's connection is libpq's: each step below names the function it
-//! follows, so a change there is made here too. Differs from it in that a
-//! batch goes one statement per job (no arrays bound through diesel), and
-//! grouped jobs are refused by the caller before anything runs.
+//! diesel's `sql_query` is never cached: each call would parse and plan the
+//! statement again (the enqueue's CTE with its `ON CONFLICT` and
+//! `pg_notify` costs more to plan than a plain insert costs to run), and
+//! libpq sends a prepare and an execute, two round trips. [`Prepared`] lets
+//! diesel's statement cache, keyed by the text, prepare each statement once
+//! per connection, as backlog's own connections and sqlx do.
+//!
+//! The enqueue is the adapters' one flow ([`crate::adapter_flow`]), the
+//! same as sqlx's; `finish` mirrors [`super::jobs`] for the one reason that
+//! its `Tx` speaks the `postgres` crate's rows and binds, and diesel's
+//! connection is libpq's: it names the function it follows, so a change
+//! there is made here too. Differs from them in that a batch goes one
+//! statement per job (no arrays bound through diesel), and grouped jobs are
+//! refused by the caller before anything runs.
 
-use ::diesel::pg::PgConnection;
-use ::diesel::sql_types::{Array, BigInt, Integer, Nullable, Text};
-use ::diesel::{sql_query, QueryableByName, RunQueryDsl};
+use ::diesel::pg::{Pg, PgConnection};
+use ::diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use ::diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Untyped};
+use ::diesel::{QueryResult, QueryableByName, RunQueryDsl};
 
 use super::queries::Queries;
+use crate::adapter_flow::{drive, Conflict, Step};
 use crate::backend::params::EnqueueParams;
+use crate::diesel::Finishing;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::lease::Lease;
-use crate::outcome::{FinalStatus, Transition};
 
 /// A statement's one `id` column.
 #[derive(QueryableByName)]
@@ -29,91 +39,57 @@ struct Id {
 }
 
 /// One job inserted (notifying the queue's channel, delivered at commit), or
-/// the job already holding its unique key. Follows `jobs::enqueue`.
+/// the job already holding its unique key: the adapters' one flow
+/// ([`crate::adapter_flow`]), each step one of the queue's statements.
 pub(crate) fn enqueue(
     conn: &mut PgConnection,
     q: &Queries,
     p: &EnqueueParams<'_>,
 ) -> Result<Enqueued> {
     let now = q.now_override(p.now);
-    if let Some(id) = find_in_history(conn, q, p)? {
-        return Ok(Enqueued { id, existed: true });
-    }
     let max_attempts = i32::try_from(p.max_attempts)
         .map_err(|_| Error::InvalidArgument("max_attempts is out of range".into()))?;
     let delay = p.available_at.saturating_sub(p.now);
-    for _ in 0..3 {
-        let inserted: Option<Id> = sql_query(&q.enqueue_notify)
-            .bind::<Nullable<BigInt>, _>(now)
-            .bind::<Text, _>(p.queue)
-            .bind::<Text, _>(p.kind)
-            .bind::<Integer, _>(p.priority)
-            .bind::<Nullable<Text>, _>(p.unique_key)
-            .bind::<Text, _>(p.payload)
-            .bind::<Integer, _>(max_attempts)
-            .bind::<BigInt, _>(delay)
-            .bind::<Text, _>(&q.channel)
-            .get_result(conn)
-            .map(Some)
-            .or_else(not_found_is_none)?;
-        if let Some(row) = inserted {
-            // As `jobs::enqueue`: a period-scoped key is looked at again
-            // after the insert, and the row taken back if a finished job
-            // now holds it.
-            if let Some(found) = find_in_history(conn, q, p)? {
-                sql_query(&q.delete_live)
-                    .bind::<BigInt, _>(row.id)
-                    .execute(conn)
-                    .map_err(db_error)?;
-                return Ok(Enqueued {
-                    id: found,
-                    existed: true,
-                });
+    drive(p, Conflict::Retry, |step| {
+        let statement = match step {
+            Step::FindInHistory { .. } => Prepared::new(
+                &q.find_history_unique,
+                vec![
+                    Bind::BigInt(now),
+                    Bind::Text(Some(p.queue)),
+                    Bind::Text(p.unique_key),
+                    Bind::BigInt(p.unique_history_since.map(|s| s.saturating_sub(p.now))),
+                    Bind::Text(p.unique_statuses),
+                ],
+            ),
+            Step::Insert => Prepared::new(
+                &q.enqueue_notify,
+                vec![
+                    Bind::BigInt(now),
+                    Bind::Text(Some(p.queue)),
+                    Bind::Text(Some(p.kind)),
+                    Bind::Int(p.priority),
+                    Bind::Text(p.unique_key),
+                    Bind::Text(Some(p.payload)),
+                    Bind::Int(max_attempts),
+                    Bind::BigInt(Some(delay)),
+                    Bind::Text(Some(&q.channel)),
+                ],
+            ),
+            Step::DeleteLive(id) => {
+                Prepared::new(&q.delete_live, vec![Bind::BigInt(Some(id))]).execute(conn)?;
+                return Ok(None);
             }
-            return Ok(Enqueued {
-                id: row.id,
-                existed: false,
-            });
-        }
-        let key = p.unique_key.ok_or_else(|| {
-            Error::Database("insert ignored without a unique key conflict".into())
-        })?;
-        let live: Option<Id> = sql_query(&q.find_live_unique)
-            .bind::<Text, _>(p.queue)
-            .bind::<Text, _>(key)
-            .get_result(conn)
-            .map(Some)
-            .or_else(not_found_is_none)?;
-        if let Some(row) = live {
-            return Ok(Enqueued {
-                id: row.id,
-                existed: true,
-            });
-        }
-    }
-    Err(Error::Busy)
-}
-
-/// With a unique key scoped to recent history: the finished job holding it
-/// (of the key's statuses). Follows `jobs::enqueue`'s look-up.
-fn find_in_history(
-    conn: &mut PgConnection,
-    q: &Queries,
-    p: &EnqueueParams<'_>,
-) -> Result<Option<i64>> {
-    let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) else {
-        return Ok(None);
-    };
-    let found: Option<Id> = sql_query(&q.find_history_unique)
-        .bind::<Nullable<BigInt>, _>(q.now_override(p.now))
-        .bind::<Text, _>(p.queue)
-        .bind::<Text, _>(key)
-        .bind::<BigInt, _>(since.saturating_sub(p.now))
-        .bind::<Nullable<Text>, _>(p.unique_statuses)
-        .get_result(conn)
-        .map(Some)
-        .or_else(not_found_is_none)?;
-    Ok(found.map(|row| row.id))
+            Step::FindLive => Prepared::new(
+                &q.find_live_unique,
+                vec![Bind::Text(Some(p.queue)), Bind::Text(p.unique_key)],
+            ),
+        };
+        statement
+            .get_result::<Id>(conn)
+            .map(|row| Some(row.id))
+            .or_else(not_found_is_none)
+    })
 }
 
 /// Refuses to finish a job that is a batch member or that other jobs
@@ -121,15 +97,15 @@ fn find_in_history(
 /// dependents' release run only on backlog's own driver.
 fn refuse_followed(conn: &mut PgConnection, q: &Queries, job_id: i64) -> Result<()> {
     let (schema, prefix) = (&q.tables.schema, &q.tables.prefix);
-    let followed: Vec<Id> = sql_query(format!(
+    let sql = format!(
         "SELECT job_id AS id FROM {schema}{prefix}batch_jobs WHERE job_id = $1
          UNION ALL
          SELECT dependency AS id FROM {schema}{prefix}dependencies WHERE dependency = $1
          LIMIT 1"
-    ))
-    .bind::<BigInt, _>(job_id)
-    .load(conn)
-    .map_err(db_error)?;
+    );
+    let followed: Vec<Id> = Prepared::new(&sql, vec![Bind::BigInt(Some(job_id))])
+        .load(conn)
+        .map_err(db_error)?;
     if followed.is_empty() {
         Ok(())
     } else {
@@ -144,11 +120,15 @@ fn refuse_followed(conn: &mut PgConnection, q: &Queries, job_id: i64) -> Result<
 /// `jobs::check_lease`.
 pub(crate) fn check_lease(conn: &mut PgConnection, q: &Queries, lease: Lease) -> Result<()> {
     // A SELECT's count is its rows (libpq's `PQcmdTuples`).
-    let held = sql_query(&q.lease_held)
-        .bind::<BigInt, _>(lease.job_id)
-        .bind::<BigInt, _>(lease.token)
-        .execute(conn)
-        .map_err(db_error)?;
+    let held = Prepared::new(
+        &q.lease_held,
+        vec![
+            Bind::BigInt(Some(lease.job_id)),
+            Bind::BigInt(Some(lease.token)),
+        ],
+    )
+    .execute(conn)
+    .map_err(db_error)?;
     if held == 1 {
         Ok(())
     } else {
@@ -160,46 +140,114 @@ pub(crate) fn check_lease(conn: &mut PgConnection, q: &Queries, lease: Lease) ->
 
 /// Moves a leased job to history as the engine decided, fenced on its
 /// lease: `LeaseLost` when another worker holds it now. Follows
-/// `jobs::finish` for one job. A reschedule (a retry, a snooze) is refused
-/// before anything runs: only finishing transitions go through diesel.
-pub(crate) fn finish(
-    conn: &mut PgConnection,
-    q: &Queries,
-    lease: Lease,
-    transition: &Transition,
-    now: i64,
-) -> Result<()> {
-    let Transition::Finish {
-        status,
-        result,
-        error,
-    } = transition
-    else {
-        return Err(Error::InvalidArgument(
-            "only finishing outcomes (complete, discard, cancel, dead) settle through diesel"
-                .into(),
-        ));
-    };
-    refuse_followed(conn, q, lease.job_id)?;
-    let error = error.as_ref().map(serde_json::to_string).transpose()?;
-    let status: &str = FinalStatus::as_str(*status);
-    let moved: Vec<Id> = sql_query(&q.finish_to_history)
-        .bind::<Nullable<BigInt>, _>(q.now_override(now))
-        .bind::<Array<BigInt>, _>(vec![lease.job_id])
-        .bind::<Array<Nullable<BigInt>>, _>(vec![Some(lease.token)])
-        .bind::<Array<Text>, _>(vec![status])
-        .bind::<Array<Nullable<Text>>, _>(vec![result.as_deref()])
-        .bind::<Array<Nullable<Text>>, _>(vec![error.as_deref()])
-        .load(conn)
-        .map_err(db_error)?;
-    if moved.iter().any(|row| row.id == lease.job_id) {
+/// `jobs::finish` for one job; only finishing outcomes reach it.
+pub(crate) fn finish(conn: &mut PgConnection, q: &Queries, f: &Finishing<'_>) -> Result<()> {
+    refuse_followed(conn, q, f.lease.job_id)?;
+    let moved: Vec<Id> = Prepared::new(
+        &q.finish_to_history,
+        vec![
+            Bind::BigInt(q.now_override(f.now)),
+            Bind::BigInts(vec![Some(f.lease.job_id)]),
+            Bind::BigInts(vec![Some(f.lease.token)]),
+            Bind::Texts(vec![Some(f.status)]),
+            Bind::Texts(vec![f.result]),
+            Bind::Texts(vec![f.error.as_deref()]),
+        ],
+    )
+    .load(conn)
+    .map_err(db_error)?;
+    if moved.iter().any(|row| row.id == f.lease.job_id) {
         Ok(())
     } else {
         Err(Error::LeaseLost {
-            job_id: lease.job_id,
+            job_id: f.lease.job_id,
         })
     }
 }
+
+/// One parameter's value, typed for diesel: a scalar is bound nullable
+/// (the same type on the wire), arrays of nullable elements likewise.
+enum Bind<'a> {
+    BigInt(Option<i64>),
+    Int(i32),
+    Text(Option<&'a str>),
+    BigInts(Vec<Option<i64>>),
+    Texts(Vec<Option<&'a str>>),
+}
+
+/// One of the queue's statements with its values, which diesel's statement
+/// cache prepares once per connection (keyed by the text and the bind
+/// types). The text keeps its `$n` references; each occurrence is bound in
+/// turn (diesel numbers its placeholders itself), so a parameter used twice
+/// is sent twice.
+struct Prepared<'a> {
+    sql: &'a str,
+    binds: Vec<Bind<'a>>,
+}
+
+impl<'a> Prepared<'a> {
+    fn new(sql: &'a str, binds: Vec<Bind<'a>>) -> Self {
+        Prepared { sql, binds }
+    }
+}
+
+impl QueryFragment<Pg> for Prepared<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        let bytes = self.sql.as_bytes();
+        let (mut copied, mut i) = (0, 0);
+        while i < bytes.len() {
+            match bytes[i] {
+                // A quoted literal or name is copied as it is.
+                quote @ (b'\'' | b'"') => {
+                    i += 1;
+                    while i < bytes.len() && bytes[i] != quote {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                b'$' if bytes.get(i + 1).is_some_and(u8::is_ascii_digit) => {
+                    let end = (i + 1..bytes.len())
+                        .find(|&j| !bytes[j].is_ascii_digit())
+                        .unwrap_or(bytes.len());
+                    out.push_sql(&self.sql[copied..i]);
+                    let n: usize = self.sql[i + 1..end].parse().unwrap_or(0);
+                    let bind = n
+                        .checked_sub(1)
+                        .and_then(|n| self.binds.get(n))
+                        .ok_or_else(|| {
+                            ::diesel::result::Error::QueryBuilderError(
+                                format!("no value for the statement's ${n}").into(),
+                            )
+                        })?;
+                    match bind {
+                        Bind::BigInt(v) => out.push_bind_param::<Nullable<BigInt>, _>(v)?,
+                        Bind::Int(v) => out.push_bind_param::<Integer, _>(v)?,
+                        Bind::Text(v) => out.push_bind_param::<Nullable<Text>, _>(v)?,
+                        Bind::BigInts(v) => out.push_bind_param::<Array<Nullable<BigInt>>, _>(v)?,
+                        Bind::Texts(v) => out.push_bind_param::<Array<Nullable<Text>>, _>(v)?,
+                    }
+                    copied = end;
+                    i = end;
+                }
+                _ => i += 1,
+            }
+        }
+        out.push_sql(&self.sql[copied.min(self.sql.len())..]);
+        Ok(())
+    }
+}
+
+impl QueryId for Prepared<'_> {
+    type QueryId = ();
+    // Not a static id: the cache keys it by its text.
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl Query for Prepared<'_> {
+    type SqlType = Untyped;
+}
+
+impl RunQueryDsl<PgConnection> for Prepared<'_> {}
 
 /// `get_result` answers `NotFound` for no row: here that is an answer.
 fn not_found_is_none<T>(e: ::diesel::result::Error) -> Result<Option<T>> {

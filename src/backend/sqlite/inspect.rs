@@ -103,12 +103,7 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
             record,
         )?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    let next_after = if jobs.len() == filter.limit {
-        jobs.last().map(|j| j.id)
-    } else {
-        None
-    };
-    Ok(Page { jobs, next_after })
+    Ok(Page::of(jobs, filter.limit))
 }
 
 /// Reads a row in [`queries::LIVE_COLUMNS`] / [`queries::HISTORY_COLUMNS`] order.

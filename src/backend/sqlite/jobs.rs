@@ -141,7 +141,7 @@ fn claim(
     let mut jobs = stmt
         .query_map(values.as_slice(), leased_job)?
         .collect::<rusqlite::Result<Vec<Job>>>()?;
-    crate::lease::sort_in_claim_order(&mut jobs);
+    Job::sort_claimed(&mut jobs);
     Ok(jobs)
 }
 
