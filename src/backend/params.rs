@@ -42,10 +42,12 @@ pub(crate) struct EnqueueParams<'a> {
 
 impl EnqueueParams<'_> {
     /// What this job carries that only backlog's own enqueue path applies
-    /// (a group's bookkeeping, dependency edges, batch membership), named
-    /// for an adapter on another driver to refuse; `None` for a job it can
-    /// insert as it is.
+    /// (a group's bookkeeping, dependency edges, batch membership, a
+    /// sequence's tail), named for an adapter on another driver to refuse;
+    /// `None` for a job whose own insert is all its enqueue writes (MySQL
+    /// then sends it as one autocommit statement).
     #[cfg(any(
+        feature = "mysql",
         feature = "sqlx-postgres",
         feature = "sqlx-mysql",
         feature = "diesel-postgres",
@@ -167,7 +169,9 @@ pub(crate) struct SettleAndLeaseParams<'a> {
     /// The queue each item's job was leased from, as the lease returned it
     /// (only the worker's completer leases here, with its own jobs): the
     /// places of a limited queue that the settled items free, which the
-    /// servers' lease may hand on (see [`crate::limits`]).
+    /// servers' lease may hand on (see [`crate::limits`]). SQLite's single
+    /// writer needs no hand-over and does not read it.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub queues: &'a [&'a str],
     pub lease: Option<&'a LeaseParams<'a>>,
     /// SQLite gives up then (`Busy`) however long another process holds the

@@ -48,7 +48,8 @@ const BYTES_PER_INSERT: usize = 4 << 20;
 /// can commit by itself, in one round trip ([`Db::autocommit`]) where a
 /// transaction takes three: plain jobs (no unique key: a refused insert is
 /// followed by a look-up of the job holding the key, and a period-scoped key
-/// by a locking read; no group, no batch, no dependencies), one of them, or
+/// by a locking read; nothing else to write: no group, no batch, no
+/// dependencies, no sequence, see `EnqueueParams::own_path_only`), one of them, or
 /// on MariaDB as many as one multi-row insert takes ([`ROWS_PER_INSERT`]).
 /// A statement is atomic: all the rows or none, as in a transaction.
 ///
@@ -63,9 +64,7 @@ const BYTES_PER_INSERT: usize = 4 << 20;
 ///
 /// [`Db::autocommit`]: super::Db::autocommit
 pub(crate) fn is_one_statement(sql: &Sql, jobs: &[EnqueueParams<'_>]) -> bool {
-    let plain = |p: &EnqueueParams<'_>| {
-        p.unique_key.is_none() && p.group.is_none() && p.batch.is_none() && p.depends_on.is_empty()
-    };
+    let plain = |p: &EnqueueParams<'_>| p.unique_key.is_none() && p.own_path_only().is_none();
     match jobs {
         [] => false,
         [p] => plain(p),
