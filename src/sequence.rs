@@ -71,7 +71,9 @@
 //!   of a sequence runs it again outside the sequence's order: the jobs
 //!   after it have already been let go.
 
+use crate::backend::params::EnqueueParams;
 use crate::error::{Error, Result};
+use crate::flow::Waiting;
 use crate::job::NewJob;
 use crate::validate;
 
@@ -138,4 +140,47 @@ pub(crate) fn holding_predecessor(chain: &mut impl Chain, id: i64) -> Result<Opt
 /// next one. Whatever way it ended, it lets the next one run.
 pub(crate) fn holds(state: Option<&str>) -> bool {
     matches!(state, Some("pending" | "live"))
+}
+
+/// What an enqueue writes of its sequence once `flow::waiting` has decided
+/// how job `id` stands, with `tail` what [`wait_on`] found: the sequence's
+/// edge when the job waits on an unfinished predecessor; the old tail given
+/// back when the job was cancelled at enqueue (a job that never runs must
+/// not hold the next one); nothing for a job outside a sequence, or one
+/// whose sequence had no tail. Each backend's `sequences.rs` only runs it.
+pub(crate) fn link<'a>(
+    p: &EnqueueParams<'a>,
+    id: i64,
+    tail: Option<(i64, bool)>,
+    waiting: &Waiting,
+) -> Option<Link<'a>> {
+    let (Some(key), Some((tail, _))) = (p.sequence, tail) else {
+        return None;
+    };
+    if waiting.cancelled_by.is_some() {
+        Some(Link::RestoreTail {
+            queue: p.queue,
+            key,
+            job: id,
+            tail,
+        })
+    } else {
+        waiting.tail.map(|dependency| Link::Edge {
+            dependency,
+            dependent: id,
+        })
+    }
+}
+
+/// A sequence's write at enqueue ([`link`]).
+pub(crate) enum Link<'a> {
+    /// Sets `queue`'s sequence `key` back to `tail` where `job` is its tail.
+    RestoreTail {
+        queue: &'a str,
+        key: &'a str,
+        job: i64,
+        tail: i64,
+    },
+    /// The run-anyway sequence edge: `dependent` waits on `dependency`.
+    Edge { dependency: i64, dependent: i64 },
 }

@@ -185,8 +185,13 @@ impl Db {
     /// FIN) is dropped and another taken, at no cost of a round trip
     /// ([`closed_by_peer`]); the pool makes a new one once no idle one is
     /// left.
+    ///
+    /// At most [`STALE_CHECKOUTS`] closed connections are passed over in one
+    /// call; the next one is returned as it is, to fail on use with the
+    /// driver's error, so a server that closes every connection it accepts
+    /// cannot keep this call looping.
     pub(crate) fn conn(&self) -> Result<PooledConn> {
-        loop {
+        for _ in 0..STALE_CHECKOUTS {
             let mut conn = self.checkout()?;
             if closed_by_peer(&conn) != Some(true) {
                 return Ok(conn);
@@ -194,6 +199,7 @@ impl Db {
             // Dropped by the pool on its return: the reset fails.
             conn.reset_connection(true);
         }
+        self.checkout()
     }
 
     fn checkout(&self) -> Result<PooledConn> {
@@ -391,6 +397,11 @@ fn discard_if_broken(conn: &mut PooledConn, e: &Error) {
         conn.reset_connection(true);
     }
 }
+
+/// How many idle connections closed by the server one [`Db::conn`] passes
+/// over before it returns one as it is: more than a pool holds, so a server
+/// restart that closed them all is passed over in one call.
+const STALE_CHECKOUTS: usize = 256;
 
 /// Whether the server has closed this idle connection: its FIN (or a
 /// reset) is waiting on the socket. Costs one `poll` on the socket, no round

@@ -26,6 +26,7 @@ use crate::backend::Flows;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::outcome::{AttemptError, FinalStatus};
+use crate::sequence;
 
 // ---- enqueue ---------------------------------------------------------------
 
@@ -284,7 +285,9 @@ fn wait(
             },
         )?;
     }
-    super::sequences::link(sql, q, p, e.id, tail, &waiting)?;
+    if let Some(link) = sequence::link(p, e.id, tail, &waiting) {
+        super::sequences::link(sql, q, link)?;
+    }
     if let Some(error) = waiting.cancelled_error(p.now) {
         super::jobs::finish(
             sql,

@@ -16,7 +16,7 @@ use mysql::prelude::Queryable;
 use super::queries::{Sql, Tables};
 use crate::backend::params::EnqueueParams;
 use crate::error::Result;
-use crate::flow::Waiting;
+use crate::sequence::Link;
 
 /// As SQLite's, without the `RETURNING`. The assignments of `ON DUPLICATE
 /// KEY UPDATE` run left to right, each seeing the ones before it: `prev`
@@ -114,25 +114,25 @@ impl<Q: Queryable> crate::sequence::Chain for Reader<'_, Q> {
 }
 
 /// As SQLite's `link`.
-pub(crate) fn link(
-    sql: &Sql,
-    q: &mut impl Queryable,
-    p: &EnqueueParams<'_>,
-    id: i64,
-    tail: Option<(i64, bool)>,
-    waiting: &Waiting,
-) -> Result<()> {
-    let (Some(key), Some((tail, _))) = (p.sequence, tail) else {
-        return Ok(());
-    };
+pub(crate) fn link(sql: &Sql, q: &mut impl Queryable, link: Link<'_>) -> Result<()> {
     let s = &sql.sequences;
-    if waiting.cancelled_by.is_some() {
-        q.exec_drop(
+    match link {
+        Link::RestoreTail {
+            queue,
+            key,
+            job,
+            tail,
+        } => q.exec_drop(
             &s.restore_tail,
-            params! { "queue" => p.queue, "key" => key, "tail" => id, "prev" => tail },
-        )?;
-    } else if let Some(tail) = waiting.tail {
-        q.exec_drop(&s.link, params! { "dependency" => tail, "dependent" => id })?;
+            params! { "queue" => queue, "key" => key, "tail" => job, "prev" => tail },
+        )?,
+        Link::Edge {
+            dependency,
+            dependent,
+        } => q.exec_drop(
+            &s.link,
+            params! { "dependency" => dependency, "dependent" => dependent },
+        )?,
     }
     Ok(())
 }

@@ -29,6 +29,7 @@ use crate::backend::Flows;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::outcome::{AttemptError, FinalStatus};
+use crate::sequence;
 
 // ---- enqueue ---------------------------------------------------------------
 
@@ -263,7 +264,9 @@ fn wait<C: GenericClient>(
     for &(dependency, run_anyway, cancels) in &waiting.edges {
         tx.execute(&f.insert_edge, &[&dependency, &e.id, &run_anyway, &cancels])?;
     }
-    super::sequences::link(tx, q, p, e.id, tail, &waiting)?;
+    if let Some(link) = sequence::link(p, e.id, tail, &waiting) {
+        super::sequences::link(tx, q, link)?;
+    }
     if let Some(error) = waiting.cancelled_error(p.now) {
         super::jobs::finish_one(tx, q, e.id, FinalStatus::Cancelled, Some(&error), p.now)?;
     } else if waiting.remaining > 0 {

@@ -16,7 +16,7 @@ use super::connection::Tx;
 use super::queries::{Queries, Tables};
 use crate::backend::params::EnqueueParams;
 use crate::error::{Error, Result};
-use crate::flow::Waiting;
+use crate::sequence::Link;
 
 /// As SQLite's, `$1` queue, `$2` key, `$3` the new tail. Every `SET`
 /// expression reads the row as it was, so `prev` takes the old tail.
@@ -111,19 +111,20 @@ impl<C: GenericClient> crate::sequence::Chain for Reader<'_, '_, C> {
 pub(crate) fn link<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
-    p: &EnqueueParams<'_>,
-    id: i64,
-    tail: Option<(i64, bool)>,
-    waiting: &Waiting,
+    link: Link<'_>,
 ) -> Result<()> {
-    let (Some(key), Some((tail, _))) = (p.sequence, tail) else {
-        return Ok(());
+    match link {
+        Link::RestoreTail {
+            queue,
+            key,
+            job,
+            tail,
+        } => tx.execute(&q.sequences.restore_tail, &[&queue, &key, &job, &tail])?,
+        Link::Edge {
+            dependency,
+            dependent,
+        } => tx.execute(&q.sequences.link, &[&dependency, &dependent])?,
     };
-    if waiting.cancelled_by.is_some() {
-        tx.execute(&q.sequences.restore_tail, &[&p.queue, &key, &id, &tail])?;
-    } else if let Some(tail) = waiting.tail {
-        tx.execute(&q.sequences.link, &[&tail, &id])?;
-    }
     Ok(())
 }
 

@@ -19,6 +19,7 @@ use crate::backend::params::{
 use crate::error::Result;
 use crate::job::Enqueued;
 use crate::outcome::{AttemptError, FinalStatus};
+use crate::sequence;
 
 // ---- enqueue ---------------------------------------------------------------
 
@@ -193,7 +194,9 @@ pub(crate) fn wait(
         conn.prepare_cached(INSERT_EDGE)?
             .execute(params![dependency, e.id, run_anyway, cancels])?;
     }
-    super::sequences::link(conn, p, e.id, tail, &waiting)?;
+    if let Some(link) = sequence::link(p, e.id, tail, &waiting) {
+        super::sequences::link(conn, link)?;
+    }
     if let Some(error) = waiting.cancelled_error(p.now) {
         jobs::finish(
             conn,

@@ -12,7 +12,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::backend::params::EnqueueParams;
 use crate::error::Result;
-use crate::flow::Waiting;
+use crate::sequence::Link;
 
 /// Makes `?3` the tail of sequence `?2` in queue `?1`, returning the tail
 /// it replaced (`prev`), NULL for a new sequence. In `DO UPDATE` a bare
@@ -90,25 +90,25 @@ impl crate::sequence::Chain for Reader<'_> {
     }
 }
 
-/// After `flow::waiting` for job `id` of `p`'s sequence, whose tail was
-/// `tail`: writes the sequence's edge when the tail holds, or gives the
-/// tail back when the job was cancelled at enqueue.
-pub(crate) fn link(
-    conn: &Connection,
-    p: &EnqueueParams<'_>,
-    id: i64,
-    tail: Option<(i64, bool)>,
-    waiting: &Waiting,
-) -> Result<()> {
-    let (Some(key), Some((tail, _))) = (p.sequence, tail) else {
-        return Ok(());
+/// Writes what the engine decided an enqueue writes of its sequence
+/// ([`crate::sequence::link`]).
+pub(crate) fn link(conn: &Connection, link: Link<'_>) -> Result<()> {
+    match link {
+        Link::RestoreTail {
+            queue,
+            key,
+            job,
+            tail,
+        } => conn
+            .prepare_cached(RESTORE_TAIL)?
+            .execute(params![queue, key, job, tail])?,
+        Link::Edge {
+            dependency,
+            dependent,
+        } => conn
+            .prepare_cached(LINK)?
+            .execute([dependency, dependent])?,
     };
-    if waiting.cancelled_by.is_some() {
-        conn.prepare_cached(RESTORE_TAIL)?
-            .execute(params![p.queue, key, id, tail])?;
-    } else if let Some(tail) = waiting.tail {
-        conn.prepare_cached(LINK)?.execute([tail, id])?;
-    }
     Ok(())
 }
 
