@@ -39,13 +39,14 @@ pub struct CopyReport {
 /// the target as soon as it arrives there finds what waits for it and the
 /// batch it counts in. The order among them does not matter (nothing on
 /// the target reads them before their jobs arrive).
-const FLOW_TABLES: [&Table; 6] = [
+const FLOW_TABLES: [&Table; 7] = [
     &rows::WORKFLOWS,
     &rows::WORKFLOW_STEPS,
     &rows::BATCHES,
     &rows::BATCH_JOBS,
     &rows::DEPENDENCIES,
     &rows::PENDING,
+    &rows::SEQUENCES,
 ];
 
 /// Copies every live job and the history of `from` into `to`, keeping ids,
@@ -54,13 +55,15 @@ const FLOW_TABLES: [&Table; 6] = [
 /// stop the workers on `from` first, or they may finish a job that then also
 /// runs on `to`. Paused queues stay paused.
 ///
-/// Dependencies, workflows and batches come along, with their ids: a job
+/// Dependencies, workflows, batches and sequences come along, with their ids: a job
 /// waiting for its dependencies waits on `to` for the same ones (and is
 /// cancelled, or released, as it would have been on `from`), a handler
 /// reads what its dependencies returned, [`Queue::workflow`] shows the same
 /// steps, and a batch keeps its counters, its callbacks and its open or
 /// sealed state, so its callbacks are enqueued once, when its last member
 /// finishes on `to` (never again for a batch that finished on `from`).
+/// Sequences keep their tails: a job enqueued on `to` with a sequence key
+/// waits for the copied jobs of its sequence.
 /// Start the workers on `to` after the copy returns.
 ///
 /// Before anything is written, a workflow or a batch that `to` holds under

@@ -80,6 +80,7 @@ pub(crate) const DEPENDENCIES: Table = Table {
         ("dependency", Kind::Int),
         ("run_anyway", Kind::Bool),
         ("cancelled", Kind::Bool),
+        ("in_sequence", Kind::Bool),
     ],
     key: 2,
     ids: Ids::None,
@@ -144,6 +145,22 @@ pub(crate) const BATCH_JOBS: Table = Table {
     ids: Ids::None,
 };
 
+/// Each sequence's tail (and the job before it), keyed here by the tail: a
+/// job is the tail of one sequence at most. Without it a job enqueued on
+/// the target would not wait for the copied jobs of its sequence.
+pub(crate) const SEQUENCES: Table = Table {
+    name: "sequences",
+    what: "sequence",
+    columns: &[
+        ("tail", Kind::Int),
+        ("prev", Kind::Int),
+        ("queue", Kind::Text),
+        ("key", Kind::Text),
+    ],
+    key: 1,
+    ids: Ids::None,
+};
+
 /// One value of a row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Cell {
@@ -181,7 +198,10 @@ pub(crate) trait Rows {
 pub(crate) struct Dialect {
     /// The `n`th parameter (from 1), bound for a column of this kind.
     pub param: fn(usize, Kind) -> String,
-    /// A column read, as its driver decodes it.
+    /// A column's name as a statement writes it (MySQL quotes `key`, a
+    /// reserved word there).
+    pub ident: fn(&str) -> String,
+    /// A column read (its [`Dialect::ident`]), as its driver decodes it.
     pub column: fn(&str, Kind) -> String,
     /// How an insert starts (`INSERT OR IGNORE INTO`).
     pub insert: &'static str,
@@ -196,9 +216,12 @@ pub(crate) fn select(table: &Table, name: &str, after: bool, d: &Dialect) -> Str
     let columns: Vec<String> = table
         .columns
         .iter()
-        .map(|(c, k)| (d.column)(c, *k))
+        .map(|(c, k)| (d.column)(&(d.ident)(c), *k))
         .collect();
-    let key: Vec<&str> = table.columns[..table.key].iter().map(|c| c.0).collect();
+    let key: Vec<String> = table.columns[..table.key]
+        .iter()
+        .map(|c| (d.ident)(c.0))
+        .collect();
     let key = key.join(", ");
     let (filter, limit) = if after {
         let params: Vec<String> = (1..=table.key).map(|i| (d.param)(i, Kind::Int)).collect();
@@ -218,7 +241,7 @@ pub(crate) fn select(table: &Table, name: &str, after: bool, d: &Dialect) -> Str
 /// `INSERT` of one row of `table` (named `name`), skipped when its key is
 /// there.
 pub(crate) fn insert(table: &Table, name: &str, d: &Dialect) -> String {
-    let columns: Vec<&str> = table.columns.iter().map(|c| c.0).collect();
+    let columns: Vec<String> = table.columns.iter().map(|c| (d.ident)(c.0)).collect();
     let params: Vec<String> = table
         .columns
         .iter()

@@ -345,7 +345,35 @@ fn copy_refuses_a_target_holding_another_batch_under_the_same_id(b: &Backend) ->
     Ok(())
 }
 
+/// A sequence half-run on the backend, copied to a SQLite file: a job of
+/// the same key enqueued there waits for the copied ones, and all run one
+/// at a time in order of enqueue.
+fn copy_keeps_a_sequence_in_order(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let dir = tempfile::tempdir()?;
+    let seq = |n: i64| NewJob::new("step", json!(n)).sequence("account-7");
+    let first = h.queue.enqueue(seq(1))?.id;
+    let second = h.queue.enqueue(seq(2))?.id;
+    assert_eq!(run_one(&h.queue, "step")?, Some(first));
+    let third = h.queue.enqueue(seq(3))?.id;
+    let to = sqlite_file(&dir, "new.db", &ManualClock::at(h.now()))?;
+    backlog::copy(&h.queue, &to)?;
+    let fourth = to.enqueue(seq(4))?.id;
+    assert_eq!(
+        to.get(fourth)?.state,
+        JobState::Pending,
+        "a job enqueued after the copy must wait for the copied ones of its sequence"
+    );
+    let mut ran = Vec::new();
+    while let Some(id) = run_one(&to, "step")? {
+        ran.push(id);
+    }
+    assert_eq!(ran, [second, third, fourth]);
+    Ok(())
+}
+
 conformance!(
+    copy_keeps_a_sequence_in_order,
     copy_from_sqlite_keeps_ids_attempts_schedules_and_keys,
     copy_onto_the_same_database_is_refused,
     copy_carries_a_half_run_workflow_and_batch_from_sqlite,

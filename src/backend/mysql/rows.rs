@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 /// says whether the row was written.
 const DIALECT: Dialect = Dialect {
     param: |_, _| "?".to_owned(),
+    ident: |c| format!("`{c}`"),
     column: |c, _| c.to_owned(),
     insert: "INSERT IGNORE INTO",
     skip: "",

@@ -22,6 +22,7 @@ const DIALECT: Dialect = Dialect {
         Kind::Text => format!("${n}::TEXT"),
         Kind::Json => format!("${n}::TEXT::JSONB"),
     },
+    ident: |c| c.to_owned(),
     column: |c, kind| match kind {
         Kind::Int => format!("{c}::BIGINT"),
         Kind::Bool => c.to_owned(),

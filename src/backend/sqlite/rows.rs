@@ -12,6 +12,7 @@ use crate::error::Result;
 /// row is `INSERT OR IGNORE`.
 const DIALECT: Dialect = Dialect {
     param: |n, _| format!("?{n}"),
+    ident: |c| c.to_owned(),
     column: |c, _| c.to_owned(),
     insert: "INSERT OR IGNORE INTO",
     skip: "",
