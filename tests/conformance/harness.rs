@@ -72,7 +72,9 @@ impl Backend {
         }
     }
 
-    fn skip_reason(self) -> Option<String> {
+    /// Why this backend cannot run here (its URL is not set, or its
+    /// feature is not built), `None` when it can.
+    pub fn skip_reason(self) -> Option<String> {
         let (var, feature, built) = match self {
             Backend::Sqlite => return None,
             Backend::Postgres => (
