@@ -1,0 +1,288 @@
+//! The servers' side of the limits: which queues have limits, as this
+//! node last looked ([`LimitedQueues`]), and the lease that hands the
+//! places a settling transaction freed on to its own claims without the
+//! queue's row lock ([`lease_handing_on`]; see "Places handed on" in
+//! [`crate::limits`]). SQLite's single writer needs neither.
+
+use std::time::Duration;
+
+use super::{QueueLimits, LIMITS_SEEN_WITHIN};
+use crate::error::Result;
+use crate::lease::Job;
+
+/// A look at the limited queues: when, and each with its limits.
+type Look = (std::time::Instant, Vec<(String, QueueLimits)>);
+
+/// The server backends' memory of which queues have limits, so a lease of
+/// unlimited queues runs as before: one statement, no lock, no extra round
+/// trip. Their plain lease statement skips every limited queue by itself, so
+/// a limit set by another node is never exceeded while this memory is stale;
+/// its queue is only not leased here until the next look, within
+/// [`LimitedQueues::TTL`].
+#[derive(Debug, Default)]
+pub(crate) struct LimitedQueues {
+    seen: std::sync::Mutex<Option<Look>>,
+}
+
+impl LimitedQueues {
+    /// How long a look at the limited queues is trusted.
+    pub(crate) const TTL: Duration = LIMITS_SEEN_WITHIN;
+
+    /// True when one of `queues` had a limit at the last look; `read` lists
+    /// the limited queues when that look is older than [`Self::TTL`].
+    pub(crate) fn any_of(
+        &self,
+        queues: &[String],
+        read: impl FnOnce() -> Result<Vec<(String, QueueLimits)>>,
+    ) -> Result<bool> {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh = seen
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < Self::TTL);
+        if !fresh {
+            *seen = Some((std::time::Instant::now(), read()?));
+        }
+        Ok(seen.as_ref().is_some_and(|(_, limited)| {
+            queues
+                .iter()
+                .any(|q| limited.iter().any(|(name, _)| name == q))
+        }))
+    }
+
+    /// The places that settles free, by queue, for a lease in the same
+    /// transaction to hand on ([`lease_handing_on`]): one per item settled
+    /// (`Ok`: its lease was held, and it ended) whose queue had a
+    /// concurrency limit and no rate limit at the last look. `queues` holds
+    /// each item's queue. A look that is stale only costs speed: the claim
+    /// that hands a place on reads the queue's limits itself, and takes
+    /// nothing when the queue has a rate limit by then (its starts must be
+    /// counted under the queue's lock); a queue whose rate limit was lifted
+    /// since takes the locked path until the next look.
+    pub(crate) fn places_freed(
+        &self,
+        queues: &[&str],
+        results: &[Result<bool>],
+    ) -> Vec<(String, usize)> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((_, limited)) = seen.as_ref() else {
+            return Vec::new();
+        };
+        let mut freed: Vec<(String, usize)> = Vec::new();
+        for (queue, result) in queues.iter().zip(results) {
+            let by_places = limited
+                .iter()
+                .any(|(name, l)| name == queue && l.concurrency.is_some() && l.rate.is_none());
+            if result.is_err() || !by_places {
+                continue;
+            }
+            match freed.iter_mut().find(|(q, _)| q == queue) {
+                Some((_, n)) => *n += 1,
+                None => freed.push(((*queue).to_owned(), 1)),
+            }
+        }
+        freed
+    }
+
+    /// Forgets the last look: this process just changed a limit.
+    pub(crate) fn forget(&self) {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// A lease in the transaction that just settled jobs, on a server: each
+/// queue of the lease named in `freed` is claimed first, up to the places
+/// its settles freed (and the caller's cap), by `by_hand`, a claim that
+/// takes no lock; the other queues then by `rest`, the usual lease (which
+/// locks the limited ones' rows), with what is left of the limit.
+///
+/// A claim by hand cannot raise its queue's running count: the same
+/// transaction ended at least as many of the queue's leases, and commits
+/// both at once, so every other lease sees either both or neither. A lease
+/// that counts the running jobs under the queue's lock meanwhile counts the
+/// freed places as still taken, and admits no more than it would have. So
+/// the row lock, which serializes every lease of the queue through its
+/// commit, is paid only by claims that grow the queue's running count.
+/// `by_hand` also stops at the room the queue's current limit leaves (a
+/// lowered limit is honoured), and takes nothing from a queue that is
+/// paused or has a rate limit (a start must be counted in its window).
+///
+/// A queue with places freed is not offered to `rest`: a worker that
+/// wants more of it than it freed leases the difference on its own.
+pub(crate) fn lease_handing_on<T: ?Sized>(
+    tx: &mut T,
+    p: &crate::backend::params::LeaseParams<'_>,
+    freed: &[(String, usize)],
+    by_hand: impl Fn(&mut T, &crate::backend::params::LeaseParams<'_>) -> Result<Vec<Job>>,
+    rest: impl Fn(&mut T, &crate::backend::params::LeaseParams<'_>) -> Result<Vec<Job>>,
+) -> Result<Vec<Job>> {
+    use crate::backend::params::LeaseParams;
+    let mut jobs = Vec::new();
+    let mut others: Vec<String> = Vec::with_capacity(p.queues.len());
+    let mut seen: Vec<&String> = Vec::with_capacity(p.queues.len());
+    for q in p.queues {
+        // A queue named twice is claimed once.
+        if seen.contains(&q) {
+            continue;
+        }
+        seen.push(q);
+        let Some(places) = freed.iter().find(|(f, _)| f == q).map(|(_, n)| *n) else {
+            others.push(q.clone());
+            continue;
+        };
+        let cap = p
+            .caps
+            .iter()
+            .find(|(c, _)| c == q)
+            .map_or(usize::MAX, |(_, n)| *n);
+        let limit = places.min(cap).min(p.limit - jobs.len());
+        if limit > 0 {
+            jobs.extend(by_hand(
+                tx,
+                &LeaseParams {
+                    queues: std::slice::from_ref(q),
+                    limit,
+                    caps: &[],
+                    ..*p
+                },
+            )?);
+        }
+    }
+    if !others.is_empty() && jobs.len() < p.limit {
+        jobs.extend(rest(
+            tx,
+            &LeaseParams {
+                queues: &others,
+                limit: p.limit - jobs.len(),
+                ..*p
+            },
+        )?);
+    }
+    Job::sort_claimed(&mut jobs);
+    Ok(jobs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use crate::limits::Rate;
+
+    fn job(id: i64, queue: &str) -> Job {
+        let at = std::time::UNIX_EPOCH;
+        Job {
+            id,
+            lease_token: id,
+            queue: queue.into(),
+            kind: "k".into(),
+            priority: 0,
+            unique_key: None,
+            payload: "null".into(),
+            attempt: 1,
+            max_attempts: 3,
+            available_at: at,
+            lease_until: at,
+            created_at: at,
+        }
+    }
+
+    /// Each claim made by hand or by the rest: its queues and limit.
+    type Claims = Vec<(&'static str, Vec<String>, usize)>;
+
+    fn hand_on(
+        queues: &[&str],
+        limit: usize,
+        freed: &[(&str, usize)],
+        caps: &[(String, usize)],
+    ) -> Result<Claims> {
+        let queues: Vec<String> = queues.iter().map(|q| (*q).to_owned()).collect();
+        let freed: Vec<(String, usize)> =
+            freed.iter().map(|(q, n)| ((*q).to_owned(), *n)).collect();
+        let p = crate::backend::params::LeaseParams {
+            queues: &queues,
+            kinds: None,
+            limit,
+            worker_id: "w",
+            now: 0,
+            lease_until: 1,
+            caps,
+        };
+        // Every queue has plenty of jobs: a claim takes all it may.
+        let claim = |claims: &mut Claims,
+                     how: &'static str,
+                     part: &crate::backend::params::LeaseParams<'_>| {
+            claims.push((how, part.queues.to_vec(), part.limit));
+            Ok((0..part.limit)
+                .map(|i| job(i as i64, &part.queues[0]))
+                .collect())
+        };
+        let mut claims = Claims::new();
+        let jobs = lease_handing_on(
+            &mut claims,
+            &p,
+            &freed,
+            |c, part| claim(c, "hand", part),
+            |c, part| claim(c, "rest", part),
+        )?;
+        assert!(jobs.len() <= limit);
+        Ok(claims)
+    }
+
+    #[test]
+    fn a_claim_by_hand_takes_no_more_places_than_its_transaction_freed() -> Result<()> {
+        let s = |v: &[&str]| v.iter().map(|q| (*q).to_owned()).collect::<Vec<_>>();
+        // Freed 2 of `a`, wants 10: 2 by hand, `a` not offered to the rest.
+        assert_eq!(
+            hand_on(&["a", "b"], 10, &[("a", 2)], &[])?,
+            vec![("hand", s(&["a"]), 2), ("rest", s(&["b"]), 8)]
+        );
+        // The request's limit and the caller's cap bound it too.
+        assert_eq!(
+            hand_on(&["a"], 1, &[("a", 3)], &[])?,
+            vec![("hand", s(&["a"]), 1)]
+        );
+        assert_eq!(
+            hand_on(&["a", "b"], 10, &[("a", 3)], &[("a".into(), 1)])?,
+            vec![("hand", s(&["a"]), 1), ("rest", s(&["b"]), 9)]
+        );
+        // Nothing freed: the usual lease, whole; a queue named twice once.
+        assert_eq!(
+            hand_on(&["a", "b", "a"], 5, &[], &[])?,
+            vec![("rest", s(&["a", "b"]), 5)]
+        );
+        assert_eq!(
+            hand_on(&["a", "a"], 5, &[("a", 2)], &[])?,
+            vec![("hand", s(&["a"]), 2)]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn only_settled_items_of_queues_limited_by_concurrency_alone_free_places() -> Result<()> {
+        let known = LimitedQueues::default();
+        let both = QueueLimits {
+            concurrency: Some(2),
+            rate: Some(Rate::per_second(5)),
+        };
+        known.any_of(&["a".into()], || {
+            Ok(vec![
+                (
+                    "a".into(),
+                    QueueLimits {
+                        concurrency: Some(2),
+                        rate: None,
+                    },
+                ),
+                ("r".into(), both),
+            ])
+        })?;
+        let lost = || Err(Error::LeaseLost { job_id: 1 });
+        let freed = known.places_freed(
+            &["a", "a", "a", "r", "free", "a"],
+            &[Ok(false), lost(), Ok(true), Ok(false), Ok(false), Ok(false)],
+        );
+        assert_eq!(freed, vec![("a".to_owned(), 3)]);
+        known.forget();
+        assert!(known.places_freed(&["a"], &[Ok(false)]).is_empty());
+        Ok(())
+    }
+}
