@@ -168,10 +168,10 @@ fn migrate_creates_a_new_queue_that_stats_then_reads() -> TestResult {
     let db = dir.path().join("new.db");
     let run = backlog(&db, &["migrate"])?.ok()?;
     assert!(
-        run.stdout.contains("applied 10 migration(s): V1__initial")
+        run.stdout.contains("applied 11 migration(s): V1__initial")
             && run
                 .stdout
-                .ends_with("V8__dependencies, V9__batches, V10__finished_counts\n"),
+                .ends_with("V9__batches, V10__finished_counts, V11__sequences\n"),
         "{}",
         run.stdout
     );
@@ -1005,6 +1005,7 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          DROP TABLE backlog_workflows; DROP TABLE backlog_workflow_steps;
          DROP TABLE backlog_batches; DROP TABLE backlog_batch_jobs;
          DROP TABLE backlog_finished_counts;
+         DROP TABLE backlog_sequences;
          DROP INDEX backlog_jobs_running;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_start;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_count;
