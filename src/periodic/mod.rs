@@ -278,6 +278,18 @@ impl Schedule {
         }
     }
 
+    /// How many ticks fall in `from..until` (unix µs), counting at most
+    /// `cap` of them.
+    pub(crate) fn ticks_from_until(&self, from: i64, until: i64, cap: u64) -> Result<u64> {
+        let mut count = 0;
+        let mut t = self.next_after(from.saturating_sub(1))?;
+        while t < until && count < cap {
+            count += 1;
+            t = self.next_after(t)?;
+        }
+        Ok(count)
+    }
+
     /// The last tick at or before `t`, if any.
     pub(crate) fn latest_at_or_before(&self, t: i64) -> Result<Option<i64>> {
         match &self.rule {
@@ -405,6 +417,19 @@ mod tests {
 
     fn job() -> NewJob {
         NewJob::new("k", json!({}))
+    }
+
+    #[test]
+    fn ticks_from_until_counts_the_ticks_of_the_half_open_range() -> Result<()> {
+        let s = Schedule::every("s", Duration::from_secs(3600), job())?;
+        assert_eq!(s.ticks_from_until(5 * HOUR, 5 * HOUR, 100)?, 0);
+        assert_eq!(s.ticks_from_until(5 * HOUR, 6 * HOUR, 100)?, 1);
+        assert_eq!(s.ticks_from_until(5 * HOUR, 9 * HOUR, 100)?, 4);
+        assert_eq!(s.ticks_from_until(5 * HOUR + 1, 9 * HOUR + 1, 100)?, 4);
+        assert_eq!(s.ticks_from_until(5 * HOUR + 1, 9 * HOUR, 100)?, 3);
+        assert_eq!(s.ticks_from_until(5 * HOUR, 9 * HOUR, 2)?, 2, "capped");
+        assert_eq!(s.ticks_from_until(9 * HOUR, 5 * HOUR, 100)?, 0);
+        Ok(())
     }
 
     #[test]

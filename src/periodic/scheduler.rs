@@ -81,10 +81,15 @@ struct Counters {
     enqueued: AtomicU64,
     duplicates: AtomicU64,
     skipped: AtomicU64,
+    passed_over: AtomicU64,
     lost: AtomicU64,
     errors: AtomicU64,
     wakeups: AtomicU64,
 }
+
+/// The most passed-over ticks one claim counts (a seconds-field cron
+/// expression after a day of downtime would walk 86,400 of them).
+const PASSED_OVER_COUNTED: u64 = 10_000;
 
 /// What a scheduler did since it was made: see [`Scheduler::stats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -98,6 +103,11 @@ pub struct SchedulerStats {
     pub duplicates: u64,
     /// Missed ticks it skipped (see [`Schedule::catch_up`]).
     pub skipped: u64,
+    /// Ticks a late claim passed over: when this scheduler claimed a
+    /// schedule after more than one of its ticks had come due (its thread,
+    /// or a write lock, held it up), it enqueued the latest one only, and
+    /// counts the earlier ones here (at most 10,000 per claim are counted).
+    pub passed_over: u64,
     /// Due ticks another scheduler claimed first.
     pub lost: u64,
     /// Failed looks at the schedules or claims (logged, and tried again).
@@ -214,6 +224,7 @@ impl Scheduler {
             enqueued: c.enqueued.load(Relaxed),
             duplicates: c.duplicates.load(Relaxed),
             skipped: c.skipped.load(Relaxed),
+            passed_over: c.passed_over.load(Relaxed),
             lost: c.lost.load(Relaxed),
             errors: c.errors.load(Relaxed),
             wakeups: c.wakeups.load(Relaxed),
@@ -379,6 +390,20 @@ impl Shared {
             job,
         )?;
         let c = &self.stats;
+        if !matches!(claimed, Claimed::Lost) {
+            // Ticks from the stored one up to the claimed one: due, and
+            // passed over by this claim.
+            let passed = schedule.ticks_from_until(seen, tick, PASSED_OVER_COUNTED)?;
+            if passed > 0 {
+                c.passed_over.fetch_add(passed, Relaxed);
+                tracing::info!(
+                    schedule = schedule.name(),
+                    tick,
+                    passed,
+                    "periodic: a late claim enqueued the latest due tick only"
+                );
+            }
+        }
         let enqueued = match claimed {
             Claimed::Lost => {
                 c.lost.fetch_add(1, Relaxed);

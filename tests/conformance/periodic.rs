@@ -21,6 +21,7 @@ conformance!(
     each_tick_is_enqueued_once_by_two_schedulers_on_one_database,
     missed_ticks_are_skipped_after_downtime_by_default,
     catch_up_enqueues_one_job_for_all_missed_ticks,
+    a_late_claim_enqueues_the_latest_due_tick_and_counts_those_it_passed_over,
     removing_a_schedule_stops_every_scheduler,
     changing_the_expression_takes_effect_at_the_next_tick,
     a_bad_expression_or_job_is_a_typed_error_and_writes_nothing,
@@ -137,6 +138,11 @@ fn missed_ticks_are_skipped_after_downtime_by_default(b: &Backend) -> TestResult
     set_us(&h, first + micros(HOUR * 3 + HOUR / 2));
     assert_eq!(scheduler.run_due()?, 0);
     assert_eq!(scheduler.stats().skipped, 1, "one claim skips them all");
+    assert_eq!(
+        scheduler.stats().passed_over,
+        3,
+        "and passes the other three over"
+    );
     assert!(enqueued_ticks(&h.queue, "hourly")?.is_empty());
     // The next tick comes as usual; half a minute late is still on time.
     set_us(&h, first + micros(HOUR * 4 + Duration::from_secs(30)));
@@ -164,9 +170,45 @@ fn catch_up_enqueues_one_job_for_all_missed_ticks(b: &Backend) -> TestResult {
         enqueued_ticks(&h.queue, "hourly")?,
         [first + 3 * micros(HOUR)]
     );
+    assert_eq!(
+        restarted.stats().passed_over + scheduler.stats().passed_over,
+        3
+    );
     set_us(&h, first + micros(HOUR * 4));
     assert_eq!(scheduler.run_due()? + restarted.run_due()?, 1);
     assert_eq!(enqueued_ticks(&h.queue, "hourly")?.len(), 2);
+    Ok(())
+}
+
+/// A scheduler held up for several ticks of a short interval (well inside
+/// the late-tick grace) enqueues one job, for the latest due tick, and
+/// counts the earlier ones; on time again, it passes none over.
+fn a_late_claim_enqueues_the_latest_due_tick_and_counts_those_it_passed_over(
+    b: &Backend,
+) -> TestResult {
+    const EVERY: Duration = Duration::from_secs(10);
+    let h = b.harness()?;
+    let scheduler = Scheduler::new(h.queue.clone());
+    scheduler.add(Schedule::every("fast", EVERY, job())?)?;
+    let first = next_multiple(now_us(&h), EVERY);
+    set_us(&h, first + micros(EVERY * 3 + EVERY / 2));
+    assert_eq!(scheduler.run_due()?, 1);
+    assert_eq!(
+        enqueued_ticks(&h.queue, "fast")?,
+        [first + 3 * micros(EVERY)]
+    );
+    let stats = scheduler.stats();
+    assert_eq!(
+        (stats.enqueued, stats.passed_over, stats.skipped),
+        (1, 3, 0)
+    );
+    set_us(&h, first + micros(EVERY * 4));
+    assert_eq!(scheduler.run_due()?, 1);
+    assert_eq!(
+        scheduler.stats().passed_over,
+        3,
+        "on time: none passed over"
+    );
     Ok(())
 }
 
