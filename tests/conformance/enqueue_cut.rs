@@ -8,10 +8,6 @@
 //! answer to one request, or close every connection at once; the test's
 //! own handle goes straight to the server.
 
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -19,6 +15,7 @@ use backlog::{NewJob, Queue, QueueOptions};
 use serde_json::json;
 
 use crate::harness::{Backend, Harness, TestResult};
+use crate::proxy::{Cut, Proxy};
 
 /// The moment a retry could write twice: the server has the insert (and,
 /// for a single job on MariaDB, has committed it: one autocommit
@@ -101,7 +98,7 @@ fn through_proxy(b: &Backend) -> TestResult<Option<(Harness, Proxy, Queue)>> {
         return Ok(None);
     }
     let h = b.harness_on_real_time(QueueOptions::new())?;
-    let proxy = Proxy::start(&h.server_addr()?)?;
+    let proxy = Proxy::start(&h.server_addr()?, Cut::Drop)?;
     let queue = h.handle_through(&proxy.addr, QueueOptions::new())?;
     Ok(Some((h, proxy, queue)))
 }
@@ -122,120 +119,6 @@ fn fill_pool(queue: &Queue, n: usize) -> TestResult {
             .into_iter()
             .try_for_each(|t| t.join().expect("an enqueueing thread panicked"))
     })?;
-    Ok(())
-}
-
-/// A TCP proxy to one server that can lose one answer
-/// ([`Proxy::lose_answer_to`]) or close every connection
-/// ([`Proxy::close_all`]); it stops when dropped.
-struct Proxy {
-    addr: String,
-    state: Arc<State>,
-}
-
-#[derive(Default)]
-struct State {
-    stopped: AtomicBool,
-    /// Bytes whose request's answer is lost, with its connection.
-    marker: Mutex<Option<Vec<u8>>>,
-    /// Both ends of every open connection.
-    streams: Mutex<Vec<TcpStream>>,
-}
-
-impl State {
-    fn close_all(&self) {
-        let streams = std::mem::take(&mut *self.streams.lock().unwrap_or_else(|p| p.into_inner()));
-        for s in streams {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-    }
-}
-
-impl Proxy {
-    fn start(upstream: &str) -> TestResult<Proxy> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?.to_string();
-        let state = Arc::new(State::default());
-        let (shared, upstream) = (state.clone(), upstream.to_owned());
-        thread::Builder::new()
-            .name("test-proxy".into())
-            .spawn(move || {
-                for client in listener.incoming() {
-                    if shared.stopped.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    if let Ok(client) = client {
-                        let _ = connect(&shared, client, &upstream);
-                    }
-                }
-            })?;
-        Ok(Proxy { addr, state })
-    }
-
-    /// The next request carrying `marker` reaches the server; its answer is
-    /// dropped and the connection closed.
-    fn lose_answer_to(&self, marker: &str) {
-        *self.state.marker.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(marker.as_bytes().to_vec());
-    }
-
-    fn close_all(&self) {
-        self.state.close_all();
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.state.stopped.store(true, Ordering::SeqCst);
-        self.state.close_all();
-        let _ = TcpStream::connect(&self.addr);
-    }
-}
-
-/// Connects `client` to the server: one thread copies requests (watching
-/// for the marker), another answers (losing the one marked).
-fn connect(state: &Arc<State>, client: TcpStream, upstream: &str) -> io::Result<()> {
-    let server = TcpStream::connect(upstream)?;
-    client.set_nodelay(true)?;
-    server.set_nodelay(true)?;
-    state
-        .streams
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .extend([client.try_clone()?, server.try_clone()?]);
-    let lose = Arc::new(AtomicBool::new(false));
-    let (mut from, mut to) = (client.try_clone()?, server.try_clone()?);
-    let (shared, marked) = (state.clone(), lose.clone());
-    thread::spawn(move || {
-        let mut buf = [0u8; 64 * 1024];
-        while let Ok(n @ 1..) = from.read(&mut buf) {
-            let mut marker = shared.marker.lock().unwrap_or_else(|p| p.into_inner());
-            if marker
-                .as_ref()
-                .is_some_and(|m| buf[..n].windows(m.len()).any(|w| w == m.as_slice()))
-            {
-                *marker = None;
-                marked.store(true, Ordering::SeqCst);
-            }
-            drop(marker);
-            if to.write_all(&buf[..n]).is_err() {
-                break;
-            }
-        }
-        let _ = from.shutdown(Shutdown::Both);
-        let _ = to.shutdown(Shutdown::Both);
-    });
-    let (mut from, mut to) = (server, client);
-    thread::spawn(move || {
-        let mut buf = [0u8; 64 * 1024];
-        while let Ok(n @ 1..) = from.read(&mut buf) {
-            if lose.load(Ordering::SeqCst) || to.write_all(&buf[..n]).is_err() {
-                break;
-            }
-        }
-        let _ = from.shutdown(Shutdown::Both);
-        let _ = to.shutdown(Shutdown::Both);
-    });
     Ok(())
 }
 

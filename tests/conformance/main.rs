@@ -34,6 +34,7 @@ mod on_time;
 mod operate;
 mod periodic;
 mod progress;
+mod proxy;
 mod reconnect;
 mod sequences;
 mod settle;

@@ -9,9 +9,6 @@
 //! the server; the test's own handle goes straight to the server.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -20,6 +17,7 @@ use backlog::{JobFilter, JobState, NewJob, QueueOptions, Worker, SHUTDOWN_MARGIN
 use serde_json::{json, Value};
 
 use crate::harness::{Backend, Harness, TestResult};
+use crate::proxy::{Cut, Proxy};
 
 const JOBS: i64 = 300;
 const JOB_TIME: Duration = Duration::from_millis(40);
@@ -29,17 +27,6 @@ const CUTS: usize = 3;
 /// The target: every job in flight at the cut is settled this soon after
 /// the server is reachable again.
 const SETTLED_WITHIN: Duration = Duration::from_secs(5);
-
-/// What a cut does to the connections through the proxy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cut {
-    /// Every connection is closed at once and new ones are refused: a
-    /// server restart, a firewall resetting connections.
-    Drop,
-    /// Bytes stop flowing both ways and new connections hang, and all of it
-    /// flows again at the restore: packets lost on a network that comes back.
-    Hold,
-}
 
 fn a_worker_settles_its_jobs_once_dropped_connections_are_accepted_again(
     b: &Backend,
@@ -234,132 +221,6 @@ fn wait_until(limit: Duration, mut done: impl FnMut() -> TestResult<bool>) -> Te
             return Err(format!("not done within {limit:?}").into());
         }
         thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
-}
-
-/// A TCP proxy to one server. [`Proxy::cut`] drops or holds (see [`Cut`])
-/// every connection through it, and new ones, until [`Proxy::restore`]; it
-/// stops when dropped.
-struct Proxy {
-    addr: String,
-    state: Arc<ProxyState>,
-}
-
-struct ProxyState {
-    mode: Cut,
-    cut: AtomicBool,
-    stopped: AtomicBool,
-    /// Both ends of every open connection, to drop them at a cut.
-    streams: Mutex<Vec<TcpStream>>,
-}
-
-impl ProxyState {
-    /// While a `Hold` cut lasts, waits (bytes and new connections are held).
-    fn wait_while_held(&self) {
-        while self.mode == Cut::Hold
-            && self.cut.load(Ordering::SeqCst)
-            && !self.stopped.load(Ordering::SeqCst)
-        {
-            thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn drop_all(&self) {
-        for stream in self
-            .streams
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-    }
-}
-
-impl Proxy {
-    fn start(upstream: &str, mode: Cut) -> TestResult<Proxy> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?.to_string();
-        let state = Arc::new(ProxyState {
-            mode,
-            cut: AtomicBool::new(false),
-            stopped: AtomicBool::new(false),
-            streams: Mutex::default(),
-        });
-        let upstream = upstream.to_owned();
-        let shared = state.clone();
-        thread::Builder::new()
-            .name("test-proxy".into())
-            .spawn(move || {
-                for client in listener.incoming() {
-                    if shared.stopped.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let Ok(client) = client else { continue };
-                    if shared.cut.load(Ordering::SeqCst) && shared.mode == Cut::Drop {
-                        let _ = client.shutdown(Shutdown::Both);
-                        continue;
-                    }
-                    let (shared, upstream) = (shared.clone(), upstream.clone());
-                    thread::spawn(move || {
-                        shared.wait_while_held();
-                        let _ = forward(&shared, client, &upstream);
-                    });
-                }
-            })?;
-        Ok(Proxy { addr, state })
-    }
-
-    fn cut(&self) {
-        self.state.cut.store(true, Ordering::SeqCst);
-        if self.state.mode == Cut::Drop {
-            self.state.drop_all();
-        }
-    }
-
-    fn restore(&self) {
-        self.state.cut.store(false, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.state.stopped.store(true, Ordering::SeqCst);
-        self.state.drop_all();
-        // Wakes the accepting thread, which then sees `stopped`.
-        let _ = TcpStream::connect(&self.addr);
-    }
-}
-
-/// Connects `client` to the server and copies bytes both ways on two threads.
-fn forward(state: &Arc<ProxyState>, client: TcpStream, upstream: &str) -> io::Result<()> {
-    let server = TcpStream::connect(upstream)?;
-    client.set_nodelay(true)?;
-    server.set_nodelay(true)?;
-    {
-        let mut streams = state.streams.lock().unwrap_or_else(|p| p.into_inner());
-        streams.push(client.try_clone()?);
-        streams.push(server.try_clone()?);
-    }
-    for (mut from, mut to) in [(client.try_clone()?, server.try_clone()?), (server, client)] {
-        let state = state.clone();
-        thread::spawn(move || {
-            let mut buf = [0u8; 16 * 1024];
-            loop {
-                match from.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        state.wait_while_held();
-                        if to.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-            let _ = from.shutdown(Shutdown::Both);
-            let _ = to.shutdown(Shutdown::Both);
-        });
     }
     Ok(())
 }
