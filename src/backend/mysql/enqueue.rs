@@ -155,29 +155,27 @@ fn insert_rows(
     out: &mut [Option<Enqueued>],
     now: Now,
 ) -> Result<()> {
-    // Positional, in `enqueue_rows`'s order: ten values a row.
-    let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 10);
+    // Positional, in `enqueue_rows`'s order: the unique key only when a row
+    // has one, the engine's now only when the clock is manual.
+    let keyed = chunk.iter().any(|&i| jobs[i].unique_key.is_some());
+    let manual = now.param();
+    let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 8);
     for &i in chunk {
         let p = &jobs[i];
-        values.extend([
-            p.queue.into(),
-            p.kind.into(),
-            p.priority.into(),
-            p.unique_key.into(),
-            p.payload.into(),
-            p.max_attempts.into(),
-            now.param().into(),
-            now.offset(p.available_at).into(),
-            now.param().into(),
-            now.param().into(),
-        ]);
+        values.extend([p.queue.into(), p.kind.into(), p.priority.into()]);
+        if keyed {
+            values.push(p.unique_key.into());
+        }
+        values.extend([p.payload.into(), p.max_attempts.into()]);
+        if let Some(now) = manual {
+            values.push(now.into());
+        }
+        values.push(now.offset(p.available_at).into());
     }
-    if chunk.iter().all(|&i| jobs[i].unique_key.is_none()) {
+    let sql_text = sql.enqueue_rows(chunk.len(), keyed, manual.is_some());
+    if !keyed {
         // Nothing to refuse: an id a row, in order.
-        let ids: Vec<i64> = q.exec(
-            sql.enqueue_rows(chunk.len(), false),
-            Params::Positional(values),
-        )?;
+        let ids: Vec<i64> = q.exec(&*sql_text, Params::Positional(values))?;
         if ids.len() != chunk.len() {
             return Err(Error::Database(
                 "a job was neither inserted nor found".into(),
@@ -188,10 +186,8 @@ fn insert_rows(
         }
         return Ok(());
     }
-    let rows: Vec<(i64, String, Option<String>)> = q.exec(
-        sql.enqueue_rows(chunk.len(), true),
-        Params::Positional(values),
-    )?;
+    let rows: Vec<(i64, String, Option<String>)> =
+        q.exec(&*sql_text, Params::Positional(values))?;
     // Rows come back in input order, refused ones left out: match them up.
     let mut inserted = rows.into_iter().peekable();
     for &i in chunk {

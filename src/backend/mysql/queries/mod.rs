@@ -5,6 +5,9 @@
 
 mod templates;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
 pub use templates::*;
 
 /// The queue's three tables, qualified and quoted.
@@ -156,6 +159,9 @@ pub struct Sql {
     pub latest_job: String,
     pub flows: super::flows::FlowSql,
     pub sequences: super::sequences::SequenceSql,
+    /// The multi-row inserts rendered so far, by rows, keyed, manual clock
+    /// ([`Sql::enqueue_rows`]).
+    enqueue_rows: Mutex<HashMap<(usize, bool, bool), Arc<str>>>,
 }
 
 impl Sql {
@@ -241,6 +247,7 @@ impl Sql {
             sequences: super::sequences::SequenceSql::new(&tables),
             tables,
             returning,
+            enqueue_rows: Mutex::default(),
         }
     }
 
@@ -251,8 +258,23 @@ impl Sql {
 
     /// The multi-row insert of `rows` jobs (MariaDB), returning their
     /// queues and unique keys too when `keyed`.
-    pub fn enqueue_rows(&self, rows: usize, keyed: bool) -> String {
-        self.tables.render(&enqueue_rows(rows, keyed))
+    /// Rendered once per queue and kept: rendering the text of 1,000 rows
+    /// for every call was the largest cost on the client (BENCHMARKS.md,
+    /// issue 20's MariaDB enqueue). The sizes are `enqueue.rs`'s few chunk
+    /// sizes, so the cache holds at most twenty texts.
+    pub fn enqueue_rows(&self, rows: usize, keyed: bool, manual: bool) -> Arc<str> {
+        let mut cache = self
+            .enqueue_rows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        cache
+            .entry((rows, keyed, manual))
+            .or_insert_with(|| {
+                self.tables
+                    .render(&enqueue_rows(rows, keyed, manual))
+                    .into()
+            })
+            .clone()
     }
 
     /// The lease walk for this many queues and kinds (0: any kind).
