@@ -46,6 +46,8 @@ pub(crate) mod registry;
 pub(crate) mod room;
 pub(crate) mod rows;
 pub(crate) mod sqlite;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod waits;
 
 use std::fmt::Debug;
 use std::time::{Duration, Instant};

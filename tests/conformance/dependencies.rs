@@ -214,6 +214,74 @@ fn an_unknown_dependency_is_refused_and_nothing_is_written(b: &Backend) -> TestR
     Ok(())
 }
 
+/// The servers plan a whole `enqueue_many` (and release a whole
+/// `complete_many`) at once: every case of the one-job scenarios above in
+/// one batch, including jobs of the batch waiting on jobs of the batch that
+/// wait themselves or were cancelled at enqueue, and a dependent of two jobs
+/// completed in one transaction.
+fn a_batch_of_dependents_waits_and_is_released_as_each_job_alone_would(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let done = enqueue(&h, job("a"))?;
+    run(&h, done, Outcome::Complete(None))?;
+    let failed = enqueue(&h, job("a"))?;
+    run(&h, failed, Outcome::Discard("no".into()))?;
+    let r1 = enqueue(&h, job("root"))?;
+    let r2 = enqueue(&h, job("root"))?;
+    let flow = h.queue.enqueue_workflow(
+        backlog::Workflow::new("batch")
+            .step("x", job("x").depends_on([r1]))
+            .step("y", job("y").depends_on([r1, r2]))
+            .step("z", job("z").depends_on([done]))
+            .step("c", job("c").depends_on([done, failed]))
+            .step_after("after-c", job("after-c"), &["c"])
+            .step_after_anyway("anyway-c", job("anyway-c"), &["c"])
+            .step_after("after-x", job("after-x"), &["x"])
+            .step_after("after-z", job("after-z"), &["z"]),
+    )?;
+    let id = |name: &str| flow.step(name).ok_or(format!("no step {name}"));
+    for (name, state) in [
+        ("x", JobState::Pending),
+        ("y", JobState::Pending),
+        ("z", JobState::Available),
+        ("c", JobState::CANCELLED),
+        ("after-c", JobState::CANCELLED),
+        ("anyway-c", JobState::Available),
+        ("after-x", JobState::Pending),
+        ("after-z", JobState::Pending),
+    ] {
+        assert_eq!(h.state(id(name)?)?, state, "step {name} after enqueue");
+    }
+    assert_eq!(h.count("SELECT count(*) FROM backlog_pending")?, 4);
+
+    let mut roots = Vec::new();
+    for j in h.lease("w", 100)? {
+        if j.id == r1 || j.id == r2 {
+            roots.push(j);
+        } else {
+            h.queue.release(&j)?;
+        }
+    }
+    assert_eq!(roots.len(), 2);
+    for result in h.queue.complete_many(&roots)? {
+        result?;
+    }
+    assert_eq!(h.state(id("x")?)?, JobState::Available);
+    assert_eq!(
+        h.state(id("y")?)?,
+        JobState::Available,
+        "both of its edges counted"
+    );
+    assert_eq!(h.state(id("after-x")?)?, JobState::Pending);
+    run(&h, id("x")?, Outcome::Complete(None))?;
+    assert_eq!(h.state(id("after-x")?)?, JobState::Available);
+    assert_eq!(
+        h.count("SELECT count(*) FROM backlog_pending")?,
+        1,
+        "after-z"
+    );
+    Ok(())
+}
+
 fn a_dependency_with_a_unique_key_or_a_group_is_refused(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let a = enqueue(&h, job("a"))?;
@@ -465,6 +533,7 @@ conformance!(
     a_dependency_that_does_not_complete_cancels_its_dependents_in_cascade,
     run_anyway_releases_the_dependent_whatever_its_dependency_ended,
     an_unknown_dependency_is_refused_and_nothing_is_written,
+    a_batch_of_dependents_waits_and_is_released_as_each_job_alone_would,
     a_dependency_with_a_unique_key_or_a_group_is_refused,
     an_operator_cancel_or_delete_of_a_waiting_job_cancels_what_waits_on_it,
     pending_jobs_are_listed_and_counted,

@@ -2,11 +2,15 @@
 //! `sqlite/flows.rs`.
 //!
 //! Differs from SQLite in the locks that keep several nodes apart, as on
-//! PostgreSQL (see `postgres/flows.rs`): an enqueue reads its dependency
+//! PostgreSQL (see `postgres/flows.rs`): an enqueue reads its dependencies
 //! `LOCK IN SHARE MODE`, pending table first, then live, then history; a
 //! release counts down with an `UPDATE`, whose row lock orders two finishing
 //! transactions. Under READ COMMITTED each plain read sees what was
-//! committed before it.
+//! committed before it. As there, an `enqueue_many` and a `complete_many`
+//! do it per batch, each set statement on a `JSON_TABLE` of ids (one
+//! parameter: the driver's named parameters cost quadratic time in their
+//! number), joined `STRAIGHT_JOIN` on primary keys as the finishing
+//! statements are (see `CLAIM`).
 //!
 //! And in how a release wakes other nodes: MySQL has no LISTEN/NOTIFY, and
 //! its poller watches the newest job id, which a released job (keeping the
@@ -22,6 +26,7 @@ use super::{take, Db, Now};
 use crate::backend::params::{
     DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
 };
+use crate::backend::waits::{self, Place};
 use crate::backend::Flows;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
@@ -38,10 +43,35 @@ pub const LIVE_FOR_SHARE: &str = "SELECT 1 FROM {jobs} WHERE id = :id LOCK IN SH
 /// See [`PENDING_FOR_SHARE`].
 pub const HISTORY_STATUS: &str = "SELECT status FROM {history} WHERE id = :id";
 
+/// The set forms of the three above, for a batch's dependencies (`:ids`, a
+/// JSON array, ascending: the rows are locked in id order).
+pub const PENDING_MANY_FOR_SHARE: &str = "
+SELECT p.id, 'pending' FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS d
+STRAIGHT_JOIN {pending} AS p FORCE INDEX (PRIMARY) ON p.id = d.id
+LOCK IN SHARE MODE";
+/// See [`PENDING_MANY_FOR_SHARE`].
+pub const LIVE_MANY_FOR_SHARE: &str = "
+SELECT j.id, 'live' FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS d
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = d.id
+LOCK IN SHARE MODE";
+/// See [`PENDING_MANY_FOR_SHARE`].
+pub const HISTORY_MANY_STATUS: &str = "
+SELECT h.id, h.status FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS d
+STRAIGHT_JOIN {history} AS h FORCE INDEX (PRIMARY) ON h.id = d.id";
+
 /// As SQLite's; `INSERT IGNORE` for `ON CONFLICT DO NOTHING`.
 pub const INSERT_EDGE: &str = "
 INSERT IGNORE INTO {dependencies} (dependency, dependent, run_anyway, cancelled)
 VALUES (:dependency, :dependent, :run_anyway, :cancelled)";
+
+/// [`INSERT_EDGE`] for a batch's edges: `:edges` a JSON array of
+/// `[dependency, dependent, run_anyway, cancelled]` (the flags 0 or 1).
+pub const INSERT_EDGES: &str = "
+INSERT IGNORE INTO {dependencies} (dependency, dependent, run_anyway, cancelled)
+SELECT e.dependency, e.dependent, e.run_anyway, e.cancelled
+FROM JSON_TABLE(:edges, '$[*]' COLUMNS (
+    dependency BIGINT PATH '$[0]', dependent BIGINT PATH '$[1]',
+    run_anyway TINYINT PATH '$[2]', cancelled TINYINT PATH '$[3]')) AS e";
 
 /// As SQLite's.
 pub const LIVE_TO_PENDING: &str = "
@@ -49,6 +79,21 @@ INSERT INTO {pending}
     (id, queue, kind, priority, payload, max_attempts, available_at, remaining, created_at)
 SELECT id, queue, kind, priority, payload, max_attempts, available_at, :remaining, created_at
 FROM {jobs} WHERE id = :id";
+
+/// [`LIVE_TO_PENDING`] for a batch: `:waits` a JSON array of
+/// `[id, remaining]`; [`DELETE_LIVE_MANY`] then removes the live rows.
+pub const LIVE_TO_PENDING_MANY: &str = "
+INSERT INTO {pending}
+    (id, queue, kind, priority, payload, max_attempts, available_at, remaining, created_at)
+SELECT j.id, j.queue, j.kind, j.priority, j.payload, j.max_attempts, j.available_at,
+       w.remaining, j.created_at
+FROM JSON_TABLE(:waits, '$[*]' COLUMNS (id BIGINT PATH '$[0]', remaining INT PATH '$[1]')) AS w
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = w.id";
+
+/// See [`LIVE_TO_PENDING_MANY`].
+pub const DELETE_LIVE_MANY: &str = "
+DELETE j FROM JSON_TABLE(:waits, '$[*]' COLUMNS (id BIGINT PATH '$[0]')) AS w
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = w.id";
 
 // ---- release ---------------------------------------------------------------
 
@@ -63,6 +108,25 @@ pub const COUNT_DOWN: &str = "UPDATE {pending} SET remaining = remaining - 1 WHE
 /// See [`COUNT_DOWN`].
 pub const REMAINING: &str = "SELECT remaining FROM {pending} WHERE id = :id";
 
+/// [`COUNT_DOWN`] for every dependent of the completed jobs `:ids` (a JSON
+/// array), by as many as it has edges among them (a multi-table `UPDATE`
+/// changes a row once however many rows it joins, hence the `GROUP BY`);
+/// [`FREED`] reads back the ones at 0, under the row locks this takes.
+pub const COUNT_DOWN_MANY: &str = "
+UPDATE (SELECT e.dependent, COUNT(*) AS n
+        FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS d
+        STRAIGHT_JOIN {dependencies} AS e FORCE INDEX (PRIMARY) ON e.dependency = d.id
+        GROUP BY e.dependent) AS c
+STRAIGHT_JOIN {pending} AS p FORCE INDEX (PRIMARY) ON p.id = c.dependent
+SET p.remaining = p.remaining - c.n";
+
+/// See [`COUNT_DOWN_MANY`].
+pub const FREED: &str = "
+SELECT DISTINCT p.id FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS d
+STRAIGHT_JOIN {dependencies} AS e FORCE INDEX (PRIMARY) ON e.dependency = d.id
+STRAIGHT_JOIN {pending} AS p FORCE INDEX (PRIMARY) ON p.id = e.dependent
+WHERE p.remaining = 0";
+
 /// As SQLite's.
 pub const RELEASE: &str = "
 INSERT INTO {jobs}
@@ -72,8 +136,24 @@ SELECT id, queue, kind, priority, payload, '[]', max_attempts, GREATEST(availabl
        created_at, {now}
 FROM {pending} WHERE id = :id";
 
+/// [`RELEASE`] for a batch: `:ids` a JSON array; [`DELETE_PENDING_MANY`]
+/// then removes the pending rows.
+pub const RELEASE_MANY: &str = "
+INSERT INTO {jobs}
+    (id, queue, kind, priority, payload, errors, max_attempts, available_at, created_at,
+     updated_at)
+SELECT p.id, p.queue, p.kind, p.priority, p.payload, '[]', p.max_attempts,
+       GREATEST(p.available_at, {now}), p.created_at, {now}
+FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS r
+STRAIGHT_JOIN {pending} AS p FORCE INDEX (PRIMARY) ON p.id = r.id";
+
 /// As SQLite's.
 pub const DELETE_PENDING: &str = "DELETE FROM {pending} WHERE id = :id";
+
+/// See [`RELEASE_MANY`].
+pub const DELETE_PENDING_MANY: &str = "
+DELETE p FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS r
+STRAIGHT_JOIN {pending} AS p FORCE INDEX (PRIMARY) ON p.id = r.id";
 
 /// Counts a transaction that released jobs, for other nodes' pollers.
 pub const BUMP_RELEASES: &str = "
@@ -176,13 +256,23 @@ pub struct FlowSql {
     pending_for_share: String,
     live_for_share: String,
     history_status: String,
+    pending_many_for_share: String,
+    live_many_for_share: String,
+    history_many_status: String,
     insert_edge: String,
+    insert_edges: String,
     live_to_pending: String,
+    live_to_pending_many: String,
+    delete_live_many: String,
     dependents: String,
     count_down: String,
     remaining: String,
+    count_down_many: String,
+    freed: String,
     release: String,
+    release_many: String,
     delete_pending: String,
+    delete_pending_many: String,
     bump_releases: String,
     pending_to_history: String,
     mark_cancelled: String,
@@ -210,13 +300,23 @@ impl FlowSql {
             pending_for_share: r(PENDING_FOR_SHARE),
             live_for_share: r(LIVE_FOR_SHARE),
             history_status: r(HISTORY_STATUS),
+            pending_many_for_share: r(PENDING_MANY_FOR_SHARE),
+            live_many_for_share: r(LIVE_MANY_FOR_SHARE),
+            history_many_status: r(HISTORY_MANY_STATUS),
             insert_edge: r(INSERT_EDGE),
+            insert_edges: r(INSERT_EDGES),
             live_to_pending: r(LIVE_TO_PENDING),
+            live_to_pending_many: r(LIVE_TO_PENDING_MANY),
+            delete_live_many: r(DELETE_LIVE_MANY),
             dependents: r(DEPENDENTS),
             count_down: r(COUNT_DOWN),
             remaining: r(REMAINING),
+            count_down_many: r(COUNT_DOWN_MANY),
+            freed: r(FREED),
             release: r(RELEASE),
+            release_many: r(RELEASE_MANY),
             delete_pending: r(DELETE_PENDING),
+            delete_pending_many: r(DELETE_PENDING_MANY),
             bump_releases: r(BUMP_RELEASES),
             pending_to_history: r(PENDING_TO_HISTORY),
             mark_cancelled: r(MARK_CANCELLED),
@@ -245,8 +345,8 @@ impl FlowSql {
     }
 }
 
-/// As PostgreSQL's `wait_all`: each job of a batch in order, every job
-/// inserted.
+/// As PostgreSQL's `wait_all`: the whole batch in a constant number of
+/// statements, or (a batch with a sequenced job) each job in order.
 pub(crate) fn wait_all(
     sql: &Sql,
     q: &mut impl Queryable,
@@ -254,8 +354,58 @@ pub(crate) fn wait_all(
     ids: Vec<Enqueued>,
     now: Now,
 ) -> Result<Vec<Enqueued>> {
-    for (i, p) in jobs.iter().enumerate() {
-        wait(sql, q, p, ids[i], &ids[..i], now)?;
+    if !waits::at_once(jobs) {
+        for (i, p) in jobs.iter().enumerate() {
+            wait(sql, q, p, ids[i], &ids[..i], now)?;
+        }
+        return Ok(ids);
+    }
+    let f = &sql.flows;
+    let read = waits::to_read(jobs, &ids)?;
+    let states = waits::states(&read, |place, ids| {
+        let statement = match place {
+            Place::Pending => &f.pending_many_for_share,
+            Place::Live => &f.live_many_for_share,
+            Place::History => &f.history_many_status,
+        };
+        let ids = serde_json::to_string(ids)?;
+        Ok(q.exec(statement, params! { "ids" => ids })?)
+    })?;
+    let plan = waits::plan(jobs, &ids, &states)?;
+    for (id, error, _) in &plan.cancelled {
+        super::jobs::finish(
+            sql,
+            q,
+            *id,
+            None,
+            FinalStatus::Cancelled,
+            None,
+            Some(error),
+            now,
+        )?;
+    }
+    if !plan.edges.is_empty() {
+        let edges: Vec<[i64; 4]> = plan
+            .edges
+            .iter()
+            .map(|&(dependency, dependent, run_anyway, cancels)| {
+                [dependency, dependent, run_anyway.into(), cancels.into()]
+            })
+            .collect();
+        q.exec_drop(
+            &f.insert_edges,
+            params! { "edges" => serde_json::to_string(&edges)? },
+        )?;
+    }
+    if !plan.pending.is_empty() {
+        let waits: Vec<[i64; 2]> = plan
+            .pending
+            .iter()
+            .map(|&(id, remaining)| [id, remaining.into()])
+            .collect();
+        let waits = serde_json::to_string(&waits)?;
+        q.exec_drop(&f.live_to_pending_many, params! { "waits" => &waits })?;
+        q.exec_drop(&f.delete_live_many, params! { "waits" => &waits })?;
     }
     Ok(ids)
 }
@@ -326,7 +476,9 @@ pub(crate) fn state_of(f: &FlowSql, q: &mut impl Queryable, id: i64) -> Result<O
 }
 
 /// As SQLite's `finished`, for jobs just moved to history; bumps
-/// `{releases}` when a job was released.
+/// `{releases}` when a job was released. As on PostgreSQL, the completed
+/// jobs release their dependents together ([`COUNT_DOWN_MANY`],
+/// [`RELEASE_MANY`]), the others one edge at a time.
 pub(crate) fn finished(
     sql: &Sql,
     q: &mut impl Queryable,
@@ -334,8 +486,31 @@ pub(crate) fn finished(
     now: Now,
 ) -> Result<usize> {
     let f = &sql.flows;
+    let (completed, mut ended): (Vec<_>, Vec<_>) = ended
+        .into_iter()
+        .partition(|&(_, status)| status == FinalStatus::Completed);
     let mut released = 0;
-    let mut ended = ended;
+    if !completed.is_empty() {
+        let mut completed: Vec<i64> = completed.into_iter().map(|(id, _)| id).collect();
+        completed.sort_unstable();
+        let completed = serde_json::to_string(&completed)?;
+        let counted = q
+            .exec_iter(&f.count_down_many, params! { "ids" => &completed })?
+            .affected_rows();
+        if counted > 0 {
+            let mut free: Vec<i64> = q.exec(&f.freed, params! { "ids" => &completed })?;
+            free.sort_unstable();
+            if !free.is_empty() {
+                let free_json = serde_json::to_string(&free)?;
+                q.exec_drop(
+                    &f.release_many,
+                    params! { "ids" => &free_json, "now" => now.param() },
+                )?;
+                q.exec_drop(&f.delete_pending_many, params! { "ids" => &free_json })?;
+                released += free.len();
+            }
+        }
+    }
     while let Some((id, status)) = ended.pop() {
         let dependents: Vec<(i64, bool)> = q.exec(&f.dependents, params! { "id" => id })?;
         for (dependent, run_anyway) in dependents {

@@ -4,7 +4,7 @@
 //! Differs from SQLite in that several nodes write at once, so each step
 //! that reads a row before acting on it locks it first:
 //!
-//! - an enqueue looks its dependency up `FOR SHARE`, pending table first,
+//! - an enqueue looks its dependencies up `FOR SHARE`, pending table first,
 //!   then live, then history (the order of a job's life). A transaction
 //!   moving that job on holds its row locked until it commits, so the look
 //!   waits and then finds it where it went; and once the look holds the
@@ -14,6 +14,11 @@
 //! - a release decrements the dependent's `remaining` with an `UPDATE`, whose
 //!   row lock makes two finishing transactions count one after the other:
 //!   exactly one of them sees 0.
+//!
+//! And in that an `enqueue_many` and a `complete_many` do this per batch
+//! (`backend/waits.rs` plans the enqueue): a constant number of statements
+//! on arrays, not a round trip per edge. Sequenced jobs (and the release by
+//! a dependency that did not complete, rare) still go one at a time.
 //!
 //! A release notifies the queue's channel, as an enqueue does.
 
@@ -25,6 +30,7 @@ use super::Db;
 use crate::backend::params::{
     DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
 };
+use crate::backend::waits::{self, Place};
 use crate::backend::Flows;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
@@ -41,10 +47,27 @@ pub const LIVE_FOR_SHARE: &str = "SELECT 1 FROM {jobs} WHERE id = $1 FOR SHARE";
 /// See [`PENDING_FOR_SHARE`].
 pub const HISTORY_STATUS: &str = "SELECT status FROM {history} WHERE id = $1";
 
+/// The set forms of the three above, for a batch's dependencies (`$1` ids,
+/// ascending): the rows locked in id order, so two batches sharing
+/// dependencies take them in the same order.
+pub const PENDING_MANY_FOR_SHARE: &str =
+    "SELECT id, 'pending' FROM {pending} WHERE id = ANY($1) ORDER BY id FOR SHARE";
+/// See [`PENDING_MANY_FOR_SHARE`].
+pub const LIVE_MANY_FOR_SHARE: &str =
+    "SELECT id, 'live' FROM {jobs} WHERE id = ANY($1) ORDER BY id FOR SHARE";
+/// See [`PENDING_MANY_FOR_SHARE`].
+pub const HISTORY_MANY_STATUS: &str = "SELECT id, status FROM {history} WHERE id = ANY($1)";
+
 /// As SQLite's.
 pub const INSERT_EDGE: &str = "
 INSERT INTO {dependencies} (dependency, dependent, run_anyway, cancelled)
 VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING";
+
+/// [`INSERT_EDGE`] for a batch's edges, one array per column.
+pub const INSERT_EDGES: &str = "
+INSERT INTO {dependencies} (dependency, dependent, run_anyway, cancelled)
+SELECT * FROM unnest($1::int8[], $2::int8[], $3::bool[], $4::bool[])
 ON CONFLICT DO NOTHING";
 
 /// As SQLite's, moving the row in one statement.
@@ -54,6 +77,15 @@ INSERT INTO {pending}
     (id, queue, kind, priority, payload, max_attempts, available_at, remaining, created_at)
 SELECT id, queue, kind, priority, payload, max_attempts, available_at, $2, created_at
 FROM moved";
+
+/// [`LIVE_TO_PENDING`] for a batch: `$1` ids, `$2` their counters.
+pub const LIVE_TO_PENDING_MANY: &str = "
+WITH moved AS (DELETE FROM {jobs} WHERE id = ANY($1) RETURNING *)
+INSERT INTO {pending}
+    (id, queue, kind, priority, payload, max_attempts, available_at, remaining, created_at)
+SELECT m.id, m.queue, m.kind, m.priority, m.payload, m.max_attempts, m.available_at,
+       w.remaining, m.created_at
+FROM moved AS m JOIN unnest($1::int8[], $2::int4[]) AS w (id, remaining) ON w.id = m.id";
 
 // ---- release ---------------------------------------------------------------
 
@@ -65,9 +97,35 @@ pub const DEPENDENTS: &str =
 pub const COUNT_DOWN: &str =
     "UPDATE {pending} SET remaining = remaining - 1 WHERE id = $1 RETURNING remaining";
 
+/// [`COUNT_DOWN`] for every dependent of the completed jobs `$1`, by as many
+/// as it has edges among them. The rows are locked first in id order (two
+/// completers sharing dependents take them in the same order); the
+/// `UPDATE` then counts on the latest version of each.
+pub const COUNT_DOWN_MANY: &str = "
+WITH e AS (
+    SELECT dependent, count(*)::int4 AS n FROM {dependencies}
+    WHERE dependency = ANY($1) GROUP BY dependent
+), locked AS (
+    SELECT p.id FROM {pending} AS p JOIN e ON e.dependent = p.id
+    ORDER BY p.id FOR UPDATE OF p
+)
+UPDATE {pending} AS p SET remaining = p.remaining - e.n
+FROM e JOIN locked ON locked.id = e.dependent
+WHERE p.id = e.dependent
+RETURNING p.id, p.remaining";
+
 /// As SQLite's, moving the row in one statement. `$1` now override, `$2` id.
 pub const RELEASE: &str = "
 WITH moved AS (DELETE FROM {pending} WHERE id = $2 RETURNING *)
+INSERT INTO {jobs}
+    (id, queue, kind, priority, payload, max_attempts, available_at, created_at, updated_at)
+SELECT id, queue, kind, priority, payload, max_attempts, GREATEST(available_at, {now}),
+       created_at, {now}
+FROM moved";
+
+/// [`RELEASE`] for a batch: `$1` now override, `$2` ids.
+pub const RELEASE_MANY: &str = "
+WITH moved AS (DELETE FROM {pending} WHERE id = ANY($2) RETURNING *)
 INSERT INTO {jobs}
     (id, queue, kind, priority, payload, max_attempts, available_at, created_at, updated_at)
 SELECT id, queue, kind, priority, payload, max_attempts, GREATEST(available_at, {now}),
@@ -171,11 +229,18 @@ pub(crate) struct FlowQueries {
     pending_for_share: String,
     live_for_share: String,
     history_status: String,
+    pending_many_for_share: String,
+    live_many_for_share: String,
+    history_many_status: String,
     insert_edge: String,
+    insert_edges: String,
     live_to_pending: String,
+    live_to_pending_many: String,
     dependents: String,
     count_down: String,
+    count_down_many: String,
     release: String,
+    release_many: String,
     pending_to_history: String,
     mark_cancelled: String,
     cancelled_dependents: String,
@@ -201,11 +266,18 @@ impl FlowQueries {
             pending_for_share: r(PENDING_FOR_SHARE),
             live_for_share: r(LIVE_FOR_SHARE),
             history_status: r(HISTORY_STATUS),
+            pending_many_for_share: r(PENDING_MANY_FOR_SHARE),
+            live_many_for_share: r(LIVE_MANY_FOR_SHARE),
+            history_many_status: r(HISTORY_MANY_STATUS),
             insert_edge: r(INSERT_EDGE),
+            insert_edges: r(INSERT_EDGES),
             live_to_pending: r(LIVE_TO_PENDING),
+            live_to_pending_many: r(LIVE_TO_PENDING_MANY),
             dependents: r(DEPENDENTS),
             count_down: r(COUNT_DOWN),
+            count_down_many: r(COUNT_DOWN_MANY),
             release: r(RELEASE),
+            release_many: r(RELEASE_MANY),
             pending_to_history: r(PENDING_TO_HISTORY),
             mark_cancelled: r(MARK_CANCELLED),
             cancelled_dependents: r(CANCELLED_DEPENDENTS),
@@ -231,17 +303,58 @@ impl FlowQueries {
     }
 }
 
-/// As SQLite's [`wait`](crate::backend::sqlite::flows::wait), for each job
-/// of a batch in order (`ids` are the batch's, every job inserted): a job's
-/// `Earlier` dependencies come before it, so they are settled first.
+/// As SQLite's [`wait`](crate::backend::sqlite::flows::wait), for a whole
+/// batch (`ids` are the batch's, every job inserted): the dependencies'
+/// states read in at most three statements, the jobs cancelled at enqueue
+/// finished, then every edge in one statement and every waiting job moved
+/// in one. A batch with a sequenced job goes one job at a time, in order: a
+/// job's `Earlier` dependencies come before it, so they are settled first.
 pub(crate) fn wait_all<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     jobs: &[EnqueueParams<'_>],
     ids: Vec<Enqueued>,
 ) -> Result<Vec<Enqueued>> {
-    for (i, p) in jobs.iter().enumerate() {
-        wait(tx, q, p, ids[i], &ids[..i])?;
+    if !waits::at_once(jobs) {
+        for (i, p) in jobs.iter().enumerate() {
+            wait(tx, q, p, ids[i], &ids[..i])?;
+        }
+        return Ok(ids);
+    }
+    let f = &q.flows;
+    let read = waits::to_read(jobs, &ids)?;
+    let states = waits::states(&read, |place, ids| {
+        let statement = match place {
+            Place::Pending => &f.pending_many_for_share,
+            Place::Live => &f.live_many_for_share,
+            Place::History => &f.history_many_status,
+        };
+        tx.query(statement, &[&ids])?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect()
+    })?;
+    let plan = waits::plan(jobs, &ids, &states)?;
+    for (id, error, now) in &plan.cancelled {
+        super::jobs::finish_one(tx, q, *id, FinalStatus::Cancelled, Some(error), *now)?;
+    }
+    if !plan.edges.is_empty() {
+        let (mut dependencies, mut dependents, mut run_anyway, mut cancelled) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for &(dependency, dependent, anyway, cancels) in &plan.edges {
+            dependencies.push(dependency);
+            dependents.push(dependent);
+            run_anyway.push(anyway);
+            cancelled.push(cancels);
+        }
+        tx.execute(
+            &f.insert_edges,
+            &[&dependencies, &dependents, &run_anyway, &cancelled],
+        )?;
+    }
+    if !plan.pending.is_empty() {
+        let (waiting, remaining): (Vec<i64>, Vec<i32>) = plan.pending.iter().copied().unzip();
+        tx.execute(&f.live_to_pending_many, &[&waiting, &remaining])?;
     }
     Ok(ids)
 }
@@ -297,7 +410,10 @@ pub(crate) fn state_of<C: GenericClient>(
 }
 
 /// As SQLite's `finished`, for jobs just moved to history (`ended`: id and
-/// status); notifies the queue's channel when a job was released.
+/// status); notifies the queue's channel when a job was released. The
+/// completed jobs release their dependents together ([`COUNT_DOWN_MANY`],
+/// [`RELEASE_MANY`]); the others, whose ends may cancel their dependents or
+/// hand a sequence on, one edge at a time.
 pub(crate) fn finished<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
@@ -306,8 +422,22 @@ pub(crate) fn finished<C: GenericClient>(
 ) -> Result<usize> {
     let f = &q.flows;
     let now_override = q.now_override(now);
+    let (completed, mut ended): (Vec<_>, Vec<_>) = ended
+        .into_iter()
+        .partition(|&(_, status)| status == FinalStatus::Completed);
     let mut released = 0;
-    let mut ended = ended;
+    if !completed.is_empty() {
+        let completed: Vec<i64> = completed.into_iter().map(|(id, _)| id).collect();
+        let mut free = Vec::new();
+        for row in tx.query(&f.count_down_many, &[&completed])? {
+            if row.try_get::<_, i32>(1)? == 0 {
+                free.push(row.try_get::<_, i64>(0)?);
+            }
+        }
+        if !free.is_empty() {
+            released += tx.execute(&f.release_many, &[&now_override, &free])? as usize;
+        }
+    }
     while let Some((id, status)) = ended.pop() {
         let dependents = tx.query(&f.dependents, &[&id])?;
         for row in dependents {
