@@ -107,6 +107,10 @@ impl Queue {
             lease: lease.as_ref(),
             until,
         })?;
+        if !jobs.is_empty() {
+            // A lease committed here as in `lease`: the completer's refill.
+            failpoint!("lease-after-commit");
+        }
         // A job made runnable again at some time (a retry, a snooze) may be
         // due before whatever this process's fetchers are sleeping toward;
         // no server notification says so (PostgreSQL notifies enqueues only).
