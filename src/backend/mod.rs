@@ -35,6 +35,7 @@
 //! [`Transition`]: crate::outcome::Transition
 
 pub(crate) mod counts;
+pub(crate) mod gauges;
 pub(crate) mod inside;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
@@ -70,7 +71,16 @@ use params::{
 /// its own is a part of its own ([`Schedules`]), implemented beside its SQL
 /// in each backend's file of that name.
 pub(crate) trait Store:
-    Schedules + Workers + Flows + Batches + counts::Counts + rows::Rows + Send + Sync + Debug
+    Schedules
+    + Workers
+    + Flows
+    + Batches
+    + counts::Counts
+    + gauges::FlowGauges
+    + rows::Rows
+    + Send
+    + Sync
+    + Debug
 {
     /// Applies pending schema migrations. SQLite waits at most
     /// `write_deadline` for the write lock.

@@ -537,6 +537,7 @@ mod tests {
             "V9__batches",
             "V10__finished_counts",
             "V11__sequences",
+            "V12__open_batches",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate(std::time::Duration::ZERO)?;

@@ -53,6 +53,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V11__sequences",
         include_str!("../../../migrations/mysql/V11__sequences.sql"),
     ),
+    (
+        "V12__open_batches",
+        include_str!("../../../migrations/mysql/V12__open_batches.sql"),
+    ),
 ];
 
 /// Applies pending migrations.

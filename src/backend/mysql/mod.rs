@@ -17,6 +17,7 @@ pub(crate) mod connection;
 pub(crate) mod counts;
 pub(crate) mod enqueue;
 pub(crate) mod flows;
+pub(crate) mod gauges;
 pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
