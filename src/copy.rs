@@ -31,6 +31,9 @@ pub struct CopyReport {
     pub workflows: u64,
     /// Batches written, with their counters, callbacks and live members.
     pub batches: u64,
+    /// Sequences written, with their tails (one per queue and key ever
+    /// used).
+    pub sequences: u64,
     /// Paused queues paused on the target too.
     pub paused_queues: u64,
 }
@@ -113,6 +116,8 @@ pub fn copy(from: &Queue, to: &Queue) -> Result<CopyReport> {
             report.workflows += written;
         } else if table.name == rows::BATCHES.name {
             report.batches += written;
+        } else if table.name == rows::SEQUENCES.name {
+            report.sequences += written;
         }
     }
     // Waiting jobs came with their table, counter included.

@@ -168,10 +168,10 @@ fn migrate_creates_a_new_queue_that_stats_then_reads() -> TestResult {
     let db = dir.path().join("new.db");
     let run = backlog(&db, &["migrate"])?.ok()?;
     assert!(
-        run.stdout.contains("applied 11 migration(s): V1__initial")
+        run.stdout.contains("applied 12 migration(s): V1__initial")
             && run
                 .stdout
-                .ends_with("V9__batches, V10__finished_counts, V11__sequences\n"),
+                .ends_with("V10__finished_counts, V11__sequences, V12__open_batches\n"),
         "{}",
         run.stdout
     );
@@ -889,12 +889,27 @@ fn copy_moves_a_queue_into_a_new_file() -> TestResult {
     let to = dir.path().join("copy.db");
     let from_s = fixture.db.to_str().ok_or("path")?;
     let to_s = to.to_str().ok_or("path")?;
+    // A workflow (one step waiting for the other), a batch with a member,
+    // and a sequence of two (the second waiting).
+    let queue = Queue::open(&fixture.db)?;
+    queue.enqueue_workflow(
+        backlog::Workflow::new("report")
+            .step("fetch", NewJob::new("fetch", json!({})))
+            .step_after("send", NewJob::new("send", json!({})), &["fetch"]),
+    )?;
+    let batch = queue.batch().create()?;
+    queue.enqueue(NewJob::new("row", json!(1)).batch(batch.id))?;
+    for n in 0..2 {
+        queue.enqueue(NewJob::new("sync", json!(n)).sequence("account-7"))?;
+    }
+    drop(queue);
     let report = backlog_raw(&["--json", "copy", from_s, to_s])?
         .ok()?
         .json()?;
     assert_eq!(
         report,
-        json!({"live": 5, "history": 2, "skipped": 0, "paused_queues": 0})
+        json!({"live": 8, "pending": 2, "history": 2, "skipped": 0, "dependencies": 2,
+               "workflows": 1, "batches": 1, "sequences": 1, "paused_queues": 0})
     );
     let copied = Queue::open(&to)?;
     assert_eq!(copied.get(4)?.errors[0].message, "timeout");
@@ -908,10 +923,22 @@ fn copy_moves_a_queue_into_a_new_file() -> TestResult {
         .run(&["--json", "copy", again.to_str().ok_or("path")?])?
         .ok()?
         .json()?;
-    assert_eq!(report["live"], json!(5));
+    assert_eq!(report["live"], json!(8));
     assert_eq!(
         Queue::open(&again)?.get(1)?.state,
         JobState::Finished(FinalStatus::Completed)
+    );
+    let text = dir.path().join("text.db");
+    let run = backlog_raw(&["copy", from_s, text.to_str().ok_or("path")?])?.ok()?;
+    assert!(
+        run.stdout
+            .starts_with("copied 8 live, 2 waiting and 2 finished job(s) from ")
+            && run.stdout.ends_with(
+                "; 0 already there; 2 dependency edge(s), 1 workflow(s), 1 batch(es), \
+                 1 sequence(s), 0 paused queue(s)\n"
+            ),
+        "{}",
+        run.stdout
     );
     backlog_raw(&["copy", to_s])?.fails_with(exit::USAGE, "TO with --db FROM")?;
     let help = backlog_raw(&["copy", "--help"])?.ok()?;
