@@ -42,7 +42,7 @@ pub struct CopyReport {
 /// the target as soon as it arrives there finds what waits for it and the
 /// batch it counts in. The order among them does not matter (nothing on
 /// the target reads them before their jobs arrive).
-const FLOW_TABLES: [&Table; 7] = [
+const FLOW_TABLES: [&Table; 8] = [
     &rows::WORKFLOWS,
     &rows::WORKFLOW_STEPS,
     &rows::BATCHES,
@@ -50,6 +50,7 @@ const FLOW_TABLES: [&Table; 7] = [
     &rows::DEPENDENCIES,
     &rows::PENDING,
     &rows::SEQUENCES,
+    &rows::SEQUENCE_JOBS,
 ];
 
 /// Copies every live job and the history of `from` into `to`, keeping ids,
@@ -66,7 +67,7 @@ const FLOW_TABLES: [&Table; 7] = [
 /// sealed state, so its callbacks are enqueued once, when its last member
 /// finishes on `to` (never again for a batch that finished on `from`).
 /// Sequences keep their tails: a job enqueued on `to` with a sequence key
-/// waits for the copied jobs of its sequence.
+/// waits for the copied jobs of its sequence; each job keeps its key.
 /// Start the workers on `to` after the copy returns.
 ///
 /// Before anything is written, a workflow or a batch that `to` holds under

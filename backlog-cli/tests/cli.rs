@@ -169,9 +169,9 @@ fn migrate_creates_a_new_queue_that_stats_then_reads() -> TestResult {
     let run = backlog(&db, &["migrate"])?.ok()?;
     assert!(
         run.stdout.contains("applied 12 migration(s): V1__initial")
-            && run
-                .stdout
-                .ends_with("V10__finished_counts, V11__sequences, V12__open_batches\n"),
+            && run.stdout.ends_with(
+                "V10__finished_counts, V11__sequences, V12__open_batches_sequence_keys\n"
+            ),
         "{}",
         run.stdout
     );
@@ -415,6 +415,39 @@ fn show_prints_a_running_jobs_progress() -> TestResult {
     assert_eq!(job["progress"], json!({"done": 3, "of": 10}));
     let job = fixture.run(&["--json", "show", "5"])?.ok()?.json()?;
     assert_eq!(job["progress"], Value::Null);
+    Ok(())
+}
+
+#[test]
+fn show_prints_a_jobs_sequence_key_made_safe() -> TestResult {
+    let fixture = Fixture::new()?;
+    let queue = Queue::open(&fixture.db)?;
+    let id = queue
+        .enqueue(NewJob::new("sync", json!({})).sequence("account-7"))?
+        .id;
+    drop(queue);
+    let run = fixture.run(&["show", &id.to_string()])?.ok()?;
+    assert!(
+        run.stdout.contains("\nsequence      account-7\n"),
+        "{}",
+        run.stdout
+    );
+    let job = fixture
+        .run(&["--json", "show", &id.to_string()])?
+        .ok()?
+        .json()?;
+    assert_eq!(job["sequence"], json!("account-7"));
+    let job = fixture.run(&["--json", "show", "1"])?.ok()?.json()?;
+    assert_eq!(job["sequence"], Value::Null);
+    // A key written behind the library's back, with a terminal escape:
+    // shown escaped, never as the control character.
+    rusqlite::Connection::open(&fixture.db)?.execute(
+        "UPDATE backlog_sequence_jobs SET sequence_key = 'a' || char(27) || '[31mb'",
+        [],
+    )?;
+    let run = fixture.run(&["show", &id.to_string()])?.ok()?;
+    assert!(!run.stdout.contains('\u{1b}'), "{:?}", run.stdout);
+    assert!(run.stdout.contains("\nsequence      a"), "{}", run.stdout);
     Ok(())
 }
 
@@ -1033,6 +1066,7 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          DROP TABLE backlog_batches; DROP TABLE backlog_batch_jobs;
          DROP TABLE backlog_finished_counts;
          DROP TABLE backlog_sequences;
+         DROP TABLE backlog_sequence_jobs;
          DROP INDEX backlog_jobs_running;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_start;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_count;

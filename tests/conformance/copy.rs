@@ -361,6 +361,7 @@ fn copy_keeps_a_sequence_in_order(b: &Backend) -> TestResult {
     let to = sqlite_file(&dir, "new.db", &ManualClock::at(h.now()))?;
     let report = backlog::copy(&h.queue, &to)?;
     assert_eq!(report.sequences, 2, "one per key");
+    assert_eq!(to.get(second)?.sequence_key.as_deref(), Some("account-7"));
     let fourth = to.enqueue(seq(4))?.id;
     assert_eq!(
         to.get(fourth)?.state,

@@ -60,8 +60,8 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../migrations/postgres/V11__sequences.sql"),
     ),
     (
-        "V12__open_batches",
-        include_str!("../../../migrations/postgres/V12__open_batches.sql"),
+        "V12__open_batches_sequence_keys",
+        include_str!("../../../migrations/postgres/V12__open_batches_sequence_keys.sql"),
     ),
 ];
 

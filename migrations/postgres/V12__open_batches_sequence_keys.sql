@@ -4,3 +4,9 @@
 CREATE INDEX {prefix}batches_open
     ON {schema}{prefix}batches (id)
     WHERE finished_at IS NULL;
+
+-- As SQLite's: each sequenced job's key, by job id.
+CREATE TABLE {schema}{prefix}sequence_jobs (
+    job_id       BIGINT PRIMARY KEY,
+    sequence_key TEXT   NOT NULL
+);
