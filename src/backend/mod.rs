@@ -157,6 +157,12 @@ pub(crate) trait Store:
     /// attempt 0), or flags a running one for its handler.
     fn cancel(&self, id: i64, now: i64) -> Result<Acted>;
 
+    /// [`cancel`](Store::cancel) of each of a workflow's steps `ids` not
+    /// finished when the transaction first looked at them all, in order, in
+    /// one transaction (`crate::flow::cancel_unfinished`); `None` for a step
+    /// finished or gone by then.
+    fn cancel_steps(&self, ids: &[i64], now: i64) -> Result<Vec<Option<Acted>>>;
+
     /// Moves a waiting job to history as `discarded`, `reason` appended to
     /// its errors (attempt 0).
     fn discard(&self, id: i64, reason: &str, now: i64) -> Result<Acted>;

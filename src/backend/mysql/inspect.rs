@@ -201,6 +201,20 @@ pub(crate) fn cancel(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Re
     })
 }
 
+/// As PostgreSQL's `cancel_steps`: the look locks every step's row first.
+pub(crate) fn cancel_steps(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    ids: &[i64],
+    now: Now,
+) -> Result<Vec<Option<Acted>>> {
+    let mut found = Vec::with_capacity(ids.len());
+    for id in ids {
+        found.push(look_pending(sql, q, *id)?);
+    }
+    crate::flow::cancel_unfinished(ids, &found, |id| cancel(sql, q, id, now))
+}
+
 /// Moves a job that is not running to history as `discarded`, with
 /// `reason` as its last error.
 pub(crate) fn discard(

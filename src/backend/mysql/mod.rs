@@ -346,6 +346,10 @@ impl Store for Db {
         self.write(|tx| inspect::cancel(&self.sql, tx, id, self.now(now)))
     }
 
+    fn cancel_steps(&self, ids: &[i64], now: i64) -> Result<Vec<Option<Acted>>> {
+        self.write(|tx| inspect::cancel_steps(&self.sql, tx, ids, self.now(now)))
+    }
+
     fn discard(&self, id: i64, reason: &str, now: i64) -> Result<Acted> {
         self.write(|tx| inspect::discard(&self.sql, tx, id, reason, self.now(now)))
     }

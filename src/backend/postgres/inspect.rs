@@ -286,6 +286,22 @@ pub(crate) fn cancel<C: GenericClient>(
     })
 }
 
+/// As SQLite's `cancel_steps`. The look locks every step's row (`FOR
+/// UPDATE`) before any is cancelled: a worker finishing one waits for this
+/// transaction, or finished it before and it is left alone.
+pub(crate) fn cancel_steps<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    ids: &[i64],
+    now: i64,
+) -> Result<Vec<Option<Acted>>> {
+    let mut found = Vec::with_capacity(ids.len());
+    for id in ids {
+        found.push(look_pending(tx, q, *id)?);
+    }
+    crate::flow::cancel_unfinished(ids, &found, |id| cancel(tx, q, id, now))
+}
+
 /// Moves a job that is not running to history as `discarded`, with
 /// `reason` as its last error.
 pub(crate) fn discard<C: GenericClient>(

@@ -268,6 +268,11 @@ impl Store for Db {
         self.pool.write(|tx| inspect::cancel(tx, &self.q, id, now))
     }
 
+    fn cancel_steps(&self, ids: &[i64], now: i64) -> Result<Vec<Option<Acted>>> {
+        self.pool
+            .write(|tx| inspect::cancel_steps(tx, &self.q, ids, now))
+    }
+
     fn discard(&self, id: i64, reason: &str, now: i64) -> Result<Acted> {
         self.pool
             .write(|tx| inspect::discard(tx, &self.q, id, reason, now))

@@ -314,6 +314,17 @@ pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
     })
 }
 
+/// Cancels a workflow's steps `ids` in the caller's one transaction: looks
+/// at every one, then cancels those not finished
+/// (`crate::flow::cancel_unfinished`).
+pub(crate) fn cancel_steps(conn: &Connection, ids: &[i64], now: i64) -> Result<Vec<Option<Acted>>> {
+    let found = ids
+        .iter()
+        .map(|id| look_pending(conn, *id))
+        .collect::<Result<Vec<_>>>()?;
+    crate::flow::cancel_unfinished(ids, &found, |id| cancel(conn, id, now))
+}
+
 /// Moves a job that is not running to history as `discarded`, with
 /// `reason` as its last error.
 pub(crate) fn discard(conn: &Connection, id: i64, reason: &str, now: i64) -> Result<Acted> {
