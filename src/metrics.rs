@@ -42,7 +42,8 @@
 //! a million live jobs) and the `dead` range of history; it never reads the
 //! rest of history. The open batches are counted in an index that holds
 //! them alone (MySQL: their range of it), and the workflows in progress
-//! with one seek of the step index per live job.
+//! with one seek of the step index per live job within the ids the steps
+//! span (none on a queue without workflows).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

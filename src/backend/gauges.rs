@@ -12,7 +12,8 @@ pub(crate) struct FlowCounts {
     pub open_batches: i64,
     /// Workflows with at least one step not finished (waiting for its
     /// dependencies, available, scheduled, retrying or running). Counted
-    /// from the live jobs, one seek of the step index per live job.
+    /// from the live jobs within the id range the steps span, one seek of
+    /// the step index each.
     pub live_workflows: i64,
 }
 

@@ -12,7 +12,9 @@ pub const FLOW_COUNTS: &str = "
 SELECT (SELECT count(*) FROM {batches} WHERE finished_at IS NULL),
        (SELECT count(DISTINCT s.workflow_id) FROM (
             SELECT id FROM {pending} UNION ALL SELECT id FROM {jobs}) AS l
-        JOIN {workflow_steps} AS s ON s.job_id = l.id)";
+        JOIN {workflow_steps} AS s ON s.job_id = l.id
+        WHERE l.id BETWEEN (SELECT min(job_id) FROM {workflow_steps})
+                       AND (SELECT max(job_id) FROM {workflow_steps}))";
 
 impl FlowGauges for Db {
     fn flow_counts(&self) -> Result<FlowCounts> {

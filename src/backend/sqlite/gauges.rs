@@ -8,18 +8,24 @@ use crate::error::Result;
 /// The open batches, counted in V12's partial index (it holds those
 /// alone), and the workflows with a live step: each live job (waiting in
 /// `backlog_pending`, or in `backlog_jobs`) seeks the unique step index
-/// once. `CROSS JOIN` keeps the live tables outside, so the steps kept for
-/// history are never walked. `backlog_jobs` is read by a scan of the table:
-/// its partial indexes (as `queries::COUNT_WAITING_DUE` reads) would each
-/// look every row up again for the terms of their `WHERE`.
+/// once, within the range of ids the steps span (the first and last entry
+/// of that index): a queue without workflows walks nothing. `CROSS JOIN`
+/// keeps the live tables outside, so the steps kept for history are never
+/// walked. The live tables are read by a range of their primary keys, not
+/// their partial indexes (as `queries::COUNT_WAITING_DUE` reads), which
+/// would each look every row up again for the terms of their `WHERE`.
 pub const FLOW_COUNTS: &str = "
 SELECT (SELECT count(*) FROM backlog_batches WHERE finished_at IS NULL),
        (SELECT count(*) FROM (
             SELECT s.workflow_id FROM backlog_pending AS p
             CROSS JOIN backlog_workflow_steps AS s ON s.job_id = p.id
+            WHERE p.id BETWEEN (SELECT min(job_id) FROM backlog_workflow_steps)
+                           AND (SELECT max(job_id) FROM backlog_workflow_steps)
             UNION
             SELECT s.workflow_id FROM backlog_jobs AS j
-            CROSS JOIN backlog_workflow_steps AS s ON s.job_id = j.id))";
+            CROSS JOIN backlog_workflow_steps AS s ON s.job_id = j.id
+            WHERE j.id BETWEEN (SELECT min(job_id) FROM backlog_workflow_steps)
+                           AND (SELECT max(job_id) FROM backlog_workflow_steps)))";
 
 impl FlowGauges for Connections {
     fn flow_counts(&self) -> Result<FlowCounts> {
@@ -40,9 +46,9 @@ mod tests {
     use crate::error::Error;
     use crate::options::QueueOptions;
 
-    /// The scrape reads the open-batch index and the live tables with a
-    /// seek of the step index each: never the batch rows, history, or a
-    /// walk of the workflow steps.
+    /// The scrape reads the open-batch index and the live tables within the
+    /// steps' id range, with a seek of the step index each: never the batch
+    /// rows, history, or a walk of the workflow steps.
     #[test]
     fn flow_counts_seek_indexes_only() -> Result<()> {
         let dir = tempfile::tempdir().map_err(|e| Error::Database(Box::new(e)))?;
@@ -59,6 +65,14 @@ mod tests {
             plan.contains("SCAN backlog_batches USING INDEX backlog_batches_open"),
             "{plan}"
         );
+        for live in ["p", "j"] {
+            assert!(
+                plan.contains(&format!(
+                    "SEARCH {live} USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"
+                )),
+                "the live jobs within the steps' id range: {plan}"
+            );
+        }
         assert!(
             !plan.contains("SCAN s"),
             "the steps are sought, not walked: {plan}"
