@@ -31,6 +31,9 @@ pub struct CopyReport {
     pub workflows: u64,
     /// Batches written, with their counters, callbacks and live members.
     pub batches: u64,
+    /// Sequences written, with their tails (one per queue and key ever
+    /// used).
+    pub sequences: u64,
     /// Paused queues paused on the target too.
     pub paused_queues: u64,
 }
@@ -39,7 +42,7 @@ pub struct CopyReport {
 /// the target as soon as it arrives there finds what waits for it and the
 /// batch it counts in. The order among them does not matter (nothing on
 /// the target reads them before their jobs arrive).
-const FLOW_TABLES: [&Table; 7] = [
+const FLOW_TABLES: [&Table; 8] = [
     &rows::WORKFLOWS,
     &rows::WORKFLOW_STEPS,
     &rows::BATCHES,
@@ -47,6 +50,7 @@ const FLOW_TABLES: [&Table; 7] = [
     &rows::DEPENDENCIES,
     &rows::PENDING,
     &rows::SEQUENCES,
+    &rows::SEQUENCE_JOBS,
 ];
 
 /// Copies every live job and the history of `from` into `to`, keeping ids,
@@ -63,7 +67,7 @@ const FLOW_TABLES: [&Table; 7] = [
 /// sealed state, so its callbacks are enqueued once, when its last member
 /// finishes on `to` (never again for a batch that finished on `from`).
 /// Sequences keep their tails: a job enqueued on `to` with a sequence key
-/// waits for the copied jobs of its sequence.
+/// waits for the copied jobs of its sequence; each job keeps its key.
 /// Start the workers on `to` after the copy returns.
 ///
 /// Before anything is written, a workflow or a batch that `to` holds under
@@ -113,6 +117,8 @@ pub fn copy(from: &Queue, to: &Queue) -> Result<CopyReport> {
             report.workflows += written;
         } else if table.name == rows::BATCHES.name {
             report.batches += written;
+        } else if table.name == rows::SEQUENCES.name {
+            report.sequences += written;
         }
     }
     // Waiting jobs came with their table, counter included.

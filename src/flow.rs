@@ -49,7 +49,9 @@ use std::time::SystemTime;
 use serde::de::DeserializeOwned;
 
 use crate::action;
-use crate::backend::params::{DependencyRow, DependsOn, Edge, WorkflowParams, WorkflowRow};
+use crate::backend::params::{
+    Acted, DependencyRow, DependsOn, Edge, Found, WorkflowParams, WorkflowRow,
+};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::inspect::{CancelOutcome, JobState};
@@ -410,11 +412,16 @@ impl Queue {
 
     /// A workflow and the states of its steps; `None` when there is none.
     pub fn workflow(&self, which: impl Into<WorkflowRef>) -> Result<Option<WorkflowInfo>> {
-        let row = match which.into() {
-            WorkflowRef::Id(id) => self.store().workflow(Some(id), None)?,
-            WorkflowRef::Name(name) => self.store().workflow(None, Some(&name))?,
-        };
-        row.map(|row| self.workflow_info(row)).transpose()
+        self.workflow_row(which.into())?
+            .map(|row| self.workflow_info(row))
+            .transpose()
+    }
+
+    fn workflow_row(&self, which: WorkflowRef) -> Result<Option<WorkflowRow>> {
+        match which {
+            WorkflowRef::Id(id) => self.store().workflow(Some(id), None),
+            WorkflowRef::Name(name) => self.store().workflow(None, Some(&name)),
+        }
     }
 
     fn workflow_info(&self, row: WorkflowRow) -> Result<WorkflowInfo> {
@@ -443,22 +450,29 @@ impl Queue {
     /// or pending one moves to history as `cancelled` (and so does what
     /// comes after it), a running one is asked to stop. Returns how many
     /// were cancelled (of them, how many were running and asked) and how many
-    /// had finished meanwhile; an unknown workflow cancels nothing. Each
-    /// step is its own transaction, steps in the order they were enqueued.
+    /// had finished meanwhile (cancelled by an earlier step's cascade); an
+    /// unknown workflow cancels nothing. One transaction: it first looks at
+    /// every step (on the servers, locking each), so a step that finished
+    /// before is left alone and one that finishes concurrently waits for it;
+    /// then it cancels the others in the order they were enqueued. An error
+    /// midway cancels none.
     pub fn cancel_workflow(&self, which: impl Into<WorkflowRef>) -> Result<crate::BulkReport> {
         let mut report = crate::BulkReport::default();
-        let Some(info) = self.workflow(which)? else {
+        let Some(row) = self.workflow_row(which.into())? else {
             return Ok(report);
         };
-        for step in info.steps.iter().filter(|s| !s.state.is_finished()) {
-            match self.cancel(step.job_id) {
+        let ids: Vec<i64> = row.steps.iter().map(|(_, id)| *id).collect();
+        let acted = self.store().cancel_steps(&ids, self.now_micros())?;
+        for (id, acted) in ids.into_iter().zip(acted) {
+            // Finished (or deleted) before the cancel: not its to count.
+            let Some(acted) = acted else { continue };
+            match action::Action::cancel_verdict(id, acted) {
                 Ok(CancelOutcome::Cancelled) => report.done += 1,
                 Ok(CancelOutcome::Requested) => {
                     report.done += 1;
                     report.requested += 1;
                 }
-                // Cancelled meanwhile by an earlier step's cascade, or
-                // finished by its worker: nothing left to do for it.
+                // Cancelled by an earlier step's cascade in this transaction.
                 Err(Error::InvalidState { .. } | Error::NotFound { .. }) => report.skipped += 1,
                 Err(e) => return Err(e),
             }
@@ -484,6 +498,26 @@ fn dependency(row: DependencyRow) -> Dependency {
 }
 
 // ---- what every backend's `flows.rs` shares --------------------------------
+
+/// What [`Queue::cancel_workflow`] does to the steps `ids`, inside each
+/// backend's one transaction: `found` is where each step was when the
+/// transaction looked at them all, before cancelling any. A step finished
+/// or gone by then is not the cancel's (`None`); each other one is cancelled
+/// by `cancel`, in order (it may have been finished since by an earlier
+/// step's cascade; its [`Acted`] says so).
+pub(crate) fn cancel_unfinished(
+    ids: &[i64],
+    found: &[Found],
+    mut cancel: impl FnMut(i64) -> Result<Acted>,
+) -> Result<Vec<Option<Acted>>> {
+    ids.iter()
+        .zip(found)
+        .map(|(id, found)| match found {
+            Found::Finished(_) | Found::Nothing => Ok(None),
+            Found::Running | Found::Waiting => cancel(*id).map(Some),
+        })
+        .collect()
+}
 
 /// A job's edges as given, checked: none on a grouped or unique job, each
 /// dependency once, the job's own policy applied.

@@ -216,6 +216,24 @@ pub struct JobRecord {
     /// For a job combined with its group ([`JobState::AGGREGATED`]): the id
     /// of the job it went into, whose payload holds its own.
     pub aggregated_into: Option<i64>,
+    /// The sequence it was enqueued into ([`NewJob::sequence`]), in its
+    /// queue; kept in history. `None` for a job of no sequence, and for
+    /// one enqueued before the schema's V12.
+    ///
+    /// [`NewJob::sequence`]: crate::NewJob::sequence
+    pub sequence_key: Option<String>,
+}
+
+/// Sets the sequence key of each of `records` found in `keys` (job id,
+/// key), as each backend's `get` and `list` read them.
+pub(crate) fn with_sequence_keys(records: &mut [JobRecord], keys: Vec<(i64, String)>) {
+    if keys.is_empty() {
+        return;
+    }
+    let mut keys: std::collections::HashMap<i64, String> = keys.into_iter().collect();
+    for record in records {
+        record.sequence_key = keys.remove(&record.id);
+    }
 }
 
 impl JobRecord {

@@ -9,8 +9,10 @@
 //!   queues, queue limits, live workers (`backlog_workers`), due jobs no
 //!   live worker handles (`backlog_unhandled_jobs{queue,kind}`), finished
 //!   jobs per queue and status from the counts kept as jobs finish
-//!   (`backlog_finished_jobs_total{queue,status}`, see [`crate::finished`]), and on
-//!   SQLite the size of the write-ahead log. [`Queue::metrics`]
+//!   (`backlog_finished_jobs_total{queue,status}`, see [`crate::finished`]),
+//!   open batches (`backlog_open_batches`) and workflows in progress
+//!   (`backlog_live_workflows`), and on SQLite the size of the write-ahead
+//!   log. [`Queue::metrics`]
 //!   renders these alone (what `backlog metrics` prints).
 //! - **What this process did**, counted from [`Queue::subscribe`] events by a
 //!   [`Metrics`] recorder from its creation on: jobs enqueued (by queue and
@@ -38,7 +40,10 @@
 //! A scrape counts the live jobs (on SQLite from the lease and schedule
 //! indexes, not the table; see `examples/metrics_scrape.rs` for its cost at
 //! a million live jobs) and the `dead` range of history; it never reads the
-//! rest of history.
+//! rest of history. The open batches are counted in an index that holds
+//! them alone (MySQL: their range of it), and the workflows in progress
+//! with one seek of the step index per live job within the ids the steps
+//! span (none on a queue without workflows).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -254,6 +259,26 @@ impl Collector for Gauges {
             live.encode(encoder.encode_descriptor(
                 "backlog_workers",
                 "Live workers on this database: started, not shut down, heartbeat not expired",
+                None,
+                live.metric_type(),
+            )?)?;
+        }
+        // Batches and workflows: each count seeks an index over what is not
+        // finished (see `backend::gauges`); a failed read leaves them out.
+        if let Ok(flows) = self.queue.store().flow_counts() {
+            let open = ConstGauge::new(flows.open_batches);
+            open.encode(encoder.encode_descriptor(
+                "backlog_open_batches",
+                "Batches created and not finished: open to new members, or sealed with \
+                 members still to finish (their callbacks not enqueued yet)",
+                None,
+                open.metric_type(),
+            )?)?;
+            let live = ConstGauge::new(flows.live_workflows);
+            live.encode(encoder.encode_descriptor(
+                "backlog_live_workflows",
+                "Workflows in progress: at least one step not finished (pending, available, \
+                 scheduled, retrying or running)",
                 None,
                 live.metric_type(),
             )?)?;

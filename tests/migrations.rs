@@ -76,6 +76,7 @@ fn backlog_rows() -> Vec<(i64, String)> {
         (9, "batches".to_owned()),
         (10, "finished_counts".to_owned()),
         (11, "sequences".to_owned()),
+        (12, "open_batches_sequence_keys".to_owned()),
     ]
 }
 
@@ -242,10 +243,13 @@ fn migrating_to_v10_counts_the_history_already_there() -> TestResult {
         queue.complete(&job, None)?;
     }
     drop(queue);
-    // Back to V9: no counts yet (nor V11's sequences, which come after).
+    // Back to V9: no counts yet (nor V11's sequences and V12's index,
+    // which come after).
     Connection::open(&path)?.execute_batch(
         "DROP TABLE backlog_finished_counts;
          DROP TABLE backlog_sequences;
+         DROP INDEX backlog_batches_open;
+         DROP TABLE backlog_sequence_jobs;
          ALTER TABLE backlog_dependencies DROP COLUMN in_sequence;
          DELETE FROM backlog_schema_history WHERE version >= 10;",
     )?;

@@ -961,16 +961,25 @@ fn copy(out: &Out, from: &str, to: &str, key: Option<Key>) -> Result<(), Failure
     let report = backlog::copy(&source, &destination)?;
     out.done(
         &format!(
-            "copied {} live and {} finished job(s) from {} to {}; {} already there, {} paused queue(s)",
+            "copied {} live, {} waiting and {} finished job(s) from {} to {}; {} already there; \
+             {} dependency edge(s), {} workflow(s), {} batch(es), {} sequence(s), \
+             {} paused queue(s)",
             report.live,
+            report.pending,
             report.history,
             from.display(),
             to.display(),
             report.skipped,
+            report.dependencies,
+            report.workflows,
+            report.batches,
+            report.sequences,
             report.paused_queues
         ),
-        json!({"live": report.live, "history": report.history, "skipped": report.skipped,
-               "paused_queues": report.paused_queues}),
+        json!({"live": report.live, "pending": report.pending, "history": report.history,
+               "skipped": report.skipped, "dependencies": report.dependencies,
+               "workflows": report.workflows, "batches": report.batches,
+               "sequences": report.sequences, "paused_queues": report.paused_queues}),
     )
 }
 

@@ -287,6 +287,7 @@ pub fn record_json(r: &JobRecord) -> Value {
         "result": r.result.as_deref().map(json_text),
         "progress": r.progress.as_deref().map(json_text),
         "group": r.group_key,
+        "sequence": r.sequence_key,
         "aggregated_into": r.aggregated_into,
         "finished_at": time_json(r.finished_at),
         "created_at": time_json(Some(r.created_at)),
@@ -370,6 +371,9 @@ pub fn record_text(r: &JobRecord, now: SystemTime, links: &str) -> String {
     }
     if let Some(group) = &r.group_key {
         field("group", group.clone());
+    }
+    if let Some(key) = &r.sequence_key {
+        field("sequence", key.clone());
     }
     if let Some(into) = r.aggregated_into {
         field("combined into", format!("job {into}"));

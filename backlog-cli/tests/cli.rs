@@ -168,10 +168,10 @@ fn migrate_creates_a_new_queue_that_stats_then_reads() -> TestResult {
     let db = dir.path().join("new.db");
     let run = backlog(&db, &["migrate"])?.ok()?;
     assert!(
-        run.stdout.contains("applied 11 migration(s): V1__initial")
-            && run
-                .stdout
-                .ends_with("V9__batches, V10__finished_counts, V11__sequences\n"),
+        run.stdout.contains("applied 12 migration(s): V1__initial")
+            && run.stdout.ends_with(
+                "V10__finished_counts, V11__sequences, V12__open_batches_sequence_keys\n"
+            ),
         "{}",
         run.stdout
     );
@@ -415,6 +415,39 @@ fn show_prints_a_running_jobs_progress() -> TestResult {
     assert_eq!(job["progress"], json!({"done": 3, "of": 10}));
     let job = fixture.run(&["--json", "show", "5"])?.ok()?.json()?;
     assert_eq!(job["progress"], Value::Null);
+    Ok(())
+}
+
+#[test]
+fn show_prints_a_jobs_sequence_key_made_safe() -> TestResult {
+    let fixture = Fixture::new()?;
+    let queue = Queue::open(&fixture.db)?;
+    let id = queue
+        .enqueue(NewJob::new("sync", json!({})).sequence("account-7"))?
+        .id;
+    drop(queue);
+    let run = fixture.run(&["show", &id.to_string()])?.ok()?;
+    assert!(
+        run.stdout.contains("\nsequence      account-7\n"),
+        "{}",
+        run.stdout
+    );
+    let job = fixture
+        .run(&["--json", "show", &id.to_string()])?
+        .ok()?
+        .json()?;
+    assert_eq!(job["sequence"], json!("account-7"));
+    let job = fixture.run(&["--json", "show", "1"])?.ok()?.json()?;
+    assert_eq!(job["sequence"], Value::Null);
+    // A key written behind the library's back, with a terminal escape:
+    // shown escaped, never as the control character.
+    rusqlite::Connection::open(&fixture.db)?.execute(
+        "UPDATE backlog_sequence_jobs SET sequence_key = 'a' || char(27) || '[31mb'",
+        [],
+    )?;
+    let run = fixture.run(&["show", &id.to_string()])?.ok()?;
+    assert!(!run.stdout.contains('\u{1b}'), "{:?}", run.stdout);
+    assert!(run.stdout.contains("\nsequence      a"), "{}", run.stdout);
     Ok(())
 }
 
@@ -889,12 +922,27 @@ fn copy_moves_a_queue_into_a_new_file() -> TestResult {
     let to = dir.path().join("copy.db");
     let from_s = fixture.db.to_str().ok_or("path")?;
     let to_s = to.to_str().ok_or("path")?;
+    // A workflow (one step waiting for the other), a batch with a member,
+    // and a sequence of two (the second waiting).
+    let queue = Queue::open(&fixture.db)?;
+    queue.enqueue_workflow(
+        backlog::Workflow::new("report")
+            .step("fetch", NewJob::new("fetch", json!({})))
+            .step_after("send", NewJob::new("send", json!({})), &["fetch"]),
+    )?;
+    let batch = queue.batch().create()?;
+    queue.enqueue(NewJob::new("row", json!(1)).batch(batch.id))?;
+    for n in 0..2 {
+        queue.enqueue(NewJob::new("sync", json!(n)).sequence("account-7"))?;
+    }
+    drop(queue);
     let report = backlog_raw(&["--json", "copy", from_s, to_s])?
         .ok()?
         .json()?;
     assert_eq!(
         report,
-        json!({"live": 5, "history": 2, "skipped": 0, "paused_queues": 0})
+        json!({"live": 8, "pending": 2, "history": 2, "skipped": 0, "dependencies": 2,
+               "workflows": 1, "batches": 1, "sequences": 1, "paused_queues": 0})
     );
     let copied = Queue::open(&to)?;
     assert_eq!(copied.get(4)?.errors[0].message, "timeout");
@@ -908,10 +956,22 @@ fn copy_moves_a_queue_into_a_new_file() -> TestResult {
         .run(&["--json", "copy", again.to_str().ok_or("path")?])?
         .ok()?
         .json()?;
-    assert_eq!(report["live"], json!(5));
+    assert_eq!(report["live"], json!(8));
     assert_eq!(
         Queue::open(&again)?.get(1)?.state,
         JobState::Finished(FinalStatus::Completed)
+    );
+    let text = dir.path().join("text.db");
+    let run = backlog_raw(&["copy", from_s, text.to_str().ok_or("path")?])?.ok()?;
+    assert!(
+        run.stdout
+            .starts_with("copied 8 live, 2 waiting and 2 finished job(s) from ")
+            && run.stdout.ends_with(
+                "; 0 already there; 2 dependency edge(s), 1 workflow(s), 1 batch(es), \
+                 1 sequence(s), 0 paused queue(s)\n"
+            ),
+        "{}",
+        run.stdout
     );
     backlog_raw(&["copy", to_s])?.fails_with(exit::USAGE, "TO with --db FROM")?;
     let help = backlog_raw(&["copy", "--help"])?.ok()?;
@@ -1006,6 +1066,7 @@ fn a_database_an_older_backlog_created_needs_migrate_first() -> TestResult {
          DROP TABLE backlog_batches; DROP TABLE backlog_batch_jobs;
          DROP TABLE backlog_finished_counts;
          DROP TABLE backlog_sequences;
+         DROP TABLE backlog_sequence_jobs;
          DROP INDEX backlog_jobs_running;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_start;
          ALTER TABLE backlog_queues DROP COLUMN rate_window_count;

@@ -35,6 +35,7 @@
 //! [`Transition`]: crate::outcome::Transition
 
 pub(crate) mod counts;
+pub(crate) mod gauges;
 pub(crate) mod inside;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
@@ -72,7 +73,16 @@ use params::{
 /// its own is a part of its own ([`Schedules`]), implemented beside its SQL
 /// in each backend's file of that name.
 pub(crate) trait Store:
-    Schedules + Workers + Flows + Batches + counts::Counts + rows::Rows + Send + Sync + Debug
+    Schedules
+    + Workers
+    + Flows
+    + Batches
+    + counts::Counts
+    + gauges::FlowGauges
+    + rows::Rows
+    + Send
+    + Sync
+    + Debug
 {
     /// Applies pending schema migrations. SQLite waits at most
     /// `write_deadline` for the write lock.
@@ -148,6 +158,12 @@ pub(crate) trait Store:
     /// Finishes a waiting job as cancelled (error "cancelled by request",
     /// attempt 0), or flags a running one for its handler.
     fn cancel(&self, id: i64, now: i64) -> Result<Acted>;
+
+    /// [`cancel`](Store::cancel) of each of a workflow's steps `ids` not
+    /// finished when the transaction first looked at them all, in order, in
+    /// one transaction (`crate::flow::cancel_unfinished`); `None` for a step
+    /// finished or gone by then.
+    fn cancel_steps(&self, ids: &[i64], now: i64) -> Result<Vec<Option<Acted>>>;
 
     /// Moves a waiting job to history as `discarded`, `reason` appended to
     /// its errors (attempt 0).

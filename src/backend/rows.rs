@@ -161,6 +161,15 @@ pub(crate) const SEQUENCES: Table = Table {
     ids: Ids::None,
 };
 
+/// Each sequenced job's key, for its record.
+pub(crate) const SEQUENCE_JOBS: Table = Table {
+    name: "sequence_jobs",
+    what: "sequence key",
+    columns: &[("job_id", Kind::Int), ("sequence_key", Kind::Text)],
+    key: 1,
+    ids: Ids::None,
+};
+
 /// One value of a row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Cell {

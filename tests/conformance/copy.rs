@@ -356,8 +356,12 @@ fn copy_keeps_a_sequence_in_order(b: &Backend) -> TestResult {
     let second = h.queue.enqueue(seq(2))?.id;
     assert_eq!(run_one(&h.queue, "step")?, Some(first));
     let third = h.queue.enqueue(seq(3))?.id;
+    h.queue
+        .enqueue(NewJob::new("other", json!(0)).sequence("account-8"))?;
     let to = sqlite_file(&dir, "new.db", &ManualClock::at(h.now()))?;
-    backlog::copy(&h.queue, &to)?;
+    let report = backlog::copy(&h.queue, &to)?;
+    assert_eq!(report.sequences, 2, "one per key");
+    assert_eq!(to.get(second)?.sequence_key.as_deref(), Some("account-7"));
     let fourth = to.enqueue(seq(4))?.id;
     assert_eq!(
         to.get(fourth)?.state,

@@ -451,8 +451,69 @@ mod metrics {
         Ok(())
     }
 
+    /// Open batches and workflows in progress, as a batch finishes, a
+    /// workflow's last step completes and another workflow is cancelled.
+    fn metrics_count_open_batches_and_live_workflows(b: &Backend) -> TestResult {
+        let h = b.harness()?;
+        let q = &h.queue;
+        let gauges = || -> TestResult<(Option<f64>, Option<f64>)> {
+            let (_, samples) = parse(&q.metrics()?)?;
+            Ok((
+                samples.get("backlog_open_batches").copied(),
+                samples.get("backlog_live_workflows").copied(),
+            ))
+        };
+        assert_eq!(gauges()?, (Some(0.0), Some(0.0)));
+
+        // Open with a member; sealed and empty (finished at once); sealed
+        // with a member.
+        let open = q.batch().create()?;
+        q.enqueue(NewJob::new("member", json!(1)).batch(open.id))?;
+        let empty = q.batch().create()?;
+        q.seal_batch(empty.id)?;
+        let sealed = q
+            .batch()
+            .on_complete(NewJob::new("report", json!({})).queue("callbacks"))
+            .create()?;
+        q.enqueue(NewJob::new("last", json!(2)).batch(sealed.id))?;
+        q.seal_batch(sealed.id)?;
+        let two = q.enqueue_workflow(
+            backlog::Workflow::new("two")
+                .step("first", NewJob::new("first", json!(1)))
+                .step_after("second", NewJob::new("second", json!(2)), &["first"]),
+        )?;
+        q.enqueue_workflow(
+            backlog::Workflow::new("one").step("only", NewJob::new("only", json!(3))),
+        )?;
+        assert_eq!(gauges()?, (Some(2.0), Some(2.0)));
+
+        let last = q.lease(&LeaseRequest::new("w", 1).kinds(["last"]))?;
+        q.complete(&last[0], None)?;
+        let only = q.lease(&LeaseRequest::new("w", 1).kinds(["only"]))?;
+        q.complete(&only[0], None)?;
+        assert_eq!(
+            gauges()?,
+            (Some(1.0), Some(1.0)),
+            "one batch and one workflow left"
+        );
+
+        // A running step keeps its workflow in progress.
+        let first = q.lease(&LeaseRequest::new("w", 1).kinds(["first"]))?;
+        assert_eq!(gauges()?, (Some(1.0), Some(1.0)));
+        q.complete(&first[0], None)?;
+        assert_eq!(
+            gauges()?,
+            (Some(1.0), Some(1.0)),
+            "the second step is available"
+        );
+        q.cancel_workflow(two.id)?;
+        assert_eq!(gauges()?, (Some(1.0), Some(0.0)));
+        Ok(())
+    }
+
     conformance!(
         metrics_count_a_known_workload_by_queue_state_and_event,
         a_worker_run_is_timed_by_queue_and_kind,
+        metrics_count_open_batches_and_live_workflows,
     );
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use backlog::{Error, Group, JobState, NewJob, Outcome, QueueOptions, Worker};
+use backlog::{Error, Group, JobFilter, JobState, NewJob, Outcome, QueueOptions, Worker};
 use serde_json::{json, Value};
 
 use crate::harness::{Backend, Harness, TestResult};
@@ -348,7 +348,53 @@ fn workers_with_many_threads_run_a_sequence_one_at_a_time_in_order(b: &Backend) 
     Ok(())
 }
 
+/// A sequenced job's record carries its key, waiting, live and finished, in
+/// `get` and `list`; a job of no sequence has none; deleting a job takes
+/// its key.
+fn a_job_record_carries_its_sequence_key(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let first = enqueue(&h, job("account-7", 1))?;
+    let second = enqueue(&h, job("account-7", 2))?;
+    let plain = enqueue(&h, NewJob::new("step", json!({})))?;
+    let key = |id: i64| -> TestResult<Option<String>> { Ok(h.queue.get(id)?.sequence_key) };
+    let listed = |state: JobState| -> TestResult<Vec<(i64, Option<String>)>> {
+        let page = h.queue.list(&JobFilter::new(state))?;
+        Ok(page
+            .jobs
+            .into_iter()
+            .map(|j| (j.id, j.sequence_key))
+            .collect())
+    };
+    let account = Some("account-7".to_owned());
+    assert_eq!(key(first)?, account);
+    assert_eq!(key(second)?, account, "waiting for the first");
+    assert_eq!(key(plain)?, None);
+    assert_eq!(listed(JobState::Pending)?, [(second, account.clone())]);
+    assert_eq!(
+        listed(JobState::Available)?,
+        [(first, account.clone()), (plain, None)]
+    );
+    for j in h.lease("w", 10)? {
+        h.queue.complete(&j, None)?;
+    }
+    assert_eq!(key(first)?, account, "kept in history");
+    assert_eq!(
+        listed(JobState::Finished(backlog::FinalStatus::Completed))?,
+        [(first, account.clone()), (plain, None)]
+    );
+    assert_eq!(key(second)?, account, "released");
+    h.queue.delete(first)?;
+    assert_eq!(
+        h.count(&format!(
+            "SELECT count(*) FROM backlog_sequence_jobs WHERE job_id = {first}"
+        ))?,
+        0
+    );
+    Ok(())
+}
+
 conformance!(
+    a_job_record_carries_its_sequence_key,
     the_next_job_of_a_sequence_waits_until_the_one_before_it_has_finished,
     different_keys_and_queues_run_in_parallel,
     a_failing_job_holds_the_next_until_its_retries_end,

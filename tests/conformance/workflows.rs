@@ -153,6 +153,45 @@ fn cancelling_a_workflow_cancels_every_step_not_finished(b: &Backend) -> TestRes
     Ok(())
 }
 
+/// Ten running steps completed by another thread while the workflow is
+/// cancelled: the cancel only asks them to stop, so every completion lands
+/// and every one of them ends completed, never cancelled; the step waiting
+/// on them is cancelled, and the report counts the asked ones and it.
+fn a_concurrent_completion_never_makes_cancel_workflow_cancel_a_finished_step(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness()?;
+    let names: Vec<String> = (0..10).map(|i| format!("s{i}")).collect();
+    let after: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut flow = Workflow::new("race").step_after("last", job("last", 0), &after);
+    for (i, name) in names.iter().enumerate() {
+        flow = flow.step(name.clone(), job("part", i64::try_from(i)?));
+    }
+    let flow = h.queue.enqueue_workflow(flow)?;
+    let running = h.lease("w", 20)?;
+    assert_eq!(running.len(), 10);
+    let queue = h.queue.clone();
+    let completer = std::thread::spawn(move || -> backlog::Result<()> {
+        for job in &running {
+            queue.complete(job, None)?;
+        }
+        Ok(())
+    });
+    let report = h.queue.cancel_workflow(flow.id)?;
+    completer.join().map_err(|_| "completer panicked")??;
+    for name in &names {
+        let id = flow.step(name).ok_or("no step")?;
+        assert_eq!(h.state(id)?, JobState::COMPLETED, "step {name}");
+    }
+    assert_eq!(
+        h.state(flow.step("last").ok_or("no step")?)?,
+        JobState::CANCELLED
+    );
+    assert_eq!(report.skipped, 0, "{report:?}");
+    assert_eq!(report.done, report.requested + 1, "{report:?}");
+    Ok(())
+}
+
 fn retrying_a_failed_step_resumes_the_workflow_from_it(b: &Backend) -> TestResult {
     let h = b.harness()?;
     h.queue.enqueue_workflow(report())?;
@@ -183,5 +222,6 @@ conformance!(
     a_cycle_or_an_unknown_step_is_refused_and_nothing_is_written,
     a_workflow_in_a_rolled_back_transaction_leaves_nothing,
     cancelling_a_workflow_cancels_every_step_not_finished,
+    a_concurrent_completion_never_makes_cancel_workflow_cancel_a_finished_step,
     retrying_a_failed_step_resumes_the_workflow_from_it,
 );

@@ -5,7 +5,7 @@ use mysql::prelude::Queryable;
 use mysql::{params, Params, Row};
 
 use super::queries::Sql;
-use super::{flows, jobs, take, Now};
+use super::{flows, jobs, sequences, take, Now};
 use crate::action::{self, Action};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
@@ -13,13 +13,23 @@ use crate::error::{Error, Result};
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
 
-/// A job by id, live, finished or grouped.
+/// A job by id, live, finished, grouped or pending, with its sequence key.
 pub(crate) fn get(
     sql: &Sql,
     q: &mut impl Queryable,
     id: i64,
     now: Now,
 ) -> Result<Option<JobRecord>> {
+    let Some(mut record) = find(sql, q, id, now)? else {
+        return Ok(None);
+    };
+    let keys = sequences::keys_of(sql, q, &[id])?;
+    crate::inspect::with_sequence_keys(std::slice::from_mut(&mut record), keys);
+    Ok(Some(record))
+}
+
+/// A job by id, wherever it is, without its sequence key.
+fn find(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<Option<JobRecord>> {
     let live: Option<Row> =
         q.exec_first(&sql.get_live, params! { "id" => id, "now" => now.param() })?;
     if let Some(row) = live {
@@ -57,7 +67,9 @@ pub(crate) fn list(
             "after" => filter.after_id.unwrap_or(i64::MIN), "limit" => limit,
         },
     )?;
-    let jobs = rows.into_iter().map(record).collect::<Result<Vec<_>>>()?;
+    let mut jobs = rows.into_iter().map(record).collect::<Result<Vec<_>>>()?;
+    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(sql, q, &ids)?);
     Ok(Page::of(jobs, filter.limit))
 }
 
@@ -87,6 +99,7 @@ fn record(mut r: Row) -> Result<JobRecord> {
         progress: take(&mut r, 19)?,
         group_key: take(&mut r, 20)?,
         aggregated_into: take(&mut r, 21)?,
+        sequence_key: None,
         state: JobState::parse(&state)
             .ok_or_else(|| Error::Database(format!("unknown job state {state:?}").into()))?,
     })
@@ -188,6 +201,20 @@ pub(crate) fn cancel(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Re
     })
 }
 
+/// As PostgreSQL's `cancel_steps`: the look locks every step's row first.
+pub(crate) fn cancel_steps(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    ids: &[i64],
+    now: Now,
+) -> Result<Vec<Option<Acted>>> {
+    let mut found = Vec::with_capacity(ids.len());
+    for id in ids {
+        found.push(look_pending(sql, q, *id)?);
+    }
+    crate::flow::cancel_unfinished(ids, &found, |id| cancel(sql, q, id, now))
+}
+
 /// Moves a job that is not running to history as `discarded`, with
 /// `reason` as its last error.
 pub(crate) fn discard(
@@ -241,6 +268,7 @@ pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Re
     let finished = q
         .exec_iter(&sql.delete_history, params! { "id" => id })?
         .affected_rows();
+    sequences::forget(sql, q, &[id])?;
     Ok(pending || live + finished > 0)
 }
 
@@ -466,6 +494,7 @@ pub(crate) fn prune(
     for statement in [jobs, edges_out, edges_in, steps] {
         q.exec_drop(statement, params! { "ids" => &json })?;
     }
+    sequences::forget(sql, q, &ids)?;
     if !flows.is_empty() {
         flows.sort_unstable();
         flows.dedup();
@@ -537,6 +566,7 @@ mod tests {
             "V9__batches",
             "V10__finished_counts",
             "V11__sequences",
+            "V12__open_batches_sequence_keys",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate(std::time::Duration::ZERO)?;

@@ -53,6 +53,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V11__sequences",
         include_str!("../../../migrations/mysql/V11__sequences.sql"),
     ),
+    (
+        "V12__open_batches_sequence_keys",
+        include_str!("../../../migrations/mysql/V12__open_batches_sequence_keys.sql"),
+    ),
 ];
 
 /// Applies pending migrations.
@@ -130,6 +134,7 @@ fn render(template: &str, prefix: &str) -> String {
         .replace("{batch_jobs}", &format!("{prefix}batch_jobs"))
         .replace("{finished_counts}", &format!("{prefix}finished_counts"))
         .replace("{sequences}", &format!("{prefix}sequences"))
+        .replace("{sequence_jobs}", &format!("{prefix}sequence_jobs"))
 }
 
 /// The server lock's name for one queue's tables. Names are at most 64

@@ -17,6 +17,7 @@ pub(crate) mod connection;
 pub(crate) mod counts;
 pub(crate) mod enqueue;
 pub(crate) mod flows;
+pub(crate) mod gauges;
 pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
@@ -343,6 +344,10 @@ impl Store for Db {
 
     fn cancel(&self, id: i64, now: i64) -> Result<Acted> {
         self.write(|tx| inspect::cancel(&self.sql, tx, id, self.now(now)))
+    }
+
+    fn cancel_steps(&self, ids: &[i64], now: i64) -> Result<Vec<Option<Acted>>> {
+        self.write(|tx| inspect::cancel_steps(&self.sql, tx, ids, self.now(now)))
     }
 
     fn discard(&self, id: i64, reason: &str, now: i64) -> Result<Acted> {

@@ -25,6 +25,23 @@ pub const SWAP_TAIL: &str = "
 INSERT INTO {sequences} (queue, `key`, tail) VALUES (:queue, :key, :tail)
 ON DUPLICATE KEY UPDATE prev = tail, tail = VALUES(tail)";
 
+/// As SQLite's.
+pub const RECORD_KEY: &str =
+    "INSERT INTO {sequence_jobs} (job_id, sequence_key) VALUES (:id, :key)";
+
+/// As SQLite's: the ids drive the join on the primary key (as the
+/// `JSON_TABLE` joins of `templates.rs`).
+pub const KEYS_OF: &str = "
+SELECT k.job_id, k.sequence_key
+FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g
+STRAIGHT_JOIN {sequence_jobs} AS k ON k.job_id = g.id";
+
+/// As SQLite's, joined as [`KEYS_OF`].
+pub const FORGET_KEYS: &str = "
+DELETE k
+FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g
+STRAIGHT_JOIN {sequence_jobs} AS k ON k.job_id = g.id";
+
 /// The tail [`SWAP_TAIL`] replaced, NULL for a new sequence.
 pub const PREV: &str = "SELECT prev FROM {sequences} WHERE queue = :queue AND `key` = :key";
 
@@ -56,6 +73,9 @@ VALUES (:dependency, :dependent, TRUE, FALSE, TRUE)";
 pub struct SequenceSql {
     swap_tail: String,
     prev: String,
+    record_key: String,
+    keys_of: String,
+    forget_keys: String,
     restore_tail: String,
     link: String,
     predecessors: String,
@@ -69,6 +89,9 @@ impl SequenceSql {
         SequenceSql {
             swap_tail: r(SWAP_TAIL),
             prev: r(PREV),
+            record_key: r(RECORD_KEY),
+            keys_of: r(KEYS_OF),
+            forget_keys: r(FORGET_KEYS),
             restore_tail: r(RESTORE_TAIL),
             link: r(LINK),
             predecessors: r(PREDECESSORS),
@@ -95,7 +118,34 @@ pub(crate) fn swap(
     )?;
     let prev: Option<Option<i64>> =
         q.exec_first(&s.prev, params! { "queue" => p.queue, "key" => key })?;
+    q.exec_drop(&s.record_key, params! { "id" => id, "key" => key })?;
     crate::sequence::wait_on(&mut Reader(sql, q), prev.flatten())
+}
+
+/// As SQLite's `keys_of`.
+pub(crate) fn keys_of(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    ids: &[i64],
+) -> Result<Vec<(i64, String)>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(q.exec(
+        &sql.sequences.keys_of,
+        params! { "ids" => serde_json::to_string(ids)? },
+    )?)
+}
+
+/// As SQLite's `forget`.
+pub(crate) fn forget(sql: &Sql, q: &mut impl Queryable, ids: &[i64]) -> Result<()> {
+    if !ids.is_empty() {
+        q.exec_drop(
+            &sql.sequences.forget_keys,
+            params! { "ids" => serde_json::to_string(ids)? },
+        )?;
+    }
+    Ok(())
 }
 
 /// [`crate::sequence::Chain`] in the enqueue's or the end's transaction.

@@ -8,9 +8,9 @@ use postgres::types::ToSql;
 use postgres::{GenericClient, Row};
 
 use super::connection::Tx;
-use super::flows;
 use super::jobs::{self, canonical_json, to_u32};
 use super::queries::{self, Queries};
+use super::{flows, sequences};
 use crate::action::{self, Action};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
@@ -18,8 +18,23 @@ use crate::error::{Error, Result};
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
 
-/// A job by id, live, finished or grouped.
+/// A job by id, live, finished, grouped or pending, with its sequence key.
 pub(crate) fn get<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    now: i64,
+) -> Result<Option<JobRecord>> {
+    let Some(mut record) = find(tx, q, id, now)? else {
+        return Ok(None);
+    };
+    let keys = sequences::keys_of(tx, q, &[id])?;
+    crate::inspect::with_sequence_keys(std::slice::from_mut(&mut record), keys);
+    Ok(Some(record))
+}
+
+/// A job by id, wherever it is, without its sequence key.
+fn find<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     id: i64,
@@ -109,7 +124,9 @@ pub(crate) fn list<C: GenericClient>(
             )?
         }
     };
-    let jobs = rows.iter().map(record).collect::<Result<Vec<_>>>()?;
+    let mut jobs = rows.iter().map(record).collect::<Result<Vec<_>>>()?;
+    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(tx, q, &ids)?);
     Ok(Page::of(jobs, filter.limit))
 }
 
@@ -139,6 +156,7 @@ fn record(r: &Row) -> Result<JobRecord> {
         progress: r.try_get(19)?,
         group_key: r.try_get(20)?,
         aggregated_into: r.try_get(21)?,
+        sequence_key: None,
         state: JobState::parse(&state)
             .ok_or_else(|| Error::Database(format!("unknown job state {state:?}").into()))?,
     })
@@ -268,6 +286,22 @@ pub(crate) fn cancel<C: GenericClient>(
     })
 }
 
+/// As SQLite's `cancel_steps`. The look locks every step's row (`FOR
+/// UPDATE`) before any is cancelled: a worker finishing one waits for this
+/// transaction, or finished it before and it is left alone.
+pub(crate) fn cancel_steps<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    ids: &[i64],
+    now: i64,
+) -> Result<Vec<Option<Acted>>> {
+    let mut found = Vec::with_capacity(ids.len());
+    for id in ids {
+        found.push(look_pending(tx, q, *id)?);
+    }
+    crate::flow::cancel_unfinished(ids, &found, |id| cancel(tx, q, id, now))
+}
+
 /// Moves a job that is not running to history as `discarded`, with
 /// `reason` as its last error.
 pub(crate) fn discard<C: GenericClient>(
@@ -303,6 +337,7 @@ pub(crate) fn delete<C: GenericClient>(
         super::batches::deleted(tx, q, id, now)?;
     }
     let finished = tx.execute(&q.delete_history, &[&id])?;
+    sequences::forget(tx, q, &[id])?;
     Ok(pending || live + finished > 0)
 }
 

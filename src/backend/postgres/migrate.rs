@@ -59,6 +59,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V11__sequences",
         include_str!("../../../migrations/postgres/V11__sequences.sql"),
     ),
+    (
+        "V12__open_batches_sequence_keys",
+        include_str!("../../../migrations/postgres/V12__open_batches_sequence_keys.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

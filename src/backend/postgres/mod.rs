@@ -12,6 +12,7 @@ pub(crate) mod batches;
 pub(crate) mod connection;
 pub(crate) mod counts;
 pub(crate) mod flows;
+pub(crate) mod gauges;
 pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod jobs;
@@ -265,6 +266,11 @@ impl Store for Db {
 
     fn cancel(&self, id: i64, now: i64) -> Result<Acted> {
         self.pool.write(|tx| inspect::cancel(tx, &self.q, id, now))
+    }
+
+    fn cancel_steps(&self, ids: &[i64], now: i64) -> Result<Vec<Option<Acted>>> {
+        self.pool
+            .write(|tx| inspect::cancel_steps(tx, &self.q, ids, now))
     }
 
     fn discard(&self, id: i64, reason: &str, now: i64) -> Result<Acted> {

@@ -26,6 +26,15 @@ ON CONFLICT (queue, key) DO UPDATE SET prev = s.tail, tail = EXCLUDED.tail
 RETURNING prev";
 
 /// As SQLite's.
+pub const RECORD_KEY: &str = "INSERT INTO {sequence_jobs} (job_id, sequence_key) VALUES ($1, $2)";
+
+/// As SQLite's, `$1` an array of ids.
+pub const KEYS_OF: &str = "SELECT job_id, sequence_key FROM {sequence_jobs} WHERE job_id = ANY($1)";
+
+/// As SQLite's, `$1` an array of ids.
+pub const FORGET_KEYS: &str = "DELETE FROM {sequence_jobs} WHERE job_id = ANY($1)";
+
+/// As SQLite's.
 pub const RESTORE_TAIL: &str =
     "UPDATE {sequences} SET tail = $4 WHERE queue = $1 AND key = $2 AND tail = $3";
 
@@ -53,6 +62,9 @@ ON CONFLICT DO NOTHING";
 #[derive(Debug)]
 pub(crate) struct SequenceQueries {
     swap_tail: String,
+    record_key: String,
+    keys_of: String,
+    forget_keys: String,
     restore_tail: String,
     link: String,
     predecessors: String,
@@ -65,6 +77,9 @@ impl SequenceQueries {
         let r = |t: &str| tables.render(t);
         SequenceQueries {
             swap_tail: r(SWAP_TAIL),
+            record_key: r(RECORD_KEY),
+            keys_of: r(KEYS_OF),
+            forget_keys: r(FORGET_KEYS),
             restore_tail: r(RESTORE_TAIL),
             link: r(LINK),
             predecessors: r(PREDECESSORS),
@@ -87,7 +102,31 @@ pub(crate) fn swap<C: GenericClient>(
     let row = tx
         .query_opt(&q.sequences.swap_tail, &[&p.queue, &key, &id])?
         .ok_or_else(|| Error::Database("the sequence's upsert returned no row".into()))?;
+    tx.execute(&q.sequences.record_key, &[&id, &key])?;
     crate::sequence::wait_on(&mut Reader(tx, q), row.try_get(0)?)
+}
+
+/// As SQLite's `keys_of`.
+pub(crate) fn keys_of<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    ids: &[i64],
+) -> Result<Vec<(i64, String)>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    tx.query(&q.sequences.keys_of, &[&ids])?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
+}
+
+/// As SQLite's `forget`.
+pub(crate) fn forget<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, ids: &[i64]) -> Result<()> {
+    if !ids.is_empty() {
+        tx.execute(&q.sequences.forget_keys, &[&ids])?;
+    }
+    Ok(())
 }
 
 /// [`crate::sequence::Chain`] in the enqueue's or the end's transaction.

@@ -3,7 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::{flows, jobs, queries};
+use super::{flows, jobs, queries, sequences};
 use crate::action::{self, Action};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
@@ -11,8 +11,18 @@ use crate::error::Result;
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
 
-/// A job by id, live, finished, grouped or pending.
+/// A job by id, live, finished, grouped or pending, with its sequence key.
 pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<Option<JobRecord>> {
+    let Some(mut record) = find(conn, id, now)? else {
+        return Ok(None);
+    };
+    let keys = sequences::keys_of(conn, &[id])?;
+    crate::inspect::with_sequence_keys(std::slice::from_mut(&mut record), keys);
+    Ok(Some(record))
+}
+
+/// A job by id, wherever it is, without its sequence key.
+fn find(conn: &Connection, id: i64, now: i64) -> Result<Option<JobRecord>> {
     let live = format!(
         "SELECT {} FROM backlog_jobs WHERE id = ?2",
         queries::LIVE_COLUMNS
@@ -91,7 +101,7 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
     };
     let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
     let mut stmt = conn.prepare_cached(&sql)?;
-    let jobs = stmt
+    let mut jobs = stmt
         .query_map(
             params![
                 first,
@@ -103,6 +113,8 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
             record,
         )?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(conn, &ids)?);
     Ok(Page::of(jobs, filter.limit))
 }
 
@@ -132,6 +144,7 @@ fn record(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         progress: r.get(19)?,
         group_key: r.get(20)?,
         aggregated_into: r.get(21)?,
+        sequence_key: None,
         state: JobState::parse(&state).ok_or_else(|| {
             rusqlite::Error::FromSqlConversionFailure(
                 18,
@@ -301,6 +314,17 @@ pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
     })
 }
 
+/// Cancels a workflow's steps `ids` in the caller's one transaction: looks
+/// at every one, then cancels those not finished
+/// (`crate::flow::cancel_unfinished`).
+pub(crate) fn cancel_steps(conn: &Connection, ids: &[i64], now: i64) -> Result<Vec<Option<Acted>>> {
+    let found = ids
+        .iter()
+        .map(|id| look_pending(conn, *id))
+        .collect::<Result<Vec<_>>>()?;
+    crate::flow::cancel_unfinished(ids, &found, |id| cancel(conn, id, now))
+}
+
 /// Moves a job that is not running to history as `discarded`, with
 /// `reason` as its last error.
 pub(crate) fn discard(conn: &Connection, id: i64, reason: &str, now: i64) -> Result<Acted> {
@@ -337,6 +361,7 @@ pub(crate) fn delete(conn: &Connection, id: i64, now: i64) -> Result<bool> {
     let finished = conn
         .prepare_cached(queries::DELETE_HISTORY)?
         .execute([id])?;
+    sequences::forget(conn, &[id])?;
     Ok(pending || live + finished > 0)
 }
 
@@ -539,6 +564,7 @@ pub(crate) fn prune(
         .prepare_cached(queries::PRUNE_HISTORY)?
         .query_map(params![status.as_str(), cutoff, limit], |r| r.get(0))?
         .collect::<rusqlite::Result<Vec<i64>>>()?;
+    sequences::forget(conn, &ids)?;
     let mut edges = conn.prepare_cached(queries::PRUNE_EDGES)?;
     let mut step = conn.prepare_cached(queries::PRUNE_STEP)?;
     let mut workflow = conn.prepare_cached(queries::PRUNE_WORKFLOW)?;

@@ -13,6 +13,7 @@ pub(crate) mod connection;
 pub(crate) mod counts;
 pub(crate) mod data_version;
 pub(crate) mod flows;
+pub(crate) mod gauges;
 pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod jobs;

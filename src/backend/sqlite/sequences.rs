@@ -22,6 +22,22 @@ INSERT INTO backlog_sequences (queue, key, tail) VALUES (?1, ?2, ?3)
 ON CONFLICT (queue, key) DO UPDATE SET prev = tail, tail = excluded.tail
 RETURNING prev";
 
+/// Records that job `?1` is of sequence `?2` (its queue is the job's), for
+/// its record.
+pub const RECORD_KEY: &str =
+    "INSERT INTO backlog_sequence_jobs (job_id, sequence_key) VALUES (?1, ?2)";
+
+/// The sequence keys of the jobs whose ids are the JSON array `?1` (those
+/// of a sequence only): one seek of the primary key each.
+pub const KEYS_OF: &str = "
+SELECT job_id, sequence_key FROM backlog_sequence_jobs
+WHERE job_id IN (SELECT value FROM json_each(?1))";
+
+/// Deletes the keys of the jobs whose ids are the JSON array `?1` (deleted
+/// or pruned).
+pub const FORGET_KEYS: &str =
+    "DELETE FROM backlog_sequence_jobs WHERE job_id IN (SELECT value FROM json_each(?1))";
+
 /// Puts back the tail `?4` of sequence `?2` in queue `?1` where the job
 /// `?3` had replaced it: a job cancelled at enqueue leaves the sequence to
 /// the job before it.
@@ -66,7 +82,30 @@ pub(crate) fn swap(
     let tail: Option<i64> = conn
         .prepare_cached(SWAP_TAIL)?
         .query_row(params![p.queue, key, id], |r| r.get(0))?;
+    conn.prepare_cached(RECORD_KEY)?.execute(params![id, key])?;
     crate::sequence::wait_on(&mut Reader(conn), tail)
+}
+
+/// The sequence keys of jobs `ids` that have one, by job id.
+pub(crate) fn keys_of(conn: &Connection, ids: &[i64]) -> Result<Vec<(i64, String)>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare_cached(KEYS_OF)?;
+    let rows = stmt.query_map([serde_json::to_string(ids)?], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Deletes the sequence keys of jobs `ids`, in the transaction that deletes
+/// them.
+pub(crate) fn forget(conn: &Connection, ids: &[i64]) -> Result<()> {
+    if !ids.is_empty() {
+        conn.prepare_cached(FORGET_KEYS)?
+            .execute([serde_json::to_string(ids)?])?;
+    }
+    Ok(())
 }
 
 /// [`crate::sequence::Chain`] on the enqueue's or the end's connection.

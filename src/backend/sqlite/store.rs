@@ -152,6 +152,10 @@ impl Store for Connections {
         self.write(|tx| inspect::cancel(tx, id, now))
     }
 
+    fn cancel_steps(&self, ids: &[i64], now: i64) -> Result<Vec<Option<Acted>>> {
+        self.write(|tx| inspect::cancel_steps(tx, ids, now))
+    }
+
     fn discard(&self, id: i64, reason: &str, now: i64) -> Result<Acted> {
         self.write(|tx| inspect::discard(tx, id, reason, now))
     }

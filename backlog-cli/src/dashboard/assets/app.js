@@ -632,6 +632,7 @@ async function job(id) {
     field("Kind", h("span", {class: "mono"}, j.kind)),
     field("Priority", String(j.priority)),
     field("Unique key", j.unique_key),
+    field("Sequence", j.sequence && h("span", {class: "mono"}, j.sequence)),
     field("Attempts", `${j.attempts} of ${j.max_attempts}`),
     field("Created", stamp(j.created_at)),
     field(finished ? "Was due" : "Due", stamp(j.available_at)),

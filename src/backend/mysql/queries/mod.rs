@@ -35,8 +35,9 @@ pub struct Tables {
     pub workers: String,
     /// The finished-job counts (`counts.rs`).
     pub finished_counts: String,
-    /// Each sequence's tail (`sequences.rs`).
+    /// Each sequence's tail, and each sequenced job's key (`sequences.rs`).
     pub sequences: String,
+    pub sequence_jobs: String,
 }
 
 impl Tables {
@@ -62,6 +63,7 @@ impl Tables {
             workers: format!("{db}.`{prefix}workers`"),
             finished_counts: format!("{db}.`{prefix}finished_counts`"),
             sequences: format!("{db}.`{prefix}sequences`"),
+            sequence_jobs: format!("{db}.`{prefix}sequence_jobs`"),
         }
     }
 
@@ -85,6 +87,7 @@ impl Tables {
             .replace("{workers}", &self.workers)
             .replace("{finished_counts}", &self.finished_counts)
             .replace("{sequences}", &self.sequences)
+            .replace("{sequence_jobs}", &self.sequence_jobs)
     }
 }
 

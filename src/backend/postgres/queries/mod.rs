@@ -54,6 +54,7 @@ impl Tables {
                 &format!("{schema}{prefix}finished_counts"),
             )
             .replace("{sequences}", &format!("{schema}{prefix}sequences"))
+            .replace("{sequence_jobs}", &format!("{schema}{prefix}sequence_jobs"))
             .replace("{channel}", &self.channel())
             .replace("{now}", NOW)
             .replace("{token}", TOKEN)

@@ -732,6 +732,8 @@ WITH gone AS (
 ), steps AS (
     DELETE FROM {workflow_steps} AS s USING gone WHERE s.job_id = gone.id
     RETURNING s.workflow_id
+), keys AS (
+    DELETE FROM {sequence_jobs} AS k USING gone WHERE k.job_id = gone.id
 ), flows AS (
     DELETE FROM {workflows} AS w WHERE w.id IN (SELECT workflow_id FROM steps)
       AND NOT EXISTS (
