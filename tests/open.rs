@@ -86,9 +86,9 @@ fn opening_without_migrating_leaves_the_schema_to_migrate() -> TestResult {
     queue.migrate()?;
     // jobs, history, queues, groups, group members, schedules, workers,
     // pending, dependencies, workflows, workflow steps, batches, batch
-    // members, finished counts, sequences, and the migrations' own
-    // backlog_schema_history.
-    assert_eq!(tables(&raw(&db.path)?)?, 16);
+    // members, finished counts, sequences, sequenced jobs' keys, and the
+    // migrations' own backlog_schema_history.
+    assert_eq!(tables(&raw(&db.path)?)?, 17);
     queue.enqueue(NewJob::new("k", json!(1)))?;
     // Migrating again is a no-op.
     queue.migrate()?;

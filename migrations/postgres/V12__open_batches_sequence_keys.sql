@@ -1,4 +1,4 @@
--- In step with migrations/sqlite/V12__open_batches.sql: the open batches,
+-- In step with migrations/sqlite/V12__open_batches_sequence_keys.sql: the open batches,
 -- for the metrics' gauge, in a partial index that a batch leaves when it
 -- finishes.
 CREATE INDEX {prefix}batches_open
