@@ -3,11 +3,13 @@
 //! `sqlite/queries.rs` and `postgres/queries/`), and here [`Tables`] and
 //! [`Sql`], which render them for one queue's tables once at connect.
 
+mod multi_row;
 mod templates;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+pub use multi_row::enqueue_rows;
 pub use templates::*;
 
 /// The queue's three tables, qualified and quoted.
