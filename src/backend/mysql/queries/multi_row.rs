@@ -42,7 +42,7 @@ RETURNING id{}",
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::mysql::queries::{NOW, SERVER_NOW};
+    use crate::backend::mysql::queries::NOW;
 
     /// `enqueue.rs` binds six values a row, plus the unique key when keyed
     /// and the engine's now when manual: the text must ask for as many.
