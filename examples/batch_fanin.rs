@@ -26,6 +26,10 @@
 //!   probe's only dependency to the start of the probe. `LATENCY_ROUNDS`
 //!   of each, alternating.
 //!
+//! `--latency ROUNDS` runs only the start latencies, `ROUNDS` probes of
+//! each kind per worker, and prints percentiles timed from the call and
+//! from its return (the commit that makes the probe runnable lies between).
+//!
 //! Medians over the runs. `cargo run --release --features postgres,mysql
 //! --example batch_fanin -- 10000 3` (N, runs; `--db sqlite,postgres,mysql`
 //! picks backends); the defaults are 1,000 and 1 run, small enough for CI.
@@ -55,12 +59,22 @@ fn main() -> BoxResult {
     if args.first().map(String::as_str) == Some("--worker") {
         return worker(args.get(1).ok_or("no target")?, args.get(2));
     }
-    let db = args.iter().position(|a| a == "--db");
+    let flag = |name: &str| args.iter().position(|a| a == name);
+    let (db, latency_at) = (flag("--db"), flag("--latency"));
     let chosen = db.and_then(|at| args.get(at + 1));
+    let latency_rounds = latency_at
+        .map(|at| -> BoxResult<usize> { Ok(args.get(at + 1).ok_or("--latency ROUNDS")?.parse()?) })
+        .transpose()?;
+    let flagged = |i: usize| {
+        [db, latency_at]
+            .into_iter()
+            .flatten()
+            .any(|at| i == at || i == at + 1)
+    };
     let mut positional = args
         .iter()
         .enumerate()
-        .filter(|&(i, _)| db.is_none_or(|at| i != at && i != at + 1))
+        .filter(|&(i, _)| !flagged(i))
         .map(|(_, a)| a);
     let members: usize = positional.next().map_or(Ok(1_000), |a| a.parse())?;
     let runs: usize = positional.next().map_or(Ok(1), |a| a.parse())?;
@@ -72,6 +86,10 @@ fn main() -> BoxResult {
             .collect(),
     };
     for backend in backends {
+        if let Some(rounds) = latency_rounds {
+            latency_only(backend, rounds)?;
+            continue;
+        }
         let mut figures = Figures::default();
         for run in 0..runs {
             let Some(place) = Place::new(backend)? else {
@@ -289,15 +307,41 @@ fn worker(target: &str, schema: Option<&String>) -> BoxResult {
 
 /// Median ms from the call to the probe's start: `(fresh, released)`.
 fn probes(queue: &Queue) -> BoxResult<(f64, f64)> {
+    let starts = probe_starts(queue, LATENCY_ROUNDS)?;
+    Ok((
+        median(&starts.fresh.from_call),
+        median(&starts.released.from_call),
+    ))
+}
+
+/// Ms from a call to the start of the probe it made runnable, timed from
+/// the call's start and from its return. The commit that makes the probe
+/// runnable happens between the two, so they bound the time from that
+/// commit to the start: `from_return` below it, `from_call` above it.
+#[derive(Default)]
+struct Starts {
+    from_call: Vec<f64>,
+    from_return: Vec<f64>,
+}
+
+/// `rounds` fresh probes (from an `enqueue`) and as many released ones
+/// (from the `complete` of their only dependency), alternating.
+struct ProbeStarts {
+    fresh: Starts,
+    released: Starts,
+}
+
+fn probe_starts(queue: &Queue, rounds: usize) -> BoxResult<ProbeStarts> {
     let wait = Duration::from_secs(30);
     // A first probe warms the worker up (and waits for the child to start).
     let warm = queue.enqueue(NewJob::new("probe", json!({})))?;
     queue.wait(warm.id, Duration::from_secs(60))?;
-    let (mut fresh, mut released) = (Vec::new(), Vec::new());
-    for _ in 0..LATENCY_ROUNDS {
+    let (mut fresh, mut released) = (Starts::default(), Starts::default());
+    for _ in 0..rounds {
         let called = SystemTime::now();
         let id = queue.enqueue(NewJob::new("probe", json!({})))?.id;
-        fresh.push(started_after(queue, id, called, wait)?);
+        let returned = SystemTime::now();
+        fresh.push(started(queue, id, wait)?, called, returned);
 
         let gate = queue
             .enqueue(NewJob::new("gate", json!({})).queue("gates"))?
@@ -311,16 +355,77 @@ fn probes(queue: &Queue) -> BoxResult<(f64, f64)> {
             .ok_or("the gate was not leased")?;
         let called = SystemTime::now();
         queue.complete(&job, None)?;
-        released.push(started_after(queue, id, called, wait)?);
+        let returned = SystemTime::now();
+        released.push(started(queue, id, wait)?, called, returned);
     }
-    Ok((median(&fresh), median(&released)))
+    Ok(ProbeStarts { fresh, released })
 }
 
-/// Ms from `called` to the start probe `id` returned.
-fn started_after(queue: &Queue, id: i64, called: SystemTime, wait: Duration) -> BoxResult<f64> {
+impl Starts {
+    fn push(&mut self, started: i64, called: SystemTime, returned: SystemTime) {
+        self.from_call.push((started - micros(called)) as f64 / 1e3);
+        self.from_return
+            .push((started - micros(returned)) as f64 / 1e3);
+    }
+
+    fn summary(&self) -> String {
+        let pick = |v: &[f64]| {
+            format!(
+                "p50 {:.2} p90 {:.2} p99 {:.2} max {:.2}",
+                percentile(v, 0.50),
+                percentile(v, 0.90),
+                percentile(v, 0.99),
+                percentile(v, 1.0)
+            )
+        };
+        format!(
+            "from the call: {}; from its return: {}",
+            pick(&self.from_call),
+            pick(&self.from_return)
+        )
+    }
+}
+
+/// `--latency ROUNDS [--db ...]`: only the start latencies, `ROUNDS` probes
+/// of each kind per worker, with percentiles.
+fn latency_only(backend: &str, rounds: usize) -> BoxResult {
+    let Some(place) = Place::new(backend)? else {
+        println!("SKIPPED {backend}: no URL set, or not built with its feature");
+        return Ok(());
+    };
+    let queue = place.open()?;
+    let worker = probe_worker(queue.clone())?;
+    let here = probe_starts(&queue, rounds)?;
+    worker.shutdown(Duration::from_secs(5))?;
+
+    let (target, schema) = place.target();
+    let mut command = Command::new(std::env::current_exe()?);
+    command.args(["--worker", &target]).args(schema);
+    let mut child = KillOnDrop(command.stdout(Stdio::null()).spawn()?);
+    let other = probe_starts(&queue, rounds)?;
+    child.0.kill()?;
+    for (worker, starts) in [("this process", here), ("another process", other)] {
+        println!("{backend}, worker in {worker}, {rounds} probes of each, ms:");
+        println!("  fresh    {}", starts.fresh.summary());
+        println!("  released {}", starts.released.summary());
+    }
+    Ok(())
+}
+
+/// The nearest-rank percentile `q` (0 to 1) of `values`.
+fn percentile(values: &[f64], q: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
+    sorted.get(rank - 1).copied().unwrap_or(f64::NAN)
+}
+
+/// When probe `id` started (µs since the epoch, the probe's result).
+fn started(queue: &Queue, id: i64, wait: Duration) -> BoxResult<i64> {
     let record = queue.wait(id, wait)?;
-    let started: i64 = serde_json::from_str(record.result.as_deref().ok_or("no result")?)?;
-    Ok((started - micros(called)) as f64 / 1e3)
+    Ok(serde_json::from_str(
+        record.result.as_deref().ok_or("no result")?,
+    )?)
 }
 
 fn micros(t: SystemTime) -> i64 {

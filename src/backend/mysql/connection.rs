@@ -1,6 +1,7 @@
 //! Connecting to MySQL/MariaDB: the URL, the pool, each session's settings,
 //! the version check, and the retry loop every transaction goes through.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -20,6 +21,21 @@ use crate::validate::redact_url;
 /// Prepared statements kept per connection: the fixed statements, and the
 /// lease walks of a few queue and kind counts.
 const STATEMENT_CACHE: usize = 128;
+
+thread_local! {
+    /// Whether the transaction running on this thread released a job that
+    /// waited for its dependencies (`flows::finished` sets it). Other nodes
+    /// see a release by the `{releases}` counter their poller reads; this
+    /// process's own pollers are rung once the transaction commits
+    /// ([`Db::write`]), as a fresh enqueue rings them, so a dependent
+    /// released by a `complete` here starts without waiting for a poll.
+    static RELEASED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Notes that the transaction on this thread released a waiting job.
+pub(crate) fn note_released() {
+    RELEASED.set(true);
+}
 
 /// Parses the URL into connection options: every session reads committed
 /// data, runs in strict mode, and waits for a row lock no longer than the
@@ -237,9 +253,13 @@ impl Db {
         self.with_retries(|| {
             let mut conn = self.conn()?;
             let result = (|| {
+                RELEASED.set(false);
                 let mut tx = conn.start_transaction(TxOpts::default())?;
                 let value = f(&mut tx)?;
                 tx.commit().map_err(|e| Attempt::Committing(e.into()))?;
+                if RELEASED.take() {
+                    self.bells.ring();
+                }
                 Ok(value)
             })();
             if let Err(Attempt::Failed(e) | Attempt::Committing(e)) = &result {
@@ -481,5 +501,55 @@ fn connect_error(redacted_url: &str, e: Error) -> Error {
             Error::Database(format!("connecting to {redacted_url}: {inner}").into())
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `Db` on `BACKLOG_TEST_MYSQL_URL`; `None` when no server is
+    /// configured. Nothing is written: the transactions below only read.
+    fn db() -> Result<Option<Db>> {
+        let Some(url) = std::env::var("BACKLOG_TEST_MYSQL_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            println!("SKIPPED: set BACKLOG_TEST_MYSQL_URL");
+            return Ok(None);
+        };
+        Ok(Some(Db::connect(&url, &QueueOptions::new())?))
+    }
+
+    /// The pollers of this process are rung after, and only after, a
+    /// committed transaction that released a waiting job.
+    #[test]
+    fn a_committed_release_rings_this_processs_pollers() -> Result<()> {
+        let Some(db) = db()? else {
+            return Ok(());
+        };
+        let bell = db.bells.add();
+        db.write(|tx| Ok(tx.query_drop("SELECT 1")?))?;
+        assert!(bell.try_recv().is_err(), "rung without a release");
+
+        let failed: Result<()> = db.write(|tx| {
+            tx.query_drop("SELECT 1")?;
+            note_released();
+            Err(Error::InvalidArgument("rolled back".into()))
+        });
+        assert!(failed.is_err());
+        assert!(bell.try_recv().is_err(), "rung for a rolled back release");
+
+        db.write(|tx| {
+            tx.query_drop("SELECT 1")?;
+            note_released();
+            assert!(bell.try_recv().is_err(), "rung before the commit");
+            Ok(())
+        })?;
+        assert!(bell.try_recv().is_ok(), "not rung after the commit");
+        // The note does not outlive its transaction.
+        db.write(|tx| Ok(tx.query_drop("SELECT 1")?))?;
+        assert!(bell.try_recv().is_err(), "rung again without a release");
+        Ok(())
     }
 }

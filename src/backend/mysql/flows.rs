@@ -550,6 +550,7 @@ pub(crate) fn finished(
     }
     if released > 0 {
         q.exec_drop(&f.bump_releases, ())?;
+        super::connection::note_released();
     }
     Ok(released)
 }

@@ -64,7 +64,7 @@ impl Bells {
         });
     }
 
-    fn add(&self) -> Receiver<()> {
+    pub(super) fn add(&self) -> Receiver<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
         rx
