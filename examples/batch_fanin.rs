@@ -33,11 +33,16 @@
 //! Medians over the runs. `cargo run --release --features postgres,mysql
 //! --example batch_fanin -- 10000 3` (N, runs; `--db sqlite,postgres,mysql`
 //! picks backends); the defaults are 1,000 and 1 run, small enough for CI.
+//!
+//! With `--cascade` first (`-- --cascade 2000 3 --db postgres`), only the
+//! **cascade** figures instead ([`cascade`]): a fan-out of N dependents
+//! (at most `EDGES`) of one job released by its completion (the baseline),
+//! then another's cancelled by its discard, in µs per dependent.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use backlog::{LeaseRequest, NewJob, Queue, QueueOptions, Worker};
+use backlog::{LeaseRequest, NewJob, Outcome, Queue, QueueOptions, Worker};
 use serde_json::json;
 
 type BoxResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
@@ -59,6 +64,8 @@ fn main() -> BoxResult {
     if args.first().map(String::as_str) == Some("--worker") {
         return worker(args.get(1).ok_or("no target")?, args.get(2));
     }
+    let cascade_only = args.first().map(String::as_str) == Some("--cascade");
+    let args: Vec<String> = args.into_iter().skip(usize::from(cascade_only)).collect();
     let flag = |name: &str| args.iter().position(|a| a == name);
     let (db, latency_at) = (flag("--db"), flag("--latency"));
     let chosen = db.and_then(|at| args.get(at + 1));
@@ -96,12 +103,34 @@ fn main() -> BoxResult {
                 println!("SKIPPED {backend}: no URL set, or not built with its feature");
                 break;
             };
+            if cascade_only {
+                let (released, cancelled) = cascade(&place.open()?, members)?;
+                println!(
+                    "{backend} run {run}: fan-out of {}: release {released:.1} µs/dependent, \
+                     cancel {cancelled:.1} µs/dependent (ratio {:.2})",
+                    members.min(EDGES),
+                    cancelled / released
+                );
+                figures.release.push(released);
+                figures.cascade.push(cancelled);
+                continue;
+            }
             let queue = place.open()?;
             fan_in(&queue, members, &mut figures)?;
             let queue = place.open()?; // a fresh handle: its caches cold as the first's
             edges(&queue, members, &mut figures)?;
             latency(&place, &mut figures)?;
             println!("{backend} run {run}: {}", figures.last());
+        }
+        if !figures.cascade.is_empty() {
+            let (r, c) = (median(&figures.release), median(&figures.cascade));
+            println!(
+                "cascade on {backend}, fan-out of {}, median of {}: release {r:.1} µs/dependent, \
+                 cancel {c:.1} µs/dependent (ratio {:.2})",
+                members.min(EDGES),
+                figures.cascade.len(),
+                c / r
+            );
         }
         if !figures.plain.is_empty() {
             println!(
@@ -128,6 +157,7 @@ struct Figures {
     released_here: Vec<f64>,
     fresh_other: Vec<f64>,
     released_other: Vec<f64>,
+    cascade: Vec<f64>,
 }
 
 impl Figures {
@@ -254,6 +284,54 @@ fn edges(queue: &Queue, n: usize, figures: &mut Figures) -> BoxResult {
         .into());
     }
     Ok(())
+}
+
+/// A fan-out of N dependents (at most `EDGES`) of one job, released by its
+/// completion; then another of one job, cancelled by its discard (a
+/// dependency that did not complete cancels what waits on it). The cost of
+/// each settle per dependent, in µs: `(released, cancelled)`.
+fn cascade(queue: &Queue, n: usize) -> BoxResult<(f64, f64)> {
+    let n = n.min(EDGES);
+    let mut costs = Vec::new();
+    for (root_kind, outcome) in [
+        ("released", Outcome::Complete(None)),
+        ("cancelled", Outcome::Discard("bench".into())),
+    ] {
+        let root = queue
+            .enqueue(NewJob::new(root_kind, json!({})).queue("cascade"))?
+            .id;
+        for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
+            queue.enqueue_many(chunk.iter().map(|i| {
+                NewJob::new("dependent", json!(i))
+                    .queue("cascade")
+                    .depends_on([root])
+            }))?;
+        }
+        let job = queue
+            .lease(
+                &LeaseRequest::new("bench", 1)
+                    .queues(["cascade"])
+                    .kinds([root_kind]),
+            )?
+            .pop()
+            .ok_or("the root was not leased")?;
+        let start = Instant::now();
+        queue.settle(&job, outcome)?;
+        costs.push(per_job(start.elapsed(), n));
+        let ready = queue.lease(&LeaseRequest::new("bench", n + 1).queues(["cascade"]))?;
+        let expected = if root_kind == "released" { n } else { 0 };
+        if ready.len() != expected {
+            return Err(format!("{} dependents ready, not {expected}", ready.len()).into());
+        }
+        for result in queue.complete_many(&ready)? {
+            result?;
+        }
+        let pending: u64 = queue.stats()?.iter().map(|s| s.pending).sum();
+        if pending != 0 {
+            return Err(format!("{pending} dependents still pending").into());
+        }
+    }
+    Ok((costs[0], costs[1]))
 }
 
 /// Start latencies of probes, fresh and released, with a worker in this

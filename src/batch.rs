@@ -66,6 +66,17 @@
 //! The `_in` forms (`create_batch_in`, `seal_batch_in`, and `enqueue_in`
 //! with a batch) run in the application's own transaction, on each database's
 //! `QueueExt`.
+//!
+//! ## Deleted with history
+//!
+//! [`Queue::prune_history`] deletes a finished batch once its `finished_at`
+//! is older than the longest of the [`Retention`](crate::Retention) periods
+//! and its callback jobs have finished (none live, waiting or grouped): as
+//! Sidekiq's batch data expires a while after the batch finished, kept as
+//! long as any of its members' history may be. [`Queue::batch_status`] then
+//! says what it says of an unknown batch. An open batch, one still
+//! counting, or one whose callback has not finished is kept, and every batch
+//! is while any retention is `None`.
 
 use std::time::SystemTime;
 

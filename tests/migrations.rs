@@ -77,6 +77,7 @@ fn backlog_rows() -> Vec<(i64, String)> {
         (10, "finished_counts".to_owned()),
         (11, "sequences".to_owned()),
         (12, "open_batches_sequence_keys".to_owned()),
+        (13, "finished_batches".to_owned()),
     ]
 }
 
@@ -243,12 +244,13 @@ fn migrating_to_v10_counts_the_history_already_there() -> TestResult {
         queue.complete(&job, None)?;
     }
     drop(queue);
-    // Back to V9: no counts yet (nor V11's sequences and V12's index,
-    // which come after).
+    // Back to V9: no counts yet (nor V11's sequences, V12's index and
+    // V13's, which come after).
     Connection::open(&path)?.execute_batch(
         "DROP TABLE backlog_finished_counts;
          DROP TABLE backlog_sequences;
          DROP INDEX backlog_batches_open;
+         DROP INDEX backlog_batches_finished;
          DROP TABLE backlog_sequence_jobs;
          ALTER TABLE backlog_dependencies DROP COLUMN in_sequence;
          DELETE FROM backlog_schema_history WHERE version >= 10;",

@@ -168,9 +168,9 @@ fn migrate_creates_a_new_queue_that_stats_then_reads() -> TestResult {
     let db = dir.path().join("new.db");
     let run = backlog(&db, &["migrate"])?.ok()?;
     assert!(
-        run.stdout.contains("applied 12 migration(s): V1__initial")
+        run.stdout.contains("applied 13 migration(s): V1__initial")
             && run.stdout.ends_with(
-                "V10__finished_counts, V11__sequences, V12__open_batches_sequence_keys\n"
+                "V11__sequences, V12__open_batches_sequence_keys, V13__finished_batches\n"
             ),
         "{}",
         run.stdout

@@ -321,6 +321,11 @@ pub(crate) trait Batches {
 
     /// A batch's row. Reads only.
     fn batch(&self, id: i64) -> Result<Option<crate::batch::BatchRow>>;
+
+    /// Deletes up to `limit` finished batches whose `finished_at` is before
+    /// `cutoff` (the engine's clock) and whose callback jobs are finished
+    /// (`batch.rs`'s rule); how many.
+    fn prune_batches(&self, cutoff: i64, limit: usize) -> Result<usize>;
 }
 
 /// The database behind a queue. A private enum rather than a generic, so the

@@ -206,8 +206,19 @@ impl Queue {
     }
 
     /// Deletes up to `limit` finished jobs per status that are older than
-    /// `retention` allows, oldest first. Returns how many were deleted; call
+    /// `retention` allows, oldest first, and up to `limit` finished batches
+    /// (see below). Returns how many jobs and batches were deleted; call
     /// again while it returns a full batch.
+    ///
+    /// A batch ([`Queue::batch`]) is deleted once it has finished (sealed,
+    /// every member counted, its callbacks enqueued), its `finished_at` is
+    /// older than the longest of the retentions, and its callback jobs have
+    /// finished too: as Sidekiq's batch data expires a while after the batch
+    /// finished, kept as long as any of its members' history may be. Its
+    /// [`Queue::batch_status`] is then the error of an unknown batch. An
+    /// open batch, one still counting, or one whose callback is still live
+    /// or waiting is kept; with any retention `None` (kept forever), every
+    /// batch is.
     pub fn prune_history(&self, retention: &Retention, limit: usize) -> Result<usize> {
         let now = self.now_micros();
         let mut deleted = 0;
@@ -220,6 +231,15 @@ impl Queue {
                 }
                 deleted += pruned;
             }
+        }
+        let longest = FinalStatus::ALL
+            .into_iter()
+            .map(|status| retention.for_status(status))
+            .collect::<Option<Vec<_>>>()
+            .and_then(|keeps| keeps.into_iter().max());
+        if let Some(keep) = longest {
+            let cutoff = now.saturating_sub(duration_micros(keep)?);
+            deleted += self.store().prune_batches(cutoff, limit)?;
         }
         Ok(deleted)
     }

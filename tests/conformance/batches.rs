@@ -6,7 +6,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use backlog::{Error, Job, LeaseRequest, NewJob, Queue, QueueOptions, Worker};
+use backlog::{Error, Job, LeaseRequest, NewJob, Queue, QueueOptions, Retention, Worker};
 use serde_json::json;
 
 use crate::harness::{Backend, Harness, TestResult};
@@ -399,6 +399,100 @@ fn a_worker_runs_the_callback_its_own_completion_enqueued(b: &Backend) -> TestRe
     Ok(())
 }
 
+const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A batch with an on-complete callback of kind `callback` (if any) and one
+/// member, sealed, its member completed; the callback left waiting.
+fn finished_batch(h: &Harness, callback: Option<&str>) -> TestResult<i64> {
+    let mut builder = h.queue.batch();
+    if let Some(kind) = callback {
+        builder = builder.on_complete(NewJob::new(kind, json!({})).queue(CALLBACKS));
+    }
+    let batch = builder.create()?;
+    h.queue.enqueue(member(0).batch(batch.id))?;
+    h.queue.seal_batch(batch.id)?;
+    h.queue.complete(&leased_members(h, 1)?[0], None)?;
+    assert!(h.queue.batch_status(batch.id)?.finished_at.is_some());
+    Ok(batch.id)
+}
+
+/// Runs the callbacks of kind `kind`.
+fn run_callbacks(h: &Harness, kind: &str) -> TestResult {
+    let request = LeaseRequest::new("w", 10).queues([CALLBACKS]).kinds([kind]);
+    for job in h.queue.lease(&request)? {
+        h.queue.complete(&job, None)?;
+    }
+    Ok(())
+}
+
+fn batches(h: &Harness) -> TestResult<i64> {
+    h.count("SELECT count(*) FROM backlog_batches")
+}
+
+/// History's prune deletes a finished batch once its `finished_at` is older
+/// than the longest retention and its callbacks have finished, a bounded
+/// number per call; never an open one, nor one whose callback is waiting.
+fn pruning_history_deletes_old_finished_batches_only(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let done = finished_batch(&h, Some("done"))?;
+    run_callbacks(&h, "done")?;
+    let bare = finished_batch(&h, None)?;
+    let waiting = finished_batch(&h, Some("waiting"))?;
+    // Open: its member finished, but it was never sealed.
+    let open = h.queue.batch().create()?.id;
+    h.queue.enqueue(member(1).batch(open))?;
+    h.queue.complete(&leased_members(&h, 1)?[0], None)?;
+    h.advance(10 * DAY);
+    let young = finished_batch(&h, Some("young"))?;
+    run_callbacks(&h, "young")?;
+    // Still counting: sealed, its member live.
+    let counting = h.queue.batch().create()?.id;
+    h.queue.enqueue(member(2).batch(counting))?;
+    h.queue.seal_batch(counting)?;
+    assert_eq!(batches(&h)?, 6);
+
+    // 95 days after the first ones finished, 85 after the young one.
+    h.advance(85 * DAY);
+    let forever = Retention {
+        dead: None,
+        ..Retention::default()
+    };
+    h.queue.prune_history(&forever, 10)?;
+    assert_eq!(batches(&h)?, 6, "a retention kept forever keeps batches");
+
+    let retention = Retention::default();
+    h.queue.prune_history(&retention, 1)?;
+    assert_eq!(batches(&h)?, 5, "a bounded batch");
+    h.queue.prune_history(&retention, 1)?;
+    assert_eq!(batches(&h)?, 4);
+    h.queue.prune_history(&retention, 1)?;
+    assert_eq!(batches(&h)?, 4, "only the old finished ones go");
+    for gone in [done, bare] {
+        match h.queue.batch_status(gone) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("no batch"), "{m}"),
+            other => panic!("batch {gone}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        h.queue.batch_status(i64::MAX),
+        Err(Error::InvalidArgument(_))
+    ));
+    for kept in [waiting, open, counting, young] {
+        h.queue.batch_status(kept)?;
+    }
+
+    // Its callback finished, the waiting one goes at the next pass; the
+    // others stay.
+    run_callbacks(&h, "waiting")?;
+    h.queue.prune_history(&retention, 10)?;
+    assert!(h.queue.batch_status(waiting).is_err());
+    for kept in [open, counting, young] {
+        h.queue.batch_status(kept)?;
+    }
+    assert_eq!(batches(&h)?, 3);
+    Ok(())
+}
+
 conformance!(
     a_worker_runs_the_callback_its_own_completion_enqueued,
     callbacks_fire_once_on_complete_and_on_success,
@@ -411,4 +505,5 @@ conformance!(
     batches_are_created_and_sealed_in_the_application_transaction,
     concurrent_finishers_of_the_last_members_enqueue_one_callback,
     bad_batches_are_refused_before_anything_is_written,
+    pruning_history_deletes_old_finished_batches_only,
 );

@@ -185,6 +185,63 @@ fn a_dependency_that_does_not_complete_cancels_its_dependents_in_cascade(
     Ok(())
 }
 
+/// A wide and deep cascade (the servers cancel it a level per statement):
+/// every job that waits on the dead one, directly or not, is cancelled with
+/// an error naming a dependency that ended; a job joining two cancelled
+/// branches is cancelled once; a run-anyway dependent runs; and a retry of
+/// the dead job brings every cancelled one back, waiting.
+fn a_wide_cascade_cancels_every_level_and_a_retry_brings_it_back(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let a = enqueue(&h, job("a").max_attempts(1))?;
+    let other = enqueue(&h, job("other"))?;
+    let fan: Vec<i64> = (0..40)
+        .map(|_| enqueue(&h, job("fan").depends_on([a])))
+        .collect::<TestResult<_>>()?;
+    let children: Vec<i64> = fan
+        .iter()
+        .map(|&f| enqueue(&h, job("child").depends_on([f])))
+        .collect::<TestResult<_>>()?;
+    let join = enqueue(&h, job("join").depends_on([fan[0], fan[1], other]))?;
+    let deep = enqueue(&h, job("deep").depends_on([join, children[2]]))?;
+    let anyway = enqueue(&h, job("anyway").depends_on([fan[3]]).run_anyway())?;
+    run(&h, other, Outcome::Complete(None))?;
+    run(&h, a, Outcome::fail("boom"))?;
+
+    let cancelled: Vec<i64> = fan
+        .iter()
+        .chain(&children)
+        .chain([&join, &deep])
+        .copied()
+        .collect();
+    for &id in &cancelled {
+        let record = h.record(id)?;
+        assert_eq!(record.state, JobState::CANCELLED, "job {id}");
+        assert_eq!(record.errors.len(), 1, "job {id}: {:?}", record.errors);
+        let message = &record.errors[0].message;
+        assert!(message.contains("ended"), "job {id}: {message}");
+    }
+    assert!(h.record(join)?.errors[0]
+        .message
+        .contains("ended cancelled"));
+    assert_eq!(h.state(anyway)?, JobState::Available, "run anyway");
+    assert_eq!(h.count("SELECT count(*) FROM backlog_pending")?, 0);
+    assert_eq!(
+        h.count("SELECT count(*) FROM backlog_dependencies WHERE cancelled")?,
+        i64::try_from(cancelled.len())?,
+        "one marked edge per cancelled job"
+    );
+
+    h.queue.retry(a)?;
+    for &id in &cancelled {
+        assert_eq!(h.state(id)?, JobState::Pending, "job {id}");
+    }
+    run(&h, a, Outcome::Complete(None))?;
+    for &id in &fan {
+        assert_eq!(h.state(id)?, JobState::Available, "job {id}");
+    }
+    Ok(())
+}
+
 fn run_anyway_releases_the_dependent_whatever_its_dependency_ended(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let a = enqueue(&h, job("a"))?;
@@ -531,6 +588,7 @@ conformance!(
     fan_in_waits_for_every_dependency_and_fan_out_releases_every_dependent,
     a_dependency_finished_at_enqueue_counts_at_once,
     a_dependency_that_does_not_complete_cancels_its_dependents_in_cascade,
+    a_wide_cascade_cancels_every_level_and_a_retry_brings_it_back,
     run_anyway_releases_the_dependent_whatever_its_dependency_ended,
     an_unknown_dependency_is_refused_and_nothing_is_written,
     a_batch_of_dependents_waits_and_is_released_as_each_job_alone_would,

@@ -17,6 +17,7 @@ use super::{take, Db, Now};
 use crate::backend::params::EnqueueParams;
 use crate::backend::Batches;
 use crate::batch::{self, BatchRow, CreateBatchParams};
+use crate::clock::ClockMicros;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::outcome::FinalStatus;
@@ -78,6 +79,30 @@ UPDATE {batches}
 SET finished_at = {now}, complete_job_id = :complete, success_job_id = :success,
     updated_at = {now}
 WHERE id = :id AND finished_at IS NULL";
+
+/// As SQLite's `PRUNE`, in two statements (MySQL has no `DELETE ..
+/// RETURNING`, nor a `DELETE` reading its own table in a subquery): up to
+/// `:limit` finished batches that finished before `:cutoff_in` from now,
+/// oldest first, through V12's `batches_open` (every batch by
+/// `finished_at`; the range below the cutoff leaves out the open ones'
+/// NULLs), selected and locked, skipping those another node is pruning ...
+pub const PRUNE_SELECT: &str = "
+SELECT b.id FROM {batches} AS b FORCE INDEX (batches_open)
+WHERE b.finished_at < {now} + :cutoff_in
+  AND NOT EXISTS (SELECT 1 FROM {jobs} AS j
+                  WHERE j.id IN (b.complete_job_id, b.success_job_id))
+  AND NOT EXISTS (SELECT 1 FROM {pending} AS p
+                  WHERE p.id IN (b.complete_job_id, b.success_job_id))
+  AND NOT EXISTS (SELECT 1 FROM {group_members} AS g
+                  WHERE g.id IN (b.complete_job_id, b.success_job_id))
+ORDER BY b.finished_at LIMIT :limit
+FOR UPDATE SKIP LOCKED";
+
+/// ... and deleted (`:ids`, a JSON array).
+pub const PRUNE: &str = "
+DELETE b
+FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g
+STRAIGHT_JOIN {batches} AS b ON b.id = g.id";
 
 /// The columns of a batch's row, in [`batch_row`]'s order.
 macro_rules! batch_columns {
@@ -293,6 +318,30 @@ fn batch_row(mut r: Row) -> Result<BatchRow> {
     })
 }
 
+/// As SQLite's `prune`: `now` the engine's clock, to turn `cutoff` into
+/// an offset from now (as history's prune).
+pub(crate) fn prune(
+    sql: &Sql,
+    q: &mut impl Queryable,
+    cutoff: i64,
+    limit: usize,
+    now: Now,
+) -> Result<usize> {
+    let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+    let ids: Vec<i64> = q.exec(
+        sql.tables.render(PRUNE_SELECT),
+        params! { "cutoff_in" => now.offset(cutoff), "limit" => limit, "now" => now.param() },
+    )?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    q.exec_drop(
+        sql.tables.render(PRUNE),
+        params! { "ids" => serde_json::to_string(&ids)? },
+    )?;
+    Ok(ids.len())
+}
+
 impl Batches for Db {
     fn create_batch(&self, p: &CreateBatchParams<'_>) -> Result<i64> {
         let now = self.now(p.now);
@@ -306,5 +355,12 @@ impl Batches for Db {
 
     fn batch(&self, id: i64) -> Result<Option<BatchRow>> {
         self.read(|conn| get(&self.sql, conn, id))
+    }
+
+    /// `cutoff` comes without the engine's `now`; the queue's clock, read
+    /// here, stands in for it (as history's prune).
+    fn prune_batches(&self, cutoff: i64, limit: usize) -> Result<usize> {
+        let now = self.now(self.clock.now_micros());
+        self.write(|tx| prune(&self.sql, tx, cutoff, limit, now))
     }
 }

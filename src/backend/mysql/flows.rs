@@ -11,6 +11,8 @@
 //! parameter: the driver's named parameters cost quadratic time in their
 //! number), joined `STRAIGHT_JOIN` on primary keys as the finishing
 //! statements are (see `CLAIM`).
+//! So does the cancel cascade of a job that did not complete, a level of
+//! the graph at a time (`flows/cascade.rs`).
 //!
 //! And in how a release wakes other nodes: MySQL has no LISTEN/NOTIFY, and
 //! its poller watches the newest job id, which a released job (keeping the
@@ -32,6 +34,8 @@ use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::outcome::{AttemptError, FinalStatus};
 use crate::sequence;
+
+mod cascade;
 
 // ---- enqueue ---------------------------------------------------------------
 
@@ -169,10 +173,6 @@ SELECT id, queue, kind, priority, NULL, payload, 0, max_attempts, available_at, 
        created_at, {now}, NULL, :status, NULL, NULL, {now}, NULL
 FROM {pending} WHERE id = :id";
 
-/// As SQLite's.
-pub const MARK_CANCELLED: &str = "
-UPDATE {dependencies} SET cancelled = TRUE WHERE dependency = :dependency AND dependent = :dependent";
-
 // ---- retry -----------------------------------------------------------------
 
 /// As SQLite's.
@@ -275,7 +275,10 @@ pub struct FlowSql {
     delete_pending_many: String,
     bump_releases: String,
     pending_to_history: String,
-    mark_cancelled: String,
+    dependents_many: String,
+    lock_pending_many: String,
+    pending_to_history_many: String,
+    mark_cancelled_many: String,
     cancelled_dependents: String,
     unmark_cancelled: String,
     history_to_pending: String,
@@ -319,7 +322,10 @@ impl FlowSql {
             delete_pending_many: r(DELETE_PENDING_MANY),
             bump_releases: r(BUMP_RELEASES),
             pending_to_history: r(PENDING_TO_HISTORY),
-            mark_cancelled: r(MARK_CANCELLED),
+            dependents_many: r(cascade::DEPENDENTS_MANY),
+            lock_pending_many: r(cascade::LOCK_PENDING_MANY),
+            pending_to_history_many: r(cascade::PENDING_TO_HISTORY_MANY),
+            mark_cancelled_many: r(cascade::MARK_CANCELLED_MANY),
             cancelled_dependents: r(CANCELLED_DEPENDENTS),
             unmark_cancelled: r(UNMARK_CANCELLED),
             history_to_pending: r(HISTORY_TO_PENDING),
@@ -478,7 +484,8 @@ pub(crate) fn state_of(f: &FlowSql, q: &mut impl Queryable, id: i64) -> Result<O
 /// As SQLite's `finished`, for jobs just moved to history; bumps
 /// `{releases}` when a job was released. As on PostgreSQL, the completed
 /// jobs release their dependents together ([`COUNT_DOWN_MANY`],
-/// [`RELEASE_MANY`]), the others one edge at a time.
+/// [`RELEASE_MANY`]); the others cancel what waits on them level by level
+/// ([`cascade::cascade`], in `flows/cascade.rs`).
 pub(crate) fn finished(
     sql: &Sql,
     q: &mut impl Queryable,
@@ -486,7 +493,7 @@ pub(crate) fn finished(
     now: Now,
 ) -> Result<usize> {
     let f = &sql.flows;
-    let (completed, mut ended): (Vec<_>, Vec<_>) = ended
+    let (completed, ended): (Vec<_>, Vec<_>) = ended
         .into_iter()
         .partition(|&(_, status)| status == FinalStatus::Completed);
     let mut released = 0;
@@ -511,43 +518,7 @@ pub(crate) fn finished(
             }
         }
     }
-    while let Some((id, status)) = ended.pop() {
-        let dependents: Vec<(i64, bool)> = q.exec(&f.dependents, params! { "id" => id })?;
-        for (dependent, run_anyway) in dependents {
-            if status == FinalStatus::Completed || run_anyway {
-                if status != FinalStatus::Completed
-                    && super::sequences::handoff(sql, q, id, dependent)?
-                {
-                    continue;
-                }
-                let counted = q
-                    .exec_iter(&f.count_down, params! { "id" => dependent })?
-                    .affected_rows();
-                if counted == 0 {
-                    continue;
-                }
-                let left: Option<i64> =
-                    q.exec_first(&f.remaining, params! { "id" => dependent })?;
-                if left == Some(0) {
-                    q.exec_drop(
-                        &f.release,
-                        params! { "id" => dependent, "now" => now.param() },
-                    )?;
-                    q.exec_drop(&f.delete_pending, params! { "id" => dependent })?;
-                    released += 1;
-                }
-            } else {
-                let error = crate::flow::cancelled_error(id, status.as_str(), now.engine);
-                if end_pending(f, q, dependent, FinalStatus::Cancelled, &error, now)? {
-                    q.exec_drop(
-                        &f.mark_cancelled,
-                        params! { "dependency" => id, "dependent" => dependent },
-                    )?;
-                    ended.push((dependent, FinalStatus::Cancelled));
-                }
-            }
-        }
-    }
+    released += cascade::cascade(sql, q, ended, now)?;
     if released > 0 {
         q.exec_drop(&f.bump_releases, ())?;
         super::connection::note_released();

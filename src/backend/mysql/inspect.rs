@@ -567,6 +567,7 @@ mod tests {
             "V10__finished_counts",
             "V11__sequences",
             "V12__open_batches_sequence_keys",
+            "V13__finished_batches",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate(std::time::Duration::ZERO)?;

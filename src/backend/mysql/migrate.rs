@@ -57,6 +57,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V12__open_batches_sequence_keys",
         include_str!("../../../migrations/mysql/V12__open_batches_sequence_keys.sql"),
     ),
+    (
+        "V13__finished_batches",
+        include_str!("../../../migrations/mysql/V13__finished_batches.sql"),
+    ),
 ];
 
 /// Applies pending migrations.

@@ -16,6 +16,7 @@ use super::Db;
 use crate::backend::params::EnqueueParams;
 use crate::backend::Batches;
 use crate::batch::{self, BatchRow, CreateBatchParams};
+use crate::clock::ClockMicros;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 
@@ -72,6 +73,25 @@ pub const FINISH: &str = "
 UPDATE {batches}
 SET finished_at = {now}, complete_job_id = $3, success_job_id = $4, updated_at = {now}
 WHERE id = $2 AND finished_at IS NULL";
+
+/// As SQLite's `PRUNE`: up to `$3` finished batches that finished before
+/// `$2` (µs from now, negative), oldest first, through V13's
+/// `{prefix}batches_finished`; how many. Differs in that batches another
+/// node is pruning are skipped.
+pub const PRUNE: &str = "
+WITH gone AS (
+    DELETE FROM {batches} WHERE id IN (
+        SELECT b.id FROM {batches} AS b WHERE b.finished_at < {now} + $2
+          AND NOT EXISTS (SELECT 1 FROM {jobs} AS j
+                          WHERE j.id IN (b.complete_job_id, b.success_job_id))
+          AND NOT EXISTS (SELECT 1 FROM {pending} AS p
+                          WHERE p.id IN (b.complete_job_id, b.success_job_id))
+          AND NOT EXISTS (SELECT 1 FROM {group_members} AS g
+                          WHERE g.id IN (b.complete_job_id, b.success_job_id))
+        ORDER BY b.finished_at LIMIT $3
+        FOR UPDATE SKIP LOCKED)
+    RETURNING id)
+SELECT count(*) FROM gone";
 
 /// As SQLite's `GET`: `$1` the batch.
 pub const GET: &str = concat!(
@@ -190,6 +210,27 @@ pub(crate) fn get<C: GenericClient>(
         .transpose()
 }
 
+/// As SQLite's `prune`: `cutoff` is an absolute time of the engine's
+/// clock, turned into an offset from its `now` and applied to the
+/// server's (as history's prune).
+pub(crate) fn prune<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    cutoff: i64,
+    limit: usize,
+    now: i64,
+) -> Result<usize> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let back = cutoff.saturating_sub(now);
+    let deleted: i64 = tx
+        .query_opt(
+            &q.tables.render(PRUNE),
+            &[&q.now_override(now), &back, &limit],
+        )?
+        .map_or(Ok(0), |r| r.try_get(0))?;
+    Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+}
+
 /// As SQLite's `fire_if_due`; the row is locked by the update that read it.
 fn fire_if_due<C: GenericClient>(
     tx: &mut Tx<'_, C>,
@@ -243,5 +284,10 @@ impl Batches for Db {
 
     fn batch(&self, id: i64) -> Result<Option<BatchRow>> {
         self.pool.read(|tx| get(tx, &self.q, id))
+    }
+
+    fn prune_batches(&self, cutoff: i64, limit: usize) -> Result<usize> {
+        let now = self.clock.now_micros();
+        self.pool.write(|tx| prune(tx, &self.q, cutoff, limit, now))
     }
 }

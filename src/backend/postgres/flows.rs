@@ -17,8 +17,10 @@
 //!
 //! And in that an `enqueue_many` and a `complete_many` do this per batch
 //! (`backend/waits.rs` plans the enqueue): a constant number of statements
-//! on arrays, not a round trip per edge. Sequenced jobs (and the release by
-//! a dependency that did not complete, rare) still go one at a time.
+//! on arrays, not a round trip per edge; so does the cancel cascade of a job
+//! that did not complete, a level of the graph per statement. Sequenced jobs
+//! in an enqueue, and the run-anyway edges of a job that did not complete
+//! (a sequence's hand-over among them), still go one at a time.
 //!
 //! A release notifies the queue's channel, as an enqueue does.
 
@@ -36,6 +38,8 @@ use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::outcome::{AttemptError, FinalStatus};
 use crate::sequence;
+
+mod cascade;
 
 // ---- enqueue ---------------------------------------------------------------
 
@@ -144,10 +148,6 @@ SELECT id, queue, kind, priority, NULL, payload, 0, max_attempts, available_at,
        $4::text::jsonb, FALSE, created_at, {now}, NULL, $3, NULL, NULL, {now}, NULL
 FROM moved";
 
-/// As SQLite's.
-pub const MARK_CANCELLED: &str =
-    "UPDATE {dependencies} SET cancelled = TRUE WHERE dependency = $1 AND dependent = $2";
-
 // ---- retry -----------------------------------------------------------------
 
 /// As SQLite's.
@@ -242,7 +242,8 @@ pub(crate) struct FlowQueries {
     release: String,
     release_many: String,
     pending_to_history: String,
-    mark_cancelled: String,
+    dependents_many: String,
+    cancel_pending_many: String,
     cancelled_dependents: String,
     unmark_cancelled: String,
     history_to_pending: String,
@@ -279,7 +280,8 @@ impl FlowQueries {
             release: r(RELEASE),
             release_many: r(RELEASE_MANY),
             pending_to_history: r(PENDING_TO_HISTORY),
-            mark_cancelled: r(MARK_CANCELLED),
+            dependents_many: r(cascade::DEPENDENTS_MANY),
+            cancel_pending_many: r(cascade::CANCEL_PENDING_MANY),
             cancelled_dependents: r(CANCELLED_DEPENDENTS),
             unmark_cancelled: r(UNMARK_CANCELLED),
             history_to_pending: r(HISTORY_TO_PENDING),
@@ -412,8 +414,8 @@ pub(crate) fn state_of<C: GenericClient>(
 /// As SQLite's `finished`, for jobs just moved to history (`ended`: id and
 /// status); notifies the queue's channel when a job was released. The
 /// completed jobs release their dependents together ([`COUNT_DOWN_MANY`],
-/// [`RELEASE_MANY`]); the others, whose ends may cancel their dependents or
-/// hand a sequence on, one edge at a time.
+/// [`RELEASE_MANY`]). The others cancel what waits on them level by level
+/// ([`cascade::cascade`], in `flows/cascade.rs`).
 pub(crate) fn finished<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
@@ -422,7 +424,7 @@ pub(crate) fn finished<C: GenericClient>(
 ) -> Result<usize> {
     let f = &q.flows;
     let now_override = q.now_override(now);
-    let (completed, mut ended): (Vec<_>, Vec<_>) = ended
+    let (completed, ended): (Vec<_>, Vec<_>) = ended
         .into_iter()
         .partition(|&(_, status)| status == FinalStatus::Completed);
     let mut released = 0;
@@ -438,33 +440,7 @@ pub(crate) fn finished<C: GenericClient>(
             released += tx.execute(&f.release_many, &[&now_override, &free])? as usize;
         }
     }
-    while let Some((id, status)) = ended.pop() {
-        let dependents = tx.query(&f.dependents, &[&id])?;
-        for row in dependents {
-            let (dependent, run_anyway): (i64, bool) = (row.try_get(0)?, row.try_get(1)?);
-            if status == FinalStatus::Completed || run_anyway {
-                if status != FinalStatus::Completed
-                    && super::sequences::handoff(tx, q, id, dependent)?
-                {
-                    continue;
-                }
-                let left: Option<i32> = match tx.query_opt(&f.count_down, &[&dependent])? {
-                    Some(row) => Some(row.try_get(0)?),
-                    None => None,
-                };
-                if left == Some(0) {
-                    tx.execute(&f.release, &[&now_override, &dependent])?;
-                    released += 1;
-                }
-            } else {
-                let error = crate::flow::cancelled_error(id, status.as_str(), now);
-                if end_pending(tx, q, dependent, FinalStatus::Cancelled, &error, now)? {
-                    tx.execute(&f.mark_cancelled, &[&id, &dependent])?;
-                    ended.push((dependent, FinalStatus::Cancelled));
-                }
-            }
-        }
-    }
+    released += cascade::cascade(tx, q, ended, now)?;
     if released > 0 {
         tx.query(&q.notify, &[&q.channel])?;
     }

@@ -63,6 +63,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V12__open_batches_sequence_keys",
         include_str!("../../../migrations/postgres/V12__open_batches_sequence_keys.sql"),
     ),
+    (
+        "V13__finished_batches",
+        include_str!("../../../migrations/postgres/V13__finished_batches.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

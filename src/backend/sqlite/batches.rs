@@ -79,6 +79,24 @@ UPDATE backlog_batches
 SET finished_at = ?2, complete_job_id = ?3, success_job_id = ?4, updated_at = ?2
 WHERE id = ?1 AND finished_at IS NULL";
 
+/// Deletes up to `?2` finished batches whose `finished_at` is before `?1`,
+/// oldest first, through V13's `backlog_batches_finished`, but those whose
+/// callback job is still live or waiting (its handler may read the batch);
+/// returns their ids. A finished batch has no live member left (each left
+/// `backlog_batch_jobs` as it was counted, and none can join once sealed),
+/// and an open or counting one has no `finished_at`: neither is a candidate.
+pub const PRUNE: &str = "
+DELETE FROM backlog_batches WHERE id IN (
+    SELECT b.id FROM backlog_batches AS b WHERE b.finished_at < ?1
+      AND NOT EXISTS (SELECT 1 FROM backlog_jobs AS j
+                      WHERE j.id IN (b.complete_job_id, b.success_job_id))
+      AND NOT EXISTS (SELECT 1 FROM backlog_pending AS p
+                      WHERE p.id IN (b.complete_job_id, b.success_job_id))
+      AND NOT EXISTS (SELECT 1 FROM backlog_group_members AS g
+                      WHERE g.id IN (b.complete_job_id, b.success_job_id))
+    ORDER BY b.finished_at LIMIT ?2)
+RETURNING id";
+
 /// Batch `?1`'s row.
 pub const GET: &str = concat!(
     "SELECT ",
@@ -200,6 +218,17 @@ fn fire_if_due(conn: &Connection, row: Option<BatchRow>, now: i64) -> Result<()>
     Ok(())
 }
 
+/// Deletes up to `limit` finished batches that finished before `cutoff`
+/// ([`PRUNE`]); how many.
+pub(crate) fn prune(conn: &Connection, cutoff: i64, limit: usize) -> Result<usize> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let ids = conn
+        .prepare_cached(PRUNE)?
+        .query_map(params![cutoff, limit], |r| r.get::<_, i64>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(ids.len())
+}
+
 /// Reads a row in `batch_columns!` order.
 fn batch_row(r: &Row<'_>) -> rusqlite::Result<BatchRow> {
     Ok(BatchRow {
@@ -231,6 +260,10 @@ impl Batches for Connections {
     fn batch(&self, id: i64) -> Result<Option<BatchRow>> {
         self.read(|c| get(c, id))
     }
+
+    fn prune_batches(&self, cutoff: i64, limit: usize) -> Result<usize> {
+        self.write(|tx| prune(tx, cutoff, limit))
+    }
 }
 
 #[cfg(test)]
@@ -244,6 +277,23 @@ mod tests {
             .unwrap()
             .collect::<rusqlite::Result<_>>()
             .unwrap()
+    }
+
+    /// History's prune seeks the finished batches by `finished_at` (V13's
+    /// index) and each one's callbacks by primary key: no table is scanned
+    /// for it, however many batches are kept.
+    #[test]
+    fn pruning_batches_seeks_the_finished_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("plan.db")).unwrap();
+        super::super::migrate::migrate(&mut conn, std::time::Duration::from_secs(5)).unwrap();
+        let plan = plan(&conn, &PRUNE.replace("?1", "0").replace("?2", "10"));
+        assert!(
+            plan.iter()
+                .any(|d| d.contains("INDEX backlog_batches_finished"))
+                && plan.iter().all(|d| !d.starts_with("SCAN")),
+            "{plan:?}"
+        );
     }
 
     /// What a finishing member costs is primary-key writes, whatever the
