@@ -586,9 +586,9 @@ fn queues_with_other_prefixes_or_schemas_neither_see_nor_wake_each_other() -> Te
         .try_get(0)?;
     // jobs, history, queues, groups, group members, schedules, workers,
     // pending, dependencies, workflows, workflow steps, batches, batch
-    // members, finished counts, sequences and refinery's history: 16 per
-    // prefix.
-    assert_eq!(tables, 32);
+    // members, finished counts, sequences, sequence keys and refinery's
+    // history: 17 per prefix.
+    assert_eq!(tables, 34);
     Ok(())
 }
 
