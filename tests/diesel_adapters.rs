@@ -303,7 +303,10 @@ where
         .ok_or("the worker process never ran the committed job")?;
     assert_eq!(ran, next.id);
     let latency = at.saturating_duration_since(committed);
-    assert!(latency < STARTS_WITHIN, "started {latency:?} after the commit");
+    assert!(
+        latency < STARTS_WITHIN,
+        "started {latency:?} after the commit"
+    );
     Ok(())
 }
 
@@ -340,7 +343,11 @@ where
     })?;
     let committing = committing.ok_or("the transaction body did not run")?;
     assert_eq!(notified_before_commit, Some(0), "nothing before the commit");
-    assert_eq!(ran_before_commit, Some(None), "nothing ran before the commit");
+    assert_eq!(
+        ran_before_commit,
+        Some(None),
+        "nothing ran before the commit"
+    );
     assert!(!enqueued.existed);
     assert_eq!(h.effects_of(7)?, 1);
 
@@ -353,7 +360,10 @@ where
         h.backend()
     );
     assert_eq!(ran, enqueued.id);
-    assert!(latency < STARTS_WITHIN, "started {latency:?} after the commit");
+    assert!(
+        latency < STARTS_WITHIN,
+        "started {latency:?} after the commit"
+    );
     let record = h.queue.wait(enqueued.id, Duration::from_secs(5))?;
     assert_eq!(record.state, JobState::Finished(FinalStatus::Completed));
     assert_eq!(record.attempts, 1, "started once");
