@@ -4,6 +4,7 @@
 //! ```text
 //! export BACKLOG_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/backlog_bench
 //! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- enqueue-in
+//! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- enqueue-in-prepared
 //! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- enqueue-in-mysql
 //! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- async-wait
 //! cargo run --features diesel-postgres,diesel-mysql,async --example adapters_bench -- --smoke   # correctness only
@@ -13,6 +14,11 @@
 //!   a raw `INSERT .. RETURNING id` of the same columns through diesel, one
 //!   row per transaction (target: enqueue_in at 80 % of the raw rate or
 //!   more). PostgreSQL; needs the URL.
+//! - `enqueue-in-prepared`: as `enqueue-in`, but the raw insert is
+//!   prepared once per connection by diesel's statement cache (as diesel's
+//!   query builder and `enqueue_in`'s own statements are), where
+//!   `sql_query` in `enqueue-in` parses and plans it on every call: the
+//!   stricter baseline. PostgreSQL; needs the URL.
 //! - `enqueue-in-mysql`: the same on MariaDB through diesel's
 //!   `MysqlConnection`, against a raw insert and `LAST_INSERT_ID()`; needs
 //!   `BACKLOG_BENCH_MYSQL_URL` (or `BACKLOG_TEST_MYSQL_URL`).
@@ -33,8 +39,12 @@ use backlog::async_queue::AsyncQueue;
 use backlog::diesel::QueueExt;
 use backlog::{NewJob, Queue, QueueOptions, Worker};
 use diesel::connection::SimpleConnection;
-use diesel::sql_types::{BigInt, Text};
-use diesel::{Connection, MysqlConnection, PgConnection, QueryableByName, RunQueryDsl};
+use diesel::pg::Pg;
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::sql_types::{BigInt, Text, Untyped};
+use diesel::{
+    Connection, MysqlConnection, PgConnection, QueryResult, QueryableByName, RunQueryDsl,
+};
 use serde_json::json;
 
 type BoxResult<T = ()> = Result<T, Box<dyn Error>>;
@@ -47,15 +57,21 @@ fn main() -> ExitCode {
     let smoke = args.iter().any(|a| a == "--smoke");
     let modes: Vec<&str> = match args.iter().find(|a| !a.starts_with("--")) {
         Some(m) => vec![m.as_str()],
-        None => vec!["enqueue-in", "enqueue-in-mysql", "async-wait"],
+        None => vec![
+            "enqueue-in",
+            "enqueue-in-prepared",
+            "enqueue-in-mysql",
+            "async-wait",
+        ],
     };
     for mode in modes {
         let result = match mode {
-            "enqueue-in" => enqueue_in(smoke),
+            "enqueue-in" => enqueue_in(smoke, false),
+            "enqueue-in-prepared" => enqueue_in(smoke, true),
             "enqueue-in-mysql" => enqueue_in_mysql(smoke),
             "async-wait" => async_wait(smoke),
             other => Err(format!(
-                "unknown mode {other}: enqueue-in, enqueue-in-mysql or async-wait"
+                "unknown mode {other}: enqueue-in, enqueue-in-prepared, enqueue-in-mysql or async-wait"
             )
             .into()),
         };
@@ -132,10 +148,17 @@ impl Drop for Schema {
 }
 
 /// enqueue_in through diesel against a raw diesel insert, one row per
-/// transaction each, in interleaved rounds.
-fn enqueue_in(smoke: bool) -> BoxResult {
+/// transaction each, in interleaved rounds; the raw insert through
+/// `sql_query` (planned per call) or, `prepared`, through diesel's
+/// statement cache.
+fn enqueue_in(smoke: bool, prepared: bool) -> BoxResult {
+    let mode = if prepared {
+        "enqueue-in-prepared"
+    } else {
+        "enqueue-in"
+    };
     let Some(url) = postgres_url() else {
-        println!(r#"{{"mode":"enqueue-in","skipped":"set {URL_VAR}"}}"#);
+        println!(r#"{{"mode":"{mode}","skipped":"set {URL_VAR}"}}"#);
         return Ok(());
     };
     let schema = Schema::create(&url)?;
@@ -152,11 +175,19 @@ fn enqueue_in(smoke: bool) -> BoxResult {
     let payload = json!({"order": 7, "customer": "c-1234", "amount_cents": 4200});
     let payload_text = payload.to_string();
     let raw = |c: &mut PgConnection| -> BoxResult {
-        let row: Id = diesel::sql_query(&raw_insert)
-            .bind::<Text, _>("default")
-            .bind::<Text, _>("charge")
-            .bind::<Text, _>(&payload_text)
-            .get_result(c)?;
+        let row: Id = if prepared {
+            CachedInsert {
+                sql: &raw_insert,
+                binds: ["default", "charge", &payload_text],
+            }
+            .get_result(c)?
+        } else {
+            diesel::sql_query(&raw_insert)
+                .bind::<Text, _>("default")
+                .bind::<Text, _>("charge")
+                .bind::<Text, _>(&payload_text)
+                .get_result(c)?
+        };
         if row.id < 1 {
             return Err("the raw insert returned no id".into());
         }
@@ -166,8 +197,46 @@ fn enqueue_in(smoke: bool) -> BoxResult {
         queue.enqueue_in(c, NewJob::new("charge", payload.clone()))?;
         Ok(())
     };
-    compare("enqueue-in", &queue, &mut conn, smoke, raw, ours)
+    compare(mode, &queue, &mut conn, smoke, raw, ours)
 }
+
+/// The raw insert as a statement diesel's cache prepares once per
+/// connection, keyed by its text: `$1`..`$3` in `sql`, bound in order.
+struct CachedInsert<'a> {
+    sql: &'a str,
+    binds: [&'a str; 3],
+}
+
+impl QueryFragment<Pg> for CachedInsert<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        let mut rest = self.sql;
+        for (n, bind) in self.binds.iter().enumerate() {
+            let marker = format!("${}", n + 1);
+            let Some((before, after)) = rest.split_once(&marker) else {
+                return Err(diesel::result::Error::QueryBuilderError(
+                    format!("no {marker} in the raw insert").into(),
+                ));
+            };
+            out.push_sql(before);
+            out.push_bind_param::<Text, _>(bind)?;
+            rest = after;
+        }
+        out.push_sql(rest);
+        Ok(())
+    }
+}
+
+impl QueryId for CachedInsert<'_> {
+    type QueryId = ();
+    // Not a static id: the cache keys it by its text.
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl Query for CachedInsert<'_> {
+    type SqlType = Untyped;
+}
+
+impl RunQueryDsl<PgConnection> for CachedInsert<'_> {}
 
 /// The same on MySQL/MariaDB: `enqueue_in` through diesel's
 /// `MysqlConnection` against a raw insert of the same columns and its id
