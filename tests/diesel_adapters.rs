@@ -170,8 +170,9 @@ const STARTS_WITHIN: Duration = Duration::from_secs(1);
 
 /// A worker in a process of its own: this test binary re-run with [`ROLE`]
 /// set and the scenario's database in the environment
-/// ([`Harness::child_env`]). It prints `ready` once its worker started and
-/// `job-started <id>` as each handler begins; it ends when its standard
+/// ([`Harness::child_env`]). It prints `ready` once its worker started,
+/// `job-started <id>` as each `charge` begins and `warmed-up <id>` for each
+/// `warm_up`; it ends when its standard
 /// input closes (the parent gone) or when the parent kills it. Without a
 /// role (a plain `--ignored` run) it returns at once.
 #[test]
@@ -191,6 +192,10 @@ fn diesel_worker_child() -> TestResult {
             println!("job-started {}", ctx.id());
             Ok(())
         })
+        .handle_raw("warm_up", |_, ctx| {
+            println!("warmed-up {}", ctx.id());
+            Ok(())
+        })
         .start()?;
     println!("ready");
     let mut rest = Vec::new();
@@ -203,14 +208,20 @@ fn diesel_worker_child() -> TestResult {
 /// failed assertion included).
 struct WorkerProcess {
     _process: Children,
-    /// Each job the process started, and when the parent read its line.
+    /// Each `charge` job the process started, and when the parent read its
+    /// line.
     started: mpsc::Receiver<(i64, Instant)>,
+    /// The `warm_up` jobs [`WorkerProcess::spawn`] committed (all finished).
+    warm_ups: i64,
 }
 
 impl WorkerProcess {
-    /// Starts the process and returns once its worker is idle and waiting:
-    /// started, its first look done, its LISTEN (PostgreSQL) or its probe's
-    /// first reading (MySQL) in place.
+    /// Starts the process and returns once its worker is idle and waiting
+    /// and has been woken by a commit: a `warm_up` job committed after it
+    /// reported ready has run there (its LISTEN on PostgreSQL, its probe's
+    /// first reading on MySQL, are in place). A warm-up committed before
+    /// the probe's first reading would wait for the idle poll, so another
+    /// is committed each second until one runs; all have finished on return.
     fn spawn(h: &Harness) -> TestResult<WorkerProcess> {
         let mut command = Command::new(std::env::current_exe()?);
         command
@@ -227,7 +238,7 @@ impl WorkerProcess {
         let out = child.stdout.take();
         let process = Children(vec![child]);
         let out = out.ok_or("the worker process has no stdout")?;
-        let (ready_tx, ready) = mpsc::channel();
+        let (signal_tx, signals) = mpsc::channel();
         let (started_tx, started) = mpsc::channel();
         std::thread::spawn(move || {
             // libtest may print its "test ... " prefix on the same line.
@@ -237,18 +248,33 @@ impl WorkerProcess {
                     if let Ok(id) = id.trim().parse::<i64>() {
                         let _ = started_tx.send((id, at));
                     }
+                } else if line.contains("warmed-up ") {
+                    let _ = signal_tx.send("warmed-up");
                 } else if line.contains("ready") {
-                    let _ = ready_tx.send(());
+                    let _ = signal_tx.send("ready");
                 }
             }
         });
-        ready
-            .recv_timeout(Duration::from_secs(30))
-            .map_err(|_| "the worker process did not become ready")?;
-        std::thread::sleep(Duration::from_millis(500));
+        if signals.recv_timeout(Duration::from_secs(30)) != Ok("ready") {
+            return Err("the worker process did not become ready".into());
+        }
+        let mut warm_ups = Vec::new();
+        loop {
+            if warm_ups.len() == 10 {
+                return Err("the worker process ran none of 10 committed warm-up jobs".into());
+            }
+            warm_ups.push(h.queue.enqueue(NewJob::new("warm_up", json!({})))?.id);
+            if signals.recv_timeout(Duration::from_secs(1)) == Ok("warmed-up") {
+                break;
+            }
+        }
+        for id in &warm_ups {
+            h.queue.wait(*id, Duration::from_secs(10))?;
+        }
         Ok(WorkerProcess {
             _process: process,
             started,
+            warm_ups: warm_ups.len() as i64,
         })
     }
 
@@ -356,8 +382,9 @@ where
         .ok_or("the worker process never ran the job")?;
     let latency = at.saturating_duration_since(committing);
     println!(
-        "diesel {:?}: committed job started in another process after {latency:?}",
-        h.backend()
+        "diesel {:?}: committed job started in another process after {latency:?} ({} warm-up)",
+        h.backend(),
+        worker.warm_ups
     );
     assert_eq!(ran, enqueued.id);
     assert!(
@@ -369,7 +396,11 @@ where
     assert_eq!(record.attempts, 1, "started once");
     let again = worker.next_start(Duration::from_millis(300));
     assert_eq!(again, None, "the job started twice");
-    assert_eq!(h.live_rows()? + h.history_rows()?, 1, "exactly one job");
+    assert_eq!(
+        h.live_rows()? + h.history_rows()?,
+        1 + worker.warm_ups,
+        "exactly one job besides the warm-ups"
+    );
     if listen.is_some() {
         assert!(
             notifications(&mut listen, Duration::from_millis(500))? >= 1,

@@ -56,8 +56,8 @@ const CHILD_SCHEMA: &str = "BACKLOG_SQLX_CHILD_SCHEMA";
 
 /// A worker in a process of its own: this test binary re-run with [`ROLE`]
 /// set and the scenario's database in the environment. It prints `ready`
-/// once its worker started and `job-started <id>` as each handler begins;
-/// it ends when its standard input closes (the parent gone) or when the
+/// once its worker started, `job-started <id>` as each `charge` begins and
+/// `warmed-up <id>` for each `warm_up`; it ends when its standard input closes (the parent gone) or when the
 /// parent kills it. Without a role (a plain `--ignored` run) it returns at
 /// once.
 #[test]
@@ -83,6 +83,10 @@ fn sqlx_worker_child() -> TestResult {
             println!("job-started {}", ctx.id());
             Ok(())
         })
+        .handle_raw("warm_up", |_: Value, ctx| {
+            println!("warmed-up {}", ctx.id());
+            Ok(())
+        })
         .start()?;
     println!("ready");
     let mut rest = Vec::new();
@@ -95,15 +99,22 @@ fn sqlx_worker_child() -> TestResult {
 /// assertion included).
 struct WorkerProcess {
     process: Child,
-    /// Each job the process started, and when the parent read its line.
+    /// Each `charge` job the process started, and when the parent read its
+    /// line.
     started: UnboundedReceiver<(i64, Instant)>,
+    /// The `warm_up` jobs [`WorkerProcess::spawn`] committed (all finished).
+    warm_ups: i64,
 }
 
 impl WorkerProcess {
     /// Starts the process on `f`'s database and returns once its worker is
-    /// idle and waiting: started, its first look done, its LISTEN
-    /// (PostgreSQL) or its probe's first reading (MySQL) in place.
-    async fn spawn(f: &Fixture) -> TestResult<WorkerProcess> {
+    /// idle and waiting and has been woken by a commit: a `warm_up` job
+    /// committed (through `queue`) after it reported ready has run there
+    /// (its LISTEN on PostgreSQL, its probe's first reading on MySQL, are
+    /// in place). A warm-up committed before the probe's first reading
+    /// would wait for the idle poll, so another is committed each second
+    /// until one runs; all have finished on return.
+    async fn spawn(f: &Fixture, queue: &Queue) -> TestResult<WorkerProcess> {
         let mut command = Command::new(std::env::current_exe()?);
         command
             .args(["--exact", "sqlx_worker_child", "--ignored", "--nocapture"])
@@ -117,12 +128,16 @@ impl WorkerProcess {
             .stderr(Stdio::inherit());
         let mut process = command.spawn()?;
         let out = process.stdout.take();
-        let (ready_tx, ready) = tokio::sync::oneshot::channel();
+        let (signal_tx, mut signals) = unbounded_channel();
         let (started_tx, started) = unbounded_channel();
-        let mut this = WorkerProcess { process, started };
+        // Killed and reaped on drop from here on, an early return included.
+        let mut this = WorkerProcess {
+            process,
+            started,
+            warm_ups: 0,
+        };
         let out = out.ok_or("the worker process has no stdout")?;
         std::thread::spawn(move || {
-            let mut ready_tx = Some(ready_tx);
             // libtest may print its "test ... " prefix on the same line.
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 let at = Instant::now();
@@ -130,21 +145,42 @@ impl WorkerProcess {
                     if let Ok(id) = id.trim().parse::<i64>() {
                         let _ = started_tx.send((id, at));
                     }
+                } else if line.contains("warmed-up ") {
+                    let _ = signal_tx.send("warmed-up");
                 } else if line.contains("ready") {
-                    if let Some(tx) = ready_tx.take() {
-                        let _ = tx.send(());
-                    }
+                    let _ = signal_tx.send("ready");
                 }
             }
         });
-        match tokio::time::timeout(Duration::from_secs(30), ready).await {
-            Ok(Ok(())) => {}
-            _ => {
-                this.stop();
-                return Err("the worker process did not become ready".into());
+        let ready = tokio::time::timeout(Duration::from_secs(30), signals.recv()).await;
+        if !matches!(ready, Ok(Some("ready"))) {
+            return Err("the worker process did not become ready".into());
+        }
+        let mut warm_ups = Vec::new();
+        loop {
+            if warm_ups.len() == 10 {
+                return Err("the worker process ran none of 10 committed warm-up jobs".into());
+            }
+            let q = queue.clone();
+            let id = tokio::task::spawn_blocking(move || {
+                q.enqueue(NewJob::new("warm_up", json!({}))).map(|e| e.id)
+            })
+            .await??;
+            warm_ups.push(id);
+            let woke = tokio::time::timeout(Duration::from_secs(1), signals.recv()).await;
+            if matches!(woke, Ok(Some("warmed-up"))) {
+                break;
             }
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        this.warm_ups = warm_ups.len() as i64;
+        let q = queue.clone();
+        tokio::task::spawn_blocking(move || -> backlog::Result<()> {
+            for id in warm_ups {
+                q.wait(id, Duration::from_secs(10))?;
+            }
+            Ok(())
+        })
+        .await??;
         Ok(this)
     }
 
@@ -184,7 +220,7 @@ async fn listen(f: &Fixture) -> TestResult<Option<PgListener>> {
 /// was awake: a job committed next starts there within a second.
 async fn rollback_leaves_no_job_and_a_worker_process_runs_nothing(f: Fixture) -> TestResult {
     let queue = f.queue().await?;
-    let mut worker = WorkerProcess::spawn(&f).await?;
+    let mut worker = WorkerProcess::spawn(&f, &queue).await?;
     let mut listener = listen(&f).await?;
 
     let mut tx = f.begin().await?;
@@ -202,7 +238,7 @@ async fn rollback_leaves_no_job_and_a_worker_process_runs_nothing(f: Fixture) ->
     // Time for MySQL's probe to look, had the job shown.
     let ran = worker.next_start(Duration::from_millis(500)).await;
     assert_eq!(ran, None, "the worker process ran a rolled-back job");
-    assert_eq!(f.all_jobs().await?, 0);
+    assert_eq!(f.all_jobs().await?, worker.warm_ups, "only the warm-ups");
     assert_eq!(f.orders().await?, 0);
 
     let mut tx = f.begin().await?;
@@ -232,7 +268,7 @@ async fn commit_makes_one_job_that_a_worker_process_starts_within_a_second(
     f: Fixture,
 ) -> TestResult {
     let queue = f.queue().await?;
-    let mut worker = WorkerProcess::spawn(&f).await?;
+    let mut worker = WorkerProcess::spawn(&f, &queue).await?;
     let mut listener = listen(&f).await?;
 
     let mut tx = f.begin().await?;
@@ -252,8 +288,8 @@ async fn commit_makes_one_job_that_a_worker_process_starts_within_a_second(
         .ok_or("the worker process never ran the job")?;
     let latency = at.saturating_duration_since(committing);
     println!(
-        "{:?}: committed job started in another process after {latency:?}",
-        f.server
+        "{:?}: committed job started in another process after {latency:?} ({} warm-up)",
+        f.server, worker.warm_ups
     );
     assert_eq!(ran, job.id);
     assert!(
@@ -271,7 +307,11 @@ async fn commit_makes_one_job_that_a_worker_process_starts_within_a_second(
     assert_eq!(record.attempts, 1, "started once");
     let again = worker.next_start(Duration::from_millis(300)).await;
     assert_eq!(again, None, "the job started twice");
-    assert_eq!(f.all_jobs().await?, 1);
+    assert_eq!(
+        f.all_jobs().await?,
+        1 + worker.warm_ups,
+        "exactly one job besides the warm-ups"
+    );
     assert_eq!(f.orders().await?, 1);
     Ok(())
 }
