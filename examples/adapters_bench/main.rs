@@ -7,6 +7,7 @@
 //! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- enqueue-in-prepared
 //! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- enqueue-in-mysql
 //! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- async-wait
+//! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- async-wait-process
 //! cargo run --features diesel-postgres,diesel-mysql,async --example adapters_bench -- --smoke   # correctness only
 //! ```
 //!
@@ -27,12 +28,15 @@
 //!   alternating the blocking `Queue::wait` and `AsyncQueue::wait` (target:
 //!   async p99 within 1 ms of sync p99). On the PostgreSQL URL when set,
 //!   else on a SQLite file.
+//! - `async-wait-process`: the same with the worker in another process
+//!   (this binary re-run as `worker-child`), as issue 24's target reads.
 //!
 //! Figures go to stdout as JSON lines; a failed correctness check (a job
 //! missing, a wait that timed out) exits with status 1.
 
 use std::error::Error;
-use std::process::ExitCode;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use backlog::async_queue::AsyncQueue;
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
             "enqueue-in-prepared",
             "enqueue-in-mysql",
             "async-wait",
+            "async-wait-process",
         ],
     };
     for mode in modes {
@@ -69,9 +74,12 @@ fn main() -> ExitCode {
             "enqueue-in" => enqueue_in(smoke, false),
             "enqueue-in-prepared" => enqueue_in(smoke, true),
             "enqueue-in-mysql" => enqueue_in_mysql(smoke),
-            "async-wait" => async_wait(smoke),
+            "async-wait" => async_wait(smoke, false),
+            "async-wait-process" => async_wait(smoke, true),
+            "worker-child" => worker_child(),
             other => Err(format!(
-                "unknown mode {other}: enqueue-in, enqueue-in-prepared, enqueue-in-mysql or async-wait"
+                "unknown mode {other}: enqueue-in, enqueue-in-prepared, enqueue-in-mysql, \
+                 async-wait or async-wait-process"
             )
             .into()),
         };
@@ -376,9 +384,69 @@ fn compare<C: Connection>(
     Ok(())
 }
 
+/// The worker process of `async-wait-process`'s parent: on the queue
+/// [`CHILD_TARGET`] names (a PostgreSQL URL with [`CHILD_SCHEMA`], else a
+/// SQLite file), runs `echo` jobs; prints `ready` once started, and stops
+/// when its standard input closes (the parent gone) or it is killed.
+fn worker_child() -> BoxResult {
+    let target = std::env::var(CHILD_TARGET)?;
+    let queue = match std::env::var(CHILD_SCHEMA) {
+        Ok(schema) => QueueOptions::new().schema(&schema).connect(&target)?,
+        Err(_) => Queue::open(&target)?,
+    };
+    let worker = Worker::builder(queue)
+        .handle_raw("echo", |payload, _| Ok(payload))
+        .start()?;
+    println!("ready");
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    worker.shutdown(Duration::from_secs(10))?;
+    Ok(())
+}
+
+const CHILD_TARGET: &str = "BACKLOG_BENCH_CHILD_TARGET";
+const CHILD_SCHEMA: &str = "BACKLOG_BENCH_CHILD_SCHEMA";
+
+/// A child process, killed and reaped when dropped.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts [`worker_child`] on `target` (and `schema`) and returns once it
+/// is ready.
+fn spawn_worker_process(target: &str, schema: Option<&str>) -> BoxResult<ChildGuard> {
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .arg("worker-child")
+        .env(CHILD_TARGET, target)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(schema) = schema {
+        command.env(CHILD_SCHEMA, schema);
+    }
+    let mut child = ChildGuard(command.spawn()?);
+    let out = child
+        .0
+        .stdout
+        .take()
+        .ok_or("the worker process has no stdout")?;
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line)?;
+    if line.trim() != "ready" {
+        return Err(format!("the worker process said {line:?}, not ready").into());
+    }
+    Ok(child)
+}
+
 /// Enqueue-to-wait-returned latency, blocking and async alternating, the
-/// jobs run by a worker on another handle.
-fn async_wait(smoke: bool) -> BoxResult {
+/// jobs run by a worker on another handle, or (`process`) in another
+/// process.
+fn async_wait(smoke: bool, process: bool) -> BoxResult {
     let dir = tempfile::tempdir()?;
     let schema = postgres_url().map(|u| Schema::create(&u)).transpose()?;
     let open = || -> BoxResult<Queue> {
@@ -393,9 +461,24 @@ fn async_wait(smoke: bool) -> BoxResult {
         "sqlite"
     };
     let queue = open()?;
-    let worker = Worker::builder(open()?)
-        .handle_raw("echo", |payload, _| Ok(payload))
-        .start()?;
+    let (worker, child) = if process {
+        let path = dir.path().join("bench.db");
+        let child = match &schema {
+            Some(s) => spawn_worker_process(&s.url, Some(&s.name))?,
+            None => spawn_worker_process(&path.to_string_lossy(), None)?,
+        };
+        (None, Some(child))
+    } else {
+        let worker = Worker::builder(open()?)
+            .handle_raw("echo", |payload, _| Ok(payload))
+            .start()?;
+        (Some(worker), None)
+    };
+    let (mode, worker_in) = if process {
+        ("async-wait-process", "process")
+    } else {
+        ("async-wait", "handle")
+    };
     let async_queue = AsyncQueue::new(queue.clone())?;
     let samples = if smoke { 20 } else { 1000 };
     let (mut sync_ms, mut async_ms) = (Vec::new(), Vec::new());
@@ -415,14 +498,17 @@ fn async_wait(smoke: bool) -> BoxResult {
             async_ms.push(start.elapsed().as_secs_f64() * 1e3);
         }
     }
-    worker.shutdown(Duration::from_secs(10))?;
+    if let Some(worker) = worker {
+        worker.shutdown(Duration::from_secs(10))?;
+    }
+    drop(child);
     let (sync_p50, async_p50) = (median(&mut sync_ms), median(&mut async_ms));
     let (sync_p99, async_p99) = (
         percentile(&mut sync_ms, 0.99),
         percentile(&mut async_ms, 0.99),
     );
     println!(
-        r#"{{"mode":"async-wait","backend":"{backend}","samples_each":{samples},"sync_median_ms":{sync_p50:.3},"async_median_ms":{async_p50:.3},"sync_p99_ms":{sync_p99:.3},"async_p99_ms":{async_p99:.3},"p99_difference_ms":{:.3},"target_ms":1.0}}"#,
+        r#"{{"mode":"{mode}","backend":"{backend}","worker":"{worker_in}","samples_each":{samples},"sync_median_ms":{sync_p50:.3},"async_median_ms":{async_p50:.3},"sync_p99_ms":{sync_p99:.3},"async_p99_ms":{async_p99:.3},"p99_difference_ms":{:.3},"target_ms":1.0}}"#,
         async_p99 - sync_p99
     );
     Ok(())
