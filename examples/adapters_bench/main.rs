@@ -4,8 +4,10 @@
 //! ```text
 //! export BACKLOG_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/backlog_bench
 //! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- enqueue-in
+//! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- enqueue-in-prepared
 //! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- enqueue-in-mysql
 //! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- async-wait
+//! cargo run --release --features diesel-postgres,diesel-mysql,async --example adapters_bench -- async-wait-process
 //! cargo run --features diesel-postgres,diesel-mysql,async --example adapters_bench -- --smoke   # correctness only
 //! ```
 //!
@@ -13,6 +15,11 @@
 //!   a raw `INSERT .. RETURNING id` of the same columns through diesel, one
 //!   row per transaction (target: enqueue_in at 80 % of the raw rate or
 //!   more). PostgreSQL; needs the URL.
+//! - `enqueue-in-prepared`: as `enqueue-in`, but the raw insert is
+//!   prepared once per connection by diesel's statement cache (as diesel's
+//!   query builder and `enqueue_in`'s own statements are), where
+//!   `sql_query` in `enqueue-in` parses and plans it on every call: the
+//!   stricter baseline. PostgreSQL; needs the URL.
 //! - `enqueue-in-mysql`: the same on MariaDB through diesel's
 //!   `MysqlConnection`, against a raw insert and `LAST_INSERT_ID()`; needs
 //!   `BACKLOG_BENCH_MYSQL_URL` (or `BACKLOG_TEST_MYSQL_URL`).
@@ -21,20 +28,27 @@
 //!   alternating the blocking `Queue::wait` and `AsyncQueue::wait` (target:
 //!   async p99 within 1 ms of sync p99). On the PostgreSQL URL when set,
 //!   else on a SQLite file.
+//! - `async-wait-process`: the same with the worker in another process
+//!   (this binary re-run as `worker-child`), as issue 24's target reads.
 //!
 //! Figures go to stdout as JSON lines; a failed correctness check (a job
 //! missing, a wait that timed out) exits with status 1.
 
 use std::error::Error;
-use std::process::ExitCode;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use backlog::async_queue::AsyncQueue;
 use backlog::diesel::QueueExt;
 use backlog::{NewJob, Queue, QueueOptions, Worker};
 use diesel::connection::SimpleConnection;
-use diesel::sql_types::{BigInt, Text};
-use diesel::{Connection, MysqlConnection, PgConnection, QueryableByName, RunQueryDsl};
+use diesel::pg::Pg;
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::sql_types::{BigInt, Text, Untyped};
+use diesel::{
+    Connection, MysqlConnection, PgConnection, QueryResult, QueryableByName, RunQueryDsl,
+};
 use serde_json::json;
 
 type BoxResult<T = ()> = Result<T, Box<dyn Error>>;
@@ -47,15 +61,25 @@ fn main() -> ExitCode {
     let smoke = args.iter().any(|a| a == "--smoke");
     let modes: Vec<&str> = match args.iter().find(|a| !a.starts_with("--")) {
         Some(m) => vec![m.as_str()],
-        None => vec!["enqueue-in", "enqueue-in-mysql", "async-wait"],
+        None => vec![
+            "enqueue-in",
+            "enqueue-in-prepared",
+            "enqueue-in-mysql",
+            "async-wait",
+            "async-wait-process",
+        ],
     };
     for mode in modes {
         let result = match mode {
-            "enqueue-in" => enqueue_in(smoke),
+            "enqueue-in" => enqueue_in(smoke, false),
+            "enqueue-in-prepared" => enqueue_in(smoke, true),
             "enqueue-in-mysql" => enqueue_in_mysql(smoke),
-            "async-wait" => async_wait(smoke),
+            "async-wait" => async_wait(smoke, false),
+            "async-wait-process" => async_wait(smoke, true),
+            "worker-child" => worker_child(),
             other => Err(format!(
-                "unknown mode {other}: enqueue-in, enqueue-in-mysql or async-wait"
+                "unknown mode {other}: enqueue-in, enqueue-in-prepared, enqueue-in-mysql, \
+                 async-wait or async-wait-process"
             )
             .into()),
         };
@@ -132,10 +156,17 @@ impl Drop for Schema {
 }
 
 /// enqueue_in through diesel against a raw diesel insert, one row per
-/// transaction each, in interleaved rounds.
-fn enqueue_in(smoke: bool) -> BoxResult {
+/// transaction each, in interleaved rounds; the raw insert through
+/// `sql_query` (planned per call) or, `prepared`, through diesel's
+/// statement cache.
+fn enqueue_in(smoke: bool, prepared: bool) -> BoxResult {
+    let mode = if prepared {
+        "enqueue-in-prepared"
+    } else {
+        "enqueue-in"
+    };
     let Some(url) = postgres_url() else {
-        println!(r#"{{"mode":"enqueue-in","skipped":"set {URL_VAR}"}}"#);
+        println!(r#"{{"mode":"{mode}","skipped":"set {URL_VAR}"}}"#);
         return Ok(());
     };
     let schema = Schema::create(&url)?;
@@ -152,11 +183,19 @@ fn enqueue_in(smoke: bool) -> BoxResult {
     let payload = json!({"order": 7, "customer": "c-1234", "amount_cents": 4200});
     let payload_text = payload.to_string();
     let raw = |c: &mut PgConnection| -> BoxResult {
-        let row: Id = diesel::sql_query(&raw_insert)
-            .bind::<Text, _>("default")
-            .bind::<Text, _>("charge")
-            .bind::<Text, _>(&payload_text)
-            .get_result(c)?;
+        let row: Id = if prepared {
+            CachedInsert {
+                sql: &raw_insert,
+                binds: ["default", "charge", &payload_text],
+            }
+            .get_result(c)?
+        } else {
+            diesel::sql_query(&raw_insert)
+                .bind::<Text, _>("default")
+                .bind::<Text, _>("charge")
+                .bind::<Text, _>(&payload_text)
+                .get_result(c)?
+        };
         if row.id < 1 {
             return Err("the raw insert returned no id".into());
         }
@@ -166,8 +205,46 @@ fn enqueue_in(smoke: bool) -> BoxResult {
         queue.enqueue_in(c, NewJob::new("charge", payload.clone()))?;
         Ok(())
     };
-    compare("enqueue-in", &queue, &mut conn, smoke, raw, ours)
+    compare(mode, &queue, &mut conn, smoke, raw, ours)
 }
+
+/// The raw insert as a statement diesel's cache prepares once per
+/// connection, keyed by its text: `$1`..`$3` in `sql`, bound in order.
+struct CachedInsert<'a> {
+    sql: &'a str,
+    binds: [&'a str; 3],
+}
+
+impl QueryFragment<Pg> for CachedInsert<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        let mut rest = self.sql;
+        for (n, bind) in self.binds.iter().enumerate() {
+            let marker = format!("${}", n + 1);
+            let Some((before, after)) = rest.split_once(&marker) else {
+                return Err(diesel::result::Error::QueryBuilderError(
+                    format!("no {marker} in the raw insert").into(),
+                ));
+            };
+            out.push_sql(before);
+            out.push_bind_param::<Text, _>(bind)?;
+            rest = after;
+        }
+        out.push_sql(rest);
+        Ok(())
+    }
+}
+
+impl QueryId for CachedInsert<'_> {
+    type QueryId = ();
+    // Not a static id: the cache keys it by its text.
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl Query for CachedInsert<'_> {
+    type SqlType = Untyped;
+}
+
+impl RunQueryDsl<PgConnection> for CachedInsert<'_> {}
 
 /// The same on MySQL/MariaDB: `enqueue_in` through diesel's
 /// `MysqlConnection` against a raw insert of the same columns and its id
@@ -307,9 +384,69 @@ fn compare<C: Connection>(
     Ok(())
 }
 
+/// The worker process of `async-wait-process`'s parent: on the queue
+/// [`CHILD_TARGET`] names (a PostgreSQL URL with [`CHILD_SCHEMA`], else a
+/// SQLite file), runs `echo` jobs; prints `ready` once started, and stops
+/// when its standard input closes (the parent gone) or it is killed.
+fn worker_child() -> BoxResult {
+    let target = std::env::var(CHILD_TARGET)?;
+    let queue = match std::env::var(CHILD_SCHEMA) {
+        Ok(schema) => QueueOptions::new().schema(&schema).connect(&target)?,
+        Err(_) => Queue::open(&target)?,
+    };
+    let worker = Worker::builder(queue)
+        .handle_raw("echo", |payload, _| Ok(payload))
+        .start()?;
+    println!("ready");
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    worker.shutdown(Duration::from_secs(10))?;
+    Ok(())
+}
+
+const CHILD_TARGET: &str = "BACKLOG_BENCH_CHILD_TARGET";
+const CHILD_SCHEMA: &str = "BACKLOG_BENCH_CHILD_SCHEMA";
+
+/// A child process, killed and reaped when dropped.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts [`worker_child`] on `target` (and `schema`) and returns once it
+/// is ready.
+fn spawn_worker_process(target: &str, schema: Option<&str>) -> BoxResult<ChildGuard> {
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .arg("worker-child")
+        .env(CHILD_TARGET, target)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(schema) = schema {
+        command.env(CHILD_SCHEMA, schema);
+    }
+    let mut child = ChildGuard(command.spawn()?);
+    let out = child
+        .0
+        .stdout
+        .take()
+        .ok_or("the worker process has no stdout")?;
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line)?;
+    if line.trim() != "ready" {
+        return Err(format!("the worker process said {line:?}, not ready").into());
+    }
+    Ok(child)
+}
+
 /// Enqueue-to-wait-returned latency, blocking and async alternating, the
-/// jobs run by a worker on another handle.
-fn async_wait(smoke: bool) -> BoxResult {
+/// jobs run by a worker on another handle, or (`process`) in another
+/// process.
+fn async_wait(smoke: bool, process: bool) -> BoxResult {
     let dir = tempfile::tempdir()?;
     let schema = postgres_url().map(|u| Schema::create(&u)).transpose()?;
     let open = || -> BoxResult<Queue> {
@@ -324,9 +461,24 @@ fn async_wait(smoke: bool) -> BoxResult {
         "sqlite"
     };
     let queue = open()?;
-    let worker = Worker::builder(open()?)
-        .handle_raw("echo", |payload, _| Ok(payload))
-        .start()?;
+    let (worker, child) = if process {
+        let path = dir.path().join("bench.db");
+        let child = match &schema {
+            Some(s) => spawn_worker_process(&s.url, Some(&s.name))?,
+            None => spawn_worker_process(&path.to_string_lossy(), None)?,
+        };
+        (None, Some(child))
+    } else {
+        let worker = Worker::builder(open()?)
+            .handle_raw("echo", |payload, _| Ok(payload))
+            .start()?;
+        (Some(worker), None)
+    };
+    let (mode, worker_in) = if process {
+        ("async-wait-process", "process")
+    } else {
+        ("async-wait", "handle")
+    };
     let async_queue = AsyncQueue::new(queue.clone())?;
     let samples = if smoke { 20 } else { 1000 };
     let (mut sync_ms, mut async_ms) = (Vec::new(), Vec::new());
@@ -346,14 +498,17 @@ fn async_wait(smoke: bool) -> BoxResult {
             async_ms.push(start.elapsed().as_secs_f64() * 1e3);
         }
     }
-    worker.shutdown(Duration::from_secs(10))?;
+    if let Some(worker) = worker {
+        worker.shutdown(Duration::from_secs(10))?;
+    }
+    drop(child);
     let (sync_p50, async_p50) = (median(&mut sync_ms), median(&mut async_ms));
     let (sync_p99, async_p99) = (
         percentile(&mut sync_ms, 0.99),
         percentile(&mut async_ms, 0.99),
     );
     println!(
-        r#"{{"mode":"async-wait","backend":"{backend}","samples_each":{samples},"sync_median_ms":{sync_p50:.3},"async_median_ms":{async_p50:.3},"sync_p99_ms":{sync_p99:.3},"async_p99_ms":{async_p99:.3},"p99_difference_ms":{:.3},"target_ms":1.0}}"#,
+        r#"{{"mode":"{mode}","backend":"{backend}","worker":"{worker_in}","samples_each":{samples},"sync_median_ms":{sync_p50:.3},"async_median_ms":{async_p50:.3},"sync_p99_ms":{sync_p99:.3},"async_p99_ms":{async_p99:.3},"p99_difference_ms":{:.3},"target_ms":1.0}}"#,
         async_p99 - sync_p99
     );
     Ok(())
