@@ -3,6 +3,9 @@
 //! each database's `gauges.rs`. Each seeks an index over live rows only,
 //! never history nor the batch rows kept after their batch finished.
 
+// Read only by a metrics scrape (feature `metrics`).
+#![cfg_attr(not(feature = "metrics"), allow(dead_code))]
+
 /// Batches and workflows not finished yet, at one scrape.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct FlowCounts {

@@ -1,6 +1,9 @@
 //! The metrics' batch and workflow gauges on MySQL/MariaDB, as
 //! `sqlite/gauges.rs`.
 
+// Read only by a metrics scrape (feature `metrics`).
+#![cfg_attr(not(feature = "metrics"), allow(dead_code))]
+
 use mysql::prelude::Queryable;
 use mysql::Row;
 

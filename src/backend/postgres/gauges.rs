@@ -1,6 +1,9 @@
 //! The metrics' batch and workflow gauges on PostgreSQL, as
 //! `sqlite/gauges.rs`.
 
+// Read only by a metrics scrape (feature `metrics`).
+#![cfg_attr(not(feature = "metrics"), allow(dead_code))]
+
 use super::Db;
 use crate::backend::gauges::{FlowCounts, FlowGauges};
 use crate::error::{Error, Result};

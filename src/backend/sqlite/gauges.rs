@@ -1,6 +1,9 @@
 //! The metrics' batch and workflow gauges on SQLite (see
 //! [`crate::backend::gauges`]).
 
+// Read only by a metrics scrape (feature `metrics`).
+#![cfg_attr(not(feature = "metrics"), allow(dead_code))]
+
 use super::Connections;
 use crate::backend::gauges::{FlowCounts, FlowGauges};
 use crate::error::Result;
