@@ -290,6 +290,9 @@ fn fire_if_due(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<(
             .map(|e| e.id)
             .ok_or_else(|| Error::Database("enqueue returned no id".into()))
     })?;
+    if complete.is_some() || success.is_some() {
+        super::connection::note_runnable();
+    }
     q.exec_drop(
         sql.tables.render(FINISH),
         params! {

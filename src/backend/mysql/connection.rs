@@ -23,18 +23,21 @@ use crate::validate::redact_url;
 const STATEMENT_CACHE: usize = 128;
 
 thread_local! {
-    /// Whether the transaction running on this thread released a job that
-    /// waited for its dependencies (`flows::finished` sets it). Other nodes
-    /// see a release by the `{releases}` counter their poller reads; this
+    /// Whether the transaction running on this thread made a job runnable
+    /// that no enqueue call of this process announces: a job released from
+    /// waiting for its dependencies (`flows::finished`), or a batch's
+    /// callback (`batches::fire_if_due`). Other nodes see them by the
+    /// `{releases}` counter and the newest id their poller reads; this
     /// process's own pollers are rung once the transaction commits
-    /// ([`Db::write`]), as a fresh enqueue rings them, so a dependent
-    /// released by a `complete` here starts without waiting for a poll.
-    static RELEASED: Cell<bool> = const { Cell::new(false) };
+    /// ([`Db::write`]), as a fresh enqueue rings them, so such a job starts
+    /// without waiting for this process's next poll.
+    static RUNNABLE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Notes that the transaction on this thread released a waiting job.
-pub(crate) fn note_released() {
-    RELEASED.set(true);
+/// Notes that the transaction on this thread made a job runnable (see
+/// `RUNNABLE`).
+pub(crate) fn note_runnable() {
+    RUNNABLE.set(true);
 }
 
 /// Parses the URL into connection options: every session reads committed
@@ -253,11 +256,11 @@ impl Db {
         self.with_retries(|| {
             let mut conn = self.conn()?;
             let result = (|| {
-                RELEASED.set(false);
+                RUNNABLE.set(false);
                 let mut tx = conn.start_transaction(TxOpts::default())?;
                 let value = f(&mut tx)?;
                 tx.commit().map_err(|e| Attempt::Committing(e.into()))?;
-                if RELEASED.take() {
+                if RUNNABLE.take() {
                     self.bells.ring();
                 }
                 Ok(value)
@@ -522,9 +525,10 @@ mod tests {
     }
 
     /// The pollers of this process are rung after, and only after, a
-    /// committed transaction that released a waiting job.
+    /// committed transaction that made a job runnable (a release, a batch's
+    /// callback).
     #[test]
-    fn a_committed_release_rings_this_processs_pollers() -> Result<()> {
+    fn a_committed_release_or_callback_rings_this_processs_pollers() -> Result<()> {
         let Some(db) = db()? else {
             return Ok(());
         };
@@ -534,7 +538,7 @@ mod tests {
 
         let failed: Result<()> = db.write(|tx| {
             tx.query_drop("SELECT 1")?;
-            note_released();
+            note_runnable();
             Err(Error::InvalidArgument("rolled back".into()))
         });
         assert!(failed.is_err());
@@ -542,7 +546,7 @@ mod tests {
 
         db.write(|tx| {
             tx.query_drop("SELECT 1")?;
-            note_released();
+            note_runnable();
             assert!(bell.try_recv().is_err(), "rung before the commit");
             Ok(())
         })?;

@@ -521,7 +521,7 @@ pub(crate) fn finished(
     released += cascade::cascade(sql, q, ended, now)?;
     if released > 0 {
         q.exec_drop(&f.bump_releases, ())?;
-        super::connection::note_released();
+        super::connection::note_runnable();
     }
     Ok(released)
 }
