@@ -261,7 +261,7 @@ impl Db {
                 let value = f(&mut tx)?;
                 tx.commit().map_err(|e| Attempt::Committing(e.into()))?;
                 if RUNNABLE.take() {
-                    self.bells.ring();
+                    self.rescheduled();
                 }
                 Ok(value)
             })();
@@ -508,20 +508,28 @@ fn connect_error(redacted_url: &str, e: Error) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    /// A `Db` on `BACKLOG_TEST_MYSQL_URL`; `None` when no server is
-    /// configured. Nothing is written: the transactions below only read.
-    fn db() -> Result<Option<Db>> {
-        let Some(url) = std::env::var("BACKLOG_TEST_MYSQL_URL")
+    /// `BACKLOG_TEST_MYSQL_URL`, or `None` (saying the test is skipped)
+    /// when no server is configured: for this module's tests and
+    /// `inspect.rs`'s.
+    pub(in crate::backend::mysql) fn test_url() -> Option<String> {
+        let url = std::env::var("BACKLOG_TEST_MYSQL_URL")
             .ok()
-            .filter(|u| !u.is_empty())
-        else {
+            .filter(|u| !u.is_empty());
+        if url.is_none() {
             println!("SKIPPED: set BACKLOG_TEST_MYSQL_URL");
-            return Ok(None);
-        };
-        Ok(Some(Db::connect(&url, &QueueOptions::new())?))
+        }
+        url
+    }
+
+    /// A `Db` on the test server; `None` when none is configured. Nothing
+    /// is written: the transactions below only read.
+    fn db() -> Result<Option<Db>> {
+        test_url()
+            .map(|url| Db::connect(&url, &QueueOptions::new()))
+            .transpose()
     }
 
     /// The pollers of this process are rung after, and only after, a

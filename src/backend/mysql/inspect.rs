@@ -521,11 +521,7 @@ mod tests {
 
     impl Tables {
         fn connect() -> Result<Option<Tables>> {
-            let Some(url) = std::env::var("BACKLOG_TEST_MYSQL_URL")
-                .ok()
-                .filter(|u| !u.is_empty())
-            else {
-                println!("SKIPPED: set BACKLOG_TEST_MYSQL_URL");
+            let Some(url) = crate::backend::mysql::connection::tests::test_url() else {
                 return Ok(None);
             };
             let prefix = format!("ut{:012x}_", rand::random::<u64>() >> 16);
