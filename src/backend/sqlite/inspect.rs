@@ -12,11 +12,17 @@ use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
 
 /// A job by id, live, finished, grouped or pending, with its sequence key.
+///
+/// One read transaction, so every table is read at one snapshot: read one
+/// statement at a time, a job moving between two of them (a dependent
+/// released from `backlog_pending` into `backlog_jobs` after the live table
+/// was read) was found in neither, and `wait` reported it `NotFound`.
 pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<Option<JobRecord>> {
-    let Some(mut record) = find(conn, id, now)? else {
+    let snapshot = conn.unchecked_transaction()?;
+    let Some(mut record) = find(&snapshot, id, now)? else {
         return Ok(None);
     };
-    let keys = sequences::keys_of(conn, &[id])?;
+    let keys = sequences::keys_of(&snapshot, &[id])?;
     crate::inspect::with_sequence_keys(std::slice::from_mut(&mut record), keys);
     Ok(Some(record))
 }
