@@ -1,6 +1,9 @@
 //! Inspection and operator actions: get, list, counts, cancel, delete, prune.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
 use std::time::Duration;
 
 use backlog::{
@@ -351,6 +354,56 @@ fn run_now_refuses_running_and_finished_jobs_and_retry_refuses_live_ones(
     Ok(())
 }
 
+/// A job moving between tables (a dependent released from waiting into the
+/// live jobs, its dependency from the live jobs into the finished ones) is
+/// read at one moment: `get` always finds it, and `counts` always adds up
+/// to every job. Read a table at a time, a read could land between the move's
+/// two halves and miss the job (`wait` then reported `NotFound`).
+fn reads_of_jobs_moving_between_tables_see_one_moment(b: &Backend) -> TestResult {
+    const ROUNDS: usize = 40;
+    let h = b.harness()?;
+    let settler = h.second_handle()?;
+    for round in 0..ROUNDS {
+        let first = h.queue.enqueue(NewJob::new("k", json!(round)))?;
+        let dependent = h
+            .queue
+            .enqueue(NewJob::new("k", json!(round)).depends_on([first.id]))?;
+        let leased = h.lease_one("w")?;
+        assert_eq!(leased.id, first.id);
+        let done = Arc::new(AtomicBool::new(false));
+        let settling = {
+            let done = Arc::clone(&done);
+            let settler = settler.clone();
+            thread::spawn(move || {
+                let settled = settler.complete(&leased, None);
+                done.store(true, Ordering::SeqCst);
+                settled
+            })
+        };
+        let total = 2 * (round as u64 + 1);
+        // Read while the settle runs, and a few times after it.
+        let mut after = 0;
+        while after < 3 {
+            if done.load(Ordering::SeqCst) {
+                after += 1;
+            }
+            for id in [first.id, dependent.id] {
+                if let Err(e) = h.queue.get(id) {
+                    return Err(format!("round {round}: get({id}) failed mid-move: {e:?}").into());
+                }
+            }
+            let counted: u64 = h.queue.counts()?.iter().map(|c| c.count).sum();
+            assert_eq!(counted, total, "round {round}: counts mid-move");
+        }
+        settling.join().map_err(|_| "settler panicked")??;
+        // The dependent is released: lease and finish it for the next round.
+        let next = h.lease_one("w")?;
+        assert_eq!(next.id, dependent.id);
+        h.queue.complete(&next, None)?;
+    }
+    Ok(())
+}
+
 conformance!(
     run_now_makes_a_scheduled_or_retrying_job_due_and_keeps_its_attempts,
     run_now_refuses_running_and_finished_jobs_and_retry_refuses_live_ones,
@@ -362,6 +415,7 @@ conformance!(
     list_filters_by_state_queue_and_kind,
     list_pages_by_keyset_over_several_pages,
     counts_report_every_queue_and_state,
+    reads_of_jobs_moving_between_tables_see_one_moment,
     prune_history_deletes_expired_rows_in_small_batches,
     prune_history_keeps_each_status_for_its_own_retention,
 );

@@ -7,7 +7,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable;
-use mysql::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, PooledConn, Transaction, TxOpts};
+use mysql::{
+    AccessMode, IsolationLevel, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, PooledConn,
+    Transaction, TxOpts,
+};
 
 use super::queries::{self, Sql, Tables};
 use super::version::Server;
@@ -306,6 +309,35 @@ impl Db {
                 }
             })
         }))
+    }
+
+    /// Runs `f`, which only reads, in one read-only `REPEATABLE READ`
+    /// transaction started `WITH CONSISTENT SNAPSHOT`: its statements read
+    /// one moment, where under the session's READ COMMITTED each would read
+    /// its own (a job moving between two tables could be missed by both
+    /// reads). Its reads take no locks. Retried as [`Db::read`]; the
+    /// isolation level applies to this transaction only.
+    pub(crate) fn read_snapshot<T>(
+        &self,
+        mut f: impl FnMut(&mut Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.with_retries(|| {
+            let mut conn = self.conn()?;
+            let result = (|| {
+                let opts = TxOpts::default()
+                    .set_isolation_level(Some(IsolationLevel::RepeatableRead))
+                    .set_with_consistent_snapshot(true)
+                    .set_access_mode(Some(AccessMode::ReadOnly));
+                let mut tx = conn.start_transaction(opts)?;
+                let value = f(&mut tx)?;
+                tx.commit()?;
+                Ok(value)
+            })();
+            if let Err(e) = &result {
+                discard_if_broken(&mut conn, e);
+            }
+            result.map_err(Attempt::from)
+        })
     }
 
     /// Runs `f` on a pooled connection, once more on a fresh one if the

@@ -315,15 +315,15 @@ impl Store for Db {
     }
 
     fn get(&self, id: i64, now: i64) -> Result<Option<JobRecord>> {
-        self.read(|conn| inspect::get(&self.sql, conn, id, self.now(now)))
+        self.read_snapshot(|conn| inspect::get(&self.sql, conn, id, self.now(now)))
     }
 
     fn list(&self, filter: &JobFilter, now: i64) -> Result<Page> {
-        self.read(|conn| inspect::list(&self.sql, conn, filter, self.now(now)))
+        self.read_snapshot(|conn| inspect::list(&self.sql, conn, filter, self.now(now)))
     }
 
     fn counts(&self, now: i64) -> Result<Vec<StateCount>> {
-        self.read(|conn| inspect::counts(&self.sql, conn, self.now(now)))
+        self.read_snapshot(|conn| inspect::counts(&self.sql, conn, self.now(now)))
     }
 
     fn retry(&self, id: i64, now: i64) -> Result<Acted> {

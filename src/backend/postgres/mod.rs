@@ -243,11 +243,16 @@ impl Store for Db {
     }
 
     fn get(&self, id: i64, now: i64) -> Result<Option<JobRecord>> {
-        self.pool.read(|tx| inspect::get(tx, &self.q, id, now))
+        // One snapshot: a job moving between tables (a dependent released
+        // from pending) is in one of them, never in neither.
+        self.pool
+            .read_snapshot(|tx| inspect::get(tx, &self.q, id, now))
     }
 
     fn list(&self, filter: &JobFilter, now: i64) -> Result<Page> {
-        self.pool.read(|tx| inspect::list(tx, &self.q, filter, now))
+        // One snapshot: the page and its sequence keys of one moment.
+        self.pool
+            .read_snapshot(|tx| inspect::list(tx, &self.q, filter, now))
     }
 
     fn counts(&self, now: i64) -> Result<Vec<StateCount>> {

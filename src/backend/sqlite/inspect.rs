@@ -106,7 +106,9 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
         _ => now.into(),
     };
     let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
-    let mut stmt = conn.prepare_cached(&sql)?;
+    // The page and its sequence keys at one moment, as `get`.
+    let snapshot = conn.unchecked_transaction()?;
+    let mut stmt = snapshot.prepare_cached(&sql)?;
     let mut jobs = stmt
         .query_map(
             params![
@@ -119,8 +121,9 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
             record,
         )?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    drop(stmt);
     let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
-    crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(conn, &ids)?);
+    crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(&snapshot, &ids)?);
     Ok(Page::of(jobs, filter.limit))
 }
 
@@ -161,10 +164,13 @@ fn record(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
     })
 }
 
-/// Jobs per queue and state (states with no jobs are left out).
+/// Jobs per queue and state (states with no jobs are left out), every
+/// table read at one moment (as `get`): a job moving between two of them
+/// counts once.
 pub(crate) fn counts(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
+    let snapshot = conn.unchecked_transaction()?;
     count_by_state(
-        conn,
+        &snapshot,
         &[
             (queries::COUNT_LIVE, vec![now]),
             (queries::COUNT_GROUPED, vec![]),
@@ -177,6 +183,8 @@ pub(crate) fn counts(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
 /// Live jobs per queue and state, and dead jobs per queue, read from
 /// indexes (see [`queries::COUNT_WAITING_DUE`]).
 pub(crate) fn depth(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
+    let snapshot = conn.unchecked_transaction()?; // one moment, as `counts`
+    let conn = &*snapshot;
     let mut out = count_by_state(
         conn,
         &[
