@@ -11,20 +11,30 @@ use crate::error::Result;
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
 use crate::outcome::{AttemptError, FinalStatus};
 
+/// Runs `f`, which reads several tables, in one read transaction, so it
+/// reads them at one moment. Read a statement at a time, a job moving
+/// between two tables (a dependent released from `backlog_pending` into
+/// `backlog_jobs` after the live table was read) was found in neither, and
+/// `wait` reported it `NotFound`. Inside a caller's transaction already
+/// (the `testing::*_in` helpers), that transaction is the moment.
+fn at_one_moment<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    if !conn.is_autocommit() {
+        return f(conn);
+    }
+    let snapshot = conn.unchecked_transaction()?; // rolled back on drop: it only reads
+    f(&snapshot)
+}
+
 /// A job by id, live, finished, grouped or pending, with its sequence key.
-///
-/// One read transaction, so every table is read at one snapshot: read one
-/// statement at a time, a job moving between two of them (a dependent
-/// released from `backlog_pending` into `backlog_jobs` after the live table
-/// was read) was found in neither, and `wait` reported it `NotFound`.
 pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<Option<JobRecord>> {
-    let snapshot = conn.unchecked_transaction()?;
-    let Some(mut record) = find(&snapshot, id, now)? else {
-        return Ok(None);
-    };
-    let keys = sequences::keys_of(&snapshot, &[id])?;
-    crate::inspect::with_sequence_keys(std::slice::from_mut(&mut record), keys);
-    Ok(Some(record))
+    at_one_moment(conn, |conn| {
+        let Some(mut record) = find(conn, id, now)? else {
+            return Ok(None);
+        };
+        let keys = sequences::keys_of(conn, &[id])?;
+        crate::inspect::with_sequence_keys(std::slice::from_mut(&mut record), keys);
+        Ok(Some(record))
+    })
 }
 
 /// A job by id, wherever it is, without its sequence key.
@@ -106,9 +116,19 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
         _ => now.into(),
     };
     let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
-    // The page and its sequence keys at one moment, as `get`.
-    let snapshot = conn.unchecked_transaction()?;
-    let mut stmt = snapshot.prepare_cached(&sql)?;
+    // The page and its sequence keys at one moment.
+    at_one_moment(conn, |conn| page(conn, &sql, first, filter, limit))
+}
+
+/// One page of [`list`], with its jobs' sequence keys.
+fn page(
+    conn: &Connection,
+    sql: &str,
+    first: rusqlite::types::Value,
+    filter: &JobFilter,
+    limit: i64,
+) -> Result<Page> {
+    let mut stmt = conn.prepare_cached(sql)?;
     let mut jobs = stmt
         .query_map(
             params![
@@ -121,9 +141,8 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
             record,
         )?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    drop(stmt);
     let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
-    crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(&snapshot, &ids)?);
+    crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(conn, &ids)?);
     Ok(Page::of(jobs, filter.limit))
 }
 
@@ -165,26 +184,28 @@ fn record(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
 }
 
 /// Jobs per queue and state (states with no jobs are left out), every
-/// table read at one moment (as `get`): a job moving between two of them
-/// counts once.
+/// table read at one moment: a job moving between two of them counts once.
 pub(crate) fn counts(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
-    let snapshot = conn.unchecked_transaction()?;
-    count_by_state(
-        &snapshot,
-        &[
-            (queries::COUNT_LIVE, vec![now]),
-            (queries::COUNT_GROUPED, vec![]),
-            (flows::COUNT_PENDING, vec![]),
-            (queries::COUNT_HISTORY, vec![]),
-        ],
-    )
+    at_one_moment(conn, |conn| {
+        count_by_state(
+            conn,
+            &[
+                (queries::COUNT_LIVE, vec![now]),
+                (queries::COUNT_GROUPED, vec![]),
+                (flows::COUNT_PENDING, vec![]),
+                (queries::COUNT_HISTORY, vec![]),
+            ],
+        )
+    })
 }
 
 /// Live jobs per queue and state, and dead jobs per queue, read from
 /// indexes (see [`queries::COUNT_WAITING_DUE`]).
 pub(crate) fn depth(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
-    let snapshot = conn.unchecked_transaction()?; // one moment, as `counts`
-    let conn = &*snapshot;
+    at_one_moment(conn, |conn| depth_at(conn, now)) // one moment, as `counts`
+}
+
+fn depth_at(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
     let mut out = count_by_state(
         conn,
         &[
