@@ -131,9 +131,16 @@ pub(crate) struct Finishing<'a> {
 /// One database's statements on its diesel connection; the checks and
 /// decisions around them are [`QueueExt`]'s, shared.
 trait Adapter: Connection {
+    /// The public module of the database's own queue calls, for errors.
+    const MODULE: &'static str;
     fn enqueue(queue: &Queue, conn: &mut Self, p: &EnqueueParams<'_>, now: i64)
         -> Result<Enqueued>;
-    /// Checks the lease (fence first), then finishes the job as decided.
+    /// Whether `lease` is held, its row locked until the transaction ends
+    /// (the fence, first).
+    fn lease_held(queue: &Queue, conn: &mut Self, lease: Lease) -> Result<bool>;
+    /// Whether job `job_id` is a batch member or other jobs depend on it.
+    fn followed(queue: &Queue, conn: &mut Self, job_id: i64) -> Result<bool>;
+    /// Finishes the job as decided, fenced on its lease.
     fn finish(queue: &Queue, conn: &mut Self, finishing: &Finishing<'_>) -> Result<()>;
     /// Refuses a queue on another database before anything is sent.
     fn check_queue(queue: &Queue) -> Result<()>;
@@ -197,6 +204,19 @@ impl<C: Adapter> QueueExt<C> for Queue {
         C::check_queue(self)?;
         if !in_transaction(conn)? {
             return Err(Error::NotInTransaction);
+        }
+        let job_id = finishing.lease.job_id;
+        if !C::lease_held(self, conn, finishing.lease)? {
+            return Err(Error::LeaseLost { job_id });
+        }
+        // Its batch's callbacks and its dependents' release run only on
+        // backlog's own driver: refused before anything is written.
+        if C::followed(self, conn, job_id)? {
+            return Err(Error::InvalidArgument(format!(
+                "job {job_id} is a batch member or other jobs depend on it: settle it with \
+                 {}::QueueExt or the worker, not through diesel",
+                C::MODULE
+            )));
         }
         C::finish(self, conn, &finishing)?;
         self.note_settled_in(job.lease());
@@ -262,9 +282,12 @@ pub mod postgres {
     use crate::backend::postgres::{via_diesel, Db};
     use crate::error::Result;
     use crate::job::Enqueued;
+    use crate::lease::Lease;
     use crate::queue::Queue;
 
     impl Adapter for PgConnection {
+        const MODULE: &'static str = "backlog::postgres";
+
         fn enqueue(
             queue: &Queue,
             conn: &mut Self,
@@ -274,10 +297,16 @@ pub mod postgres {
             via_diesel::enqueue(conn, database(queue)?.queries(), p)
         }
 
+        fn lease_held(queue: &Queue, conn: &mut Self, lease: Lease) -> Result<bool> {
+            via_diesel::lease_held(conn, database(queue)?.queries(), lease)
+        }
+
+        fn followed(queue: &Queue, conn: &mut Self, job_id: i64) -> Result<bool> {
+            via_diesel::followed(conn, database(queue)?.queries(), job_id)
+        }
+
         fn finish(queue: &Queue, conn: &mut Self, finishing: &Finishing<'_>) -> Result<()> {
-            let q = database(queue)?.queries();
-            via_diesel::check_lease(conn, q, finishing.lease)?;
-            via_diesel::finish(conn, q, finishing)
+            via_diesel::finish(conn, database(queue)?.queries(), finishing)
         }
 
         fn check_queue(queue: &Queue) -> Result<()> {
@@ -355,9 +384,12 @@ pub mod mysql {
     use crate::backend::params::EnqueueParams;
     use crate::error::Result;
     use crate::job::Enqueued;
+    use crate::lease::Lease;
     use crate::queue::Queue;
 
     impl Adapter for MysqlConnection {
+        const MODULE: &'static str = "backlog::mysql";
+
         fn enqueue(
             queue: &Queue,
             conn: &mut Self,
@@ -368,10 +400,17 @@ pub mod mysql {
             via_diesel::enqueue(conn, &db.sql, p, clocked(queue, now))
         }
 
+        fn lease_held(queue: &Queue, conn: &mut Self, lease: Lease) -> Result<bool> {
+            via_diesel::lease_held(conn, &database(queue)?.sql, lease)
+        }
+
+        fn followed(queue: &Queue, conn: &mut Self, job_id: i64) -> Result<bool> {
+            via_diesel::followed(conn, &database(queue)?.sql, job_id)
+        }
+
         fn finish(queue: &Queue, conn: &mut Self, finishing: &Finishing<'_>) -> Result<()> {
-            let sql = &database(queue)?.sql;
-            via_diesel::check_lease(conn, sql, finishing.lease)?;
-            via_diesel::finish(conn, sql, finishing, clocked(queue, finishing.now))
+            let now = clocked(queue, finishing.now);
+            via_diesel::finish(conn, &database(queue)?.sql, finishing, now)
         }
 
         fn check_queue(queue: &Queue) -> Result<()> {

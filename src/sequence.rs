@@ -94,9 +94,10 @@ pub(crate) fn check(job: &NewJob) -> Result<()> {
     Ok(())
 }
 
-/// What the engine reads of a sequence from a database, inside the
-/// transaction of an enqueue or of a job's end (each backend's
-/// `sequences.rs`).
+/// What the engine reads and writes of a sequence in a database, inside the
+/// transaction of an enqueue or of a job's end: each backend's
+/// `sequences.rs` implements it with its statements; [`swap`], [`write`]
+/// and [`handoff`] decide what to run.
 pub(crate) trait Chain {
     /// Where job `id` is: `pending`, `live`, a history status, or `None`
     /// (on a server, its row share-locked, as for a dependency).
@@ -104,6 +105,65 @@ pub(crate) trait Chain {
     /// The jobs before `id` in its sequence that it waits (or waited) on:
     /// the one enqueued before it, and those handed over to it since.
     fn predecessors(&mut self, id: i64) -> Result<Vec<i64>>;
+    /// Makes job `id` the tail of `queue`'s sequence `key` and records the
+    /// job's key; the tail it replaced, `None` for a new sequence.
+    fn swap_tail(&mut self, queue: &str, key: &str, id: i64) -> Result<Option<i64>>;
+    /// Sets `queue`'s sequence `key` back to `tail` where `job` is its tail.
+    fn restore_tail(&mut self, queue: &str, key: &str, job: i64, tail: i64) -> Result<()>;
+    /// Records the sequence's edge from `dependency` to `dependent`, or
+    /// marks a dependency edge between them as the sequence's.
+    fn link(&mut self, dependency: i64, dependent: i64) -> Result<()>;
+    /// Whether `next` waits on `ended` as the next of its sequence.
+    fn is_next(&mut self, ended: i64, next: i64) -> Result<bool>;
+    /// The sequence's edge from `before` to `next`, unless an edge between
+    /// them is there already; whether it was inserted.
+    fn hand_over(&mut self, before: i64, next: i64) -> Result<bool>;
+}
+
+/// For a sequenced job `id` just inserted: makes it its sequence's tail,
+/// and returns the job it is to wait on and whether that one has not
+/// finished ([`wait_on`]). `None` for a job of no sequence or a new
+/// sequence.
+pub(crate) fn swap(
+    chain: &mut impl Chain,
+    p: &EnqueueParams<'_>,
+    id: i64,
+) -> Result<Option<(i64, bool)>> {
+    let Some(key) = p.sequence else {
+        return Ok(None);
+    };
+    let tail = chain.swap_tail(p.queue, key, id)?;
+    wait_on(chain, tail)
+}
+
+/// Runs what [`link`] decided an enqueue writes of its sequence.
+pub(crate) fn write(chain: &mut impl Chain, link: Link<'_>) -> Result<()> {
+    match link {
+        Link::RestoreTail {
+            queue,
+            key,
+            job,
+            tail,
+        } => chain.restore_tail(queue, key, job, tail),
+        Link::Edge {
+            dependency,
+            dependent,
+        } => chain.link(dependency, dependent),
+    }
+}
+
+/// When `ended` finished other than completed and `next` waits on it as
+/// the next of its sequence: if the job before `ended` has not finished
+/// (`ended` never ran), makes `next` wait on that one instead. Whether it
+/// did (then `next` is not counted down).
+pub(crate) fn handoff(chain: &mut impl Chain, ended: i64, next: i64) -> Result<bool> {
+    if !chain.is_next(ended, next)? {
+        return Ok(false);
+    }
+    let Some(before) = holding_predecessor(chain, ended)? else {
+        return Ok(false);
+    };
+    chain.hand_over(before, next)
 }
 
 /// The job a sequenced job waits on, given the tail it replaced, and

@@ -34,9 +34,13 @@
 //!
 //! [`Transition`]: crate::outcome::Transition
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod cascade;
 pub(crate) mod counts;
+pub(crate) mod flows;
 pub(crate) mod gauges;
 pub(crate) mod inside;
+pub(crate) mod live_state;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
 pub(crate) mod params;

@@ -24,7 +24,9 @@ use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
 use super::queries::{Sql, Tables};
+use super::sequences::Sequences;
 use super::{take, Db, Now};
+use crate::backend::flows;
 use crate::backend::params::{
     DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
 };
@@ -362,7 +364,7 @@ pub(crate) fn wait_all(
 ) -> Result<Vec<Enqueued>> {
     if !waits::at_once(jobs) {
         for (i, p) in jobs.iter().enumerate() {
-            wait(sql, q, p, ids[i], &ids[..i], now)?;
+            flows::wait(&mut Flow { sql, q, now }, p, ids[i], &ids[..i])?;
         }
         return Ok(ids);
     }
@@ -414,55 +416,6 @@ pub(crate) fn wait_all(
         q.exec_drop(&f.delete_live_many, params! { "waits" => &waits })?;
     }
     Ok(ids)
-}
-
-fn wait(
-    sql: &Sql,
-    q: &mut impl Queryable,
-    p: &EnqueueParams<'_>,
-    e: Enqueued,
-    earlier: &[Enqueued],
-    now: Now,
-) -> Result<()> {
-    if (p.depends_on.is_empty() && p.sequence.is_none()) || e.existed {
-        return Ok(());
-    }
-    let tail = super::sequences::swap(sql, q, p, e.id)?;
-    let f = &sql.flows;
-    let waiting = crate::flow::waiting(p.depends_on, earlier, tail, |dependency| {
-        state_of(f, q, dependency)
-    })?;
-    for &(dependency, run_anyway, cancels) in &waiting.edges {
-        q.exec_drop(
-            &f.insert_edge,
-            params! {
-                "dependency" => dependency, "dependent" => e.id,
-                "run_anyway" => run_anyway, "cancelled" => cancels,
-            },
-        )?;
-    }
-    if let Some(link) = sequence::link(p, e.id, tail, &waiting) {
-        super::sequences::link(sql, q, link)?;
-    }
-    if let Some(error) = waiting.cancelled_error(p.now) {
-        super::jobs::finish(
-            sql,
-            q,
-            e.id,
-            None,
-            FinalStatus::Cancelled,
-            None,
-            Some(&error),
-            now,
-        )?;
-    } else if waiting.remaining > 0 {
-        q.exec_drop(
-            &f.live_to_pending,
-            params! { "id" => e.id, "remaining" => waiting.remaining },
-        )?;
-        q.exec_drop(&sql.delete_live, params! { "id" => e.id })?;
-    }
-    Ok(())
 }
 
 /// Where job `id` is, its row share-locked: `pending`, `live`, a history
@@ -526,31 +479,6 @@ pub(crate) fn finished(
     Ok(released)
 }
 
-fn end_pending(
-    f: &FlowSql,
-    q: &mut impl Queryable,
-    id: i64,
-    status: FinalStatus,
-    error: &AttemptError,
-    now: Now,
-) -> Result<bool> {
-    let errors = serde_json::to_string(&[error])?;
-    let moved = q
-        .exec_iter(
-            &f.pending_to_history,
-            params! {
-                "id" => id, "status" => status.as_str(), "errors" => errors,
-                "now" => now.param(),
-            },
-        )?
-        .affected_rows();
-    if moved == 0 {
-        return Ok(false);
-    }
-    q.exec_drop(&f.delete_pending, params! { "id" => id })?;
-    Ok(true)
-}
-
 /// As SQLite's.
 pub(crate) fn is_pending(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<bool> {
     Ok(
@@ -568,47 +496,120 @@ pub(crate) fn end_by_operator(
     error: &AttemptError,
     now: Now,
 ) -> Result<bool> {
-    if !end_pending(&sql.flows, q, id, status, error, now)? {
-        return Ok(false);
-    }
-    finished(sql, q, vec![(id, status)], now)?;
-    Ok(true)
+    flows::end_by_operator(&mut Flow { sql, q, now }, id, status, error)
 }
 
 /// As SQLite's.
 pub(crate) fn deleting(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<bool> {
-    let state = state_of(&sql.flows, q, id)?;
-    let pending = state.as_deref() == Some("pending");
-    if pending {
-        q.exec_drop(&sql.flows.delete_pending, params! { "id" => id })?;
-    }
-    if matches!(state.as_deref(), Some("pending" | "live")) {
-        finished(sql, q, vec![(id, FinalStatus::Cancelled)], now)?;
-    }
-    Ok(pending)
+    flows::deleting(&mut Flow { sql, q, now }, id)
 }
 
 /// As SQLite's.
-pub(crate) fn retried(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<()> {
-    let f = &sql.flows;
-    let mut back = vec![id];
-    while let Some(id) = back.pop() {
-        let dependents: Vec<i64> = q.exec(&f.cancelled_dependents, params! { "id" => id })?;
-        for dependent in dependents {
-            q.exec_drop(
-                &f.unmark_cancelled,
-                params! { "dependency" => id, "dependent" => dependent },
-            )?;
-            let moved = q
-                .exec_iter(&f.history_to_pending, params! { "id" => dependent })?
-                .affected_rows();
-            if moved == 1 {
-                q.exec_drop(&f.delete_history, params! { "id" => dependent })?;
-                back.push(dependent);
-            }
-        }
+pub(crate) fn retried(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<()> {
+    flows::retried(&mut Flow { sql, q, now }, id)
+}
+
+/// [`flows::Steps`] in a transaction, at `now`.
+struct Flow<'a, Q: Queryable> {
+    sql: &'a Sql,
+    q: &'a mut Q,
+    now: Now,
+}
+
+impl<Q: Queryable> flows::Steps for Flow<'_, Q> {
+    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
+        state_of(&self.sql.flows, self.q, id)
     }
-    Ok(())
+
+    fn sequences(&mut self) -> impl sequence::Chain + '_ {
+        Sequences(self.sql, self.q)
+    }
+
+    fn insert_edge(&mut self, edge: flows::Edge) -> Result<()> {
+        let (dependency, dependent, run_anyway, cancelled) = edge;
+        self.q.exec_drop(
+            &self.sql.flows.insert_edge,
+            params! {
+                "dependency" => dependency, "dependent" => dependent,
+                "run_anyway" => run_anyway, "cancelled" => cancelled,
+            },
+        )?;
+        Ok(())
+    }
+
+    fn cancel_live(&mut self, id: i64, error: &AttemptError) -> Result<()> {
+        let cancelled = FinalStatus::Cancelled;
+        let (sql, now) = (self.sql, self.now);
+        super::jobs::finish(sql, self.q, id, None, cancelled, None, Some(error), now)
+    }
+
+    fn live_to_pending(&mut self, id: i64, remaining: i64) -> Result<()> {
+        self.q.exec_drop(
+            &self.sql.flows.live_to_pending,
+            params! { "id" => id, "remaining" => remaining },
+        )?;
+        self.q
+            .exec_drop(&self.sql.delete_live, params! { "id" => id })?;
+        Ok(())
+    }
+
+    fn end_pending(&mut self, id: i64, status: FinalStatus, errors: &str) -> Result<bool> {
+        let f = &self.sql.flows;
+        let moved = self
+            .q
+            .exec_iter(
+                &f.pending_to_history,
+                params! {
+                    "id" => id, "status" => status.as_str(), "errors" => errors,
+                    "now" => self.now.param(),
+                },
+            )?
+            .affected_rows();
+        if moved == 0 {
+            return Ok(false);
+        }
+        self.q
+            .exec_drop(&f.delete_pending, params! { "id" => id })?;
+        Ok(true)
+    }
+
+    fn delete_pending(&mut self, id: i64) -> Result<()> {
+        self.q
+            .exec_drop(&self.sql.flows.delete_pending, params! { "id" => id })?;
+        Ok(())
+    }
+
+    fn finished(&mut self, id: i64, status: FinalStatus) -> Result<usize> {
+        finished(self.sql, self.q, vec![(id, status)], self.now)
+    }
+
+    fn cancelled_dependents(&mut self, id: i64) -> Result<Vec<i64>> {
+        Ok(self
+            .q
+            .exec(&self.sql.flows.cancelled_dependents, params! { "id" => id })?)
+    }
+
+    fn unmark_cancelled(&mut self, dependency: i64, dependent: i64) -> Result<()> {
+        self.q.exec_drop(
+            &self.sql.flows.unmark_cancelled,
+            params! { "dependency" => dependency, "dependent" => dependent },
+        )?;
+        Ok(())
+    }
+
+    fn history_to_pending(&mut self, id: i64) -> Result<bool> {
+        let f = &self.sql.flows;
+        let moved = self
+            .q
+            .exec_iter(&f.history_to_pending, params! { "id" => id })?
+            .affected_rows();
+        if moved != 1 {
+            return Ok(false);
+        }
+        self.q
+            .exec_drop(&f.delete_history, params! { "id" => id })?;
+        Ok(true)
+    }
 }
 
 /// As SQLite's.

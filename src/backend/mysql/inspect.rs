@@ -171,7 +171,7 @@ pub(crate) fn retry(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Res
             .affected_rows();
         if moved > 0 {
             q.exec_drop(&sql.delete_history, params! { "id" => id })?;
-            flows::retried(sql, q, id)?;
+            flows::retried(sql, q, id, now)?;
         }
         Ok(moved > 0)
     })

@@ -14,9 +14,7 @@ use mysql::params;
 use mysql::prelude::Queryable;
 
 use super::queries::{Sql, Tables};
-use crate::backend::params::EnqueueParams;
 use crate::error::Result;
-use crate::sequence::Link;
 
 /// As SQLite's, without the `RETURNING`. The assignments of `ON DUPLICATE
 /// KEY UPDATE` run left to right, each seeing the ones before it: `prev`
@@ -101,27 +99,6 @@ impl SequenceSql {
     }
 }
 
-/// As SQLite's `swap`.
-pub(crate) fn swap(
-    sql: &Sql,
-    q: &mut impl Queryable,
-    p: &EnqueueParams<'_>,
-    id: i64,
-) -> Result<Option<(i64, bool)>> {
-    let Some(key) = p.sequence else {
-        return Ok(None);
-    };
-    let s = &sql.sequences;
-    q.exec_drop(
-        &s.swap_tail,
-        params! { "queue" => p.queue, "key" => key, "tail" => id },
-    )?;
-    let prev: Option<Option<i64>> =
-        q.exec_first(&s.prev, params! { "queue" => p.queue, "key" => key })?;
-    q.exec_drop(&s.record_key, params! { "id" => id, "key" => key })?;
-    crate::sequence::wait_on(&mut Reader(sql, q), prev.flatten())
-}
-
 /// As SQLite's `keys_of`.
 pub(crate) fn keys_of(
     sql: &Sql,
@@ -149,9 +126,9 @@ pub(crate) fn forget(sql: &Sql, q: &mut impl Queryable, ids: &[i64]) -> Result<(
 }
 
 /// [`crate::sequence::Chain`] in the enqueue's or the end's transaction.
-struct Reader<'a, Q: Queryable>(&'a Sql, &'a mut Q);
+pub(crate) struct Sequences<'a, Q: Queryable>(pub &'a Sql, pub &'a mut Q);
 
-impl<Q: Queryable> crate::sequence::Chain for Reader<'_, Q> {
+impl<Q: Queryable> crate::sequence::Chain for Sequences<'_, Q> {
     fn state_of(&mut self, id: i64) -> Result<Option<String>> {
         super::flows::state_of(&self.0.flows, self.1, id)
     }
@@ -161,48 +138,51 @@ impl<Q: Queryable> crate::sequence::Chain for Reader<'_, Q> {
             .1
             .exec(&self.0.sequences.predecessors, params! { "id" => id })?)
     }
-}
 
-/// As SQLite's `link`.
-pub(crate) fn link(sql: &Sql, q: &mut impl Queryable, link: Link<'_>) -> Result<()> {
-    let s = &sql.sequences;
-    match link {
-        Link::RestoreTail {
-            queue,
-            key,
-            job,
-            tail,
-        } => q.exec_drop(
-            &s.restore_tail,
+    fn swap_tail(&mut self, queue: &str, key: &str, id: i64) -> Result<Option<i64>> {
+        let (s, q) = (&self.0.sequences, &mut *self.1);
+        q.exec_drop(
+            &s.swap_tail,
+            params! { "queue" => queue, "key" => key, "tail" => id },
+        )?;
+        let prev: Option<Option<i64>> =
+            q.exec_first(&s.prev, params! { "queue" => queue, "key" => key })?;
+        q.exec_drop(&s.record_key, params! { "id" => id, "key" => key })?;
+        Ok(prev.flatten())
+    }
+
+    fn restore_tail(&mut self, queue: &str, key: &str, job: i64, tail: i64) -> Result<()> {
+        self.1.exec_drop(
+            &self.0.sequences.restore_tail,
             params! { "queue" => queue, "key" => key, "tail" => job, "prev" => tail },
-        )?,
-        Link::Edge {
-            dependency,
-            dependent,
-        } => q.exec_drop(
-            &s.link,
-            params! { "dependency" => dependency, "dependent" => dependent },
-        )?,
+        )?;
+        Ok(())
     }
-    Ok(())
-}
 
-/// As SQLite's `handoff`.
-pub(crate) fn handoff(sql: &Sql, q: &mut impl Queryable, ended: i64, next: i64) -> Result<bool> {
-    let s = &sql.sequences;
-    let is_next: Option<i64> =
-        q.exec_first(&s.is_next, params! { "ended" => ended, "next" => next })?;
-    if is_next.is_none() {
-        return Ok(false);
+    fn link(&mut self, dependency: i64, dependent: i64) -> Result<()> {
+        self.1.exec_drop(
+            &self.0.sequences.link,
+            params! { "dependency" => dependency, "dependent" => dependent },
+        )?;
+        Ok(())
     }
-    let Some(before) = crate::sequence::holding_predecessor(&mut Reader(sql, q), ended)? else {
-        return Ok(false);
-    };
-    let inserted = q
-        .exec_iter(
-            &s.hand_over,
-            params! { "dependency" => before, "dependent" => next },
-        )?
-        .affected_rows();
-    Ok(inserted == 1)
+
+    fn is_next(&mut self, ended: i64, next: i64) -> Result<bool> {
+        let is_next: Option<i64> = self.1.exec_first(
+            &self.0.sequences.is_next,
+            params! { "ended" => ended, "next" => next },
+        )?;
+        Ok(is_next.is_some())
+    }
+
+    fn hand_over(&mut self, before: i64, next: i64) -> Result<bool> {
+        let inserted = self
+            .1
+            .exec_iter(
+                &self.0.sequences.hand_over,
+                params! { "dependency" => before, "dependent" => next },
+            )?
+            .affected_rows();
+        Ok(inserted == 1)
+    }
 }

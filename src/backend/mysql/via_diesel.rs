@@ -210,10 +210,9 @@ pub(crate) fn enqueue(
     })
 }
 
-/// Refuses to finish a job that is a batch member or that other jobs
-/// depend on, before anything is written: its batch's callbacks and its
-/// dependents' release run only on backlog's own driver.
-fn refuse_followed(conn: &mut MysqlConnection, sql: &Sql, job_id: i64) -> Result<()> {
+/// Whether job `job_id` is a batch member or other jobs depend on it
+/// (`crate::diesel` then refuses to finish it).
+pub(crate) fn followed(conn: &mut MysqlConnection, sql: &Sql, job_id: i64) -> Result<bool> {
     let t = &sql.tables;
     let followed: Vec<Id> = Binds(vec![("id", Value::BigInt(Some(job_id)))])
         .query(&format!(
@@ -224,32 +223,19 @@ fn refuse_followed(conn: &mut MysqlConnection, sql: &Sql, job_id: i64) -> Result
             t.batch_jobs, t.dependencies
         ))?
         .load(conn)?;
-    if followed.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "job {job_id} is a batch member or other jobs depend on it: settle it with \
-             backlog::mysql::QueueExt or the worker, not through diesel"
-        )))
-    }
+    Ok(!followed.is_empty())
 }
 
-/// Checks `lease` is held and locks its row until the caller's transaction
+/// Whether `lease` is held, its row locked until the caller's transaction
 /// ends (fence first). Follows `jobs::check_lease`.
-pub(crate) fn check_lease(conn: &mut MysqlConnection, sql: &Sql, lease: Lease) -> Result<()> {
+pub(crate) fn lease_held(conn: &mut MysqlConnection, sql: &Sql, lease: Lease) -> Result<bool> {
     let held: Vec<Held> = Binds(vec![
         ("id", Value::BigInt(Some(lease.job_id))),
         ("token", Value::BigInt(Some(lease.token))),
     ])
     .query(&sql.lease_held)?
     .load(conn)?;
-    if held.is_empty() {
-        Err(Error::LeaseLost {
-            job_id: lease.job_id,
-        })
-    } else {
-        Ok(())
-    }
+    Ok(!held.is_empty())
 }
 
 /// Moves a leased job to history as the engine decided, fenced on its
@@ -260,7 +246,6 @@ pub(crate) fn finish(
     f: &Finishing<'_>,
     now: Now,
 ) -> Result<()> {
-    refuse_followed(conn, sql, f.lease.job_id)?;
     let copied = Binds(vec![
         ("id", Value::BigInt(Some(f.lease.job_id))),
         ("token", Value::BigInt(Some(f.lease.token))),

@@ -28,7 +28,9 @@ use postgres::GenericClient;
 
 use super::connection::Tx;
 use super::queries::{Queries, Tables};
+use super::sequences::Sequences;
 use super::Db;
+use crate::backend::flows;
 use crate::backend::params::{
     DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
 };
@@ -319,7 +321,8 @@ pub(crate) fn wait_all<C: GenericClient>(
 ) -> Result<Vec<Enqueued>> {
     if !waits::at_once(jobs) {
         for (i, p) in jobs.iter().enumerate() {
-            wait(tx, q, p, ids[i], &ids[..i])?;
+            let now = p.now;
+            flows::wait(&mut Flow { tx, q, now }, p, ids[i], &ids[..i])?;
         }
         return Ok(ids);
     }
@@ -359,37 +362,6 @@ pub(crate) fn wait_all<C: GenericClient>(
         tx.execute(&f.live_to_pending_many, &[&waiting, &remaining])?;
     }
     Ok(ids)
-}
-
-fn wait<C: GenericClient>(
-    tx: &mut Tx<'_, C>,
-    q: &Queries,
-    p: &EnqueueParams<'_>,
-    e: Enqueued,
-    earlier: &[Enqueued],
-) -> Result<()> {
-    if (p.depends_on.is_empty() && p.sequence.is_none()) || e.existed {
-        return Ok(());
-    }
-    let tail = super::sequences::swap(tx, q, p, e.id)?;
-    let f = &q.flows;
-    let waiting = crate::flow::waiting(p.depends_on, earlier, tail, |dependency| {
-        state_of(tx, f, dependency)
-    })?;
-    for &(dependency, run_anyway, cancels) in &waiting.edges {
-        tx.execute(&f.insert_edge, &[&dependency, &e.id, &run_anyway, &cancels])?;
-    }
-    if let Some(link) = sequence::link(p, e.id, tail, &waiting) {
-        super::sequences::link(tx, q, link)?;
-    }
-    if let Some(error) = waiting.cancelled_error(p.now) {
-        super::jobs::finish_one(tx, q, e.id, FinalStatus::Cancelled, Some(&error), p.now)?;
-    } else if waiting.remaining > 0 {
-        let remaining = i32::try_from(waiting.remaining)
-            .map_err(|_| Error::InvalidArgument("too many dependencies".into()))?;
-        tx.execute(&f.live_to_pending, &[&e.id, &remaining])?;
-    }
-    Ok(())
 }
 
 /// Where job `id` is, its row share-locked: `pending`, `live`, a history
@@ -447,22 +419,6 @@ pub(crate) fn finished<C: GenericClient>(
     Ok(released)
 }
 
-fn end_pending<C: GenericClient>(
-    tx: &mut Tx<'_, C>,
-    q: &Queries,
-    id: i64,
-    status: FinalStatus,
-    error: &AttemptError,
-    now: i64,
-) -> Result<bool> {
-    let errors = serde_json::to_string(&[error])?;
-    let moved = tx.execute(
-        &q.flows.pending_to_history,
-        &[&q.now_override(now), &id, &status.as_str(), &errors],
-    )?;
-    Ok(moved > 0)
-}
-
 /// As SQLite's.
 pub(crate) fn is_pending<C: GenericClient>(
     tx: &mut Tx<'_, C>,
@@ -481,11 +437,7 @@ pub(crate) fn end_by_operator<C: GenericClient>(
     error: &AttemptError,
     now: i64,
 ) -> Result<bool> {
-    if !end_pending(tx, q, id, status, error, now)? {
-        return Ok(false);
-    }
-    finished(tx, q, vec![(id, status)], now)?;
-    Ok(true)
+    flows::end_by_operator(&mut Flow { tx, q, now }, id, status, error)
 }
 
 /// As SQLite's.
@@ -495,33 +447,97 @@ pub(crate) fn deleting<C: GenericClient>(
     id: i64,
     now: i64,
 ) -> Result<bool> {
-    let state = state_of(tx, &q.flows, id)?;
-    let pending = state.as_deref() == Some("pending");
-    if pending {
-        let delete = q.tables.render("DELETE FROM {pending} WHERE id = $1");
-        tx.execute(&delete, &[&id])?;
-    }
-    if matches!(state.as_deref(), Some("pending" | "live")) {
-        finished(tx, q, vec![(id, FinalStatus::Cancelled)], now)?;
-    }
-    Ok(pending)
+    flows::deleting(&mut Flow { tx, q, now }, id)
 }
 
 /// As SQLite's.
-pub(crate) fn retried<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<()> {
-    let f = &q.flows;
-    let mut back = vec![id];
-    while let Some(id) = back.pop() {
-        let dependents = tx.query(&f.cancelled_dependents, &[&id])?;
-        for row in dependents {
-            let dependent: i64 = row.try_get(0)?;
-            tx.execute(&f.unmark_cancelled, &[&id, &dependent])?;
-            if tx.execute(&f.history_to_pending, &[&dependent])? == 1 {
-                back.push(dependent);
-            }
-        }
+pub(crate) fn retried<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    id: i64,
+    now: i64,
+) -> Result<()> {
+    flows::retried(&mut Flow { tx, q, now }, id)
+}
+
+/// [`flows::Steps`] in a transaction, at `now`.
+struct Flow<'a, 't, C: GenericClient> {
+    tx: &'a mut Tx<'t, C>,
+    q: &'a Queries,
+    now: i64,
+}
+
+impl<C: GenericClient> flows::Steps for Flow<'_, '_, C> {
+    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
+        state_of(self.tx, &self.q.flows, id)
     }
-    Ok(())
+
+    fn sequences(&mut self) -> impl sequence::Chain + '_ {
+        Sequences(self.tx, self.q)
+    }
+
+    fn insert_edge(&mut self, edge: flows::Edge) -> Result<()> {
+        let (dependency, dependent, run_anyway, cancelled) = edge;
+        self.tx.execute(
+            &self.q.flows.insert_edge,
+            &[&dependency, &dependent, &run_anyway, &cancelled],
+        )?;
+        Ok(())
+    }
+
+    fn cancel_live(&mut self, id: i64, error: &AttemptError) -> Result<()> {
+        let cancelled = FinalStatus::Cancelled;
+        super::jobs::finish_one(self.tx, self.q, id, cancelled, Some(error), self.now)
+    }
+
+    fn live_to_pending(&mut self, id: i64, remaining: i64) -> Result<()> {
+        let remaining = i32::try_from(remaining)
+            .map_err(|_| Error::InvalidArgument("too many dependencies".into()))?;
+        self.tx
+            .execute(&self.q.flows.live_to_pending, &[&id, &remaining])?;
+        Ok(())
+    }
+
+    fn end_pending(&mut self, id: i64, status: FinalStatus, errors: &str) -> Result<bool> {
+        let moved = self.tx.execute(
+            &self.q.flows.pending_to_history,
+            &[
+                &self.q.now_override(self.now),
+                &id,
+                &status.as_str(),
+                &errors,
+            ],
+        )?;
+        Ok(moved > 0)
+    }
+
+    fn delete_pending(&mut self, id: i64) -> Result<()> {
+        let delete = self.q.tables.render("DELETE FROM {pending} WHERE id = $1");
+        self.tx.execute(&delete, &[&id])?;
+        Ok(())
+    }
+
+    fn finished(&mut self, id: i64, status: FinalStatus) -> Result<usize> {
+        finished(self.tx, self.q, vec![(id, status)], self.now)
+    }
+
+    fn cancelled_dependents(&mut self, id: i64) -> Result<Vec<i64>> {
+        self.tx
+            .query(&self.q.flows.cancelled_dependents, &[&id])?
+            .iter()
+            .map(|r| Ok(r.try_get(0)?))
+            .collect()
+    }
+
+    fn unmark_cancelled(&mut self, dependency: i64, dependent: i64) -> Result<()> {
+        self.tx
+            .execute(&self.q.flows.unmark_cancelled, &[&dependency, &dependent])?;
+        Ok(())
+    }
+
+    fn history_to_pending(&mut self, id: i64) -> Result<bool> {
+        Ok(self.tx.execute(&self.q.flows.history_to_pending, &[&id])? == 1)
+    }
 }
 
 /// As SQLite's.

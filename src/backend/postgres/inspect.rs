@@ -12,6 +12,7 @@ use super::jobs::{self, canonical_json, to_u32};
 use super::queries::{self, Queries};
 use super::{flows, sequences};
 use crate::action::{self, Action};
+use crate::backend::live_state;
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
 use crate::error::{Error, Result};
@@ -110,7 +111,7 @@ pub(crate) fn list<C: GenericClient>(
                 "SELECT {} FROM {{jobs}} WHERE {} AND ($2::text IS NULL OR queue = $2)
                  AND ($3::text IS NULL OR kind = $3) AND id > $4 ORDER BY id LIMIT $5",
                 queries::LIVE_COLUMNS,
-                queries::live_state_condition(live.as_str())
+                live_state::condition(live.as_str(), "{now}")
             ));
             tx.query(
                 &sql,
@@ -242,7 +243,7 @@ pub(crate) fn retry<C: GenericClient>(
         if moved > 0 {
             tx.execute(&q.delete_history, &[&id])?;
             tx.query(&q.notify, &[&q.channel])?;
-            flows::retried(tx, q, id)?;
+            flows::retried(tx, q, id, now)?;
         }
         Ok(moved > 0)
     })

@@ -14,9 +14,7 @@ use postgres::GenericClient;
 
 use super::connection::Tx;
 use super::queries::{Queries, Tables};
-use crate::backend::params::EnqueueParams;
 use crate::error::{Error, Result};
-use crate::sequence::Link;
 
 /// As SQLite's, `$1` queue, `$2` key, `$3` the new tail. Every `SET`
 /// expression reads the row as it was, so `prev` takes the old tail.
@@ -89,23 +87,6 @@ impl SequenceQueries {
     }
 }
 
-/// As SQLite's `swap`.
-pub(crate) fn swap<C: GenericClient>(
-    tx: &mut Tx<'_, C>,
-    q: &Queries,
-    p: &EnqueueParams<'_>,
-    id: i64,
-) -> Result<Option<(i64, bool)>> {
-    let Some(key) = p.sequence else {
-        return Ok(None);
-    };
-    let row = tx
-        .query_opt(&q.sequences.swap_tail, &[&p.queue, &key, &id])?
-        .ok_or_else(|| Error::Database("the sequence's upsert returned no row".into()))?;
-    tx.execute(&q.sequences.record_key, &[&id, &key])?;
-    crate::sequence::wait_on(&mut Reader(tx, q), row.try_get(0)?)
-}
-
 /// As SQLite's `keys_of`.
 pub(crate) fn keys_of<C: GenericClient>(
     tx: &mut Tx<'_, C>,
@@ -130,9 +111,9 @@ pub(crate) fn forget<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, ids: &[i
 }
 
 /// [`crate::sequence::Chain`] in the enqueue's or the end's transaction.
-struct Reader<'a, 't, C: GenericClient>(&'a mut Tx<'t, C>, &'a Queries);
+pub(crate) struct Sequences<'a, 't, C: GenericClient>(pub &'a mut Tx<'t, C>, pub &'a Queries);
 
-impl<C: GenericClient> crate::sequence::Chain for Reader<'_, '_, C> {
+impl<C: GenericClient> crate::sequence::Chain for Sequences<'_, '_, C> {
     fn state_of(&mut self, id: i64) -> Result<Option<String>> {
         super::flows::state_of(self.0, &self.1.flows, id)
     }
@@ -144,44 +125,39 @@ impl<C: GenericClient> crate::sequence::Chain for Reader<'_, '_, C> {
             .map(|r| r.try_get(0))
             .collect::<Result<_, _>>()?)
     }
-}
 
-/// As SQLite's `link`.
-pub(crate) fn link<C: GenericClient>(
-    tx: &mut Tx<'_, C>,
-    q: &Queries,
-    link: Link<'_>,
-) -> Result<()> {
-    match link {
-        Link::RestoreTail {
-            queue,
-            key,
-            job,
-            tail,
-        } => tx.execute(&q.sequences.restore_tail, &[&queue, &key, &job, &tail])?,
-        Link::Edge {
-            dependency,
-            dependent,
-        } => tx.execute(&q.sequences.link, &[&dependency, &dependent])?,
-    };
-    Ok(())
-}
-
-/// As SQLite's `handoff`.
-pub(crate) fn handoff<C: GenericClient>(
-    tx: &mut Tx<'_, C>,
-    q: &Queries,
-    ended: i64,
-    next: i64,
-) -> Result<bool> {
-    if tx
-        .query_opt(&q.sequences.is_next, &[&ended, &next])?
-        .is_none()
-    {
-        return Ok(false);
+    fn swap_tail(&mut self, queue: &str, key: &str, id: i64) -> Result<Option<i64>> {
+        let s = &self.1.sequences;
+        let row = self
+            .0
+            .query_opt(&s.swap_tail, &[&queue, &key, &id])?
+            .ok_or_else(|| Error::Database("the sequence's upsert returned no row".into()))?;
+        self.0.execute(&s.record_key, &[&id, &key])?;
+        Ok(row.try_get(0)?)
     }
-    let Some(before) = crate::sequence::holding_predecessor(&mut Reader(tx, q), ended)? else {
-        return Ok(false);
-    };
-    Ok(tx.execute(&q.sequences.hand_over, &[&before, &next])? == 1)
+
+    fn restore_tail(&mut self, queue: &str, key: &str, job: i64, tail: i64) -> Result<()> {
+        let s = &self.1.sequences;
+        self.0
+            .execute(&s.restore_tail, &[&queue, &key, &job, &tail])?;
+        Ok(())
+    }
+
+    fn link(&mut self, dependency: i64, dependent: i64) -> Result<()> {
+        self.0
+            .execute(&self.1.sequences.link, &[&dependency, &dependent])?;
+        Ok(())
+    }
+
+    fn is_next(&mut self, ended: i64, next: i64) -> Result<bool> {
+        let is_next = self
+            .0
+            .query_opt(&self.1.sequences.is_next, &[&ended, &next])?;
+        Ok(is_next.is_some())
+    }
+
+    fn hand_over(&mut self, before: i64, next: i64) -> Result<bool> {
+        let s = &self.1.sequences;
+        Ok(self.0.execute(&s.hand_over, &[&before, &next])? == 1)
+    }
 }

@@ -92,10 +92,9 @@ pub(crate) fn enqueue(
     })
 }
 
-/// Refuses to finish a job that is a batch member or that other jobs
-/// depend on, before anything is written: its batch's callbacks and its
-/// dependents' release run only on backlog's own driver.
-fn refuse_followed(conn: &mut PgConnection, q: &Queries, job_id: i64) -> Result<()> {
+/// Whether job `job_id` is a batch member or other jobs depend on it
+/// (`crate::diesel` then refuses to finish it).
+pub(crate) fn followed(conn: &mut PgConnection, q: &Queries, job_id: i64) -> Result<bool> {
     let (schema, prefix) = (&q.tables.schema, &q.tables.prefix);
     let sql = format!(
         "SELECT job_id AS id FROM {schema}{prefix}batch_jobs WHERE job_id = $1
@@ -106,19 +105,12 @@ fn refuse_followed(conn: &mut PgConnection, q: &Queries, job_id: i64) -> Result<
     let followed: Vec<Id> = Prepared::new(&sql, vec![Bind::BigInt(Some(job_id))])
         .load(conn)
         .map_err(db_error)?;
-    if followed.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "job {job_id} is a batch member or other jobs depend on it: settle it with \
-             backlog::postgres::QueueExt or the worker, not through diesel"
-        )))
-    }
+    Ok(!followed.is_empty())
 }
 
-/// Checks `lease` is held and locks its row (fence first). Follows
+/// Whether `lease` is held, its row locked (fence first). Follows
 /// `jobs::check_lease`.
-pub(crate) fn check_lease(conn: &mut PgConnection, q: &Queries, lease: Lease) -> Result<()> {
+pub(crate) fn lease_held(conn: &mut PgConnection, q: &Queries, lease: Lease) -> Result<bool> {
     // A SELECT's count is its rows (libpq's `PQcmdTuples`).
     let held = Prepared::new(
         &q.lease_held,
@@ -129,20 +121,13 @@ pub(crate) fn check_lease(conn: &mut PgConnection, q: &Queries, lease: Lease) ->
     )
     .execute(conn)
     .map_err(db_error)?;
-    if held == 1 {
-        Ok(())
-    } else {
-        Err(Error::LeaseLost {
-            job_id: lease.job_id,
-        })
-    }
+    Ok(held == 1)
 }
 
 /// Moves a leased job to history as the engine decided, fenced on its
 /// lease: `LeaseLost` when another worker holds it now. Follows
 /// `jobs::finish` for one job; only finishing outcomes reach it.
 pub(crate) fn finish(conn: &mut PgConnection, q: &Queries, f: &Finishing<'_>) -> Result<()> {
-    refuse_followed(conn, q, f.lease.job_id)?;
     let moved: Vec<Id> = Prepared::new(
         &q.finish_to_history,
         vec![

@@ -3,8 +3,9 @@
 //! `backlog_pending`, outside every lease index; the transaction that
 //! finishes its last dependency moves it into `backlog_jobs`. Each function
 //! runs inside a transaction its caller opened; the single writer makes
-//! every step atomic. The same functions, in the same order, are in
-//! `postgres/flows.rs` and `mysql/flows.rs`.
+//! every step atomic. The same statements, in the same order, are in
+//! `postgres/flows.rs` and `mysql/flows.rs`; what an enqueue and an
+//! operator's action run of them is `crate::backend::flows`'s.
 //!
 //! Cost: an edge is one row written at enqueue, and one write at release
 //! (the dependent's `remaining`, decremented); every lookup is a primary key
@@ -13,6 +14,8 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::jobs;
+use super::sequences::Sequences;
+use crate::backend::flows;
 use crate::backend::params::{
     DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
 };
@@ -167,52 +170,15 @@ pub const IS_PENDING: &str = "SELECT 1 FROM backlog_pending WHERE id = ?1";
 pub const COUNT_PENDING: &str =
     "SELECT queue, 'pending', count(*) FROM backlog_pending GROUP BY queue";
 
-/// Makes a job just enqueued (`e`, `p`) wait for its dependencies: records
-/// each edge, then leaves it live when every dependency counts already,
-/// moves it to pending when some have not finished, or finishes it as
-/// `cancelled` when one ended other than completed on a cancelling edge.
-/// `earlier` holds the batch's jobs enqueued before it. A job that existed
-/// (its unique key was held) is left as it was. A sequenced job also waits
-/// on the job before it in its sequence (`sequences.rs`).
+/// [`crate::backend::flows::wait`] on `conn`: the job `e` just enqueued
+/// waits for its dependencies. Returns `e`.
 pub(crate) fn wait(
     conn: &Connection,
     p: &EnqueueParams<'_>,
     e: Enqueued,
     earlier: &[Enqueued],
 ) -> Result<Enqueued> {
-    if (p.depends_on.is_empty() && p.sequence.is_none()) || e.existed {
-        return Ok(e);
-    }
-    let tail = super::sequences::swap(conn, p, e.id)?;
-    let waiting = crate::flow::waiting(p.depends_on, earlier, tail, |dependency| {
-        Ok(conn
-            .prepare_cached(DEPENDENCY_STATE)?
-            .query_row([dependency], |r| r.get(0))
-            .optional()?)
-    })?;
-    for &(dependency, run_anyway, cancels) in &waiting.edges {
-        conn.prepare_cached(INSERT_EDGE)?
-            .execute(params![dependency, e.id, run_anyway, cancels])?;
-    }
-    if let Some(link) = sequence::link(p, e.id, tail, &waiting) {
-        super::sequences::link(conn, link)?;
-    }
-    if let Some(error) = waiting.cancelled_error(p.now) {
-        jobs::finish(
-            conn,
-            e.id,
-            None,
-            FinalStatus::Cancelled,
-            None,
-            Some(&error),
-            p.now,
-        )?;
-    } else if waiting.remaining > 0 {
-        conn.prepare_cached(LIVE_TO_PENDING)?
-            .execute(params![e.id, waiting.remaining])?;
-        conn.prepare_cached(super::queries::DELETE_LIVE)?
-            .execute([e.id])?;
-    }
+    flows::wait(&mut Flow { conn, now: p.now }, p, e, earlier)?;
     Ok(e)
 }
 
@@ -232,7 +198,7 @@ pub(crate) fn finished(conn: &Connection, id: i64, status: FinalStatus, now: i64
         for (dependent, run_anyway) in dependents {
             if status == FinalStatus::Completed || run_anyway {
                 if status != FinalStatus::Completed
-                    && super::sequences::handoff(conn, id, dependent)?
+                    && sequence::handoff(&mut Sequences(conn), id, dependent)?
                 {
                     continue;
                 }
@@ -248,7 +214,8 @@ pub(crate) fn finished(conn: &Connection, id: i64, status: FinalStatus, now: i64
                 }
             } else {
                 let error = crate::flow::cancelled_error(id, status.as_str(), now);
-                if end_pending(conn, dependent, FinalStatus::Cancelled, &error, now)? {
+                let errors = serde_json::to_string(&[error])?;
+                if end_pending(conn, dependent, FinalStatus::Cancelled, &errors, now)? {
                     conn.prepare_cached(MARK_CANCELLED)?
                         .execute([id, dependent])?;
                     ended.push((dependent, FinalStatus::Cancelled));
@@ -259,16 +226,15 @@ pub(crate) fn finished(conn: &Connection, id: i64, status: FinalStatus, now: i64
     Ok(released)
 }
 
-/// Moves a pending job to history as `status` with `error`; whether it was
-/// pending. What waits on it is the caller's to apply.
+/// Moves a pending job to history as `status` with `errors` (JSON text);
+/// whether it was pending. What waits on it is the caller's to apply.
 fn end_pending(
     conn: &Connection,
     id: i64,
     status: FinalStatus,
-    error: &AttemptError,
+    errors: &str,
     now: i64,
 ) -> Result<bool> {
-    let errors = serde_json::to_string(&[error])?;
     let moved = conn.prepare_cached(PENDING_TO_HISTORY)?.execute(params![
         id,
         now,
@@ -291,9 +257,7 @@ pub(crate) fn is_pending(conn: &Connection, id: i64) -> Result<bool> {
         .is_some())
 }
 
-/// An operator's cancel or discard of a pending job: moves it to history as
-/// `status` with `error`, and applies that to what waits on it. Whether it
-/// was pending (otherwise nothing was done).
+/// [`crate::backend::flows::end_by_operator`] on `conn`.
 pub(crate) fn end_by_operator(
     conn: &Connection,
     id: i64,
@@ -301,55 +265,101 @@ pub(crate) fn end_by_operator(
     error: &AttemptError,
     now: i64,
 ) -> Result<bool> {
-    if !end_pending(conn, id, status, error, now)? {
-        return Ok(false);
-    }
-    finished(conn, id, status, now)?;
-    Ok(true)
+    flows::end_by_operator(&mut Flow { conn, now }, id, status, error)
 }
 
-/// Before an operator's delete of `id`: a live or pending job counts as
-/// cancelled for what waits on it, and a pending row is removed. Whether
-/// there was a pending row.
+/// [`crate::backend::flows::deleting`] on `conn`.
 pub(crate) fn deleting(conn: &Connection, id: i64, now: i64) -> Result<bool> {
-    let state: Option<String> = conn
-        .prepare_cached(DEPENDENCY_STATE)?
-        .query_row([id], |r| r.get(0))
-        .optional()?;
-    let pending = state.as_deref() == Some("pending");
-    if pending {
-        conn.prepare_cached(DELETE_PENDING)?.execute([id])?;
-    }
-    if matches!(state.as_deref(), Some("pending" | "live")) {
-        finished(conn, id, FinalStatus::Cancelled, now)?;
-    }
-    Ok(pending)
+    flows::deleting(&mut Flow { conn, now }, id)
 }
 
-/// After an operator's retry moved `id` back to live: brings back the jobs
-/// its end cancelled (and theirs, and so on) to pending, each waiting for
-/// the dependencies that have not counted for it yet (`id` among them).
-pub(crate) fn retried(conn: &Connection, id: i64) -> Result<()> {
-    let mut back = vec![id];
-    while let Some(id) = back.pop() {
-        let dependents: Vec<i64> = conn
+/// [`crate::backend::flows::retried`] on `conn`.
+pub(crate) fn retried(conn: &Connection, id: i64, now: i64) -> Result<()> {
+    flows::retried(&mut Flow { conn, now }, id)
+}
+
+/// [`flows::Steps`] on the caller's transaction, at `now`.
+struct Flow<'c> {
+    conn: &'c Connection,
+    now: i64,
+}
+
+impl flows::Steps for Flow<'_> {
+    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .prepare_cached(DEPENDENCY_STATE)?
+            .query_row([id], |r| r.get(0))
+            .optional()?)
+    }
+
+    fn sequences(&mut self) -> impl sequence::Chain + '_ {
+        Sequences(self.conn)
+    }
+
+    fn insert_edge(&mut self, edge: flows::Edge) -> Result<()> {
+        let (dependency, dependent, run_anyway, cancelled) = edge;
+        self.conn
+            .prepare_cached(INSERT_EDGE)?
+            .execute(params![dependency, dependent, run_anyway, cancelled])?;
+        Ok(())
+    }
+
+    fn cancel_live(&mut self, id: i64, error: &AttemptError) -> Result<()> {
+        let cancelled = FinalStatus::Cancelled;
+        jobs::finish(self.conn, id, None, cancelled, None, Some(error), self.now)
+    }
+
+    fn live_to_pending(&mut self, id: i64, remaining: i64) -> Result<()> {
+        self.conn
+            .prepare_cached(LIVE_TO_PENDING)?
+            .execute(params![id, remaining])?;
+        self.conn
+            .prepare_cached(super::queries::DELETE_LIVE)?
+            .execute([id])?;
+        Ok(())
+    }
+
+    fn end_pending(&mut self, id: i64, status: FinalStatus, errors: &str) -> Result<bool> {
+        end_pending(self.conn, id, status, errors, self.now)
+    }
+
+    fn delete_pending(&mut self, id: i64) -> Result<()> {
+        self.conn.prepare_cached(DELETE_PENDING)?.execute([id])?;
+        Ok(())
+    }
+
+    fn finished(&mut self, id: i64, status: FinalStatus) -> Result<usize> {
+        finished(self.conn, id, status, self.now)
+    }
+
+    fn cancelled_dependents(&mut self, id: i64) -> Result<Vec<i64>> {
+        Ok(self
+            .conn
             .prepare_cached(CANCELLED_DEPENDENTS)?
             .query_map([id], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        for dependent in dependents {
-            conn.prepare_cached(UNMARK_CANCELLED)?
-                .execute([id, dependent])?;
-            if conn
-                .prepare_cached(HISTORY_TO_PENDING)?
-                .execute([dependent])?
-                == 1
-            {
-                conn.prepare_cached(DELETE_HISTORY)?.execute([dependent])?;
-                back.push(dependent);
-            }
-        }
+            .collect::<rusqlite::Result<_>>()?)
     }
-    Ok(())
+
+    fn unmark_cancelled(&mut self, dependency: i64, dependent: i64) -> Result<()> {
+        self.conn
+            .prepare_cached(UNMARK_CANCELLED)?
+            .execute([dependency, dependent])?;
+        Ok(())
+    }
+
+    fn history_to_pending(&mut self, id: i64) -> Result<bool> {
+        if self
+            .conn
+            .prepare_cached(HISTORY_TO_PENDING)?
+            .execute([id])?
+            != 1
+        {
+            return Ok(false);
+        }
+        self.conn.prepare_cached(DELETE_HISTORY)?.execute([id])?;
+        Ok(true)
+    }
 }
 
 /// Inserts a workflow's row, its jobs as [`jobs::enqueue_all`] does, and

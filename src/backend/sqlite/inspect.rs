@@ -5,6 +5,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{flows, jobs, queries, sequences};
 use crate::action::{self, Action};
+use crate::backend::live_state;
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::clock;
 use crate::error::Result;
@@ -108,7 +109,7 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
             "SELECT {} FROM backlog_jobs WHERE {} AND (?2 IS NULL OR queue = ?2)
              AND (?3 IS NULL OR kind = ?3) AND id > ?4 ORDER BY id LIMIT ?5",
             queries::LIVE_COLUMNS,
-            queries::live_state_condition(live.as_str())
+            live_state::condition(live.as_str(), "?1")
         ),
     };
     let first: rusqlite::types::Value = match filter.state {
@@ -186,11 +187,12 @@ fn record(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
 /// Jobs per queue and state (states with no jobs are left out), every
 /// table read at one moment: a job moving between two of them counts once.
 pub(crate) fn counts(conn: &Connection, now: i64) -> Result<Vec<StateCount>> {
+    let count_live = live_state::count("backlog_jobs", "?1");
     at_one_moment(conn, |conn| {
         count_by_state(
             conn,
             &[
-                (queries::COUNT_LIVE, vec![now]),
+                (count_live.as_str(), vec![now]),
                 (queries::COUNT_GROUPED, vec![]),
                 (flows::COUNT_PENDING, vec![]),
                 (queries::COUNT_HISTORY, vec![]),
@@ -319,7 +321,7 @@ pub(crate) fn retry(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
         if moved > 0 {
             conn.prepare_cached(queries::DELETE_HISTORY)?
                 .execute([id])?;
-            flows::retried(conn, id)?;
+            flows::retried(conn, id, now)?;
         }
         Ok(moved > 0)
     })

@@ -256,24 +256,7 @@ pub const GROUPED_COLUMNS: &str = "id, queue, kind, priority, NULL AS unique_key
 pub const COUNT_GROUPED: &str =
     "SELECT queue, 'grouped', count(*) FROM backlog_group_members GROUP BY queue";
 
-/// The live-state conditions, by state name.
-pub fn live_state_condition(state: &str) -> &'static str {
-    match state {
-        "available" => "lease_token IS NULL AND available_at <= ?1",
-        "scheduled" => "lease_token IS NULL AND available_at > ?1 AND attempts = 0",
-        "retrying" => "lease_token IS NULL AND available_at > ?1 AND attempts > 0",
-        _ => "lease_token IS NOT NULL",
-    }
-}
-
-/// Live jobs per queue and derived state at `?1`.
-pub const COUNT_LIVE: &str = "
-SELECT queue,
-       CASE WHEN lease_token IS NOT NULL THEN 'running'
-            WHEN available_at <= ?1 THEN 'available'
-            WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state,
-       count(*)
-FROM backlog_jobs GROUP BY 1, 2";
+// The live-state conditions and `COUNT_LIVE` are `backend/live_state.rs`'s.
 
 /// Finished jobs per queue and status.
 pub const COUNT_HISTORY: &str = "SELECT queue, status, count(*) FROM backlog_history GROUP BY 1, 2";
@@ -341,7 +324,7 @@ WHERE id = ?1 AND lease_token IS NULL";
 /// Unleased jobs per queue: how many are due at `?1`, how many of the rest
 /// were attempted before (retrying), and all of them. In two parts, each read
 /// from its own partial index instead of the table and its payloads (a scan
-/// of the table, as [`COUNT_LIVE`], costs several times more at a million
+/// of the table, as `live_state::count`, costs several times more at a million
 /// jobs): the due jobs from `backlog_jobs_lease`, which holds everything but
 /// `attempts` (only a job due later, which a due job rarely is, is looked up
 /// for it) ...

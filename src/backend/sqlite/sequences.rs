@@ -1,18 +1,18 @@
 //! Sequences on SQLite (`migrations/sqlite/V11`): an enqueue swaps its job
 //! in as its sequence's tail and hands the old tail to `flows.rs`' `wait`,
-//! which makes the job wait on it (`crate::sequence`), and [`link`] marks
+//! which makes the job wait on it (`crate::sequence`), and `LINK` marks
 //! that edge as the sequence's. When a job ends without running while the
-//! job before it has not finished, [`handoff`] makes the next one wait on
-//! that one instead. Each runs inside its caller's transaction; the single
-//! writer makes the swap atomic, so two enqueues of one key, from any
-//! process, chain one after the other. The same functions, in the same
-//! order, are in `postgres/sequences.rs` and `mysql/sequences.rs`.
+//! job before it has not finished, `crate::sequence::handoff` makes the
+//! next one wait on that one instead (`HAND_OVER`). Each runs inside its
+//! caller's transaction; the single writer makes the swap atomic, so two
+//! enqueues of one key, from any process, chain one after the other. The
+//! same statements, in the same order, are in `postgres/sequences.rs` and
+//! `mysql/sequences.rs`; what to run, and when, is `crate::sequence`'s,
+//! through [`Sequences`].
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::backend::params::EnqueueParams;
 use crate::error::Result;
-use crate::sequence::Link;
 
 /// Makes `?3` the tail of sequence `?2` in queue `?1`, returning the tail
 /// it replaced (`prev`), NULL for a new sequence. In `DO UPDATE` a bare
@@ -67,25 +67,6 @@ INSERT INTO backlog_dependencies (dependency, dependent, run_anyway, cancelled, 
 VALUES (?1, ?2, 1, 0, 1)
 ON CONFLICT DO NOTHING";
 
-/// For a sequenced job `id` just inserted: makes it its sequence's tail,
-/// and returns the job it is to wait on and whether that one has not
-/// finished (`crate::sequence::wait_on`). `None` for a job of no sequence
-/// or a new sequence.
-pub(crate) fn swap(
-    conn: &Connection,
-    p: &EnqueueParams<'_>,
-    id: i64,
-) -> Result<Option<(i64, bool)>> {
-    let Some(key) = p.sequence else {
-        return Ok(None);
-    };
-    let tail: Option<i64> = conn
-        .prepare_cached(SWAP_TAIL)?
-        .query_row(params![p.queue, key, id], |r| r.get(0))?;
-    conn.prepare_cached(RECORD_KEY)?.execute(params![id, key])?;
-    crate::sequence::wait_on(&mut Reader(conn), tail)
-}
-
 /// The sequence keys of jobs `ids` that have one, by job id.
 pub(crate) fn keys_of(conn: &Connection, ids: &[i64]) -> Result<Vec<(i64, String)>> {
     if ids.is_empty() {
@@ -109,9 +90,9 @@ pub(crate) fn forget(conn: &Connection, ids: &[i64]) -> Result<()> {
 }
 
 /// [`crate::sequence::Chain`] on the enqueue's or the end's connection.
-struct Reader<'c>(&'c Connection);
+pub(crate) struct Sequences<'c>(pub &'c Connection);
 
-impl crate::sequence::Chain for Reader<'_> {
+impl crate::sequence::Chain for Sequences<'_> {
     fn state_of(&mut self, id: i64) -> Result<Option<String>> {
         Ok(self
             .0
@@ -127,46 +108,44 @@ impl crate::sequence::Chain for Reader<'_> {
             .query_map([id], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?)
     }
-}
 
-/// Writes what the engine decided an enqueue writes of its sequence
-/// ([`crate::sequence::link`]).
-pub(crate) fn link(conn: &Connection, link: Link<'_>) -> Result<()> {
-    match link {
-        Link::RestoreTail {
-            queue,
-            key,
-            job,
-            tail,
-        } => conn
-            .prepare_cached(RESTORE_TAIL)?
-            .execute(params![queue, key, job, tail])?,
-        Link::Edge {
-            dependency,
-            dependent,
-        } => conn
-            .prepare_cached(LINK)?
-            .execute([dependency, dependent])?,
-    };
-    Ok(())
-}
-
-/// When `ended` finished other than completed and `next` waits on it as
-/// the next of its sequence: if the job before `ended` has not finished
-/// (`ended` never ran), makes `next` wait on that one instead. Whether it
-/// did (then `next` is not counted down).
-pub(crate) fn handoff(conn: &Connection, ended: i64, next: i64) -> Result<bool> {
-    let is_next = conn
-        .prepare_cached(IS_NEXT)?
-        .query_row([ended, next], |_| Ok(()))
-        .optional()?;
-    if is_next.is_none() {
-        return Ok(false);
+    fn swap_tail(&mut self, queue: &str, key: &str, id: i64) -> Result<Option<i64>> {
+        let tail = self
+            .0
+            .prepare_cached(SWAP_TAIL)?
+            .query_row(params![queue, key, id], |r| r.get(0))?;
+        self.0
+            .prepare_cached(RECORD_KEY)?
+            .execute(params![id, key])?;
+        Ok(tail)
     }
-    let Some(before) = crate::sequence::holding_predecessor(&mut Reader(conn), ended)? else {
-        return Ok(false);
-    };
-    Ok(conn.prepare_cached(HAND_OVER)?.execute([before, next])? == 1)
+
+    fn restore_tail(&mut self, queue: &str, key: &str, job: i64, tail: i64) -> Result<()> {
+        self.0
+            .prepare_cached(RESTORE_TAIL)?
+            .execute(params![queue, key, job, tail])?;
+        Ok(())
+    }
+
+    fn link(&mut self, dependency: i64, dependent: i64) -> Result<()> {
+        self.0
+            .prepare_cached(LINK)?
+            .execute([dependency, dependent])?;
+        Ok(())
+    }
+
+    fn is_next(&mut self, ended: i64, next: i64) -> Result<bool> {
+        Ok(self
+            .0
+            .prepare_cached(IS_NEXT)?
+            .query_row([ended, next], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    fn hand_over(&mut self, before: i64, next: i64) -> Result<bool> {
+        Ok(self.0.prepare_cached(HAND_OVER)?.execute([before, next])? == 1)
+    }
 }
 
 #[cfg(test)]

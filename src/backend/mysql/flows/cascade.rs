@@ -2,16 +2,18 @@
 //! level of the graph at a time (as `postgres/flows/cascade.rs`): in a
 //! module of its own, `flows.rs` being long enough.
 
-use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashSet;
 
 use mysql::params;
 use mysql::prelude::Queryable;
 
 use super::super::queries::Sql;
+use super::super::sequences::Sequences;
 use super::super::Now;
-use crate::error::{Error, Result};
+use crate::backend::cascade::{self, Cancel, Level};
+use crate::error::Result;
 use crate::outcome::FinalStatus;
+use crate::sequence::Chain;
 
 /// The edges out of the jobs `:ids` (a JSON array) that ended without
 /// completing, by dependency then dependent: one level of a cancel cascade.
@@ -53,91 +55,85 @@ STRAIGHT_JOIN {dependencies} AS e FORCE INDEX (PRIMARY)
     ON e.dependency = c.dependency AND e.dependent = c.dependent
 SET e.cancelled = TRUE";
 
-/// As PostgreSQL's `cascade`: a level of the graph at a time, its edges
-/// read in one statement ([`DEPENDENTS_MANY`]), its pending dependents on
-/// cancelling edges cancelled in four ([`LOCK_PENDING_MANY`],
+/// [`crate::backend::cascade::cascade`] in the ends' transaction: a
+/// level's edges read in one statement ([`DEPENDENTS_MANY`]), its pending
+/// dependents on cancelling edges cancelled in four ([`LOCK_PENDING_MANY`],
 /// [`PENDING_TO_HISTORY_MANY`], `DELETE_PENDING_MANY`,
-/// [`MARK_CANCELLED_MANY`]), each by its lowest dependency of the level; the run-anyway
-/// edges (a sequence's among them) one at a time, after the level's
-/// cancels. Returns how many jobs were released.
+/// [`MARK_CANCELLED_MANY`]). Returns how many jobs were released.
 pub(super) fn cascade(
     sql: &Sql,
     q: &mut impl Queryable,
-    mut level: Vec<(i64, FinalStatus)>,
+    level: Vec<(i64, FinalStatus)>,
     now: Now,
 ) -> Result<usize> {
-    let f = &sql.flows;
-    let mut released = 0;
-    while !level.is_empty() {
-        let status_of: HashMap<i64, FinalStatus> = level.iter().copied().collect();
-        let mut ids: Vec<i64> = status_of.keys().copied().collect();
-        ids.sort_unstable();
-        let edges: Vec<(i64, i64, bool)> = q.exec(
-            &f.dependents_many,
-            params! { "ids" => serde_json::to_string(&ids)? },
-        )?;
-        let mut cancels: BTreeMap<i64, (i64, String)> = BTreeMap::new();
-        let mut anyway = Vec::new();
-        for (dependency, dependent, run_anyway) in edges {
-            let status = status_of
-                .get(&dependency)
-                .copied()
-                .ok_or_else(|| Error::Database("an edge of another job".into()))?;
-            if run_anyway {
-                anyway.push((dependency, dependent));
-            } else if let Entry::Vacant(entry) = cancels.entry(dependent) {
-                let error = crate::flow::cancelled_error(dependency, status.as_str(), now.engine);
-                entry.insert((dependency, serde_json::to_string(&[error])?));
-            }
-        }
-        let mut next = Vec::new();
-        if !cancels.is_empty() {
-            let all: Vec<(i64, i64, &str)> = cancels
-                .iter()
-                .map(|(&dependent, (dependency, errors))| (*dependency, dependent, errors.as_str()))
-                .collect();
-            let pending: Vec<i64> = q.exec(
-                &f.lock_pending_many,
-                params! { "cancels" => serde_json::to_string(&all)? },
-            )?;
-            if !pending.is_empty() {
-                let still: HashSet<i64> = pending.iter().copied().collect();
-                let moved: Vec<&(i64, i64, &str)> =
-                    all.iter().filter(|c| still.contains(&c.1)).collect();
-                let moved = serde_json::to_string(&moved)?;
-                q.exec_drop(
-                    &f.pending_to_history_many,
-                    params! { "cancels" => &moved, "now" => now.param() },
-                )?;
-                q.exec_drop(
-                    &f.delete_pending_many,
-                    params! { "ids" => serde_json::to_string(&pending)? },
-                )?;
-                q.exec_drop(&f.mark_cancelled_many, params! { "cancels" => &moved })?;
-                next.extend(pending.into_iter().map(|id| (id, FinalStatus::Cancelled)));
-            }
-        }
-        for (dependency, dependent) in anyway {
-            if super::super::sequences::handoff(sql, q, dependency, dependent)? {
-                continue;
-            }
-            let counted = q
-                .exec_iter(&f.count_down, params! { "id" => dependent })?
-                .affected_rows();
-            if counted == 0 {
-                continue;
-            }
-            let left: Option<i64> = q.exec_first(&f.remaining, params! { "id" => dependent })?;
-            if left == Some(0) {
-                q.exec_drop(
-                    &f.release,
-                    params! { "id" => dependent, "now" => now.param() },
-                )?;
-                q.exec_drop(&f.delete_pending, params! { "id" => dependent })?;
-                released += 1;
-            }
-        }
-        level = next;
+    cascade::cascade(&mut Ends { sql, q, now }, level, now.engine)
+}
+
+/// [`Level`] on a transaction.
+struct Ends<'a, Q: Queryable> {
+    sql: &'a Sql,
+    q: &'a mut Q,
+    now: Now,
+}
+
+impl<Q: Queryable> Level for Ends<'_, Q> {
+    fn dependents(&mut self, ids: &[i64]) -> Result<Vec<(i64, i64, bool)>> {
+        Ok(self.q.exec(
+            &self.sql.flows.dependents_many,
+            params! { "ids" => serde_json::to_string(ids)? },
+        )?)
     }
-    Ok(released)
+
+    fn cancel_pending(&mut self, cancels: &[Cancel]) -> Result<Vec<i64>> {
+        let (f, q) = (&self.sql.flows, &mut *self.q);
+        let pending: Vec<i64> = q.exec(
+            &f.lock_pending_many,
+            params! { "cancels" => serde_json::to_string(cancels)? },
+        )?;
+        if pending.is_empty() {
+            return Ok(pending);
+        }
+        let still: HashSet<i64> = pending.iter().copied().collect();
+        let moved: Vec<&Cancel> = cancels.iter().filter(|c| still.contains(&c.1)).collect();
+        let moved = serde_json::to_string(&moved)?;
+        q.exec_drop(
+            &f.pending_to_history_many,
+            params! { "cancels" => &moved, "now" => self.now.param() },
+        )?;
+        q.exec_drop(
+            &f.delete_pending_many,
+            params! { "ids" => serde_json::to_string(&pending)? },
+        )?;
+        q.exec_drop(&f.mark_cancelled_many, params! { "cancels" => &moved })?;
+        Ok(pending)
+    }
+
+    fn count_down(&mut self, dependent: i64) -> Result<Option<i64>> {
+        let f = &self.sql.flows;
+        let counted = self
+            .q
+            .exec_iter(&f.count_down, params! { "id" => dependent })?
+            .affected_rows();
+        if counted == 0 {
+            return Ok(None);
+        }
+        Ok(self
+            .q
+            .exec_first(&f.remaining, params! { "id" => dependent })?)
+    }
+
+    fn release(&mut self, dependent: i64) -> Result<()> {
+        let f = &self.sql.flows;
+        self.q.exec_drop(
+            &f.release,
+            params! { "id" => dependent, "now" => self.now.param() },
+        )?;
+        self.q
+            .exec_drop(&f.delete_pending, params! { "id" => dependent })?;
+        Ok(())
+    }
+
+    fn sequences(&mut self) -> impl Chain + '_ {
+        Sequences(self.sql, self.q)
+    }
 }

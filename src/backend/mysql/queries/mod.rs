@@ -9,6 +9,8 @@ mod templates;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::backend::live_state;
+
 pub use multi_row::enqueue_rows;
 pub use templates::*;
 
@@ -215,7 +217,7 @@ impl Sql {
             get_history: r(&format!(
                 "SELECT {HISTORY_COLUMNS} FROM {{history}} WHERE id = :id"
             )),
-            count_live: r(COUNT_LIVE),
+            count_live: r(&live_state::count("{jobs}", "{now}")),
             count_history: r(COUNT_HISTORY),
             retry_from_history: r(RETRY_FROM_HISTORY),
             delete_history: r(DELETE_HISTORY),
@@ -317,7 +319,7 @@ impl Sql {
                 "SELECT {LIVE_COLUMNS} FROM {{jobs}} WHERE {}
                  AND (:queue IS NULL OR queue = :queue) AND (:kind IS NULL OR kind = :kind)
                  AND id > :after ORDER BY id LIMIT :limit",
-                live_state_condition(live)
+                live_state::condition(live, "{now}")
             ),
         };
         self.tables.render(&sql)

@@ -409,24 +409,7 @@ pub const GROUPED_COLUMNS: &str = "id, queue, kind, priority, NULL AS unique_key
 pub const COUNT_GROUPED: &str =
     "\nSELECT queue, 'grouped', COUNT(*) FROM {group_members} GROUP BY queue";
 
-/// The live-state conditions, by state name.
-pub fn live_state_condition(state: &str) -> &'static str {
-    match state {
-        "available" => "lease_token IS NULL AND available_at <= {now}",
-        "scheduled" => "lease_token IS NULL AND available_at > {now} AND attempts = 0",
-        "retrying" => "lease_token IS NULL AND available_at > {now} AND attempts > 0",
-        _ => "lease_token IS NOT NULL",
-    }
-}
-
-/// Live jobs per queue and derived state at `{now}`.
-pub const COUNT_LIVE: &str = "
-SELECT queue,
-       CASE WHEN lease_token IS NOT NULL THEN 'running'
-            WHEN available_at <= {now} THEN 'available'
-            WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state,
-       count(*)
-FROM {jobs} GROUP BY 1, 2";
+// The live-state conditions and `COUNT_LIVE` are `backend/live_state.rs`'s.
 
 /// Finished jobs per queue and status.
 pub const COUNT_HISTORY: &str = "SELECT queue, status, count(*) FROM {history} GROUP BY 1, 2";

@@ -2,15 +2,15 @@
 //! level of the graph at a time: each level's edges read in one statement,
 //! its pending dependents cancelled in one.
 
-use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, HashMap};
-
 use postgres::GenericClient;
 
 use super::super::connection::Tx;
 use super::super::queries::Queries;
-use crate::error::{Error, Result};
+use super::super::sequences::Sequences;
+use crate::backend::cascade::{self, Cancel, Level};
+use crate::error::Result;
 use crate::outcome::FinalStatus;
+use crate::sequence::Chain;
 
 /// The edges out of the jobs `$1` that ended without completing, by
 /// dependency then dependent: one level of a cancel cascade.
@@ -48,74 +48,77 @@ SELECT m.id, m.queue, m.kind, m.priority, NULL, m.payload, 0, m.max_attempts, m.
 FROM moved AS m JOIN w ON w.dependent = m.id
 RETURNING id";
 
-/// What the jobs of `level`, which ended without completing, do to what
-/// waits on them, a level at a time: each level's edges read in one
-/// statement, its pending dependents on cancelling edges cancelled and
-/// their edges marked in one ([`CANCEL_PENDING_MANY`]); those are the next
-/// level. A dependent with several cancelling edges in one level is
-/// cancelled by the lowest dependency. The run-anyway edges (a sequence's
-/// among them) count down or hand the sequence on one edge at a time, after
-/// the level's cancels, as the job-at-a-time path did: a count-down never
-/// reaches 0 while a cancelling edge of the same job is still to come, so
-/// the order changes nothing. Returns how many jobs were released.
+/// [`crate::backend::cascade::cascade`] in the ends' transaction: a
+/// level's edges read in one statement ([`DEPENDENTS_MANY`]), its pending
+/// dependents on cancelling edges cancelled and their edges marked in one
+/// ([`CANCEL_PENDING_MANY`]). Returns how many jobs were released.
 pub(super) fn cascade<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
-    mut level: Vec<(i64, FinalStatus)>,
+    level: Vec<(i64, FinalStatus)>,
     now: i64,
 ) -> Result<usize> {
-    let f = &q.flows;
     let now_override = q.now_override(now);
-    let mut released = 0;
-    while !level.is_empty() {
-        let status_of: HashMap<i64, FinalStatus> = level.iter().copied().collect();
-        let ids: Vec<i64> = status_of.keys().copied().collect();
-        let mut cancels: BTreeMap<i64, (i64, String)> = BTreeMap::new();
-        let mut anyway = Vec::new();
-        for row in tx.query(&f.dependents_many, &[&ids])? {
-            let (dependency, dependent, run_anyway): (i64, i64, bool) =
-                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-            let status = status_of
-                .get(&dependency)
-                .copied()
-                .ok_or_else(|| Error::Database("an edge of another job".into()))?;
-            if run_anyway {
-                anyway.push((dependency, dependent));
-            } else if let Entry::Vacant(entry) = cancels.entry(dependent) {
-                let error = crate::flow::cancelled_error(dependency, status.as_str(), now);
-                entry.insert((dependency, serde_json::to_string(&[error])?));
-            }
-        }
-        let mut next = Vec::new();
-        if !cancels.is_empty() {
-            let (mut dependencies, mut dependents, mut errors) =
-                (Vec::new(), Vec::new(), Vec::new());
-            for (dependent, (dependency, error)) in cancels {
-                dependencies.push(dependency);
-                dependents.push(dependent);
-                errors.push(error);
-            }
-            for row in tx.query(
-                &f.cancel_pending_many,
-                &[&now_override, &dependencies, &dependents, &errors],
-            )? {
-                next.push((row.try_get(0)?, FinalStatus::Cancelled));
-            }
-        }
-        for (dependency, dependent) in anyway {
-            if super::super::sequences::handoff(tx, q, dependency, dependent)? {
-                continue;
-            }
-            let left: Option<i32> = match tx.query_opt(&f.count_down, &[&dependent])? {
-                Some(row) => Some(row.try_get(0)?),
-                None => None,
-            };
-            if left == Some(0) {
-                tx.execute(&f.release, &[&now_override, &dependent])?;
-                released += 1;
-            }
-        }
-        level = next;
+    cascade::cascade(
+        &mut Ends {
+            tx,
+            q,
+            now_override,
+        },
+        level,
+        now,
+    )
+}
+
+/// [`Level`] on a transaction.
+struct Ends<'a, 't, C: GenericClient> {
+    tx: &'a mut Tx<'t, C>,
+    q: &'a Queries,
+    now_override: Option<i64>,
+}
+
+impl<C: GenericClient> Level for Ends<'_, '_, C> {
+    fn dependents(&mut self, ids: &[i64]) -> Result<Vec<(i64, i64, bool)>> {
+        self.tx
+            .query(&self.q.flows.dependents_many, &[&ids])?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+            .collect()
     }
-    Ok(released)
+
+    fn cancel_pending(&mut self, cancels: &[Cancel]) -> Result<Vec<i64>> {
+        let (mut dependencies, mut dependents, mut errors) = (Vec::new(), Vec::new(), Vec::new());
+        for (dependency, dependent, error) in cancels {
+            dependencies.push(*dependency);
+            dependents.push(*dependent);
+            errors.push(error.as_str());
+        }
+        self.tx
+            .query(
+                &self.q.flows.cancel_pending_many,
+                &[&self.now_override, &dependencies, &dependents, &errors],
+            )?
+            .iter()
+            .map(|r| Ok(r.try_get(0)?))
+            .collect()
+    }
+
+    fn count_down(&mut self, dependent: i64) -> Result<Option<i64>> {
+        Ok(
+            match self.tx.query_opt(&self.q.flows.count_down, &[&dependent])? {
+                Some(row) => Some(row.try_get::<_, i32>(0)?.into()),
+                None => None,
+            },
+        )
+    }
+
+    fn release(&mut self, dependent: i64) -> Result<()> {
+        self.tx
+            .execute(&self.q.flows.release, &[&self.now_override, &dependent])?;
+        Ok(())
+    }
+
+    fn sequences(&mut self) -> impl Chain + '_ {
+        Sequences(self.tx, self.q)
+    }
 }

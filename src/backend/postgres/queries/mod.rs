@@ -7,6 +7,7 @@ mod templates;
 
 pub use templates::*;
 
+use crate::backend::live_state;
 use crate::options::QueueOptions;
 
 /// The names a queue's SQL is rendered with.
@@ -180,7 +181,7 @@ impl Queries {
             heartbeat: r(HEARTBEAT),
             expired_leases: r(EXPIRED_LEASES),
             unheld_leases: r(UNHELD_LEASES),
-            count_live: r(COUNT_LIVE),
+            count_live: r(&live_state::count("{jobs}", "{now}")),
             count_history: r(COUNT_HISTORY),
             retry_from_history: r(RETRY_FROM_HISTORY),
             delete_history: r(DELETE_HISTORY),

@@ -1,0 +1,131 @@
+//! A job's dependencies, walked the same way on every database: what an
+//! enqueue writes for a job that waits ([`wait`]), what an operator's
+//! cancel, discard, delete or retry does to what waits on the job
+//! ([`end_by_operator`], [`deleting`], [`retried`]). The decisions are
+//! made here (and in [`crate::flow`] and [`crate::sequence`]); each
+//! database's `flows.rs` implements [`Steps`], its statements and driver
+//! calls, inside the caller's transaction.
+
+use crate::backend::params::EnqueueParams;
+use crate::error::Result;
+use crate::job::Enqueued;
+use crate::outcome::{AttemptError, FinalStatus};
+use crate::sequence::{self, Chain};
+
+/// An edge: dependency, dependent, run-anyway, cancelled (the dependency's
+/// end cancelled the dependent).
+pub(crate) type Edge = (i64, i64, bool, bool);
+
+/// What a database runs for a job's dependencies, in one transaction.
+pub(crate) trait Steps {
+    /// Where job `id` is: `pending`, `live`, a history status, or `None`
+    /// (on a server, its row share-locked).
+    fn state_of(&mut self, id: i64) -> Result<Option<String>>;
+    /// The sequences, for a sequenced job's enqueue.
+    fn sequences(&mut self) -> impl Chain + '_;
+    /// Records an edge: `dependent` waits on `dependency`.
+    fn insert_edge(&mut self, edge: Edge) -> Result<()>;
+    /// Finishes live job `id`, just enqueued, as cancelled with `error`
+    /// (a dependency's end cancelled it).
+    fn cancel_live(&mut self, id: i64, error: &AttemptError) -> Result<()>;
+    /// Moves live job `id` to pending, waiting on `remaining` dependencies.
+    fn live_to_pending(&mut self, id: i64, remaining: i64) -> Result<()>;
+    /// Moves pending job `id` to history as `status` with `errors` (the
+    /// JSON text of its errors); whether it was pending.
+    fn end_pending(&mut self, id: i64, status: FinalStatus, errors: &str) -> Result<bool>;
+    /// Deletes pending job `id`'s row.
+    fn delete_pending(&mut self, id: i64) -> Result<()>;
+    /// Applies job `id`'s end as `status` to what waits on it; how many
+    /// jobs were released.
+    fn finished(&mut self, id: i64, status: FinalStatus) -> Result<usize>;
+    /// The jobs whose edge from `id` is marked as the one that cancelled
+    /// them.
+    fn cancelled_dependents(&mut self, id: i64) -> Result<Vec<i64>>;
+    /// Unmarks the edge from `dependency` to `dependent` as cancelling.
+    fn unmark_cancelled(&mut self, dependency: i64, dependent: i64) -> Result<()>;
+    /// Moves cancelled job `id` from history back to pending, waiting on
+    /// its dependencies that have not counted for it; whether it moved.
+    fn history_to_pending(&mut self, id: i64) -> Result<bool>;
+}
+
+/// Makes a job just enqueued (`e`, `p`) wait for its dependencies: records
+/// each edge, then leaves it live when every dependency counts already,
+/// moves it to pending when some have not finished, or finishes it as
+/// `cancelled` when one ended other than completed on a cancelling edge.
+/// `earlier` holds the batch's jobs enqueued before it. A job that existed
+/// (its unique key was held) is left as it was. A sequenced job also waits
+/// on the job before it in its sequence (`crate::sequence`).
+pub(crate) fn wait(
+    db: &mut impl Steps,
+    p: &EnqueueParams<'_>,
+    e: Enqueued,
+    earlier: &[Enqueued],
+) -> Result<()> {
+    if (p.depends_on.is_empty() && p.sequence.is_none()) || e.existed {
+        return Ok(());
+    }
+    let tail = sequence::swap(&mut db.sequences(), p, e.id)?;
+    let waiting = crate::flow::waiting(p.depends_on, earlier, tail, |dependency| {
+        db.state_of(dependency)
+    })?;
+    for &(dependency, run_anyway, cancels) in &waiting.edges {
+        db.insert_edge((dependency, e.id, run_anyway, cancels))?;
+    }
+    if let Some(link) = sequence::link(p, e.id, tail, &waiting) {
+        sequence::write(&mut db.sequences(), link)?;
+    }
+    if let Some(error) = waiting.cancelled_error(p.now) {
+        db.cancel_live(e.id, &error)?;
+    } else if waiting.remaining > 0 {
+        db.live_to_pending(e.id, waiting.remaining)?;
+    }
+    Ok(())
+}
+
+/// An operator's cancel or discard of a pending job: moves it to history as
+/// `status` with `error`, and applies that to what waits on it. Whether it
+/// was pending (otherwise nothing was done).
+pub(crate) fn end_by_operator(
+    db: &mut impl Steps,
+    id: i64,
+    status: FinalStatus,
+    error: &AttemptError,
+) -> Result<bool> {
+    let errors = serde_json::to_string(&[error])?;
+    if !db.end_pending(id, status, &errors)? {
+        return Ok(false);
+    }
+    db.finished(id, status)?;
+    Ok(true)
+}
+
+/// Before an operator's delete of `id`: a live or pending job counts as
+/// cancelled for what waits on it, and a pending row is removed. Whether
+/// there was a pending row.
+pub(crate) fn deleting(db: &mut impl Steps, id: i64) -> Result<bool> {
+    let state = db.state_of(id)?;
+    let pending = state.as_deref() == Some("pending");
+    if pending {
+        db.delete_pending(id)?;
+    }
+    if matches!(state.as_deref(), Some("pending" | "live")) {
+        db.finished(id, FinalStatus::Cancelled)?;
+    }
+    Ok(pending)
+}
+
+/// After an operator's retry moved `id` back to live: brings back the jobs
+/// its end cancelled (and theirs, and so on) to pending, each waiting for
+/// the dependencies that have not counted for it yet (`id` among them).
+pub(crate) fn retried(db: &mut impl Steps, id: i64) -> Result<()> {
+    let mut back = vec![id];
+    while let Some(id) = back.pop() {
+        for dependent in db.cancelled_dependents(id)? {
+            db.unmark_cancelled(id, dependent)?;
+            if db.history_to_pending(dependent)? {
+                back.push(dependent);
+            }
+        }
+    }
+    Ok(())
+}
