@@ -8,13 +8,12 @@
 //! the caller's answer.
 
 use crate::backend::params::{Acted, Found};
-use crate::clock;
 use crate::error::{Error, Result};
 use crate::inspect::CancelOutcome;
-use crate::outcome::{AttemptError, FinalStatus};
-
-/// The error a cancel of a waiting job records.
-pub(crate) const CANCELLED: &str = "cancelled by request";
+use crate::outcome::FinalStatus;
+// What an operator's cancel records is an outcome (`unclaim` records it too);
+// the backends name it from here, beside the actions.
+pub(crate) use crate::outcome::{operator_error, CANCELLED};
 
 /// An operator's action on one job, by id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,16 +91,6 @@ impl Action {
             Found::Running => CancelOutcome::Requested,
             _ => CancelOutcome::Cancelled,
         })
-    }
-}
-
-/// The error an operator's cancel or discard records for a waiting job: of
-/// attempt 0 (no attempt ran it), at `now`.
-pub(crate) fn operator_error(message: &str, now: i64) -> AttemptError {
-    AttemptError {
-        attempt: 0,
-        at: clock::at(now),
-        message: message.to_owned(),
     }
 }
 

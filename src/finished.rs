@@ -7,21 +7,25 @@
 //! `backlog copy`'s finished jobs) adds it to a minute bucket and an hour
 //! bucket in the same transaction (V10, `backlog_finished_counts`). Counts
 //! are of finishes, not of rows: they survive
-//! [`Queue::prune_history`] and a delete, and a job retried from history
+//! [`Queue::prune_history`](crate::Queue::prune_history) and a delete, and a job retried from history
 //! and finished again counts twice. A database migrated to V10 starts with
 //! the jobs its history held then.
 //!
-//! [`Queue::compact_finished_counts`] (run by every worker's maintenance)
+//! [`Queue::compact_finished_counts`](crate::Queue::compact_finished_counts) (run by every worker's maintenance)
 //! deletes minute buckets older than [`MINUTES_KEPT`] and folds hour buckets
 //! older than [`HOURS_KEPT`] into one all-time row, so the table stays small
 //! and the totals stay whole.
 
 use std::time::Duration;
 
-use crate::backend::counts::{HOUR, MINUTE};
-use crate::error::Result;
 use crate::outcome::FinalStatus;
-use crate::Queue;
+
+/// Width of the fine buckets, in seconds: the last hour's chart.
+pub(crate) const MINUTE: i64 = 60;
+/// Width of the coarse buckets, in seconds: the 24 h and 7 d charts.
+pub(crate) const HOUR: i64 = 3600;
+/// The span of the row that hour buckets are folded into.
+pub(crate) const ALL_TIME: i64 = 0;
 
 /// How long minute buckets are kept: past the last hour's chart.
 pub const MINUTES_KEPT: Duration = Duration::from_secs(2 * 3600);
@@ -74,7 +78,7 @@ impl Window {
         Window::ALL.into_iter().find(|w| w.as_str() == s)
     }
 
-    fn span_secs(self) -> i64 {
+    pub(crate) fn span_secs(self) -> i64 {
         match self {
             Window::Hour => MINUTE,
             Window::Day | Window::Week => HOUR,
@@ -83,7 +87,7 @@ impl Window {
 }
 
 /// How many jobs of one queue and kind finished with one status in one
-/// bucket of a [`Window`]: what [`Queue::finished_buckets`] reports.
+/// bucket of a [`Window`]: what [`Queue::finished_buckets`](crate::Queue::finished_buckets) reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FinishedBucket {
@@ -146,7 +150,7 @@ impl FinishedTotals {
 }
 
 /// One queue and kind's finished jobs since the counts began: what
-/// [`Queue::finished_totals`] reports.
+/// [`Queue::finished_totals`](crate::Queue::finished_totals) reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FinishedTotal {
@@ -156,100 +160,4 @@ pub struct FinishedTotal {
     pub kind: String,
     /// Per status.
     pub totals: FinishedTotals,
-}
-
-impl Queue {
-    /// How many jobs finished in each bucket of `window`, per queue, kind
-    /// and status, from the counts kept as jobs finish (see
-    /// [`crate::finished`]); buckets with nothing finished are left out.
-    /// Sorted by bucket (most recent first), queue, kind and status.
-    ///
-    /// One read of a range of the counts' key: at most
-    /// [`Window::buckets`] rows per queue, kind and status (on PostgreSQL,
-    /// a row per finishing transaction until maintenance merges them).
-    ///
-    /// ```
-    /// # fn main() -> backlog::Result<()> {
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let queue = backlog::Queue::open(dir.path().join("app.db"))?;
-    /// use backlog::finished::Window;
-    /// use backlog::{FinalStatus, LeaseRequest, NewJob};
-    ///
-    /// queue.enqueue(NewJob::new("email", serde_json::json!({})))?;
-    /// let job = queue.lease(&LeaseRequest::new("worker-1", 1))?.remove(0);
-    /// queue.complete(&job, None)?;
-    /// let week = queue.finished_buckets(Window::Week)?;
-    /// assert_eq!((week[0].kind.as_str(), week[0].status), ("email", FinalStatus::Completed));
-    /// assert_eq!((week[0].buckets_ago, week[0].count), (0, 1));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn finished_buckets(&self, window: Window) -> Result<Vec<FinishedBucket>> {
-        let last = window.buckets() - 1;
-        let mut rows: Vec<FinishedBucket> = self
-            .store()
-            .finished_buckets(
-                window.span_secs(),
-                i64::from(window.buckets()),
-                self.now_micros(),
-            )?
-            .into_iter()
-            .filter_map(|r| {
-                Some(FinishedBucket {
-                    status: FinalStatus::parse(&r.status)?,
-                    // A bucket ahead of now (a clock moved back) is shown
-                    // as the current one.
-                    buckets_ago: u32::try_from(r.buckets_ago.max(0)).ok()?.min(last),
-                    count: u64::try_from(r.count).ok()?,
-                    queue: r.queue,
-                    kind: r.kind,
-                })
-            })
-            .collect();
-        rows.sort_by(|a, b| {
-            (a.buckets_ago, &a.queue, &a.kind, a.status.as_str()).cmp(&(
-                b.buckets_ago,
-                &b.queue,
-                &b.kind,
-                b.status.as_str(),
-            ))
-        });
-        Ok(rows)
-    }
-
-    /// Finished jobs per queue and kind since the counts began, by status,
-    /// sorted by queue and kind. Reads the all-time rows and the hour
-    /// buckets of the counts (at most [`HOURS_KEPT`] of them per queue,
-    /// kind and status), never history.
-    pub fn finished_totals(&self) -> Result<Vec<FinishedTotal>> {
-        let mut by_kind = std::collections::BTreeMap::<(String, String), FinishedTotals>::new();
-        for r in self.store().finished_totals()? {
-            let (Some(status), Ok(n)) = (FinalStatus::parse(&r.status), u64::try_from(r.count))
-            else {
-                continue;
-            };
-            by_kind.entry((r.queue, r.kind)).or_default().add(status, n);
-        }
-        Ok(by_kind
-            .into_iter()
-            .map(|((queue, kind), totals)| FinishedTotal {
-                queue,
-                kind,
-                totals,
-            })
-            .collect())
-    }
-
-    /// Deletes minute buckets older than [`MINUTES_KEPT`] and folds hour
-    /// buckets older than [`HOURS_KEPT`] into the all-time totals, in one
-    /// transaction; nonzero when it changed anything. Every worker's
-    /// maintenance runs it; a process without a worker may call it now and
-    /// then. Totals are the same before and after.
-    pub fn compact_finished_counts(&self) -> Result<usize> {
-        let now = self.now_micros();
-        let minutes_before = now.saturating_sub(MINUTES_KEPT.as_micros() as i64);
-        let hours_before = now.saturating_sub(HOURS_KEPT.as_micros() as i64);
-        self.store()
-            .compact_counts(minutes_before, hours_before, now)
-    }
 }

@@ -10,13 +10,13 @@
 //! in turn, unless the dependent was enqueued with [`NewJob::run_anyway`].
 //!
 //! A [`Workflow`] is a graph of named steps enqueued in one transaction
-//! ([`Queue::enqueue_workflow`], or the `_in` forms of `backlog::sqlite`,
+//! ([`Queue::enqueue_workflow`](crate::Queue::enqueue_workflow), or the `_in` forms of `backlog::sqlite`,
 //! `backlog::postgres` and `backlog::mysql` inside the application's own).
 //! A step's handler reads what the steps before it returned with
 //! [`JobContext::result_of`](crate::JobContext::result_of). An operator sees
-//! a workflow's steps with [`Queue::workflow`], stops it with
-//! [`Queue::cancel_workflow`], and resumes it after a failed step with
-//! [`Queue::retry`] of that step: the steps its failure cancelled wait for
+//! a workflow's steps with [`Queue::workflow`](crate::Queue::workflow), stops it with
+//! [`Queue::cancel_workflow`](crate::Queue::cancel_workflow), and resumes it after a failed step with
+//! [`Queue::retry`](crate::Queue::retry) of that step: the steps its failure cancelled wait for
 //! it again.
 //!
 //! Pruning history ([`Retention`](crate::Retention)) deletes a finished
@@ -49,19 +49,15 @@ use std::time::SystemTime;
 use serde::de::DeserializeOwned;
 
 use crate::action;
-use crate::backend::params::{
-    Acted, DependencyRow, DependsOn, Edge, Found, WorkflowParams, WorkflowRow,
-};
-use crate::clock;
+use crate::backend::params::{Acted, DependsOn, Edge, Found};
 use crate::error::{Error, Result};
-use crate::inspect::{CancelOutcome, JobState};
+use crate::inspect::JobState;
 use crate::job::{Enqueued, NewJob};
 use crate::outcome::{AttemptError, FinalStatus};
-use crate::queue::Queue;
 use crate::validate;
 
 /// A graph of named steps, each a job, enqueued in one transaction by
-/// [`Queue::enqueue_workflow`]. A step runs once the steps it comes after
+/// [`Queue::enqueue_workflow`](crate::Queue::enqueue_workflow). A step runs once the steps it comes after
 /// have finished; one that did not complete cancels it (and what comes after
 /// it), unless it was added with [`Workflow::step_after_anyway`].
 #[derive(Debug, Clone)]
@@ -80,7 +76,7 @@ struct Step {
 
 impl Workflow {
     /// An empty workflow named `name` (a name like a queue's; several
-    /// workflows may share one, [`Queue::workflow`] finds the newest).
+    /// workflows may share one, [`Queue::workflow`](crate::Queue::workflow) finds the newest).
     pub fn new(name: impl Into<String>) -> Workflow {
         Workflow {
             name: name.into(),
@@ -194,41 +190,6 @@ impl Workflow {
     }
 }
 
-/// A workflow validated and encoded, ready for a backend.
-pub(crate) struct PlannedWorkflow {
-    name: String,
-    steps: Vec<String>,
-    prepared: Vec<crate::queue::Prepared>,
-}
-
-impl PlannedWorkflow {
-    /// The workflow's row.
-    pub(crate) fn params(&self, now: i64) -> WorkflowParams<'_> {
-        WorkflowParams {
-            name: &self.name,
-            steps: &self.steps,
-            now,
-        }
-    }
-
-    /// Its steps' jobs, in order.
-    pub(crate) fn jobs(&self, now: i64) -> Vec<crate::backend::params::EnqueueParams<'_>> {
-        crate::queue::params(&self.prepared, now)
-    }
-
-    /// What the caller gets back.
-    pub(crate) fn enqueued(self, id: i64, ids: &[Enqueued]) -> EnqueuedWorkflow {
-        EnqueuedWorkflow {
-            id,
-            steps: self
-                .steps
-                .into_iter()
-                .zip(ids.iter().map(|e| e.id))
-                .collect(),
-        }
-    }
-}
-
 /// Kahn's order of `steps` (indexes), or the names around a cycle.
 fn topological(
     steps: &[Step],
@@ -298,7 +259,7 @@ impl EnqueuedWorkflow {
     }
 }
 
-/// A workflow as [`Queue::workflow`] sees it.
+/// A workflow as [`Queue::workflow`](crate::Queue::workflow) sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkflowInfo {
     /// The workflow's id.
@@ -385,121 +346,9 @@ impl Dependency {
     }
 }
 
-impl Queue {
-    /// Enqueues every step of `workflow` in one transaction: all or none.
-    /// Each step's job is validated first; a duplicate or unknown step name
-    /// or a cycle is [`Error::InvalidWorkflow`], with nothing written.
-    pub fn enqueue_workflow(&self, workflow: Workflow) -> Result<EnqueuedWorkflow> {
-        let now = self.now_micros();
-        let planned = self.plan_workflow(workflow, now)?;
-        let (id, ids) = self
-            .store()
-            .enqueue_workflow(&planned.params(now), &planned.jobs(now))?;
-        self.enqueued(&planned.prepared, &ids);
-        Ok(planned.enqueued(id, &ids))
-    }
-
-    /// Validates and encodes every step of `workflow`, writing nothing.
-    pub(crate) fn plan_workflow(&self, workflow: Workflow, now: i64) -> Result<PlannedWorkflow> {
-        let (name, steps, jobs) = workflow.plan()?;
-        let prepared = self.prepare_all(jobs, now)?;
-        Ok(PlannedWorkflow {
-            name,
-            steps,
-            prepared,
-        })
-    }
-
-    /// A workflow and the states of its steps; `None` when there is none.
-    pub fn workflow(&self, which: impl Into<WorkflowRef>) -> Result<Option<WorkflowInfo>> {
-        self.workflow_row(which.into())?
-            .map(|row| self.workflow_info(row))
-            .transpose()
-    }
-
-    fn workflow_row(&self, which: WorkflowRef) -> Result<Option<WorkflowRow>> {
-        match which {
-            WorkflowRef::Id(id) => self.store().workflow(Some(id), None),
-            WorkflowRef::Name(name) => self.store().workflow(None, Some(&name)),
-        }
-    }
-
-    fn workflow_info(&self, row: WorkflowRow) -> Result<WorkflowInfo> {
-        let mut steps = Vec::with_capacity(row.steps.len());
-        for (name, job_id) in row.steps {
-            match self.get(job_id) {
-                Ok(record) => steps.push(WorkflowStep {
-                    name,
-                    job_id,
-                    state: record.state,
-                }),
-                // Deleted (or pruned from history): not a step any more.
-                Err(Error::NotFound { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(WorkflowInfo {
-            id: row.id,
-            name: row.name,
-            created_at: clock::at(row.created_at),
-            steps,
-        })
-    }
-
-    /// Cancels every step of a workflow that has not finished: a waiting
-    /// or pending one moves to history as `cancelled` (and so does what
-    /// comes after it), a running one is asked to stop. Returns how many
-    /// were cancelled (of them, how many were running and asked) and how many
-    /// had finished meanwhile (cancelled by an earlier step's cascade); an
-    /// unknown workflow cancels nothing. One transaction: it first looks at
-    /// every step (on the servers, locking each), so a step that finished
-    /// before is left alone and one that finishes concurrently waits for it;
-    /// then it cancels the others in the order they were enqueued. An error
-    /// midway cancels none.
-    pub fn cancel_workflow(&self, which: impl Into<WorkflowRef>) -> Result<crate::BulkReport> {
-        let mut report = crate::BulkReport::default();
-        let Some(row) = self.workflow_row(which.into())? else {
-            return Ok(report);
-        };
-        let ids: Vec<i64> = row.steps.iter().map(|(_, id)| *id).collect();
-        let acted = self.store().cancel_steps(&ids, self.now_micros())?;
-        for (id, acted) in ids.into_iter().zip(acted) {
-            // Finished (or deleted) before the cancel: not its to count.
-            let Some(acted) = acted else { continue };
-            match action::Action::cancel_verdict(id, acted) {
-                Ok(CancelOutcome::Cancelled) => report.done += 1,
-                Ok(CancelOutcome::Requested) => {
-                    report.done += 1;
-                    report.requested += 1;
-                }
-                // Cancelled by an earlier step's cascade in this transaction.
-                Err(Error::InvalidState { .. } | Error::NotFound { .. }) => report.skipped += 1,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(report)
-    }
-
-    /// The jobs job `id` depends on, with how they ended and their results,
-    /// by id. Empty for a job without dependencies.
-    pub fn dependencies(&self, id: i64) -> Result<Vec<Dependency>> {
-        let rows = self.store().dependencies(id)?;
-        Ok(rows.into_iter().map(dependency).collect())
-    }
-}
-
-fn dependency(row: DependencyRow) -> Dependency {
-    Dependency {
-        job_id: row.job_id,
-        step: row.step,
-        status: row.status.as_deref().and_then(FinalStatus::parse),
-        result: row.result,
-    }
-}
-
 // ---- what every backend's `flows.rs` shares --------------------------------
 
-/// What [`Queue::cancel_workflow`] does to the steps `ids`, inside each
+/// What [`Queue::cancel_workflow`](crate::Queue::cancel_workflow) does to the steps `ids`, inside each
 /// backend's one transaction: `found` is where each step was when the
 /// transaction looked at them all, before cancelling any. A step finished
 /// or gone by then is not the cancel's (`None`); each other one is cancelled
@@ -671,7 +520,7 @@ pub(crate) fn cancelled_error(dependency: i64, status: &str, now: i64) -> Attemp
 // ---- where a job stands, for operators -------------------------------------
 
 /// Where a job stands among others, as an operator's tools show it
-/// ([`Queue::job_links`]): its workflow and step, its batch, and the jobs
+/// ([`Queue::job_links`](crate::Queue::job_links)): its workflow and step, its batch, and the jobs
 /// that wait on it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -695,23 +544,4 @@ pub struct StepOf {
     pub workflow: String,
     /// The job's step name.
     pub step: String,
-}
-
-impl Queue {
-    /// Job `id`'s workflow and step, its batch, and the jobs that depend on
-    /// it: what `backlog show` and the dashboard's job page link to. Three
-    /// reads by key; all empty for a job that has none (or an id no job
-    /// has: use [`Queue::get`] for whether it exists).
-    pub fn job_links(&self, id: i64) -> Result<JobLinks> {
-        let row = self.store().links(id)?;
-        Ok(JobLinks {
-            workflow: row.workflow.map(|(workflow_id, workflow, step)| StepOf {
-                workflow_id,
-                workflow,
-                step,
-            }),
-            batch: row.batch,
-            dependents: row.dependents,
-        })
-    }
 }

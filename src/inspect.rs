@@ -524,7 +524,21 @@ pub struct QueueStats {
     /// they wait until a worker for them starts (see
     /// [`Queue::unhandled`](crate::Queue::unhandled)). Empty when every due
     /// job has a worker.
-    pub unhandled: Vec<crate::worker::UnhandledJobs>,
+    pub unhandled: Vec<UnhandledJobs>,
+}
+
+/// Due jobs of a queue and kind that no live worker handles: no worker
+/// serves the queue with a handler for the kind. See
+/// [`Queue::unhandled`](crate::Queue::unhandled); a worker's registry
+/// (`backlog::worker`) answers it, and [`QueueStats::unhandled`] holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnhandledJobs {
+    /// The queue.
+    pub queue: String,
+    /// The kind.
+    pub kind: String,
+    /// How many of its jobs are due (available) now.
+    pub due: u64,
 }
 
 /// How many jobs of one queue finished with one status in one minute: what

@@ -88,7 +88,7 @@ pub struct NewJob {
     pub(crate) unique_scope: UniqueScope,
     pub(crate) group: Option<crate::group::Group>,
     /// The jobs it waits for (see [`NewJob::depends_on`]).
-    pub(crate) depends_on: Vec<crate::backend::params::Edge>,
+    pub(crate) depends_on: Vec<Edge>,
     /// Every dependency counts whatever its end.
     pub(crate) run_anyway: bool,
     pub(crate) batch: Option<i64>,
@@ -213,7 +213,6 @@ impl NewJob {
     /// [`Error::UnknownDependency`]: crate::Error::UnknownDependency
     /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
     pub fn depends_on(mut self, ids: impl IntoIterator<Item = i64>) -> Self {
-        use crate::backend::params::{DependsOn, Edge};
         self.depends_on.extend(ids.into_iter().map(|id| Edge {
             on: DependsOn::Job(id),
             run_anyway: false,
@@ -345,6 +344,25 @@ impl<T: JobArgs> IntoNewJob for T {
     fn into_new_job(self) -> Result<NewJob> {
         NewJob::from_args(&self)
     }
+}
+
+/// One dependency of a job being enqueued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Edge {
+    pub on: DependsOn,
+    /// Any end of the dependency counts; otherwise one that did not
+    /// complete cancels the dependent.
+    pub run_anyway: bool,
+}
+
+/// The job depended on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum DependsOn {
+    /// A job already enqueued.
+    Job(i64),
+    /// The job at this index of the same batch, enqueued before this one
+    /// (a workflow's step).
+    Earlier(usize),
 }
 
 /// What an enqueue did.

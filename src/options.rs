@@ -1,13 +1,11 @@
 //! How a queue is opened: durability, timeouts, pool size, limits, policy.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
-use crate::queue::Queue;
 use crate::retry::RetryPolicy;
 use crate::validate;
 
@@ -33,7 +31,7 @@ impl Durability {
     }
 }
 
-/// Options for [`Queue::open_with`].
+/// Options for [`Queue::open_with`](crate::Queue::open_with).
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -82,7 +80,7 @@ impl std::fmt::Debug for SqliteKey {
     }
 }
 
-/// How many unread events a [`Queue::subscribe`] subscription holds by
+/// How many unread events a [`Queue::subscribe`](crate::Queue::subscribe) subscription holds by
 /// default.
 pub const DEFAULT_EVENT_CAPACITY: usize = 4096;
 
@@ -116,17 +114,6 @@ impl QueueOptions {
     /// The defaults.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Opens (creating if needed) the queue at `path` with these options.
-    pub fn open(self, path: impl AsRef<Path>) -> Result<Queue> {
-        Queue::open_with(path, self)
-    }
-
-    /// Connects to the queue at a database URL with these options: see
-    /// [`Queue::connect`].
-    pub fn connect(self, url: &str) -> Result<Queue> {
-        Queue::connect_with(url, self)
     }
 
     /// Durability of commits (SQLite). Defaults to [`Durability::Full`]. The
@@ -180,7 +167,7 @@ impl QueueOptions {
     }
 
     /// Whether opening applies pending schema migrations. Defaults to `true`;
-    /// with `false`, call [`Queue::migrate`] yourself.
+    /// with `false`, call [`Queue::migrate`](crate::Queue::migrate) yourself.
     pub fn migrate(mut self, migrate: bool) -> Self {
         self.migrate = migrate;
         self
@@ -231,7 +218,7 @@ impl QueueOptions {
         self
     }
 
-    /// The bound on [`Queue::connect`]'s wait for room on a full server:
+    /// The bound on [`Queue::connect`](crate::Queue::connect)'s wait for room on a full server:
     /// while the server refuses connections for lack of room (PostgreSQL
     /// `too_many_connections` or `cannot_connect_now` while it starts,
     /// MySQL/MariaDB errors 1040 and 1203), opening the queue waits for one
@@ -251,7 +238,7 @@ impl QueueOptions {
         self
     }
 
-    /// The most unread events one [`Queue::subscribe`] subscription holds.
+    /// The most unread events one [`Queue::subscribe`](crate::Queue::subscribe) subscription holds.
     /// Events that find it full are not kept, so that the queue never waits
     /// for a subscriber; the subscriber learns how many it missed from an
     /// [`Event::Lagged`](crate::Event::Lagged). Defaults to

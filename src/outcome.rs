@@ -139,6 +139,19 @@ pub(crate) enum Transition {
     },
 }
 
+/// The error a cancel of a waiting job records.
+pub(crate) const CANCELLED: &str = "cancelled by request";
+
+/// The error an operator's cancel or discard records for a waiting job: of
+/// attempt 0 (no attempt ran it), at `now`.
+pub(crate) fn operator_error(message: &str, now: i64) -> AttemptError {
+    AttemptError {
+        attempt: 0,
+        at: crate::clock::at(now),
+        message: message.to_owned(),
+    }
+}
+
 /// Where a claim that never reached a handler takes its job (a lease whose
 /// answer the worker lost): back to waiting, due at once in the place in
 /// line it had, with the attempt given back as a release gives it back. A
@@ -149,7 +162,7 @@ pub(crate) fn unclaim(available_at: i64, cancel_requested: bool, now: i64) -> Tr
         return Transition::Finish {
             status: FinalStatus::Cancelled,
             result: None,
-            error: Some(crate::action::operator_error(crate::action::CANCELLED, now)),
+            error: Some(operator_error(CANCELLED, now)),
         };
     }
     Transition::Reschedule {

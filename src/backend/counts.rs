@@ -11,12 +11,9 @@
 //! MySQL). Every finished job is counted once in each. [`ALL_TIME`] holds,
 //! under bucket 0, the hours that [`Counts::compact_counts`] folded.
 
-/// Width of the fine buckets, in seconds: the last hour's chart.
-pub(crate) const MINUTE: i64 = 60;
-/// Width of the coarse buckets, in seconds: the 24 h and 7 d charts.
-pub(crate) const HOUR: i64 = 3600;
-/// The span of the row that hour buckets are folded into.
-pub(crate) const ALL_TIME: i64 = 0;
+// The buckets' widths are the engine's (its windows read them); the
+// statements here store by them.
+pub(crate) use crate::finished::{ALL_TIME, HOUR, MINUTE};
 
 /// One bucket's count, as [`Counts::finished_buckets`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,6 +8,10 @@ use std::time::Instant;
 
 use crate::error::Result;
 use crate::job::Enqueued;
+// A job's dependencies are the job's own data (`NewJob::depends_on`); the
+// engine's plans and the backends name them here, beside the params that
+// carry them.
+pub(crate) use crate::job::{DependsOn, Edge};
 use crate::lease::{Job, Lease};
 use crate::outcome::{FinalStatus, Transition};
 
@@ -33,9 +37,10 @@ pub(crate) struct EnqueueParams<'a> {
     /// The jobs it waits for (`flows.rs` of each backend); empty for a job
     /// that runs on its own.
     pub depends_on: &'a [Edge],
-    /// The open batch the job joins (`crate::batch`).
+    /// The open batch the job joins ([`NewJob::batch`](crate::NewJob::batch)).
     pub batch: Option<i64>,
-    /// The sequence key (in `queue`) the job joins (`crate::sequence`; each
+    /// The sequence key (in `queue`) the job joins
+    /// ([`NewJob::sequence`](crate::NewJob::sequence); each
     /// backend's `sequences.rs`).
     pub sequence: Option<&'a str>,
 }
@@ -66,25 +71,6 @@ impl EnqueueParams<'_> {
             None
         }
     }
-}
-
-/// One dependency of a job being enqueued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Edge {
-    pub on: DependsOn,
-    /// Any end of the dependency counts; otherwise one that did not
-    /// complete cancels the dependent.
-    pub run_anyway: bool,
-}
-
-/// The job depended on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum DependsOn {
-    /// A job already enqueued.
-    Job(i64),
-    /// The job at this index of the same batch, enqueued before this one
-    /// (a workflow's step).
-    Earlier(usize),
 }
 
 /// A workflow's row and each job's step name, in the batch's order.
@@ -338,7 +324,7 @@ pub(crate) enum Claimed {
 }
 
 /// Jobs of one queue that finished with one status in one minute: a row of
-/// [`Store::finished_per_minute`](super::Store::finished_per_minute).
+/// `Store::finished_per_minute`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FinishedInMinute {
     pub queue: String,
@@ -366,7 +352,7 @@ pub(crate) enum Found {
 
 /// What an operator's action did. A backend applies an action only to a
 /// job the engine says it applies to
-/// ([`Action::act`](crate::action::Action::act)); `applied` is false then
+/// (`Action::act`); `applied` is false then
 /// only when a live job holds the unique key the change needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Acted {

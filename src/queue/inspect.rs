@@ -1,6 +1,7 @@
 //! Reading jobs and queues, and the per-job and per-queue controls: get,
 //! wait, list, counts, retry, run-now, cancel, delete, pause, limits and
-//! history pruning.
+//! history pruning; and the finished-job counts' reads and compaction (what
+//! they are: [`crate::finished`]).
 
 use std::time::Duration;
 
@@ -8,6 +9,9 @@ use crate::action::{self, Action};
 use crate::clock::duration_micros;
 use crate::error::{Error, Result};
 use crate::events::Event;
+use crate::finished::{
+    FinishedBucket, FinishedTotal, FinishedTotals, Window, HOURS_KEPT, MINUTES_KEPT,
+};
 use crate::inspect::{CancelOutcome, JobFilter, JobRecord, JobState, Page, Retention, StateCount};
 use crate::limits::QueueLimits;
 use crate::outcome::FinalStatus;
@@ -251,3 +255,99 @@ const WAIT_WATCH_INTERVAL: Duration = Duration::from_millis(2);
 /// The longest [`Queue::wait`] goes without reading the job again, for
 /// changes no watcher reports (another node's completion on a server).
 pub const WAIT_MAX_POLL: Duration = Duration::from_millis(250);
+
+impl Queue {
+    /// How many jobs finished in each bucket of `window`, per queue, kind
+    /// and status, from the counts kept as jobs finish (see
+    /// [`crate::finished`]); buckets with nothing finished are left out.
+    /// Sorted by bucket (most recent first), queue, kind and status.
+    ///
+    /// One read of a range of the counts' key: at most
+    /// [`Window::buckets`] rows per queue, kind and status (on PostgreSQL,
+    /// a row per finishing transaction until maintenance merges them).
+    ///
+    /// ```
+    /// # fn main() -> backlog::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let queue = backlog::Queue::open(dir.path().join("app.db"))?;
+    /// use backlog::finished::Window;
+    /// use backlog::{FinalStatus, LeaseRequest, NewJob};
+    ///
+    /// queue.enqueue(NewJob::new("email", serde_json::json!({})))?;
+    /// let job = queue.lease(&LeaseRequest::new("worker-1", 1))?.remove(0);
+    /// queue.complete(&job, None)?;
+    /// let week = queue.finished_buckets(Window::Week)?;
+    /// assert_eq!((week[0].kind.as_str(), week[0].status), ("email", FinalStatus::Completed));
+    /// assert_eq!((week[0].buckets_ago, week[0].count), (0, 1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn finished_buckets(&self, window: Window) -> Result<Vec<FinishedBucket>> {
+        let last = window.buckets() - 1;
+        let mut rows: Vec<FinishedBucket> = self
+            .store()
+            .finished_buckets(
+                window.span_secs(),
+                i64::from(window.buckets()),
+                self.now_micros(),
+            )?
+            .into_iter()
+            .filter_map(|r| {
+                Some(FinishedBucket {
+                    status: FinalStatus::parse(&r.status)?,
+                    // A bucket ahead of now (a clock moved back) is shown
+                    // as the current one.
+                    buckets_ago: u32::try_from(r.buckets_ago.max(0)).ok()?.min(last),
+                    count: u64::try_from(r.count).ok()?,
+                    queue: r.queue,
+                    kind: r.kind,
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            (a.buckets_ago, &a.queue, &a.kind, a.status.as_str()).cmp(&(
+                b.buckets_ago,
+                &b.queue,
+                &b.kind,
+                b.status.as_str(),
+            ))
+        });
+        Ok(rows)
+    }
+
+    /// Finished jobs per queue and kind since the counts began, by status,
+    /// sorted by queue and kind. Reads the all-time rows and the hour
+    /// buckets of the counts (at most [`HOURS_KEPT`] of them per queue,
+    /// kind and status), never history.
+    pub fn finished_totals(&self) -> Result<Vec<FinishedTotal>> {
+        let mut by_kind = std::collections::BTreeMap::<(String, String), FinishedTotals>::new();
+        for r in self.store().finished_totals()? {
+            let (Some(status), Ok(n)) = (FinalStatus::parse(&r.status), u64::try_from(r.count))
+            else {
+                continue;
+            };
+            by_kind.entry((r.queue, r.kind)).or_default().add(status, n);
+        }
+        Ok(by_kind
+            .into_iter()
+            .map(|((queue, kind), totals)| FinishedTotal {
+                queue,
+                kind,
+                totals,
+            })
+            .collect())
+    }
+
+    /// Deletes minute buckets older than [`MINUTES_KEPT`] and folds hour
+    /// buckets older than [`HOURS_KEPT`] into the all-time totals, in one
+    /// transaction; nonzero when it changed anything. Every worker's
+    /// maintenance runs it; a process without a worker may call it now and
+    /// then. Totals are the same before and after.
+    pub fn compact_finished_counts(&self) -> Result<usize> {
+        let now = self.now_micros();
+        let minutes_before = now.saturating_sub(MINUTES_KEPT.as_micros() as i64);
+        let hours_before = now.saturating_sub(HOURS_KEPT.as_micros() as i64);
+        self.store()
+            .compact_counts(minutes_before, hours_before, now)
+    }
+}

@@ -1,10 +1,11 @@
 //! [`Queue`]: the handle applications enqueue with, and workers lease from.
 //!
 //! The other `impl Queue` blocks live one concern per file beside this one:
-//! [`enqueue`], [`lease`], [`settle`], [`signals`], [`inspect`] and
-//! [`operate`].
+//! [`enqueue`], [`flows`] (workflows), [`lease`], [`settle`], [`signals`],
+//! [`inspect`] and [`operate`].
 
 mod enqueue;
+mod flows;
 mod inspect;
 mod lease;
 mod operate;
@@ -91,6 +92,21 @@ struct Inner {
     /// completer, a handler's manual heartbeat), so an older value read by
     /// one never lands after a newer one written by another.
     progress_gate: std::sync::Mutex<()>,
+}
+
+// The options' own ways to open a queue: here, with the `Queue` they build
+// (`QueueOptions` is plain data the backends read too).
+impl QueueOptions {
+    /// Opens (creating if needed) the queue at `path` with these options.
+    pub fn open(self, path: impl AsRef<Path>) -> Result<Queue> {
+        Queue::open_with(path, self)
+    }
+
+    /// Connects to the queue at a database URL with these options: see
+    /// [`Queue::connect`].
+    pub fn connect(self, url: &str) -> Result<Queue> {
+        Queue::connect_with(url, self)
+    }
 }
 
 impl Queue {

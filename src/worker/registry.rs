@@ -26,6 +26,9 @@ use std::time::{Duration, SystemTime};
 
 use crate::backend::registry::RegisterWorkerParams;
 use crate::clock;
+// Defined with the queue reads it belongs to (`QueueStats::unhandled` holds it);
+// re-exported here, where it was first public.
+pub use crate::inspect::UnhandledJobs;
 use crate::queue::Queue;
 
 /// A worker's row counts as gone this many heartbeat intervals after its
@@ -71,19 +74,6 @@ pub struct RunningJob {
     pub queue: String,
     /// Its kind.
     pub kind: String,
-}
-
-/// Due jobs of a queue and kind that no live worker handles: no worker
-/// serves the queue with a handler for the kind. See
-/// [`Queue::unhandled`](crate::Queue::unhandled).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnhandledJobs {
-    /// The queue.
-    pub queue: String,
-    /// The kind.
-    pub kind: String,
-    /// How many of its jobs are due (available) now.
-    pub due: u64,
 }
 
 impl WorkerInfo {
