@@ -30,7 +30,7 @@
 //! A batch is created *open*: jobs join it with [`NewJob::batch`], in as many
 //! enqueues as the application needs. Its callbacks cannot fire while it is
 //! open, even when every member so far has finished, so a batch filled over
-//! time never fires early. [`Queue::seal_batch`] closes it: no job may join
+//! time never fires early. [`Queue::seal_batch`](crate::Queue::seal_batch) closes it: no job may join
 //! any more ([`Error::InvalidArgument`]), and when every member has finished
 //! already, the callbacks are enqueued by the seal itself. An empty batch
 //! sealed fires both callbacks at once.
@@ -69,11 +69,11 @@
 //!
 //! ## Deleted with history
 //!
-//! [`Queue::prune_history`] deletes a finished batch once its `finished_at`
+//! [`Queue::prune_history`](crate::Queue::prune_history) deletes a finished batch once its `finished_at`
 //! is older than the longest of the [`Retention`](crate::Retention) periods
 //! and its callback jobs have finished (none live, waiting or grouped): as
 //! Sidekiq's batch data expires a while after the batch finished, kept as
-//! long as any of its members' history may be. [`Queue::batch_status`] then
+//! long as any of its members' history may be. [`Queue::batch_status`](crate::Queue::batch_status) then
 //! says what it says of an unknown batch. An open batch, one still
 //! counting, or one whose callback has not finished is kept, and every batch
 //! is while any retention is `None`.
@@ -87,7 +87,6 @@ use crate::backend::params::EnqueueParams;
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::job::{NewJob, Payload, Schedule};
-use crate::queue::Queue;
 
 /// A batch just created: its id is what members join with
 /// ([`NewJob::batch`]).
@@ -98,11 +97,11 @@ pub struct Batch {
 }
 
 /// Builds a batch: its callbacks, then [`BatchBuilder::create`]. From
-/// [`Queue::batch`].
+/// [`Queue::batch`](crate::Queue::batch).
 #[derive(Debug, Clone)]
 #[must_use = "a batch is created by `create()`"]
 pub struct BatchBuilder<'q> {
-    queue: &'q Queue,
+    queue: &'q dyn BatchQueue,
     on_complete: Option<NewJob>,
     on_success: Option<NewJob>,
 }
@@ -139,8 +138,22 @@ pub struct BatchStatus {
     pub created_at: SystemTime,
 }
 
+/// What a [`BatchBuilder`] asks of the queue it came from. The
+/// [`Queue`](crate::Queue) is the one implementation (`queue/enqueue.rs`):
+/// the builder is a queue call, but its callbacks' rules are this module's,
+/// which the backends apply, so the module reaches the queue through this
+/// rather than importing it.
+pub(crate) trait BatchQueue: std::fmt::Debug {
+    /// The queue's clock, unix µs.
+    fn now_micros(&self) -> i64;
+    /// Validates `job` as an enqueue at `now` would.
+    fn check_job(&self, job: &NewJob, now: i64) -> Result<()>;
+    /// Inserts the batch and commits; its id.
+    fn create_batch(&self, p: &CreateBatchParams<'_>) -> Result<i64>;
+}
+
 impl<'q> BatchBuilder<'q> {
-    pub(crate) fn new(queue: &'q Queue) -> Self {
+    pub(crate) fn new(queue: &'q dyn BatchQueue) -> Self {
         BatchBuilder {
             queue,
             on_complete: None,
@@ -167,7 +180,7 @@ impl<'q> BatchBuilder<'q> {
     /// bad one.
     pub fn create(self) -> Result<Batch> {
         let p = self.params()?;
-        let id = self.queue.store().create_batch(&p.borrowed())?;
+        let id = self.queue.create_batch(&p.borrowed())?;
         Ok(Batch { id })
     }
 
@@ -292,7 +305,7 @@ pub(crate) struct Callback {
 
 impl Callback {
     /// Validates `job` as an enqueue would and encodes it.
-    fn encode(queue: &Queue, job: &NewJob, now: i64) -> Result<String> {
+    fn encode(queue: &dyn BatchQueue, job: &NewJob, now: i64) -> Result<String> {
         if job.unique_key.is_some()
             || job.group.is_some()
             || job.batch.is_some()
@@ -386,30 +399,5 @@ pub(crate) fn join_verdict(id: i64, found: Option<bool>) -> Result<()> {
             "batch {id} is sealed: no job may join it"
         ))),
         Some(false) => Ok(()),
-    }
-}
-
-impl Queue {
-    /// Starts building a batch (see [`crate::batch`]).
-    pub fn batch(&self) -> BatchBuilder<'_> {
-        BatchBuilder::new(self)
-    }
-
-    /// Seals batch `id` and commits: no job may join it any more, and when
-    /// every member has finished, its callbacks are enqueued now. Sealing a
-    /// sealed batch changes nothing. [`Error::InvalidArgument`] when there is
-    /// no such batch.
-    pub fn seal_batch(&self, id: i64) -> Result<()> {
-        let found = self.store().seal_batch(id, self.now_micros())?;
-        join_verdict(id, found.map(|_| false))
-    }
-
-    /// Batch `id`'s progress, counted per state. [`Error::InvalidArgument`]
-    /// when there is no such batch.
-    pub fn batch_status(&self, id: i64) -> Result<BatchStatus> {
-        self.store()
-            .batch(id)?
-            .map(|row| row.status())
-            .ok_or_else(|| Error::InvalidArgument(format!("no batch has id {id}")))
     }
 }

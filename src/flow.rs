@@ -464,7 +464,7 @@ impl Waiting {
 
 /// [`Waiting`] for a job with `edges` and `tail`, the job of its sequence
 /// it waits on and whether that one has not finished (read by
-/// `crate::sequence::wait_on`), reading each dependency's place (`pending`,
+/// `sequence::wait_on`), reading each dependency's place (`pending`,
 /// `live`, a history status, or `None`) with `state_of`, which a server
 /// backend share-locks. An id no job has is [`Error::UnknownDependency`];
 /// a tail that is gone or finished counts at once, one that holds gets a

@@ -504,7 +504,7 @@ pub struct QueueStats {
     pub running: u64,
     /// Waiting in their groups (see [`crate::group`]).
     pub grouped: u64,
-    /// Waiting for their dependencies (see [`crate::flow`]).
+    /// Waiting for their dependencies (see `backlog::flow`).
     pub pending: u64,
     /// In history as `dead` (the dead-letter count), of any age.
     pub dead: u64,

@@ -1,5 +1,6 @@
-//! What goes into the queue: [`NewJob`], typed [`JobArgs`], and what an
-//! enqueue returns.
+//! What goes into the queue: [`NewJob`], typed [`JobArgs`], what an enqueue
+//! returns, and the plain data every layer names with a job: its dependency
+//! edges and the statuses it can finish with ([`FinalStatus`]).
 
 use std::time::{Duration, SystemTime};
 
@@ -94,7 +95,7 @@ pub struct NewJob {
     pub(crate) batch: Option<i64>,
     /// The sequence it joins (see [`NewJob::sequence`]).
     pub(crate) sequence: Option<String>,
-    pub(crate) unique_states: Option<Vec<crate::outcome::FinalStatus>>,
+    pub(crate) unique_states: Option<Vec<FinalStatus>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -229,7 +230,7 @@ impl NewJob {
         self
     }
 
-    /// Enqueues the job into the open batch `id` (see [`crate::batch`]). A
+    /// Enqueues the job into the open batch `id` (see `backlog::batch`). A
     /// batch that is sealed or does not exist is refused with
     /// [`Error::InvalidArgument`] at enqueue, and nothing is written. A
     /// grouped job cannot join a batch. Defaults to none.
@@ -238,7 +239,7 @@ impl NewJob {
         self
     }
 
-    /// Joins the sequence `key` of the job's queue (see [`crate::sequence`]):
+    /// Joins the sequence `key` of the job's queue (see `backlog::sequence`):
     /// the job runs once the job enqueued into the sequence before it has
     /// finished, however that one ended, so the sequence's jobs run one at
     /// a time in the order they were enqueued, across every worker. Until
@@ -306,10 +307,7 @@ impl NewJob {
     ///     .unique_for(Duration::from_secs(3600))
     ///     .unique_states([FinalStatus::Completed]);
     /// ```
-    pub fn unique_states(
-        mut self,
-        states: impl IntoIterator<Item = crate::outcome::FinalStatus>,
-    ) -> Self {
+    pub fn unique_states(mut self, states: impl IntoIterator<Item = FinalStatus>) -> Self {
         self.unique_states = Some(states.into_iter().collect());
         self
     }
@@ -344,6 +342,56 @@ impl<T: JobArgs> IntoNewJob for T {
     fn into_new_job(self) -> Result<NewJob> {
         NewJob::from_args(&self)
     }
+}
+
+/// The terminal statuses of `backlog_history`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FinalStatus {
+    /// The handler succeeded.
+    Completed,
+    /// The handler (or an operator) discarded the job.
+    Discarded,
+    /// The job was cancelled.
+    Cancelled,
+    /// Attempts ran out: the dead-letter queue.
+    Dead,
+    /// A grouped job combined with its group into another job
+    /// ([`JobRecord::aggregated_into`](crate::JobRecord::aggregated_into)).
+    Aggregated,
+}
+
+impl FinalStatus {
+    /// The status as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinalStatus::Completed => "completed",
+            FinalStatus::Discarded => "discarded",
+            FinalStatus::Cancelled => "cancelled",
+            FinalStatus::Dead => "dead",
+            FinalStatus::Aggregated => "aggregated",
+        }
+    }
+
+    /// Parses a stored status.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "completed" => FinalStatus::Completed,
+            "discarded" => FinalStatus::Discarded,
+            "cancelled" => FinalStatus::Cancelled,
+            "dead" => FinalStatus::Dead,
+            "aggregated" => FinalStatus::Aggregated,
+            _ => return None,
+        })
+    }
+
+    /// Every status, in display order.
+    pub const ALL: [FinalStatus; 5] = [
+        FinalStatus::Completed,
+        FinalStatus::Discarded,
+        FinalStatus::Cancelled,
+        FinalStatus::Dead,
+        FinalStatus::Aggregated,
+    ];
 }
 
 /// One dependency of a job being enqueued.

@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::clock::add_micros;
+// How a job ended is the job's own (`NewJob::unique_states` names it); an
+// outcome leads to one, so it is named here too.
 use crate::error::Result;
+pub use crate::job::FinalStatus;
 use crate::lease::Job;
 use crate::retry::RetryPolicy;
 
@@ -69,56 +72,6 @@ pub struct AttemptError {
 
 /// How many errors a job keeps; older ones are dropped.
 pub const MAX_ERRORS_KEPT: usize = 20;
-
-/// The terminal statuses of `backlog_history`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FinalStatus {
-    /// The handler succeeded.
-    Completed,
-    /// The handler (or an operator) discarded the job.
-    Discarded,
-    /// The job was cancelled.
-    Cancelled,
-    /// Attempts ran out: the dead-letter queue.
-    Dead,
-    /// A grouped job combined with its group into another job
-    /// ([`JobRecord::aggregated_into`](crate::JobRecord::aggregated_into)).
-    Aggregated,
-}
-
-impl FinalStatus {
-    /// The status as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinalStatus::Completed => "completed",
-            FinalStatus::Discarded => "discarded",
-            FinalStatus::Cancelled => "cancelled",
-            FinalStatus::Dead => "dead",
-            FinalStatus::Aggregated => "aggregated",
-        }
-    }
-
-    /// Parses a stored status.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "completed" => FinalStatus::Completed,
-            "discarded" => FinalStatus::Discarded,
-            "cancelled" => FinalStatus::Cancelled,
-            "dead" => FinalStatus::Dead,
-            "aggregated" => FinalStatus::Aggregated,
-            _ => return None,
-        })
-    }
-
-    /// Every status, in display order.
-    pub const ALL: [FinalStatus; 5] = [
-        FinalStatus::Completed,
-        FinalStatus::Discarded,
-        FinalStatus::Cancelled,
-        FinalStatus::Dead,
-        FinalStatus::Aggregated,
-    ];
-}
 
 /// Where an outcome takes a leased job: the explicit target state the backend
 /// applies.

@@ -1,9 +1,11 @@
 //! Enqueueing: validating and encoding jobs ([`Prepared`]), inserting them,
-//! and the periodic scheduler's tick claims, which enqueue the same way.
+//! the periodic scheduler's tick claims, which enqueue the same way, and
+//! batches (created, sealed, read back: what a batch is, [`crate::batch`]).
 
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::backend::params::{ClaimTickParams, Claimed, EnqueueParams, GroupParams};
+use crate::batch::{join_verdict, BatchBuilder, BatchQueue, BatchStatus, CreateBatchParams};
 use crate::clock::{add_micros, duration_micros, system_time_to_micros};
 use crate::error::{Error, Result};
 use crate::events::Event;
@@ -242,4 +244,44 @@ pub(crate) fn params(prepared: &[Prepared], now: i64) -> Vec<EnqueueParams<'_>> 
             unique_statuses: p.unique_statuses.as_deref(),
         })
         .collect()
+}
+
+// A batch's calls: its builder reaches the queue through `BatchQueue`.
+impl Queue {
+    /// Starts building a batch (see [`crate::batch`]).
+    pub fn batch(&self) -> BatchBuilder<'_> {
+        BatchBuilder::new(self)
+    }
+
+    /// Seals batch `id` and commits: no job may join it any more, and when
+    /// every member has finished, its callbacks are enqueued now. Sealing a
+    /// sealed batch changes nothing. [`Error::InvalidArgument`] when there is
+    /// no such batch.
+    pub fn seal_batch(&self, id: i64) -> Result<()> {
+        let found = self.store().seal_batch(id, self.now_micros())?;
+        join_verdict(id, found.map(|_| false))
+    }
+
+    /// Batch `id`'s progress, counted per state. [`Error::InvalidArgument`]
+    /// when there is no such batch.
+    pub fn batch_status(&self, id: i64) -> Result<BatchStatus> {
+        self.store()
+            .batch(id)?
+            .map(|row| row.status())
+            .ok_or_else(|| Error::InvalidArgument(format!("no batch has id {id}")))
+    }
+}
+
+impl BatchQueue for Queue {
+    fn now_micros(&self) -> i64 {
+        Queue::now_micros(self)
+    }
+
+    fn check_job(&self, job: &NewJob, now: i64) -> Result<()> {
+        Queue::check_job(self, job, now)
+    }
+
+    fn create_batch(&self, p: &CreateBatchParams<'_>) -> Result<i64> {
+        self.store().create_batch(p)
+    }
 }
