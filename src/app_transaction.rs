@@ -6,7 +6,7 @@
 //! application's transaction on one database's driver, only runs that
 //! database's statements, the two dialects side by side in each match.
 //!
-//! [`crate::postgres`] and [`crate::mysql`] each declare their public
+//! `backlog::postgres` and `backlog::mysql` each declare their public
 //! `QueueExt` and `JobContextExt` with [`transactional_calls!`]: the traits
 //! stay one per database (`queue.transaction(|tx| ..)` must infer its
 //! transaction type with both features on, which one generic trait cannot),

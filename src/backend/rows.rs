@@ -1,4 +1,4 @@
-//! The tables `copy` moves row by row as they are (see [`crate::copy`]):
+//! The tables `copy` moves row by row as they are (see `src/copy.rs`):
 //! what waits for dependencies, the dependency edges, workflows and their
 //! steps, batches and their live members. Jobs themselves go through
 //! [`Store::import`](super::Store::import), which knows their states.

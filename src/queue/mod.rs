@@ -40,12 +40,12 @@ use crate::options::QueueOptions;
 /// returns [`Error::Busy`]. Reads wait at most that long for a pooled
 /// connection. What only one database can do (its transaction type for
 /// `enqueue_in` and `complete_in`) lives in that database's module:
-/// [`crate::sqlite`], `backlog::postgres`, `backlog::mysql`.
+/// `backlog::sqlite`, `backlog::postgres`, `backlog::mysql`.
 ///
 /// # Inside the queue's own transaction
 ///
 /// A thread inside one of this queue's transactions (`ctx.transaction` in a
-/// handler, or `QueueExt::transaction` of [`crate::sqlite`],
+/// handler, or `QueueExt::transaction` of `backlog::sqlite`,
 /// `backlog::postgres` or `backlog::mysql`) never waits for itself, on any
 /// backend: every method that writes (and a nested `transaction`) returns
 /// [`Error::InsideTransaction`] at once and writes nothing; the `_in` forms
@@ -64,9 +64,8 @@ use crate::options::QueueOptions;
 /// writes returns [`Error::InsideTransaction`] at once, writes nothing, and
 /// `enqueue_in(&tx, ..)` joins that transaction. This holds for connections
 /// the application opened through backlog's shim VFS, which notes who holds
-/// the lock ([`sqlite::open_connection`](crate::sqlite::open_connection), or
-/// any connection opened after
-/// [`sqlite::make_default_vfs`](crate::sqlite::make_default_vfs)); another
+/// the lock (`sqlite::open_connection`, or any connection opened after
+/// `sqlite::make_default_vfs`); another
 /// connection is waited for like another process's, up to the write
 /// deadline (`tests/sqlite_foreign_transactions.rs`).
 #[derive(Debug, Clone)]

@@ -69,7 +69,7 @@
 //! retry by the policy (any error, with `?`), retry after a delay, snooze
 //! (no attempt used), discard, or cancel. A payload that does not decode into
 //! the handler's argument type sends the job to `dead` at once. A handler that
-//! commits its effects with `ctx.transaction(..)` ([`crate::sqlite::JobContextExt`]) completes the job in
+//! commits its effects with `ctx.transaction(..)` (`backlog::sqlite::JobContextExt`) completes the job in
 //! the same transaction, exactly once.
 //!
 //! ## Shutdown

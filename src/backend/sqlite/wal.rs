@@ -1,6 +1,6 @@
 //! Keeping the write-ahead log small.
 //!
-//! The checkpointer thread ([`super::write_path::checkpointer`]) copies the WAL back as
+//! The checkpointer thread (`write_path/checkpointer.rs`) copies the WAL back as
 //! commits grow it, and starts it again from its beginning ([`restart`]);
 //! a worker also checkpoints when it is idle, so a quiet queue's WAL is
 //! copied back whole and, through `journal_size_limit`, truncated when the

@@ -117,7 +117,7 @@ impl Gate {
 }
 
 thread_local! {
-    /// How long this thread's last [`WritePath::write_until`](super::WritePath::write_until) held the write
+    /// How long this thread's last `WritePath::write_until` held the write
     /// lock, from `BEGIN IMMEDIATE` to its commit.
     static LAST_HOLD: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
 }
@@ -132,7 +132,7 @@ pub(super) fn note_last_hold(held: Duration) {
     LAST_HOLD.set(held);
 }
 
-/// The write connection, taken by one thread (see [`WritePath::writer`](super::WritePath::writer)).
+/// The write connection, taken by one thread (see `WritePath::writer`).
 pub(crate) struct WriteGate<'a> {
     conn: MutexGuard<'a, Connection>,
     gate: &'a Gate,

@@ -173,8 +173,9 @@ mod unix {
     /// The shim's `sqlite3_vfs` once registered (null: not registered).
     static SHIM: AtomicPtr<sqlite3_vfs> = AtomicPtr::new(ptr::null_mut());
 
-    /// Registers the shim under [`NAME`](super::NAME), wrapping the current
-    /// default VFS, once per process, without making it the default: only
+    /// Registers the shim under
+    /// [`NAME`](crate::backend::sqlite::write_path::vfs::NAME), wrapping the
+    /// current default VFS, once per process, without making it the default: only
     /// connections that name it go through it. True when it is registered.
     pub(crate) fn register() -> bool {
         static ONCE: Once = Once::new();
