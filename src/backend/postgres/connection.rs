@@ -1,8 +1,8 @@
-//! The connections of a PostgreSQL queue: the pool (with a statement cache
-//! per connection), the retry loop every operation goes through, and how
-//! the server's errors map to backlog's.
+//! The connections of a PostgreSQL queue: the queue's pool (over
+//! `pool.rs`'s connections, each with its statement cache), the retry loop
+//! every operation goes through, and how the server's errors map to
+//! backlog's.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
@@ -11,61 +11,12 @@ use std::time::{Duration, Instant};
 use postgres::types::ToSql;
 use postgres::{Client, GenericClient, Row, Statement};
 
-use super::pool::{ConnPool, Pooled};
+use super::pool::{is_refused, ConnPool, Manager, PgConnection, Pooled, Statements};
 use super::target::Target;
 use crate::backend::inside::{self, Inside};
 use crate::backend::room;
 use crate::error::{Error, Result};
 use crate::options::QueueOptions;
-
-/// Prepared statements of one connection, by SQL text.
-pub(crate) type Statements = HashMap<String, Statement>;
-
-/// A pooled connection: the client and the statements prepared on it.
-pub(crate) struct PgConnection {
-    pub client: Client,
-    statements: Statements,
-    /// Set when an operation found the connection dead, so the pool drops it
-    /// instead of handing it out again.
-    broken: bool,
-}
-
-impl PgConnection {
-    /// Whether the connection must not be used again: an operation found it
-    /// dead, or the driver saw it close.
-    pub(crate) fn is_broken(&self) -> bool {
-        self.broken || self.client.is_closed()
-    }
-}
-
-/// Opens the pool's connections.
-pub(crate) struct Manager {
-    target: Target,
-    /// `lock_timeout` of each connection: a statement waiting for a row or
-    /// table lock another session holds gives up (55P03, `Error::Busy`) at
-    /// the queue's write deadline instead of waiting for ever.
-    lock_timeout: Duration,
-}
-
-impl Manager {
-    /// Opens one connection for the pool.
-    pub(crate) fn open(&self) -> Result<PgConnection> {
-        self.prepare(self.target.connect()?)
-    }
-
-    /// Sets up `client`, open already, for the pool.
-    pub(crate) fn prepare(&self, mut client: Client) -> Result<PgConnection> {
-        client.batch_execute(&format!(
-            "SET lock_timeout = {}",
-            self.lock_timeout.as_millis().max(1)
-        ))?;
-        Ok(PgConnection {
-            client,
-            statements: Statements::new(),
-            broken: false,
-        })
-    }
-}
 
 /// One client (the queue's transaction, a pooled connection, or the
 /// application's transaction) and, on the queue's own connections, its
@@ -416,21 +367,6 @@ pub(crate) fn connect_waiting(target: &Target, bound: Duration) -> Result<Client
     room::wait_for_room("a connection", &target.redacted, bound, is_refused, || {
         target.connect()
     })
-}
-
-/// True when the server refused a new connection for lack of room: the
-/// connection limit of the server, the database or the role
-/// (`too_many_connections`, 53300, "sorry, too many clients already"), or
-/// a server still starting (`cannot_connect_now`, 57P03). A session ending
-/// elsewhere, or the start completing, makes room: worth waiting for.
-pub(crate) fn is_refused(e: &Error) -> bool {
-    let Error::Database(inner) = e else {
-        return false;
-    };
-    inner
-        .downcast_ref::<postgres::Error>()
-        .and_then(|pg| pg.code())
-        .is_some_and(|code| matches!(code.code(), "53300" | "57P03"))
 }
 
 /// Whether an operation may simply run again.

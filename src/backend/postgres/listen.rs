@@ -18,7 +18,7 @@ use crossbeam_channel::{Receiver, Sender};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 
-use super::connection::is_refused;
+use super::pool::is_refused;
 use super::target::Target;
 use crate::backend::room;
 use crate::error::{Error, Result};

@@ -13,12 +13,83 @@
 //! thread keeps knocking at a full server in the background. With no
 //! connection at all, the refusal goes back to the caller's retry loop,
 //! which waits and tries again up to its deadline.
+//!
+//! Also what the pool holds and opens: a connection with its statement
+//! cache ([`PgConnection`], opened by [`Manager`]), and the refusal above.
+//! The queue's retry loop over the pool is `connection.rs`'s.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::connection::{is_refused, Manager, PgConnection};
+use postgres::{Client, Statement};
+
+use super::target::Target;
 use crate::error::{Error, Result};
+
+/// Prepared statements of one connection, by SQL text.
+pub(crate) type Statements = HashMap<String, Statement>;
+
+/// A pooled connection: the client and the statements prepared on it.
+pub(crate) struct PgConnection {
+    pub client: Client,
+    pub statements: Statements,
+    /// Set when an operation found the connection dead, so the pool drops it
+    /// instead of handing it out again.
+    pub broken: bool,
+}
+
+impl PgConnection {
+    /// Whether the connection must not be used again: an operation found it
+    /// dead, or the driver saw it close.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken || self.client.is_closed()
+    }
+}
+
+/// Opens the pool's connections.
+pub(crate) struct Manager {
+    pub target: Target,
+    /// `lock_timeout` of each connection: a statement waiting for a row or
+    /// table lock another session holds gives up (55P03, `Error::Busy`) at
+    /// the queue's write deadline instead of waiting for ever.
+    pub lock_timeout: Duration,
+}
+
+impl Manager {
+    /// Opens one connection for the pool.
+    pub(crate) fn open(&self) -> Result<PgConnection> {
+        self.prepare(self.target.connect()?)
+    }
+
+    /// Sets up `client`, open already, for the pool.
+    pub(crate) fn prepare(&self, mut client: Client) -> Result<PgConnection> {
+        client.batch_execute(&format!(
+            "SET lock_timeout = {}",
+            self.lock_timeout.as_millis().max(1)
+        ))?;
+        Ok(PgConnection {
+            client,
+            statements: Statements::new(),
+            broken: false,
+        })
+    }
+}
+
+/// True when the server refused a new connection for lack of room: the
+/// connection limit of the server, the database or the role
+/// (`too_many_connections`, 53300, "sorry, too many clients already"), or
+/// a server still starting (`cannot_connect_now`, 57P03). A session ending
+/// elsewhere, or the start completing, makes room: worth waiting for.
+pub(crate) fn is_refused(e: &Error) -> bool {
+    let Error::Database(inner) = e else {
+        return false;
+    };
+    inner
+        .downcast_ref::<postgres::Error>()
+        .and_then(|pg| pg.code())
+        .is_some_and(|code| matches!(code.code(), "53300" | "57P03"))
+}
 
 /// How long an idle connection beyond the first is kept.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
