@@ -30,7 +30,7 @@
 //! A batch is created *open*: jobs join it with [`NewJob::batch`], in as many
 //! enqueues as the application needs. Its callbacks cannot fire while it is
 //! open, even when every member so far has finished, so a batch filled over
-//! time never fires early. [`Queue::seal_batch`](crate::Queue::seal_batch) closes it: no job may join
+//! time never fires early. [`Queue::seal_batch`] closes it: no job may join
 //! any more ([`Error::InvalidArgument`]), and when every member has finished
 //! already, the callbacks are enqueued by the seal itself. An empty batch
 //! sealed fires both callbacks at once.
@@ -69,14 +69,18 @@
 //!
 //! ## Deleted with history
 //!
-//! [`Queue::prune_history`](crate::Queue::prune_history) deletes a finished batch once its `finished_at`
+//! [`Queue::prune_history`] deletes a finished batch once its `finished_at`
 //! is older than the longest of the [`Retention`](crate::Retention) periods
 //! and its callback jobs have finished (none live, waiting or grouped): as
 //! Sidekiq's batch data expires a while after the batch finished, kept as
-//! long as any of its members' history may be. [`Queue::batch_status`](crate::Queue::batch_status) then
+//! long as any of its members' history may be. [`Queue::batch_status`] then
 //! says what it says of an unknown batch. An open batch, one still
 //! counting, or one whose callback has not finished is kept, and every batch
 //! is while any retention is `None`.
+//!
+//! [`Queue::seal_batch`]: crate::Queue::seal_batch
+//! [`Queue::prune_history`]: crate::Queue::prune_history
+//! [`Queue::batch_status`]: crate::Queue::batch_status
 
 use std::time::SystemTime;
 
@@ -97,7 +101,9 @@ pub struct Batch {
 }
 
 /// Builds a batch: its callbacks, then [`BatchBuilder::create`]. From
-/// [`Queue::batch`](crate::Queue::batch).
+/// [`Queue::batch`].
+///
+/// [`Queue::batch`]: crate::Queue::batch
 #[derive(Debug, Clone)]
 #[must_use = "a batch is created by `create()`"]
 pub struct BatchBuilder<'q> {

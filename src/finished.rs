@@ -7,14 +7,17 @@
 //! `backlog copy`'s finished jobs) adds it to a minute bucket and an hour
 //! bucket in the same transaction (V10, `backlog_finished_counts`). Counts
 //! are of finishes, not of rows: they survive
-//! [`Queue::prune_history`](crate::Queue::prune_history) and a delete, and a job retried from history
+//! [`Queue::prune_history`] and a delete, and a job retried from history
 //! and finished again counts twice. A database migrated to V10 starts with
 //! the jobs its history held then.
 //!
-//! [`Queue::compact_finished_counts`](crate::Queue::compact_finished_counts) (run by every worker's maintenance)
+//! [`Queue::compact_finished_counts`] (run by every worker's maintenance)
 //! deletes minute buckets older than [`MINUTES_KEPT`] and folds hour buckets
 //! older than [`HOURS_KEPT`] into one all-time row, so the table stays small
 //! and the totals stay whole.
+//!
+//! [`Queue::prune_history`]: crate::Queue::prune_history
+//! [`Queue::compact_finished_counts`]: crate::Queue::compact_finished_counts
 
 use std::time::Duration;
 
@@ -87,7 +90,9 @@ impl Window {
 }
 
 /// How many jobs of one queue and kind finished with one status in one
-/// bucket of a [`Window`]: what [`Queue::finished_buckets`](crate::Queue::finished_buckets) reports.
+/// bucket of a [`Window`]: what [`Queue::finished_buckets`] reports.
+///
+/// [`Queue::finished_buckets`]: crate::Queue::finished_buckets
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FinishedBucket {
@@ -150,7 +155,9 @@ impl FinishedTotals {
 }
 
 /// One queue and kind's finished jobs since the counts began: what
-/// [`Queue::finished_totals`](crate::Queue::finished_totals) reports.
+/// [`Queue::finished_totals`] reports.
+///
+/// [`Queue::finished_totals`]: crate::Queue::finished_totals
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FinishedTotal {

@@ -10,13 +10,13 @@
 //! in turn, unless the dependent was enqueued with [`NewJob::run_anyway`].
 //!
 //! A [`Workflow`] is a graph of named steps enqueued in one transaction
-//! ([`Queue::enqueue_workflow`](crate::Queue::enqueue_workflow), or the `_in` forms of `backlog::sqlite`,
+//! ([`Queue::enqueue_workflow`], or the `_in` forms of `backlog::sqlite`,
 //! `backlog::postgres` and `backlog::mysql` inside the application's own).
 //! A step's handler reads what the steps before it returned with
 //! [`JobContext::result_of`](crate::JobContext::result_of). An operator sees
-//! a workflow's steps with [`Queue::workflow`](crate::Queue::workflow), stops it with
-//! [`Queue::cancel_workflow`](crate::Queue::cancel_workflow), and resumes it after a failed step with
-//! [`Queue::retry`](crate::Queue::retry) of that step: the steps its failure cancelled wait for
+//! a workflow's steps with [`Queue::workflow`], stops it with
+//! [`Queue::cancel_workflow`], and resumes it after a failed step with
+//! [`Queue::retry`] of that step: the steps its failure cancelled wait for
 //! it again.
 //!
 //! Pruning history ([`Retention`](crate::Retention)) deletes a finished
@@ -42,6 +42,11 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! [`Queue::enqueue_workflow`]: crate::Queue::enqueue_workflow
+//! [`Queue::workflow`]: crate::Queue::workflow
+//! [`Queue::cancel_workflow`]: crate::Queue::cancel_workflow
+//! [`Queue::retry`]: crate::Queue::retry
 
 use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
@@ -57,9 +62,11 @@ use crate::outcome::{AttemptError, FinalStatus};
 use crate::validate;
 
 /// A graph of named steps, each a job, enqueued in one transaction by
-/// [`Queue::enqueue_workflow`](crate::Queue::enqueue_workflow). A step runs once the steps it comes after
+/// [`Queue::enqueue_workflow`]. A step runs once the steps it comes after
 /// have finished; one that did not complete cancels it (and what comes after
 /// it), unless it was added with [`Workflow::step_after_anyway`].
+///
+/// [`Queue::enqueue_workflow`]: crate::Queue::enqueue_workflow
 #[derive(Debug, Clone)]
 pub struct Workflow {
     name: String,
@@ -76,7 +83,9 @@ struct Step {
 
 impl Workflow {
     /// An empty workflow named `name` (a name like a queue's; several
-    /// workflows may share one, [`Queue::workflow`](crate::Queue::workflow) finds the newest).
+    /// workflows may share one, [`Queue::workflow`] finds the newest).
+    ///
+    /// [`Queue::workflow`]: crate::Queue::workflow
     pub fn new(name: impl Into<String>) -> Workflow {
         Workflow {
             name: name.into(),
@@ -259,7 +268,9 @@ impl EnqueuedWorkflow {
     }
 }
 
-/// A workflow as [`Queue::workflow`](crate::Queue::workflow) sees it.
+/// A workflow as [`Queue::workflow`] sees it.
+///
+/// [`Queue::workflow`]: crate::Queue::workflow
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkflowInfo {
     /// The workflow's id.
@@ -348,12 +359,14 @@ impl Dependency {
 
 // ---- what every backend's `flows.rs` shares --------------------------------
 
-/// What [`Queue::cancel_workflow`](crate::Queue::cancel_workflow) does to the steps `ids`, inside each
+/// What [`Queue::cancel_workflow`] does to the steps `ids`, inside each
 /// backend's one transaction: `found` is where each step was when the
 /// transaction looked at them all, before cancelling any. A step finished
 /// or gone by then is not the cancel's (`None`); each other one is cancelled
 /// by `cancel`, in order (it may have been finished since by an earlier
 /// step's cascade; its [`Acted`] says so).
+///
+/// [`Queue::cancel_workflow`]: crate::Queue::cancel_workflow
 pub(crate) fn cancel_unfinished(
     ids: &[i64],
     found: &[Found],
@@ -520,8 +533,10 @@ pub(crate) fn cancelled_error(dependency: i64, status: &str, now: i64) -> Attemp
 // ---- where a job stands, for operators -------------------------------------
 
 /// Where a job stands among others, as an operator's tools show it
-/// ([`Queue::job_links`](crate::Queue::job_links)): its workflow and step, its batch, and the jobs
+/// ([`Queue::job_links`]): its workflow and step, its batch, and the jobs
 /// that wait on it.
+///
+/// [`Queue::job_links`]: crate::Queue::job_links
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct JobLinks {

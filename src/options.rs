@@ -31,7 +31,7 @@ impl Durability {
     }
 }
 
-/// Options for [`Queue::open_with`](crate::Queue::open_with).
+/// Options for [`Queue::open_with`].
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -43,6 +43,8 @@ impl Durability {
 ///     .open("app.db")?;
 /// # Ok::<(), backlog::Error>(())
 /// ```
+///
+/// [`Queue::open_with`]: crate::Queue::open_with
 #[derive(Debug, Clone)]
 pub struct QueueOptions {
     pub(crate) durability: Durability,
@@ -80,8 +82,10 @@ impl std::fmt::Debug for SqliteKey {
     }
 }
 
-/// How many unread events a [`Queue::subscribe`](crate::Queue::subscribe) subscription holds by
+/// How many unread events a [`Queue::subscribe`] subscription holds by
 /// default.
+///
+/// [`Queue::subscribe`]: crate::Queue::subscribe
 pub const DEFAULT_EVENT_CAPACITY: usize = 4096;
 
 /// The prefix of backlog's table names by default: `backlog_jobs`,
@@ -167,7 +171,9 @@ impl QueueOptions {
     }
 
     /// Whether opening applies pending schema migrations. Defaults to `true`;
-    /// with `false`, call [`Queue::migrate`](crate::Queue::migrate) yourself.
+    /// with `false`, call [`Queue::migrate`] yourself.
+    ///
+    /// [`Queue::migrate`]: crate::Queue::migrate
     pub fn migrate(mut self, migrate: bool) -> Self {
         self.migrate = migrate;
         self
@@ -218,7 +224,7 @@ impl QueueOptions {
         self
     }
 
-    /// The bound on [`Queue::connect`](crate::Queue::connect)'s wait for room on a full server:
+    /// The bound on [`Queue::connect`]'s wait for room on a full server:
     /// while the server refuses connections for lack of room (PostgreSQL
     /// `too_many_connections` or `cannot_connect_now` while it starts,
     /// MySQL/MariaDB errors 1040 and 1203), opening the queue waits for one
@@ -233,17 +239,21 @@ impl QueueOptions {
     /// [`write_deadline`](QueueOptions::write_deadline), and a worker keeps
     /// running and tries again; see the README's "Connection budget" for how
     /// many connections a node opens.
+    ///
+    /// [`Queue::connect`]: crate::Queue::connect
     pub fn connect_deadline(mut self, deadline: Duration) -> Self {
         self.connect_deadline = deadline;
         self
     }
 
-    /// The most unread events one [`Queue::subscribe`](crate::Queue::subscribe) subscription holds.
+    /// The most unread events one [`Queue::subscribe`] subscription holds.
     /// Events that find it full are not kept, so that the queue never waits
     /// for a subscriber; the subscriber learns how many it missed from an
     /// [`Event::Lagged`](crate::Event::Lagged). Defaults to
     /// [`DEFAULT_EVENT_CAPACITY`] (4096); at least 1
     /// ([`Error::InvalidArgument`] at open otherwise).
+    ///
+    /// [`Queue::subscribe`]: crate::Queue::subscribe
     pub fn event_capacity(mut self, events: usize) -> Self {
         self.event_capacity = events;
         self
