@@ -391,12 +391,5 @@ fn is_word(c: char) -> bool {
 }
 
 fn starts_with(chars: &[char], s: &str) -> bool {
-    let mut n = 0;
-    for c in s.chars() {
-        if chars.get(n) != Some(&c) {
-            return false;
-        }
-        n += 1;
-    }
-    true
+    s.chars().enumerate().all(|(n, c)| chars.get(n) == Some(&c))
 }
