@@ -38,9 +38,10 @@ const KNOWN: &[(&[&str], &str)] = &[
             "backend/postgres/sequences.rs",
         ],
         "PostgreSQL's enqueue and finish recurse through their concerns (jobs -> \
-         batches/flows/groups -> jobs), and queries/mod.rs renders each concern's \
-         statements that the concern reads back; the bodies are being merged across \
-         databases (issue 21 leaves them to that change)",
+         batches/flows/groups -> jobs: a finished job releases or cancels its \
+         dependents and enqueues its batch's callbacks), and queries/mod.rs renders \
+         each concern's statements that the concern reads back; ending it means \
+         handing those steps in as functions, a change to the bodies left for later",
     ),
     (
         &[
