@@ -25,7 +25,7 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Value};
 
-use super::queries::Sql;
+use super::queries::{RowShape, Sql, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY};
 use super::Now;
 use crate::backend::params::EnqueueParams;
 use crate::error::{Error, Result};
@@ -89,7 +89,10 @@ pub(crate) fn enqueue_all(
 }
 
 /// [`enqueue_all`] before members join their batches and the jobs with
-/// dependencies are made to wait. On MariaDB many rows go in one statement.
+/// dependencies are made to wait. On MariaDB many rows go in one statement,
+/// and one job alone goes in the same statement of one row: its text binds
+/// positionally only what differs from the columns' defaults ([`RowShape`]),
+/// where [`ENQUEUE`](super::queries::ENQUEUE) binds eight named values.
 fn insert_all(
     sql: &Sql,
     q: &mut impl Queryable,
@@ -106,7 +109,7 @@ fn insert_all(
             .collect();
     }
     // A period-scoped key is looked at again after its insert (`enqueue`).
-    if !sql.returning || jobs.len() == 1 || jobs.iter().any(|p| p.unique_history_since.is_some()) {
+    if !sql.returning || jobs.iter().any(|p| p.unique_history_since.is_some()) {
         return jobs.iter().map(|p| enqueue(sql, q, p, now)).collect();
     }
     let mut out: Vec<Option<Enqueued>> = Vec::with_capacity(jobs.len());
@@ -155,25 +158,32 @@ fn insert_rows(
     out: &mut [Option<Enqueued>],
     now: Now,
 ) -> Result<()> {
-    // Positional, in `enqueue_rows`'s order: the unique key only when a row
-    // has one, the engine's now only when the clock is manual.
-    let keyed = chunk.iter().any(|&i| jobs[i].unique_key.is_some());
+    let rows = || chunk.iter().map(|&i| &jobs[i]);
     let manual = now.param();
+    let shape = RowShape {
+        keyed: rows().any(|p| p.unique_key.is_some()),
+        manual: manual.is_some(),
+        explicit: !rows().all(|p| takes_defaults(p, now)),
+    };
+    // Positional, in `enqueue_rows`'s order.
     let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 8);
-    for &i in chunk {
-        let p = &jobs[i];
-        values.extend([p.queue.into(), p.kind.into(), p.priority.into()]);
-        if keyed {
+    for p in rows() {
+        values.extend([p.queue.into(), p.kind.into(), p.payload.into()]);
+        if shape.keyed {
             values.push(p.unique_key.into());
         }
-        values.extend([p.payload.into(), p.max_attempts.into()]);
+        if shape.explicit {
+            values.extend([p.priority.into(), p.max_attempts.into()]);
+        }
         if let Some(now) = manual {
             values.push(now.into());
         }
-        values.push(now.offset(p.available_at).into());
+        if shape.explicit {
+            values.push(now.offset(p.available_at).into());
+        }
     }
-    let sql_text = sql.enqueue_rows(chunk.len(), keyed, manual.is_some());
-    if !keyed {
+    let sql_text = sql.enqueue_rows(chunk.len(), shape);
+    if !shape.keyed {
         // Nothing to refuse: an id a row, in order.
         let ids: Vec<i64> = q.exec(&*sql_text, Params::Positional(values))?;
         if ids.len() != chunk.len() {
@@ -201,6 +211,14 @@ fn insert_rows(
         });
     }
     Ok(())
+}
+
+/// Whether a job's priority and max attempts are the columns' defaults and
+/// it is due now: its row may leave all three to the schema ([`RowShape`]).
+fn takes_defaults(p: &EnqueueParams<'_>, now: Now) -> bool {
+    p.priority == DEFAULT_PRIORITY
+        && p.max_attempts == DEFAULT_MAX_ATTEMPTS
+        && now.offset(p.available_at) == 0
 }
 
 /// Inserts a job, or finds the job already holding its unique key.
