@@ -89,10 +89,7 @@ pub(crate) fn enqueue_all(
 }
 
 /// [`enqueue_all`] before members join their batches and the jobs with
-/// dependencies are made to wait. On MariaDB many rows go in one statement,
-/// and one job alone goes in the same statement of one row: its text binds
-/// positionally only what differs from the columns' defaults ([`RowShape`]),
-/// where [`ENQUEUE`](super::queries::ENQUEUE) binds eight named values.
+/// dependencies are made to wait. On MariaDB many rows go in one statement.
 fn insert_all(
     sql: &Sql,
     q: &mut impl Queryable,
@@ -109,7 +106,7 @@ fn insert_all(
             .collect();
     }
     // A period-scoped key is looked at again after its insert (`enqueue`).
-    if !sql.returning || jobs.iter().any(|p| p.unique_history_since.is_some()) {
+    if !sql.returning || jobs.len() == 1 || jobs.iter().any(|p| p.unique_history_since.is_some()) {
         return jobs.iter().map(|p| enqueue(sql, q, p, now)).collect();
     }
     let mut out: Vec<Option<Enqueued>> = Vec::with_capacity(jobs.len());
@@ -158,30 +155,7 @@ fn insert_rows(
     out: &mut [Option<Enqueued>],
     now: Now,
 ) -> Result<()> {
-    let rows = || chunk.iter().map(|&i| &jobs[i]);
-    let manual = now.param();
-    let shape = RowShape {
-        keyed: rows().any(|p| p.unique_key.is_some()),
-        manual: manual.is_some(),
-        explicit: !rows().all(|p| takes_defaults(p, now)),
-    };
-    // Positional, in `enqueue_rows`'s order.
-    let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 8);
-    for p in rows() {
-        values.extend([p.queue.into(), p.kind.into(), p.payload.into()]);
-        if shape.keyed {
-            values.push(p.unique_key.into());
-        }
-        if shape.explicit {
-            values.extend([p.priority.into(), p.max_attempts.into()]);
-        }
-        if let Some(now) = manual {
-            values.push(now.into());
-        }
-        if shape.explicit {
-            values.push(now.offset(p.available_at).into());
-        }
-    }
+    let (shape, values) = bind(chunk.iter().map(|&i| &jobs[i]), now);
     let sql_text = sql.enqueue_rows(chunk.len(), shape);
     if !shape.keyed {
         // Nothing to refuse: an id a row, in order.
@@ -213,6 +187,37 @@ fn insert_rows(
     Ok(())
 }
 
+/// The shape of these jobs' insert, and their values, positional in
+/// `enqueue_rows`'s order: only what differs from the columns' defaults.
+fn bind<'a, 'p: 'a>(
+    rows: impl Iterator<Item = &'a EnqueueParams<'p>> + Clone,
+    now: Now,
+) -> (RowShape, Vec<Value>) {
+    let manual = now.param();
+    let shape = RowShape {
+        keyed: rows.clone().any(|p| p.unique_key.is_some()),
+        manual: manual.is_some(),
+        explicit: !rows.clone().all(|p| takes_defaults(p, now)),
+    };
+    let mut values: Vec<Value> = Vec::with_capacity(rows.size_hint().0 * 8);
+    for p in rows {
+        values.extend([p.queue.into(), p.kind.into(), p.payload.into()]);
+        if shape.keyed {
+            values.push(p.unique_key.into());
+        }
+        if shape.explicit {
+            values.extend([p.priority.into(), p.max_attempts.into()]);
+        }
+        if let Some(now) = manual {
+            values.push(now.into());
+        }
+        if shape.explicit {
+            values.push(now.offset(p.available_at).into());
+        }
+    }
+    (shape, values)
+}
+
 /// Whether a job's priority and max attempts are the columns' defaults and
 /// it is due now: its row may leave all three to the schema ([`RowShape`]).
 fn takes_defaults(p: &EnqueueParams<'_>, now: Now) -> bool {
@@ -221,21 +226,17 @@ fn takes_defaults(p: &EnqueueParams<'_>, now: Now) -> bool {
         && now.offset(p.available_at) == 0
 }
 
-/// Inserts a job, or finds the job already holding its unique key.
+/// Inserts a job, or finds the job already holding its unique key. The
+/// insert binds positionally only what differs from the columns' defaults
+/// ([`RowShape`]), where [`ENQUEUE`](super::queries::ENQUEUE) binds eight
+/// named values.
 fn enqueue(sql: &Sql, q: &mut impl Queryable, p: &EnqueueParams<'_>, now: Now) -> Result<Enqueued> {
     if let Some(found) = find_in_history(sql, q, p, now)? {
         return Ok(found);
     }
     let (inserted, id) = {
-        let result = q.exec_iter(
-            &sql.enqueue,
-            params! {
-                "queue" => p.queue, "kind" => p.kind, "priority" => p.priority,
-                "unique_key" => p.unique_key, "payload" => p.payload,
-                "max_attempts" => p.max_attempts,
-                "available_in" => now.offset(p.available_at), "now" => now.param(),
-            },
-        )?;
+        let (shape, values) = bind(std::iter::once(p), now);
+        let result = q.exec_iter(&*sql.enqueue_row(shape), Params::Positional(values))?;
         (result.affected_rows(), result.last_insert_id())
     };
     if inserted == 1 {

@@ -9,7 +9,7 @@ mod templates;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-pub use multi_row::{enqueue_rows, RowShape, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY};
+pub use multi_row::{enqueue_row, enqueue_rows, RowShape, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY};
 pub use templates::*;
 
 /// The queue's three tables, qualified and quoted.
@@ -164,9 +164,9 @@ pub struct Sql {
     pub latest_job: String,
     pub flows: super::flows::FlowSql,
     pub sequences: super::sequences::SequenceSql,
-    /// The multi-row inserts rendered so far, by rows and shape
-    /// ([`Sql::enqueue_rows`]).
-    enqueue_rows: Mutex<HashMap<(usize, RowShape), Arc<str>>>,
+    /// The multi-row inserts rendered so far, by rows, shape and whether
+    /// they return ids ([`Sql::enqueue_rows`], [`Sql::enqueue_row`]).
+    enqueue_rows: Mutex<HashMap<(usize, RowShape, bool), Arc<str>>>,
 }
 
 impl Sql {
@@ -269,13 +269,23 @@ impl Sql {
     /// sizes, so the cache holds at most forty texts (a queue's clock is
     /// manual or not, so twenty are ever used).
     pub fn enqueue_rows(&self, rows: usize, shape: RowShape) -> Arc<str> {
+        self.kept((rows, shape, true), || enqueue_rows(rows, shape))
+    }
+
+    /// One job's insert of one [`RowShape`], without `RETURNING` (MySQL
+    /// too), kept as [`Sql::enqueue_rows`] is.
+    pub fn enqueue_row(&self, shape: RowShape) -> Arc<str> {
+        self.kept((1, shape, false), || enqueue_row(shape))
+    }
+
+    fn kept(&self, key: (usize, RowShape, bool), text: impl FnOnce() -> String) -> Arc<str> {
         let mut cache = self
             .enqueue_rows
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         cache
-            .entry((rows, shape))
-            .or_insert_with(|| self.tables.render(&enqueue_rows(rows, shape)).into())
+            .entry(key)
+            .or_insert_with(|| self.tables.render(&text()).into())
             .clone()
     }
 
