@@ -211,6 +211,41 @@ mod server {
         Ok(())
     }
 
+    /// A multi-row insert reads the server's clock too, the rows that leave
+    /// priority, max attempts and the delay to the schema (MariaDB's short
+    /// text) and those that bind them.
+    #[test]
+    fn a_batch_is_stamped_by_the_servers_clock_whatever_its_rows_bind() -> TestResult {
+        let Some(mut db) = TestDb::create()? else {
+            return Ok(());
+        };
+        let fast = db.queue(QueueOptions::new().clock(ahead()))?;
+        let before = db.server_now()?;
+        let plain = fast.enqueue_many((0..5).map(|i| NewJob::new("k", json!(i))))?;
+        let mixed = fast.enqueue_many((0..5).map(|i| {
+            let job = NewJob::new("k", json!(i));
+            if i == 2 {
+                job.delay(Duration::from_secs(60)).priority(3)
+            } else {
+                job
+            }
+        }))?;
+        let after = db.server_now()?;
+        for (i, e) in plain.iter().chain(&mixed).enumerate() {
+            let job = fast.get(e.id)?;
+            assert!(
+                (before..=after).contains(&us(job.created_at)),
+                "{i}: {job:?}"
+            );
+            let delayed = i == 7;
+            let delay = if delayed { 60_000_000 } else { 0 };
+            assert_eq!(us(job.available_at) - us(job.created_at), delay, "{i}");
+            assert_eq!(job.priority, if delayed { 3 } else { 0 }, "{i}");
+            assert_eq!(job.max_attempts, backlog::DEFAULT_MAX_ATTEMPTS, "{i}");
+        }
+        Ok(())
+    }
+
     #[test]
     fn schedules_and_stamps_come_from_the_servers_clock() -> TestResult {
         let Some(mut db) = TestDb::create()? else {

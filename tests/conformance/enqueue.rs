@@ -81,6 +81,102 @@ fn enqueue_many_returns_ids_in_input_order(b: &Backend) -> TestResult {
     Ok(())
 }
 
+/// One call mixing what a database may insert in different ways (on
+/// MariaDB a text per shape: keyed or not, the defaults or explicit
+/// values): every job gets its own options, and its id in input order.
+fn enqueue_many_of_mixed_shapes_keeps_each_jobs_options_in_input_order(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let t0 = h.now();
+    let existing = h
+        .queue
+        .enqueue(NewJob::new("k", json!("old")).unique_key("held"))?;
+    let delay = Duration::from_secs(90);
+    let max = backlog::DEFAULT_MAX_ATTEMPTS;
+    // (job, priority, max attempts, delayed, unique key)
+    let shapes = [
+        (NewJob::new("k", json!(0)), 0, max, false, None),
+        (NewJob::new("k", json!(1)).priority(4), 4, max, false, None),
+        (
+            NewJob::new("k", json!(2)).unique_key("a"),
+            0,
+            max,
+            false,
+            Some("a"),
+        ),
+        (
+            NewJob::new("k", json!(3)).max_attempts(3),
+            0,
+            3,
+            false,
+            None,
+        ),
+        (NewJob::new("k", json!(4)).delay(delay), 0, max, true, None),
+        (
+            NewJob::new("k", json!(5)).unique_key("held"),
+            0,
+            max,
+            false,
+            Some("held"),
+        ),
+        (
+            NewJob::new("k", json!(6)).priority(-2).unique_key("b"),
+            -2,
+            max,
+            false,
+            Some("b"),
+        ),
+        (NewJob::new("k", json!(7)), 0, max, false, None),
+    ];
+    let ids = h
+        .queue
+        .enqueue_many(shapes.iter().map(|(job, ..)| job.clone()))?;
+    assert_eq!(ids.len(), shapes.len());
+    assert_eq!((ids[5].id, ids[5].existed), (existing.id, true));
+    let mut inserted = Vec::new();
+    for (i, ((_, priority, max_attempts, delayed, key), e)) in shapes.iter().zip(&ids).enumerate() {
+        if i == 5 {
+            continue;
+        }
+        assert!(!e.existed, "{i}");
+        let job = h.record(e.id)?;
+        assert_eq!(job.payload, i.to_string(), "{i}");
+        assert_eq!(job.priority, *priority, "{i}");
+        assert_eq!(job.max_attempts, *max_attempts, "{i}");
+        assert_eq!(job.unique_key.as_deref(), *key, "{i}");
+        assert_eq!(job.created_at, t0, "{i}");
+        let due = if *delayed { t0 + delay } else { t0 };
+        assert_eq!(job.available_at, due, "{i}");
+        inserted.push(e.id);
+    }
+    assert!(inserted.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(h.live_rows()?, 8);
+
+    // The same shapes one call each, the defaults alone too.
+    for (i, (job, priority, max_attempts, delayed, key)) in shapes.iter().enumerate() {
+        if key.is_some() {
+            continue;
+        }
+        let e = h.queue.enqueue(job.clone())?;
+        assert!(!e.existed, "{i}");
+        let record = h.record(e.id)?;
+        assert_eq!(record.priority, *priority, "{i}");
+        assert_eq!(record.max_attempts, *max_attempts, "{i}");
+        let due = if *delayed { t0 + delay } else { t0 };
+        assert_eq!(record.available_at, due, "{i}");
+    }
+    // Five rows of the defaults together.
+    for e in h
+        .queue
+        .enqueue_many((0..5).map(|i| NewJob::new("k", json!(i))))?
+    {
+        let record = h.record(e.id)?;
+        assert_eq!((record.priority, record.max_attempts), (0, max));
+        assert_eq!((record.created_at, record.available_at), (t0, t0));
+        assert_eq!(record.unique_key, None);
+    }
+    Ok(())
+}
+
 fn duplicate_unique_key_returns_the_existing_id(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let first = h
@@ -233,6 +329,7 @@ conformance!(
     enqueue_stores_every_option_as_given,
     typed_args_are_stored_under_their_kind_and_decode_back,
     enqueue_many_returns_ids_in_input_order,
+    enqueue_many_of_mixed_shapes_keeps_each_jobs_options_in_input_order,
     duplicate_unique_key_returns_the_existing_id,
     unique_key_is_scoped_to_its_queue,
     live_scope_frees_the_key_once_the_job_finishes,

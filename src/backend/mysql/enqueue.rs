@@ -25,7 +25,7 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Value};
 
-use super::queries::Sql;
+use super::queries::{RowShape, Sql, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY};
 use super::Now;
 use crate::backend::params::EnqueueParams;
 use crate::error::{Error, Result};
@@ -155,25 +155,9 @@ fn insert_rows(
     out: &mut [Option<Enqueued>],
     now: Now,
 ) -> Result<()> {
-    // Positional, in `enqueue_rows`'s order: the unique key only when a row
-    // has one, the engine's now only when the clock is manual.
-    let keyed = chunk.iter().any(|&i| jobs[i].unique_key.is_some());
-    let manual = now.param();
-    let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 8);
-    for &i in chunk {
-        let p = &jobs[i];
-        values.extend([p.queue.into(), p.kind.into(), p.priority.into()]);
-        if keyed {
-            values.push(p.unique_key.into());
-        }
-        values.extend([p.payload.into(), p.max_attempts.into()]);
-        if let Some(now) = manual {
-            values.push(now.into());
-        }
-        values.push(now.offset(p.available_at).into());
-    }
-    let sql_text = sql.enqueue_rows(chunk.len(), keyed, manual.is_some());
-    if !keyed {
+    let (shape, values) = bind(chunk.iter().map(|&i| &jobs[i]), now);
+    let sql_text = sql.enqueue_rows(chunk.len(), shape);
+    if !shape.keyed {
         // Nothing to refuse: an id a row, in order.
         let ids: Vec<i64> = q.exec(&*sql_text, Params::Positional(values))?;
         if ids.len() != chunk.len() {
@@ -203,21 +187,56 @@ fn insert_rows(
     Ok(())
 }
 
-/// Inserts a job, or finds the job already holding its unique key.
+/// The shape of these jobs' insert, and their values, positional in
+/// `enqueue_rows`'s order: only what differs from the columns' defaults.
+fn bind<'a, 'p: 'a>(
+    rows: impl Iterator<Item = &'a EnqueueParams<'p>> + Clone,
+    now: Now,
+) -> (RowShape, Vec<Value>) {
+    let manual = now.param();
+    let shape = RowShape {
+        keyed: rows.clone().any(|p| p.unique_key.is_some()),
+        manual: manual.is_some(),
+        explicit: !rows.clone().all(|p| takes_defaults(p, now)),
+    };
+    let mut values: Vec<Value> = Vec::with_capacity(rows.size_hint().0 * 8);
+    for p in rows {
+        values.extend([p.queue.into(), p.kind.into(), p.payload.into()]);
+        if shape.keyed {
+            values.push(p.unique_key.into());
+        }
+        if shape.explicit {
+            values.extend([p.priority.into(), p.max_attempts.into()]);
+        }
+        if let Some(now) = manual {
+            values.push(now.into());
+        }
+        if shape.explicit {
+            values.push(now.offset(p.available_at).into());
+        }
+    }
+    (shape, values)
+}
+
+/// Whether a job's priority and max attempts are the columns' defaults and
+/// it is due now: its row may leave all three to the schema ([`RowShape`]).
+fn takes_defaults(p: &EnqueueParams<'_>, now: Now) -> bool {
+    p.priority == DEFAULT_PRIORITY
+        && p.max_attempts == DEFAULT_MAX_ATTEMPTS
+        && now.offset(p.available_at) == 0
+}
+
+/// Inserts a job, or finds the job already holding its unique key. The
+/// insert binds positionally only what differs from the columns' defaults
+/// ([`RowShape`]), where [`ENQUEUE`](super::queries::ENQUEUE) binds eight
+/// named values.
 fn enqueue(sql: &Sql, q: &mut impl Queryable, p: &EnqueueParams<'_>, now: Now) -> Result<Enqueued> {
     if let Some(found) = find_in_history(sql, q, p, now)? {
         return Ok(found);
     }
     let (inserted, id) = {
-        let result = q.exec_iter(
-            &sql.enqueue,
-            params! {
-                "queue" => p.queue, "kind" => p.kind, "priority" => p.priority,
-                "unique_key" => p.unique_key, "payload" => p.payload,
-                "max_attempts" => p.max_attempts,
-                "available_in" => now.offset(p.available_at), "now" => now.param(),
-            },
-        )?;
+        let (shape, values) = bind(std::iter::once(p), now);
+        let result = q.exec_iter(&*sql.enqueue_row(shape), Params::Positional(values))?;
         (result.affected_rows(), result.last_insert_id())
     };
     if inserted == 1 {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::backend::live_state;
 
-pub use multi_row::enqueue_rows;
+pub use multi_row::{enqueue_row, enqueue_rows, RowShape, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY};
 pub use templates::*;
 
 /// The queue's three tables, qualified and quoted.
@@ -166,9 +166,9 @@ pub struct Sql {
     pub latest_job: String,
     pub flows: super::flows::FlowSql,
     pub sequences: super::sequences::SequenceSql,
-    /// The multi-row inserts rendered so far, by rows, keyed, manual clock
-    /// ([`Sql::enqueue_rows`]).
-    enqueue_rows: Mutex<HashMap<(usize, bool, bool), Arc<str>>>,
+    /// The multi-row inserts rendered so far, by rows, shape and whether
+    /// they return ids ([`Sql::enqueue_rows`], [`Sql::enqueue_row`]).
+    enqueue_rows: Mutex<HashMap<(usize, RowShape, bool), Arc<str>>>,
 }
 
 impl Sql {
@@ -263,24 +263,31 @@ impl Sql {
         self.tables.render(&next_due(queue_count))
     }
 
-    /// The multi-row insert of `rows` jobs (MariaDB), returning their
-    /// queues and unique keys too when `keyed`.
+    /// The multi-row insert of `rows` jobs of one [`RowShape`] (MariaDB),
+    /// returning their queues and unique keys too when keyed.
     /// Rendered once per queue and kept: rendering the text of 1,000 rows
     /// for every call was the largest cost on the client (BENCHMARKS.md,
     /// issue 20's MariaDB enqueue). The sizes are `enqueue.rs`'s few chunk
-    /// sizes, so the cache holds at most twenty texts.
-    pub fn enqueue_rows(&self, rows: usize, keyed: bool, manual: bool) -> Arc<str> {
+    /// sizes, so the cache holds at most forty texts (a queue's clock is
+    /// manual or not, so twenty are ever used).
+    pub fn enqueue_rows(&self, rows: usize, shape: RowShape) -> Arc<str> {
+        self.kept((rows, shape, true), || enqueue_rows(rows, shape))
+    }
+
+    /// One job's insert of one [`RowShape`], without `RETURNING` (MySQL
+    /// too), kept as [`Sql::enqueue_rows`] is.
+    pub fn enqueue_row(&self, shape: RowShape) -> Arc<str> {
+        self.kept((1, shape, false), || enqueue_row(shape))
+    }
+
+    fn kept(&self, key: (usize, RowShape, bool), text: impl FnOnce() -> String) -> Arc<str> {
         let mut cache = self
             .enqueue_rows
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         cache
-            .entry((rows, keyed, manual))
-            .or_insert_with(|| {
-                self.tables
-                    .render(&enqueue_rows(rows, keyed, manual))
-                    .into()
-            })
+            .entry(key)
+            .or_insert_with(|| self.tables.render(&text()).into())
             .clone()
     }
 
