@@ -149,7 +149,8 @@ pub struct BatchStatus {
 /// the builder is a queue call, but its callbacks' rules are this module's,
 /// which the backends apply, so the module reaches the queue through this
 /// rather than importing it.
-pub(crate) trait BatchQueue: std::fmt::Debug {
+/// `Send + Sync`, so a builder can move between threads as a `&Queue` can.
+pub(crate) trait BatchQueue: std::fmt::Debug + Send + Sync {
     /// The queue's clock, unix µs.
     fn now_micros(&self) -> i64;
     /// Validates `job` as an enqueue at `now` would.
@@ -405,5 +406,16 @@ pub(crate) fn join_verdict(id: i64, found: Option<bool>) -> Result<()> {
             "batch {id} is sealed: no job may join it"
         ))),
         Some(false) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A builder moves between threads (or across an `.await`), as it did
+    /// when it held a `&Queue`.
+    #[test]
+    fn a_batch_builder_is_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<super::BatchBuilder<'static>>();
     }
 }
