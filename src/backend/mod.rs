@@ -46,6 +46,7 @@ pub(crate) mod mysql;
 pub(crate) mod params;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod record;
 pub(crate) mod registry;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod room;
