@@ -54,6 +54,8 @@ pub(crate) mod rows;
 pub(crate) mod sqlite;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod waits;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod watcher;
 
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
