@@ -114,4 +114,3 @@ pub(crate) fn read(r: &mut impl Columns) -> Result<JobRecord> {
             .ok_or_else(|| Error::Database(format!("unknown job state {state:?}").into()))?,
     })
 }
-

@@ -13,8 +13,8 @@ use super::queries::{self, Queries};
 use super::{flows, sequences};
 use crate::action::{self, Action};
 use crate::backend::live_state;
-use crate::backend::record::{self, Columns};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
+use crate::backend::record::{self, Columns};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
@@ -140,9 +140,9 @@ fn record(mut r: &Row) -> Result<JobRecord> {
 impl Columns for &Row {
     /// `INTEGER` and `BIGINT` columns alike.
     fn int(&mut self, i: usize) -> Result<Option<i64>> {
-        Ok(match *self.columns()[i].type_() {
-            Type::INT2 => self.try_get::<_, Option<i16>>(i)?.map(i64::from),
-            Type::INT4 => self.try_get::<_, Option<i32>>(i)?.map(i64::from),
+        Ok(match self.columns().get(i).map(|c| c.type_()) {
+            Some(&Type::INT2) => self.try_get::<_, Option<i16>>(i)?.map(i64::from),
+            Some(&Type::INT4) => self.try_get::<_, Option<i32>>(i)?.map(i64::from),
             _ => self.try_get(i)?,
         })
     }

@@ -6,8 +6,8 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use super::{flows, jobs, queries, sequences};
 use crate::action::{self, Action};
 use crate::backend::live_state;
-use crate::backend::record::{self, Columns};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
+use crate::backend::record::{self, Columns};
 use crate::clock;
 use crate::error::Result;
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
@@ -44,10 +44,7 @@ pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<Option<JobReco
 
 /// A job by id, wherever it is, without its sequence key.
 fn find(conn: &Connection, id: i64, now: i64) -> Result<Option<JobRecord>> {
-    let live = format!(
-        "SELECT {} FROM backlog_jobs WHERE id = ?2",
-        LIVE_COLUMNS
-    );
+    let live = format!("SELECT {} FROM backlog_jobs WHERE id = ?2", LIVE_COLUMNS);
     if let Some(record) = first(conn, &live, params![now, id])? {
         return Ok(Some(record));
     }
