@@ -46,6 +46,7 @@ pub(crate) mod mysql;
 pub(crate) mod params;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod record;
 pub(crate) mod registry;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod room;
@@ -53,6 +54,8 @@ pub(crate) mod rows;
 pub(crate) mod sqlite;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod waits;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod watcher;
 
 use std::fmt::Debug;
 use std::time::{Duration, Instant};

@@ -28,13 +28,21 @@ impl LimitedQueues {
     /// How long a look at the limited queues is trusted.
     pub(crate) const TTL: Duration = LIMITS_SEEN_WITHIN;
 
-    /// True when one of `queues` had a limit at the last look; `read` lists
-    /// the limited queues when that look is older than [`Self::TTL`].
-    pub(crate) fn any_of(
+    /// True when a lease of `queues` capped per queue by `caps` may meet a
+    /// limit, so takes the limited path (a transaction that locks the
+    /// queue's row): it has a cap, or one of `queues` had a limit at the
+    /// last look. `read` lists the limited queues when that look is older
+    /// than [`Self::TTL`]. A queue limited since is skipped by the plain
+    /// lease.
+    pub(crate) fn may_limit(
         &self,
         queues: &[String],
+        caps: &[(String, usize)],
         read: impl FnOnce() -> Result<Vec<(String, QueueLimits)>>,
     ) -> Result<bool> {
+        if !caps.is_empty() {
+            return Ok(true);
+        }
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let fresh = seen
             .as_ref()
@@ -263,7 +271,7 @@ mod tests {
             concurrency: Some(2),
             rate: Some(Rate::per_second(5)),
         };
-        known.any_of(&["a".into()], || {
+        known.may_limit(&["a".into()], &[], || {
             Ok(vec![
                 (
                     "a".into(),

@@ -8,10 +8,11 @@ use super::queries::Sql;
 use super::{flows, jobs, sequences, take, Now};
 use crate::action::{self, Action};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
+use crate::backend::record::{self, Columns};
 use crate::clock;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
-use crate::outcome::{AttemptError, FinalStatus};
+use crate::outcome::FinalStatus;
 
 /// A job by id, live, finished, grouped or pending, with its sequence key.
 pub(crate) fn get(
@@ -73,36 +74,24 @@ pub(crate) fn list(
     Ok(Page::of(jobs, filter.limit))
 }
 
-/// Reads a row in `LIVE_COLUMNS` / `HISTORY_COLUMNS` order.
+/// Reads a row in `LIVE_COLUMNS` order.
 fn record(mut r: Row) -> Result<JobRecord> {
-    let errors: String = take(&mut r, 9)?;
-    let state: String = take(&mut r, 18)?;
-    Ok(JobRecord {
-        id: take(&mut r, 0)?,
-        queue: take(&mut r, 1)?,
-        kind: take(&mut r, 2)?,
-        priority: take(&mut r, 3)?,
-        unique_key: take(&mut r, 4)?,
-        payload: take(&mut r, 5)?,
-        attempts: take(&mut r, 6)?,
-        max_attempts: take(&mut r, 7)?,
-        available_at: clock::at(take(&mut r, 8)?),
-        errors: serde_json::from_str::<Vec<AttemptError>>(&errors).unwrap_or_default(),
-        worker: take(&mut r, 10)?,
-        lease_until: clock::at_opt(take(&mut r, 11)?),
-        started_at: clock::at_opt(take(&mut r, 12)?),
-        cancel_requested: take(&mut r, 13)?,
-        result: take(&mut r, 14)?,
-        finished_at: clock::at_opt(take(&mut r, 15)?),
-        created_at: clock::at(take(&mut r, 16)?),
-        updated_at: clock::at(take(&mut r, 17)?),
-        progress: take(&mut r, 19)?,
-        group_key: take(&mut r, 20)?,
-        aggregated_into: take(&mut r, 21)?,
-        sequence_key: None,
-        state: JobState::parse(&state)
-            .ok_or_else(|| Error::Database(format!("unknown job state {state:?}").into()))?,
-    })
+    record::read(&mut r)
+}
+
+/// Each column is taken out of the row: read once, never copied.
+impl Columns for Row {
+    fn int(&mut self, i: usize) -> Result<Option<i64>> {
+        take(self, i)
+    }
+
+    fn text(&mut self, i: usize) -> Result<Option<String>> {
+        take(self, i)
+    }
+
+    fn flag(&mut self, i: usize) -> Result<bool> {
+        take(self, i)
+    }
 }
 
 /// Jobs per queue and state (states with no jobs are left out).

@@ -141,13 +141,9 @@ impl Db {
         }
     }
 
-    /// Whether `p` names a queue that had a limit at the last look. A queue
-    /// limited since is skipped by the plain lease.
+    /// Whether `p`'s lease takes the limited path ([`LimitedQueues::may_limit`]).
     fn may_be_limited(&self, p: &LeaseParams<'_>) -> Result<bool> {
-        if !p.caps.is_empty() {
-            return Ok(true);
-        }
-        self.limited.any_of(p.queues, || self.limits())
+        self.limited.may_limit(p.queues, p.caps, || self.limits())
     }
 
     /// Applies `items` in the caller's transaction. A lost lease fails only

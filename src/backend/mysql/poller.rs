@@ -10,11 +10,9 @@
 //! jobs flow, even a few a second, a job another node enqueued is seen
 //! within [`FLOWING`]; an idle worker costs the server one primary-key seek
 //! every [`SLOW`]. The thread signals the fetcher only when something
-//! changed, and is joined when the poller is dropped.
+//! changed, and is joined when the poller is dropped (`backend/watcher.rs`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -22,7 +20,8 @@ use mysql::prelude::Queryable;
 use mysql::{Conn, Opts};
 
 use super::queries::Sql;
-use crate::error::{Error, Result};
+use crate::backend::watcher::{Notifier, Watcher};
+use crate::error::Result;
 
 /// The probe interval while jobs flow: right after a probe saw a new job.
 pub(crate) const FAST: Duration = Duration::from_millis(2);
@@ -74,12 +73,7 @@ impl Bells {
 /// Reports a change when this process committed a reschedule, or when
 /// `MAX(id)` of the jobs table moved (another node enqueued). Other nodes'
 /// reschedules are seen at the fetcher's next lease or idle poll.
-pub(crate) struct Poller {
-    changed: Arc<AtomicBool>,
-    signal: Receiver<Instant>,
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
+pub(crate) struct Poller(Watcher);
 
 impl std::fmt::Debug for Poller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -90,56 +84,38 @@ impl std::fmt::Debug for Poller {
 impl Poller {
     /// Starts the probing thread; it connects at its first probe.
     pub(crate) fn start(opts: Opts, sql: Arc<Sql>, bells: &Bells) -> Result<Poller> {
-        let changed = Arc::new(AtomicBool::new(false));
-        let (wake, signal) = crossbeam_channel::bounded(1);
-        let (stop, stopped) = crossbeam_channel::bounded(0);
         let opts = mysql::OptsBuilder::from_opts(opts)
             .tcp_connect_timeout(Some(RETRY_AFTER))
             .read_timeout(Some(RETRY_AFTER))
             .write_timeout(Some(RETRY_AFTER));
-        let prober = Prober {
-            opts: opts.into(),
-            sql,
-            conn: None,
-            latest: None,
-            changed: changed.clone(),
-            wake,
-            bell: bells.add(),
-            stopped,
-        };
-        let thread = std::thread::Builder::new()
-            .name("backlog-probe".into())
-            .spawn(move || prober.run())
-            .map_err(|e| Error::Database(Box::new(e)))?;
-        Ok(Poller {
-            changed,
-            signal,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
+        let (opts, bell) = (opts.into(), bells.add());
+        // Dropping the poller stops the thread at once between probes,
+        // within [`RETRY_AFTER`] when a probe is waiting on an unresponsive
+        // server.
+        let watcher = Watcher::spawn("backlog-probe", move |notifier| {
+            Prober {
+                opts,
+                sql,
+                conn: None,
+                latest: None,
+                notifier,
+                bell,
+            }
+            .run();
+        })?;
+        Ok(Poller(watcher))
     }
 
     /// True when this process rescheduled a job, a job was inserted, or a
     /// probe failed (so the fetcher looks at once) since the last call.
     /// Never blocks.
     pub(crate) fn changed(&mut self) -> Result<bool> {
-        Ok(self.changed.swap(false, Ordering::SeqCst))
+        Ok(self.0.changed())
     }
 
     /// Fires (coalesced) when [`Poller::changed`] has news.
     pub(crate) fn signal(&self) -> Receiver<Instant> {
-        self.signal.clone()
-    }
-}
-
-impl Drop for Poller {
-    /// Stops and joins the thread: at once between probes, within
-    /// [`RETRY_AFTER`] when a probe is waiting on an unresponsive server.
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.0.signal()
     }
 }
 
@@ -149,11 +125,8 @@ struct Prober {
     sql: Arc<Sql>,
     conn: Option<Conn>,
     latest: Option<Latest>,
-    changed: Arc<AtomicBool>,
-    wake: Sender<Instant>,
+    notifier: Notifier,
     bell: Receiver<()>,
-    /// Disconnected when the poller is dropped.
-    stopped: Receiver<()>,
 }
 
 /// The newest job id and the release count (see `LATEST_JOB`).
@@ -165,9 +138,9 @@ impl Prober {
         let mut last_new = Instant::now();
         loop {
             crossbeam_channel::select! {
-                recv(self.stopped) -> _ => return,
+                recv(self.notifier.stopped()) -> _ => return,
                 recv(self.bell) -> _ => {
-                    self.notify();
+                    self.notifier.notify();
                     continue;
                 }
                 default(interval) => {}
@@ -184,23 +157,17 @@ impl Prober {
                 Ok(latest) => {
                     self.latest = Some(latest);
                     last_new = Instant::now();
-                    self.notify();
+                    self.notifier.notify();
                     FAST
                 }
                 Err(error) => {
                     tracing::debug!(%error, "probing for new jobs failed");
                     self.conn = None;
-                    self.notify();
+                    self.notifier.notify();
                     RETRY_AFTER
                 }
             };
         }
-    }
-
-    fn notify(&self) {
-        self.changed.store(true, Ordering::SeqCst);
-        // Full means a wake-up is pending already.
-        let _ = self.wake.try_send(Instant::now());
     }
 
     fn probe(&mut self) -> Result<Latest> {

@@ -4,20 +4,21 @@
 //! changes are locked first (`FOR UPDATE`), since here a
 //! lease on another node may run at the same moment.
 
-use postgres::types::ToSql;
+use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, Row};
 
 use super::connection::Tx;
-use super::jobs::{self, canonical_json, to_u32};
+use super::jobs::{self, canonical_json};
 use super::queries::{self, Queries};
 use super::{flows, sequences};
 use crate::action::{self, Action};
 use crate::backend::live_state;
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
+use crate::backend::record::{self, Columns};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
-use crate::outcome::{AttemptError, FinalStatus};
+use crate::outcome::FinalStatus;
 
 /// A job by id, live, finished, grouped or pending, with its sequence key.
 pub(crate) fn get<C: GenericClient>(
@@ -131,36 +132,34 @@ pub(crate) fn list<C: GenericClient>(
     Ok(Page::of(jobs, filter.limit))
 }
 
-/// Reads a row in [`queries::LIVE_COLUMNS`] / [`queries::HISTORY_COLUMNS`] order.
-fn record(r: &Row) -> Result<JobRecord> {
-    let errors: String = r.try_get(9)?;
-    let state: String = r.try_get(18)?;
-    Ok(JobRecord {
-        id: r.try_get(0)?,
-        queue: r.try_get(1)?,
-        kind: r.try_get(2)?,
-        priority: r.try_get(3)?,
-        unique_key: r.try_get(4)?,
-        payload: canonical_json(r.try_get(5)?),
-        attempts: to_u32(r.try_get(6)?),
-        max_attempts: to_u32(r.try_get(7)?),
-        available_at: clock::at(r.try_get(8)?),
-        errors: serde_json::from_str::<Vec<AttemptError>>(&errors).unwrap_or_default(),
-        worker: r.try_get(10)?,
-        lease_until: clock::at_opt(r.try_get(11)?),
-        started_at: clock::at_opt(r.try_get(12)?),
-        cancel_requested: r.try_get(13)?,
-        result: r.try_get::<_, Option<String>>(14)?.map(canonical_json),
-        finished_at: clock::at_opt(r.try_get(15)?),
-        created_at: clock::at(r.try_get(16)?),
-        updated_at: clock::at(r.try_get(17)?),
-        progress: r.try_get(19)?,
-        group_key: r.try_get(20)?,
-        aggregated_into: r.try_get(21)?,
-        sequence_key: None,
-        state: JobState::parse(&state)
-            .ok_or_else(|| Error::Database(format!("unknown job state {state:?}").into()))?,
-    })
+/// Reads a row in [`queries::LIVE_COLUMNS`] order.
+fn record(mut r: &Row) -> Result<JobRecord> {
+    record::read(&mut r)
+}
+
+impl Columns for &Row {
+    /// `INTEGER` and `BIGINT` columns alike.
+    fn int(&mut self, i: usize) -> Result<Option<i64>> {
+        Ok(match self.columns().get(i).map(|c| c.type_()) {
+            Some(&Type::INT2) => self.try_get::<_, Option<i16>>(i)?.map(i64::from),
+            Some(&Type::INT4) => self.try_get::<_, Option<i32>>(i)?.map(i64::from),
+            _ => self.try_get(i)?,
+        })
+    }
+
+    fn text(&mut self, i: usize) -> Result<Option<String>> {
+        Ok(self.try_get(i)?)
+    }
+
+    fn flag(&mut self, i: usize) -> Result<bool> {
+        Ok(self.try_get(i)?)
+    }
+
+    /// JSONB comes back reformatted (`{"a": 1}`): put back in the
+    /// engine's compact form.
+    fn json(&mut self, i: usize) -> Result<Option<String>> {
+        Ok(self.try_get::<_, Option<String>>(i)?.map(canonical_json))
+    }
 }
 
 /// Jobs per queue and state (states with no jobs are left out).

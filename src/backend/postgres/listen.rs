@@ -11,17 +11,17 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
 
 use super::pool::is_refused;
 use super::target::Target;
 use crate::backend::room;
-use crate::error::{Error, Result};
+use crate::backend::watcher::{Notifier, Watcher};
+use crate::error::Result;
 
 /// How long one blocking read waits before the thread looks at its stop
 /// flag: the longest a dropped listener makes its owner wait while the
@@ -51,28 +51,18 @@ const RECONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A dedicated connection listening on the queue's channel, read by a
 /// thread of its own (`backlog-listen`), joined when the listener is
-/// dropped.
+/// dropped (`backend/watcher.rs`).
 pub(crate) struct Listener {
-    shared: Arc<Shared>,
-    signal: Receiver<Instant>,
-    stop: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    watcher: Watcher,
+    connected: Arc<AtomicBool>,
     target: String,
-}
-
-/// What the thread tells its owner.
-struct Shared {
-    /// Set by the thread when a notification arrived or it reconnected
-    /// (notifications sent meanwhile were missed); taken by `changed`.
-    changed: AtomicBool,
-    connected: AtomicBool,
 }
 
 impl fmt::Debug for Listener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Listener")
             .field("target", &self.target)
-            .field("connected", &self.shared.connected.load(Ordering::Relaxed))
+            .field("connected", &self.connected.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -95,33 +85,27 @@ impl Listener {
             .get_connect_timeout()
             .map_or(RECONNECT_TIMEOUT, |t| (*t).min(RECONNECT_TIMEOUT));
         target.config.connect_timeout(timeout);
-        let shared = Arc::new(Shared {
-            changed: AtomicBool::new(false),
-            connected: AtomicBool::new(client.is_some()),
-        });
-        // One slot: wake-ups coalesce while the fetcher is busy.
-        let (wake, signal) = crossbeam_channel::bounded(1);
-        let (stop, stopped) = crossbeam_channel::bounded(0);
+        let connected = Arc::new(AtomicBool::new(client.is_some()));
         let redacted = target.redacted.clone();
-        let reader = Reader {
-            shared: shared.clone(),
-            wake,
-            stopped,
-            target,
-            listen,
-            client,
-            last_heard: Instant::now(),
-            next_connect: Instant::now(),
-        };
-        let thread = std::thread::Builder::new()
-            .name("backlog-listen".into())
-            .spawn(move || reader.run())
-            .map_err(|e| Error::Database(Box::new(e)))?;
+        let seen = connected.clone();
+        // Dropping the listener stops the thread within [`READ_SLICE`]
+        // while connected; at worst [`RECONNECT_TIMEOUT`] or
+        // [`PING_TIMEOUT`] when the server does not answer.
+        let watcher = Watcher::spawn("backlog-listen", move |notifier| {
+            Reader {
+                notifier,
+                connected: seen,
+                target,
+                listen,
+                client,
+                last_heard: Instant::now(),
+                next_connect: Instant::now(),
+            }
+            .run();
+        })?;
         Ok(Listener {
-            shared,
-            signal,
-            stop: Some(stop),
-            thread: Some(thread),
+            watcher,
+            connected,
             target: redacted,
         })
     }
@@ -131,35 +115,20 @@ impl Listener {
     /// was lost and made again (notifications may have been missed). Never
     /// blocks.
     pub(crate) fn changed(&mut self) -> Result<bool> {
-        Ok(self.shared.changed.swap(false, Ordering::SeqCst))
+        Ok(self.watcher.changed())
     }
 
     /// Fires (coalesced) when [`Listener::changed`] has news.
     pub(crate) fn signal(&self) -> Receiver<Instant> {
-        self.signal.clone()
-    }
-}
-
-impl Drop for Listener {
-    /// Stops and joins the thread: within [`READ_SLICE`] while connected;
-    /// at worst [`RECONNECT_TIMEOUT`] or [`PING_TIMEOUT`] when the server
-    /// does not answer.
-    fn drop(&mut self) {
-        drop(self.stop.take()); // disconnects `stopped`: the thread's stop flag
-        if let Some(thread) = self.thread.take() {
-            // The thread catches nothing that could panic; a panic there
-            // would only mean no more wake-ups, which the poll covers.
-            let _ = thread.join();
-        }
+        self.watcher.signal()
     }
 }
 
 /// The thread's side.
 struct Reader {
-    shared: Arc<Shared>,
-    wake: Sender<Instant>,
-    /// Disconnected when the listener is dropped.
-    stopped: Receiver<()>,
+    notifier: Notifier,
+    /// Whether the listening connection is up, for the listener's `Debug`.
+    connected: Arc<AtomicBool>,
     target: Target,
     listen: String,
     client: Option<Client>,
@@ -171,26 +140,12 @@ struct Reader {
 
 impl Reader {
     fn run(mut self) {
-        while !self.stopping() {
+        while !self.notifier.stopping() {
             match self.client.take() {
                 Some(client) => self.client = self.read(client),
                 None => self.reconnect(),
             }
         }
-    }
-
-    fn stopping(&self) -> bool {
-        matches!(
-            self.stopped.try_recv(),
-            Err(crossbeam_channel::TryRecvError::Disconnected)
-        )
-    }
-
-    fn notify(&self) {
-        self.shared.changed.store(true, Ordering::SeqCst);
-        // Full means a wake-up is already pending: the fetcher will see the
-        // flag then.
-        let _ = self.wake.try_send(Instant::now());
     }
 
     /// Blocks up to [`READ_SLICE`] for notifications, and pings after
@@ -207,8 +162,8 @@ impl Reader {
                         heard = true;
                         // Wake at once; more may be queued behind it, and
                         // the next call returns them without waiting.
-                        self.notify();
-                        if self.stopping() {
+                        self.notifier.notify();
+                        if self.notifier.stopping() {
                             break true;
                         }
                     }
@@ -229,7 +184,7 @@ impl Reader {
         if alive {
             Some(client)
         } else {
-            self.shared.connected.store(false, Ordering::SeqCst);
+            self.connected.store(false, Ordering::SeqCst);
             self.next_connect = Instant::now(); // try at once
             None
         }
@@ -241,7 +196,7 @@ impl Reader {
         let wait = self.next_connect.saturating_duration_since(Instant::now());
         if !wait.is_zero() {
             // Sleeps, but wakes at once when the listener is dropped.
-            let _ = self.stopped.recv_timeout(wait);
+            let _ = self.notifier.stopped().recv_timeout(wait);
             return;
         }
         self.next_connect = Instant::now() + RECONNECT_EVERY;
@@ -249,8 +204,8 @@ impl Reader {
         match subscribe(&self.target, &self.listen) {
             Ok(client) => {
                 self.client = Some(client);
-                self.shared.connected.store(true, Ordering::SeqCst);
-                self.notify();
+                self.connected.store(true, Ordering::SeqCst);
+                self.notifier.notify();
             }
             Err(error) if is_refused(&error) => {
                 // The pool's connections matter more: leave them the room.

@@ -124,14 +124,9 @@ impl Db {
         &self.pool
     }
 
-    /// Whether `p` names a queue that had a limit at the last look: then its
-    /// lease takes the limited path (a transaction that locks the queue's
-    /// row). A queue limited since is skipped by the plain lease.
+    /// Whether `p`'s lease takes the limited path ([`LimitedQueues::may_limit`]).
     fn may_be_limited(&self, p: &LeaseParams<'_>) -> Result<bool> {
-        if !p.caps.is_empty() {
-            return Ok(true);
-        }
-        self.limited.any_of(p.queues, || self.limits())
+        self.limited.may_limit(p.queues, p.caps, || self.limits())
     }
 
     pub(crate) fn settle_many(&self, items: &[&SettleParams]) -> Result<Vec<Result<bool>>> {

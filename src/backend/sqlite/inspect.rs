@@ -7,10 +7,14 @@ use super::{flows, jobs, queries, sequences};
 use crate::action::{self, Action};
 use crate::backend::live_state;
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
+use crate::backend::record::{self, Columns};
 use crate::clock;
 use crate::error::Result;
 use crate::inspect::{JobFilter, JobRecord, JobState, Page, StateCount};
-use crate::outcome::{AttemptError, FinalStatus};
+use crate::outcome::FinalStatus;
+
+/// A live job as a record, its state derived at `?1`.
+const LIVE_COLUMNS: &str = record::live_columns!("?1");
 
 /// Runs `f`, which reads several tables, in one read transaction, so it
 /// reads them at one moment. Read a statement at a time, a job moving
@@ -40,47 +44,36 @@ pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<Option<JobReco
 
 /// A job by id, wherever it is, without its sequence key.
 fn find(conn: &Connection, id: i64, now: i64) -> Result<Option<JobRecord>> {
-    let live = format!(
-        "SELECT {} FROM backlog_jobs WHERE id = ?2",
-        queries::LIVE_COLUMNS
-    );
-    if let Some(record) = conn
-        .prepare_cached(&live)?
-        .query_row(params![now, id], record)
-        .optional()?
-    {
+    let live = format!("SELECT {} FROM backlog_jobs WHERE id = ?2", LIVE_COLUMNS);
+    if let Some(record) = first(conn, &live, params![now, id])? {
         return Ok(Some(record));
     }
     let finished = format!(
         "SELECT {} FROM backlog_history WHERE id = ?1",
-        queries::HISTORY_COLUMNS
+        record::HISTORY_COLUMNS
     );
-    if let Some(record) = conn
-        .prepare_cached(&finished)?
-        .query_row(params![id], record)
-        .optional()?
-    {
+    if let Some(record) = first(conn, &finished, params![id])? {
         return Ok(Some(record));
     }
     let grouped = format!(
         "SELECT {} FROM backlog_group_members WHERE id = ?1",
-        queries::GROUPED_COLUMNS
+        record::GROUPED_COLUMNS
     );
-    if let Some(record) = conn
-        .prepare_cached(&grouped)?
-        .query_row(params![id], record)
-        .optional()?
-    {
+    if let Some(record) = first(conn, &grouped, params![id])? {
         return Ok(Some(record));
     }
     let pending = format!(
         "SELECT {} FROM backlog_pending WHERE id = ?1",
         flows::PENDING_COLUMNS
     );
-    Ok(conn
-        .prepare_cached(&pending)?
-        .query_row(params![id], record)
-        .optional()?)
+    first(conn, &pending, params![id])
+}
+
+/// The record `sql` finds first, if any.
+fn first(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<Option<JobRecord>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut rows = stmt.query_and_then(params, record)?;
+    rows.next().transpose()
 }
 
 /// One page of jobs in a state, by ascending id.
@@ -89,7 +82,7 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
         JobState::Finished(_) => format!(
             "SELECT {} FROM backlog_history WHERE status = ?1 AND (?2 IS NULL OR queue = ?2)
              AND (?3 IS NULL OR kind = ?3) AND id > ?4 ORDER BY id LIMIT ?5",
-            queries::HISTORY_COLUMNS
+            record::HISTORY_COLUMNS
         ),
         // `?1` (now) plays no part: they wait for their dependencies.
         JobState::Pending => format!(
@@ -103,12 +96,12 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
             "SELECT {} FROM backlog_group_members WHERE ?1 IS NOT NULL
              AND (?2 IS NULL OR queue = ?2) AND (?3 IS NULL OR kind = ?3) AND id > ?4
              ORDER BY id LIMIT ?5",
-            queries::GROUPED_COLUMNS
+            record::GROUPED_COLUMNS
         ),
         live => format!(
             "SELECT {} FROM backlog_jobs WHERE {} AND (?2 IS NULL OR queue = ?2)
              AND (?3 IS NULL OR kind = ?3) AND id > ?4 ORDER BY id LIMIT ?5",
-            queries::LIVE_COLUMNS,
+            LIVE_COLUMNS,
             live_state::condition(live.as_str(), "?1")
         ),
     };
@@ -131,7 +124,7 @@ fn page(
 ) -> Result<Page> {
     let mut stmt = conn.prepare_cached(sql)?;
     let mut jobs = stmt
-        .query_map(
+        .query_and_then(
             params![
                 first,
                 filter.queue,
@@ -141,47 +134,29 @@ fn page(
             ],
             record,
         )?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()?;
     let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
     crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(conn, &ids)?);
     Ok(Page::of(jobs, filter.limit))
 }
 
-/// Reads a row in [`queries::LIVE_COLUMNS`] / [`queries::HISTORY_COLUMNS`] order.
-fn record(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
-    let errors: String = r.get(9)?;
-    let state: String = r.get(18)?;
-    Ok(JobRecord {
-        id: r.get(0)?,
-        queue: r.get(1)?,
-        kind: r.get(2)?,
-        priority: r.get(3)?,
-        unique_key: r.get(4)?,
-        payload: r.get(5)?,
-        attempts: r.get(6)?,
-        max_attempts: r.get(7)?,
-        available_at: clock::at(r.get(8)?),
-        errors: serde_json::from_str::<Vec<AttemptError>>(&errors).unwrap_or_default(),
-        worker: r.get(10)?,
-        lease_until: clock::at_opt(r.get(11)?),
-        started_at: clock::at_opt(r.get(12)?),
-        cancel_requested: r.get(13)?,
-        result: r.get(14)?,
-        finished_at: clock::at_opt(r.get(15)?),
-        created_at: clock::at(r.get(16)?),
-        updated_at: clock::at(r.get(17)?),
-        progress: r.get(19)?,
-        group_key: r.get(20)?,
-        aggregated_into: r.get(21)?,
-        sequence_key: None,
-        state: JobState::parse(&state).ok_or_else(|| {
-            rusqlite::Error::FromSqlConversionFailure(
-                18,
-                rusqlite::types::Type::Text,
-                format!("unknown job state {state:?}").into(),
-            )
-        })?,
-    })
+/// Reads a row in [`LIVE_COLUMNS`] order.
+fn record(mut r: &Row<'_>) -> Result<JobRecord> {
+    record::read(&mut r)
+}
+
+impl Columns for &Row<'_> {
+    fn int(&mut self, i: usize) -> Result<Option<i64>> {
+        Ok(self.get(i)?)
+    }
+
+    fn text(&mut self, i: usize) -> Result<Option<String>> {
+        Ok(self.get(i)?)
+    }
+
+    fn flag(&mut self, i: usize) -> Result<bool> {
+        Ok(self.get(i)?)
+    }
 }
 
 /// Jobs per queue and state (states with no jobs are left out), every

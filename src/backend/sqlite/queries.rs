@@ -229,28 +229,7 @@ ORDER BY id";
 
 // ---- inspect ---------------------------------------------------------------
 
-/// A live job as a record; `state` is derived at `?1`.
-pub const LIVE_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
-     max_attempts, available_at, errors, locked_by, lease_until, first_leased_at, \
-     cancel_requested, NULL AS result, NULL AS finished_at, created_at, updated_at, \
-     CASE WHEN lease_token IS NOT NULL THEN 'running' \
-          WHEN available_at <= ?1 THEN 'available' \
-          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state, progress, \
-     NULL AS group_key, NULL AS aggregated_into";
-
-/// A finished job as a record, in the same column order as [`LIVE_COLUMNS`].
-pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
-     max_attempts, available_at, errors, processed_by, NULL AS lease_until, started_at, \
-     cancel_requested, result, finished_at, created_at, updated_at, status AS state, progress, \
-     group_key, aggregated_into";
-
-/// A job waiting in its group as a record, in the same column order as
-/// [`LIVE_COLUMNS`]: never attempted, due when its group is combined.
-pub const GROUPED_COLUMNS: &str = "id, queue, kind, priority, NULL AS unique_key, payload, \
-     0 AS attempts, max_attempts, created_at AS available_at, '[]' AS errors, NULL AS locked_by, \
-     NULL AS lease_until, NULL AS first_leased_at, 0 AS cancel_requested, NULL AS result, \
-     NULL AS finished_at, created_at, created_at AS updated_at, 'grouped' AS state, \
-     NULL AS progress, group_key, NULL AS aggregated_into";
+// A job's record columns are `backend/record.rs`'s.
 
 /// Waiting group members per queue.
 pub const COUNT_GROUPED: &str =

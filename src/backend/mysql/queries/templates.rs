@@ -15,6 +15,8 @@
 //! added to `{now}`. Values are named parameters (`:name`), never spliced
 //! into the text.
 
+use crate::backend::record;
+
 /// The server's clock in unix µs, unless `:now` overrides it. Differs from
 /// the usual `UNIX_TIMESTAMP(NOW(6))` in that no session `time_zone` enters
 /// it: `UTC_TIMESTAMP` ignores it and `TIMESTAMPDIFF` is plain arithmetic,
@@ -383,27 +385,16 @@ FOR UPDATE SKIP LOCKED";
 
 // ---- inspect ---------------------------------------------------------------
 
-/// A live job as a record; `state` is derived at `{now}`.
-pub const LIVE_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
-     max_attempts, available_at, errors, locked_by, lease_until, first_leased_at, \
-     cancel_requested, NULL AS result, NULL AS finished_at, created_at, updated_at, \
-     CASE WHEN lease_token IS NOT NULL THEN 'running' \
-          WHEN available_at <= {now} THEN 'available' \
-          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state, progress, \
-     NULL AS group_key, NULL AS aggregated_into";
+/// A live job as a record; `state` is derived at `{now}`. The record's
+/// columns and their reader are `backend/record.rs`'s, one for every
+/// database.
+pub const LIVE_COLUMNS: &str = record::live_columns!("{now}");
 
 /// A finished job as a record, in the same column order as [`LIVE_COLUMNS`].
-pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload, attempts, \
-     max_attempts, available_at, errors, processed_by, NULL AS lease_until, started_at, \
-     cancel_requested, result, finished_at, created_at, updated_at, status AS state, progress, \
-     group_key, aggregated_into";
+pub const HISTORY_COLUMNS: &str = record::HISTORY_COLUMNS;
 
 /// A job waiting in its group as a record, in [`LIVE_COLUMNS`] order.
-pub const GROUPED_COLUMNS: &str = "id, queue, kind, priority, NULL AS unique_key, payload, \
-     0 AS attempts, max_attempts, created_at AS available_at, '[]' AS errors, NULL AS locked_by, \
-     NULL AS lease_until, NULL AS first_leased_at, FALSE AS cancel_requested, NULL AS result, \
-     NULL AS finished_at, created_at, created_at AS updated_at, 'grouped' AS state, \
-     NULL AS progress, group_key, NULL AS aggregated_into";
+pub const GROUPED_COLUMNS: &str = record::GROUPED_COLUMNS;
 
 /// Waiting group members per queue.
 pub const COUNT_GROUPED: &str =
