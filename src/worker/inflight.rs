@@ -143,10 +143,21 @@ impl InFlight {
     /// holds (the write before a settle) instead of skipping it.
     pub(crate) fn write_progress(&self, queue: &crate::Queue, only: Option<&[i64]>, wait: bool) {
         let _gate = queue.progress_gate();
-        let pending: Vec<(ProgressWrite, u64, Arc<CancelFlag>)> = self
-            .lock()
-            .values()
-            .filter(|e| only.is_none_or(|ids| ids.contains(&e.job.id)))
+        let entries = self.lock();
+        // The completer's call names its batch (up to 100 of the 132 jobs a
+        // look-ahead holds): looked up by id, not each entry searched for in
+        // the batch, which cost 13,000 comparisons a flush.
+        let chosen: Vec<&Entry> = match only {
+            Some(ids) => {
+                let mut ids = ids.to_vec();
+                ids.sort_unstable();
+                ids.dedup();
+                ids.iter().filter_map(|id| entries.get(id)).collect()
+            }
+            None => entries.values().collect(),
+        };
+        let pending: Vec<(ProgressWrite, u64, Arc<CancelFlag>)> = chosen
+            .into_iter()
             .filter(|e| e.cancel.reason() != Some(CancelReason::LeaseLost))
             .filter_map(|e| {
                 let (progress, version) = e.cancel.unwritten_progress()?;
@@ -157,6 +168,7 @@ impl InFlight {
                 Some((write, version, e.cancel.clone()))
             })
             .collect();
+        drop(entries);
         if pending.is_empty() {
             return;
         }
