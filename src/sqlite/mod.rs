@@ -262,7 +262,7 @@ impl QueueExt for Queue {
         let planned = self.plan_workflow(workflow, now)?;
         check_caller_connection(self, conn)?;
         let (id, ids) =
-            db::flows::enqueue_workflow(conn, &planned.params(now), &planned.jobs(now))?;
+            db::workflows::enqueue_workflow(conn, &planned.params(now), &planned.jobs(now))?;
         Ok(planned.enqueued(id, &ids))
     }
 

@@ -30,7 +30,18 @@ fn insert_all(conn: &Connection, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enque
             Some(group) => super::groups::join(conn, p, group)?,
             None => enqueue(conn, &mut insert, p)?,
         };
-        ids.push(super::flows::wait(conn, p, e, &ids)?);
+        if let Some(error) = super::flows::wait(conn, p, e, &ids)? {
+            finish(
+                conn,
+                e.id,
+                None,
+                FinalStatus::Cancelled,
+                None,
+                Some(&error),
+                p.now,
+            )?;
+        }
+        ids.push(e);
     }
     Ok(ids)
 }
