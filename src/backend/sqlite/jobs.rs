@@ -333,7 +333,7 @@ pub(crate) fn finish(
         .execute([job_id])?;
     super::counts::count_moved(conn, &[job_id])?;
     super::flows::finished(conn, job_id, status, now)?;
-    super::batches::finished(conn, job_id, status, now)
+    super::batches::finished(conn, job_id, status, now, enqueue_all)
 }
 
 fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {

@@ -1,18 +1,23 @@
 //! Workflows on SQLite (`migrations/sqlite/V8`): a workflow's row and its
 //! steps, written with its jobs' enqueue (`crate::backend::flows`'
 //! [`enqueue_workflow`](flows::enqueue_workflow) decides the order), and
-//! what a handler or an operator reads of them. The dependencies the steps
-//! wait on are `flows.rs`'; this file sits above `jobs.rs`, whose enqueue a
-//! workflow runs. The same statements, in the same order, are in
+//! what a handler or an operator reads of them. And the seam's [`Batches`]
+//! on [`Connections`], whose seal may enqueue a batch's callbacks. Both
+//! enqueue through `jobs.rs`, so this file sits above it; `flows.rs` (the
+//! dependencies the steps wait on) and `batches.rs`, below it, are handed
+//! that enqueue. The same statements, in the same order, are in
 //! `postgres/workflows.rs` and `mysql/workflows.rs`.
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{flows as dependencies, jobs};
+use super::connection::Connections;
+use super::{batches, flows as dependencies, jobs};
 use crate::backend::flows::{self, Workflows};
 use crate::backend::params::{
     DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
 };
+use crate::backend::{Batches, Flows};
+use crate::batch::{BatchRow, CreateBatchParams};
 use crate::error::Result;
 use crate::job::Enqueued;
 
@@ -142,7 +147,7 @@ pub(crate) fn links(conn: &Connection, job_id: i64) -> Result<JobLinksRow> {
     Ok(flows::links(workflow, batch, dependents))
 }
 
-impl crate::backend::Flows for super::Connections {
+impl Flows for Connections {
     fn enqueue_workflow(
         &self,
         w: &WorkflowParams<'_>,
@@ -161,5 +166,23 @@ impl crate::backend::Flows for super::Connections {
 
     fn links(&self, job_id: i64) -> Result<JobLinksRow> {
         self.read(|c| links(c, job_id))
+    }
+}
+
+impl Batches for Connections {
+    fn create_batch(&self, p: &CreateBatchParams<'_>) -> Result<i64> {
+        self.write(|tx| batches::create(tx, p))
+    }
+
+    fn seal_batch(&self, id: i64, now: i64) -> Result<Option<BatchRow>> {
+        self.write(|tx| batches::seal(tx, id, now, jobs::enqueue_all))
+    }
+
+    fn batch(&self, id: i64) -> Result<Option<BatchRow>> {
+        self.read(|c| batches::get(c, id))
+    }
+
+    fn prune_batches(&self, cutoff: i64, limit: usize) -> Result<usize> {
+        self.write(|tx| batches::prune(tx, cutoff, limit))
     }
 }
