@@ -30,4 +30,3 @@ pub(crate) mod workflows;
 pub(crate) mod write_path;
 
 pub(crate) use connection::Connections;
-pub(crate) use data_version::DataVersion;
