@@ -24,11 +24,14 @@ pub(crate) type Edge = (i64, i64, bool, bool);
 
 /// What a database runs for a job's dependencies, in one transaction.
 pub(crate) trait Steps {
-    /// Where job `id` is: `pending`, `live`, a history status, or `None`
-    /// (on a server, its row share-locked).
-    fn state_of(&mut self, id: i64) -> Result<Option<String>>;
     /// The sequences, for a sequenced job's enqueue.
     fn sequences(&mut self) -> impl Chain + '_;
+    /// Where job `id` is: `pending`, `live`, a history status, or `None`
+    /// (on a server, its row share-locked), looked up as a sequence's tail
+    /// is.
+    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
+        self.sequences().state_of(id)
+    }
     /// Records an edge: `dependent` waits on `dependency`.
     fn insert_edge(&mut self, edge: Edge) -> Result<()>;
     /// Moves live job `id` to pending, waiting on `remaining` dependencies.

@@ -32,7 +32,7 @@ use crate::backend::waits::{self, Place};
 use crate::error::Result;
 use crate::job::Enqueued;
 use crate::outcome::{AttemptError, FinalStatus};
-use crate::sequence::{self, Chain};
+use crate::sequence;
 
 mod cascade;
 
@@ -180,10 +180,6 @@ struct Flow<'a, Q: Queryable> {
 }
 
 impl<Q: Queryable> flows::Steps for Flow<'_, Q> {
-    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
-        Sequences(self.sql, self.q).state_of(id)
-    }
-
     fn sequences(&mut self) -> impl sequence::Chain + '_ {
         Sequences(self.sql, self.q)
     }

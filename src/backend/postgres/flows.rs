@@ -35,7 +35,7 @@ use crate::backend::waits::{self, Place};
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::outcome::{AttemptError, FinalStatus};
-use crate::sequence::{self, Chain};
+use crate::sequence;
 
 mod cascade;
 
@@ -186,10 +186,6 @@ struct Flow<'a, 't, C: GenericClient> {
 }
 
 impl<C: GenericClient> flows::Steps for Flow<'_, '_, C> {
-    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
-        Sequences(self.tx, self.q).state_of(id)
-    }
-
     fn sequences(&mut self) -> impl sequence::Chain + '_ {
         Sequences(self.tx, self.q)
     }

@@ -21,7 +21,7 @@ use crate::backend::params::EnqueueParams;
 use crate::error::Result;
 use crate::job::Enqueued;
 use crate::outcome::{AttemptError, FinalStatus};
-use crate::sequence::{self, Chain};
+use crate::sequence;
 
 // ---- enqueue ---------------------------------------------------------------
 
@@ -242,10 +242,6 @@ struct Flow<'c> {
 }
 
 impl flows::Steps for Flow<'_> {
-    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
-        Sequences(self.conn).state_of(id)
-    }
-
     fn sequences(&mut self) -> impl sequence::Chain + '_ {
         Sequences(self.conn)
     }

@@ -105,3 +105,16 @@ impl LimitQueries {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_limited_lease_is_the_lease_with_the_room_as_its_limit() {
+        let limited = super::lease_limited();
+        assert!(limited.contains(super::LIMITED_ROOM), "{limited}");
+        assert!(!limited.contains("LIMIT $6\n"), "{limited}");
+        let handed = super::lease_handed();
+        assert!(handed.contains(super::HANDED_ROOM), "{handed}");
+        assert!(!handed.contains("LIMIT $6\n"), "{handed}");
+    }
+}
