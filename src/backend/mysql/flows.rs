@@ -1,5 +1,5 @@
-//! Job dependencies and workflows on MySQL/MariaDB, in the order of
-//! `sqlite/flows.rs`.
+//! Job dependencies on MySQL/MariaDB, in the order of `sqlite/flows.rs`; its
+//! statements are in `queries/flows.rs`, workflows in `workflows.rs`.
 //!
 //! Differs from SQLite in the locks that keep several nodes apart, as on
 //! PostgreSQL (see `postgres/flows.rs`): an enqueue reads its dependencies

@@ -1,5 +1,5 @@
-//! Job dependencies and workflows on PostgreSQL, in the order of
-//! `sqlite/flows.rs`.
+//! Job dependencies on PostgreSQL, in the order of `sqlite/flows.rs`; its
+//! statements are in `queries/flows.rs`, workflows in `workflows.rs`.
 //!
 //! Differs from SQLite in that several nodes write at once, so each step
 //! that reads a row before acting on it locks it first:

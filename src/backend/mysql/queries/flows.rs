@@ -1,7 +1,8 @@
-//! The statements of `flows.rs` (job dependencies and workflows on
-//! MySQL/MariaDB, in the order of `sqlite/flows.rs`), and [`FlowSql`],
-//! which renders them once at connect. Here, below the files that run
-//! them, so that `queries/mod.rs` composes them without naming those.
+//! The statements of `flows.rs` and `workflows.rs` (job dependencies and
+//! workflows on MySQL/MariaDB, in the order of SQLite's), and
+//! [`FlowSql`], which renders them once at connect. Here, below the files
+//! that run them, so that `queries/mod.rs` composes them without naming
+//! those.
 
 // ---- enqueue ---------------------------------------------------------------
 
