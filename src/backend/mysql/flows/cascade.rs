@@ -16,10 +16,10 @@ use crate::outcome::FinalStatus;
 use crate::sequence::Chain;
 
 /// [`crate::backend::cascade::cascade`] in the ends' transaction: a
-/// level's edges read in one statement ([`DEPENDENTS_MANY`]), its pending
-/// dependents on cancelling edges cancelled in four ([`LOCK_PENDING_MANY`],
-/// [`PENDING_TO_HISTORY_MANY`], `DELETE_PENDING_MANY`,
-/// [`MARK_CANCELLED_MANY`]). Returns how many jobs were released.
+/// level's edges read in one statement (`DEPENDENTS_MANY`), its pending
+/// dependents on cancelling edges cancelled in four (`LOCK_PENDING_MANY`,
+/// `PENDING_TO_HISTORY_MANY`, `DELETE_PENDING_MANY`,
+/// `MARK_CANCELLED_MANY`). Returns how many jobs were released.
 pub(super) fn cascade(
     sql: &Sql,
     q: &mut impl Queryable,

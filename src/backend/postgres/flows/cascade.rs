@@ -13,9 +13,9 @@ use crate::outcome::FinalStatus;
 use crate::sequence::Chain;
 
 /// [`crate::backend::cascade::cascade`] in the ends' transaction: a
-/// level's edges read in one statement ([`DEPENDENTS_MANY`]), its pending
+/// level's edges read in one statement (`DEPENDENTS_MANY`), its pending
 /// dependents on cancelling edges cancelled and their edges marked in one
-/// ([`CANCEL_PENDING_MANY`]). Returns how many jobs were released.
+/// (`CANCEL_PENDING_MANY`). Returns how many jobs were released.
 pub(super) fn cascade<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
