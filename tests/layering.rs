@@ -10,11 +10,10 @@
 //! `app_transaction`; `adapter_flow`, the adapters' one enqueue decided
 //! once, is policy). Inside a database's folder, its statements
 //! (`queries.rs`, `queries/`) are below its concerns (every other file),
-//! which are below its `mod.rs`. A file may
-//! name a file of its own layer or of a lower one; an import from a lower
-//! layer to a higher one is an arrow that runs back up, and this test lists
-//! them. Inside a layer, an import that runs back closes a circle, and a
-//! circle is what this test finds.
+//! which are below its `mod.rs`. A file may name a file of its own layer or
+//! of a lower one; an import from a lower layer to a higher one is an arrow
+//! that runs back up, and this test lists them. Inside a layer, an import
+//! that runs back closes a circle, which this test finds too.
 //!
 //! The graph is read from the source text, not from the compiler: a file
 //! points at another when it names it by a `crate::`, `super::` or `self::`
