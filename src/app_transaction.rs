@@ -95,12 +95,12 @@ impl AppTx<'_, '_> {
             AppTx::Postgres(tx) => {
                 let db = postgres_db(q)?;
                 let mut tx = postgres::on_transaction(tx);
-                postgres::flows::enqueue_workflow(&mut tx, db.queries(), w, jobs)
+                postgres::workflows::enqueue_workflow(&mut tx, db.queries(), w, jobs)
             }
             #[cfg(feature = "mysql")]
             AppTx::Mysql(tx) => {
                 let sql = &mysql_db(q)?.sql;
-                mysql::flows::enqueue_workflow(sql, *tx, w, jobs, clocked(q, now))
+                mysql::workflows::enqueue_workflow(sql, *tx, w, jobs, clocked(q, now))
             }
         }
     }
@@ -125,12 +125,15 @@ impl AppTx<'_, '_> {
             #[cfg(feature = "postgres")]
             AppTx::Postgres(tx) => {
                 let db = postgres_db(q)?;
-                postgres::batches::seal(&mut postgres::on_transaction(tx), db.queries(), id, now)?
+                let tx = &mut postgres::on_transaction(tx);
+                postgres::batches::seal(tx, db.queries(), id, now, postgres::jobs::enqueue_all)?
                     .is_some()
             }
             #[cfg(feature = "mysql")]
             AppTx::Mysql(tx) => {
-                mysql::batches::seal(&mysql_db(q)?.sql, *tx, id, clocked(q, now))?.is_some()
+                let sql = &mysql_db(q)?.sql;
+                mysql::batches::seal(sql, *tx, id, clocked(q, now), mysql::jobs::enqueue_all)?
+                    .is_some()
             }
         };
         Ok(found)

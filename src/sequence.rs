@@ -96,7 +96,7 @@ pub(crate) fn check(job: &NewJob) -> Result<()> {
 
 /// What the engine reads and writes of a sequence in a database, inside the
 /// transaction of an enqueue or of a job's end: each backend's
-/// `sequences.rs` implements it with its statements; [`swap`], [`write`]
+/// `sequences.rs` implements it with its statements; [`swap`], [`write()`]
 /// and [`handoff`] decide what to run.
 pub(crate) trait Chain {
     /// Where job `id` is: `pending`, `live`, a history status, or `None`

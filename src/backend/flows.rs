@@ -1,12 +1,18 @@
 //! A job's dependencies, walked the same way on every database: what an
 //! enqueue writes for a job that waits ([`wait`]), what an operator's
 //! cancel, discard, delete or retry does to what waits on the job
-//! ([`end_by_operator`], [`deleting`], [`retried`]). The decisions are
-//! made here (and in [`crate::flow`] and [`crate::sequence`]); each
-//! database's `flows.rs` implements [`Steps`], its statements and driver
-//! calls, inside the caller's transaction.
+//! ([`end_by_operator`], [`deleting`], [`retried`]), and what a workflow's
+//! enqueue writes ([`enqueue_workflow`]). The decisions are made here (and
+//! in [`crate::flow`] and [`crate::sequence`]); each database's `flows.rs`
+//! implements [`Steps`], and its `workflows.rs` [`Workflows`], their
+//! statements and driver calls, inside the caller's transaction.
+//!
+//! Neither trait finishes or enqueues a job itself: [`wait`] hands back the
+//! cancel it decided, and [`Workflows::enqueue_all`] is the database's
+//! whole enqueue. So a database's `flows.rs` sits below its `jobs.rs`,
+//! whose finish and enqueue recurse through it, and never names it.
 
-use crate::backend::params::EnqueueParams;
+use crate::backend::params::{EnqueueParams, JobLinksRow, WorkflowParams};
 use crate::error::Result;
 use crate::job::Enqueued;
 use crate::outcome::{AttemptError, FinalStatus};
@@ -18,16 +24,16 @@ pub(crate) type Edge = (i64, i64, bool, bool);
 
 /// What a database runs for a job's dependencies, in one transaction.
 pub(crate) trait Steps {
-    /// Where job `id` is: `pending`, `live`, a history status, or `None`
-    /// (on a server, its row share-locked).
-    fn state_of(&mut self, id: i64) -> Result<Option<String>>;
     /// The sequences, for a sequenced job's enqueue.
     fn sequences(&mut self) -> impl Chain + '_;
+    /// Where job `id` is: `pending`, `live`, a history status, or `None`
+    /// (on a server, its row share-locked), looked up as a sequence's tail
+    /// is.
+    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
+        self.sequences().state_of(id)
+    }
     /// Records an edge: `dependent` waits on `dependency`.
     fn insert_edge(&mut self, edge: Edge) -> Result<()>;
-    /// Finishes live job `id`, just enqueued, as cancelled with `error`
-    /// (a dependency's end cancelled it).
-    fn cancel_live(&mut self, id: i64, error: &AttemptError) -> Result<()>;
     /// Moves live job `id` to pending, waiting on `remaining` dependencies.
     fn live_to_pending(&mut self, id: i64, remaining: i64) -> Result<()>;
     /// Moves pending job `id` to history as `status` with `errors` (the
@@ -55,14 +61,19 @@ pub(crate) trait Steps {
 /// `earlier` holds the batch's jobs enqueued before it. A job that existed
 /// (its unique key was held) is left as it was. A sequenced job also waits
 /// on the job before it in its sequence (`crate::sequence`).
+///
+/// Returns the error to finish the job with, as `cancelled`, when a
+/// dependency's end cancels it: the caller finishes it then, as any end of
+/// a live job, the last step of its wait.
+#[must_use = "a job a dependency cancelled is to be finished"]
 pub(crate) fn wait(
     db: &mut impl Steps,
     p: &EnqueueParams<'_>,
     e: Enqueued,
     earlier: &[Enqueued],
-) -> Result<()> {
+) -> Result<Option<AttemptError>> {
     if (p.depends_on.is_empty() && p.sequence.is_none()) || e.existed {
-        return Ok(());
+        return Ok(None);
     }
     let tail = sequence::swap(&mut db.sequences(), p, e.id)?;
     let waiting = crate::flow::waiting(p.depends_on, earlier, tail, |dependency| {
@@ -74,12 +85,11 @@ pub(crate) fn wait(
     if let Some(link) = sequence::link(p, e.id, tail, &waiting) {
         sequence::write(&mut db.sequences(), link)?;
     }
-    if let Some(error) = waiting.cancelled_error(p.now) {
-        db.cancel_live(e.id, &error)?;
-    } else if waiting.remaining > 0 {
+    let cancelled = waiting.cancelled_error(p.now);
+    if cancelled.is_none() && waiting.remaining > 0 {
         db.live_to_pending(e.id, waiting.remaining)?;
     }
-    Ok(())
+    Ok(cancelled)
 }
 
 /// An operator's cancel or discard of a pending job: moves it to history as
@@ -128,4 +138,45 @@ pub(crate) fn retried(db: &mut impl Steps, id: i64) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What a database runs for a workflow's enqueue, in one transaction.
+pub(crate) trait Workflows {
+    /// Inserts the workflow's row; its id.
+    fn insert_workflow(&mut self, name: &str, now: i64) -> Result<i64>;
+    /// Enqueues `jobs` as the database's `enqueue_all` does (batches,
+    /// groups, dependencies and all).
+    fn enqueue_all(&mut self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>>;
+    /// Records job `job` as step `step` of `workflow`.
+    fn insert_step(&mut self, workflow: i64, step: &str, job: i64) -> Result<()>;
+}
+
+/// A workflow's enqueue: its row, its jobs, then each job's step (the
+/// steps are in the jobs' order). The workflow's id and the jobs'.
+pub(crate) fn enqueue_workflow(
+    db: &mut impl Workflows,
+    w: &WorkflowParams<'_>,
+    jobs: &[EnqueueParams<'_>],
+) -> Result<(i64, Vec<Enqueued>)> {
+    let workflow = db.insert_workflow(w.name, w.now)?;
+    let ids = db.enqueue_all(jobs)?;
+    for (step, e) in w.steps.iter().zip(&ids) {
+        db.insert_step(workflow, step, e.id)?;
+    }
+    Ok((workflow, ids))
+}
+
+/// A job's links as read: its workflow and step, its batch, and its
+/// dependents (in any order; listed by id).
+pub(crate) fn links(
+    workflow: Option<(i64, String, String)>,
+    batch: Option<i64>,
+    mut dependents: Vec<i64>,
+) -> JobLinksRow {
+    dependents.sort_unstable();
+    JobLinksRow {
+        workflow,
+        batch,
+        dependents,
+    }
 }

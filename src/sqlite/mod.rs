@@ -262,7 +262,7 @@ impl QueueExt for Queue {
         let planned = self.plan_workflow(workflow, now)?;
         check_caller_connection(self, conn)?;
         let (id, ids) =
-            db::flows::enqueue_workflow(conn, &planned.params(now), &planned.jobs(now))?;
+            db::workflows::enqueue_workflow(conn, &planned.params(now), &planned.jobs(now))?;
         Ok(planned.enqueued(id, &ids))
     }
 
@@ -275,7 +275,7 @@ impl QueueExt for Queue {
 
     fn seal_batch_in(&self, conn: &Connection, id: i64) -> Result<()> {
         check_caller_connection(self, conn)?;
-        let found = db::batches::seal(conn, id, self.now_micros())?;
+        let found = db::batches::seal(conn, id, self.now_micros(), db::jobs::enqueue_all)?;
         batch::join_verdict(id, found.map(|_| false))
     }
 

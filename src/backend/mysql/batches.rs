@@ -13,11 +13,9 @@ use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
 use super::queries::Sql;
-use super::{take, Db, Now};
+use super::{take, Now};
 use crate::backend::params::EnqueueParams;
-use crate::backend::Batches;
 use crate::batch::{self, BatchRow, CreateBatchParams};
-use crate::clock::ClockMicros;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::outcome::FinalStatus;
@@ -126,6 +124,12 @@ pub const GET_LOCKED: &str = concat!(
     " FROM {batches} WHERE id = :id FOR UPDATE"
 );
 
+/// The backend's whole enqueue (`jobs.rs`' `enqueue_all`), handed in by
+/// the caller of what may fire a batch: its callbacks are enqueued as any
+/// job, and that enqueue (and the finish it may run) recurses through here.
+pub(crate) type EnqueueAll<Q> =
+    fn(&Sql, &mut Q, &[EnqueueParams<'_>], Now) -> Result<Vec<Enqueued>>;
+
 /// Inserts an open batch; its id.
 pub(crate) fn create(
     sql: &Sql,
@@ -192,11 +196,12 @@ pub(crate) fn enqueue<Q: Queryable>(
 /// Counts jobs just moved to history (`done`: id and status) into their
 /// batches, and fires the batches that are done. One statement when none of
 /// them is in a batch.
-pub(crate) fn finished(
+pub(crate) fn finished<Q: Queryable>(
     sql: &Sql,
-    q: &mut impl Queryable,
+    q: &mut Q,
     done: &[(i64, FinalStatus)],
     now: Now,
+    enqueue: EnqueueAll<Q>,
 ) -> Result<()> {
     if done.is_empty() {
         return Ok(());
@@ -233,13 +238,19 @@ pub(crate) fn finished(
                 "cancelled" => n("cancelled"), "dead" => n("dead"), "now" => now.param(),
             },
         )?;
-        fire_if_due(sql, q, id, now)?;
+        fire_if_due(sql, q, id, now, enqueue)?;
     }
     Ok(())
 }
 
 /// As SQLite's `deleted`.
-pub(crate) fn deleted(sql: &Sql, q: &mut impl Queryable, job_id: i64, now: Now) -> Result<()> {
+pub(crate) fn deleted<Q: Queryable>(
+    sql: &Sql,
+    q: &mut Q,
+    job_id: i64,
+    now: Now,
+    enqueue: EnqueueAll<Q>,
+) -> Result<()> {
     let done = serde_json::to_string(&[(job_id, "deleted")])?;
     let batch: Option<(i64, String)> =
         q.exec_first(sql.tables.render(MEMBERS_OF), params! { "done" => &done })?;
@@ -251,21 +262,22 @@ pub(crate) fn deleted(sql: &Sql, q: &mut impl Queryable, job_id: i64, now: Now) 
         sql.tables.render(COUNT_DELETED),
         params! { "id" => batch, "now" => now.param() },
     )?;
-    fire_if_due(sql, q, batch, now)
+    fire_if_due(sql, q, batch, now, enqueue)
 }
 
 /// As SQLite's `seal`.
-pub(crate) fn seal(
+pub(crate) fn seal<Q: Queryable>(
     sql: &Sql,
-    q: &mut impl Queryable,
+    q: &mut Q,
     id: i64,
     now: Now,
+    enqueue: EnqueueAll<Q>,
 ) -> Result<Option<BatchRow>> {
     q.exec_drop(
         sql.tables.render(SEAL),
         params! { "id" => id, "now" => now.param() },
     )?;
-    fire_if_due(sql, q, id, now)?;
+    fire_if_due(sql, q, id, now, enqueue)?;
     get(sql, q, id)
 }
 
@@ -276,7 +288,13 @@ pub(crate) fn get(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Option<B
 }
 
 /// As SQLite's `fire_if_due`, reading the batch's row locked.
-fn fire_if_due(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<()> {
+fn fire_if_due<Q: Queryable>(
+    sql: &Sql,
+    q: &mut Q,
+    id: i64,
+    now: Now,
+    enqueue: EnqueueAll<Q>,
+) -> Result<()> {
     let row: Option<Row> = q.exec_first(sql.tables.render(GET_LOCKED), params! { "id" => id })?;
     let Some(row) = row.map(batch_row).transpose()? else {
         return Ok(());
@@ -285,7 +303,7 @@ fn fire_if_due(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<(
         return Ok(());
     };
     let (complete, success) = batch::enqueue_callbacks(row.id, due, now.engine, |p| {
-        let ids = super::jobs::enqueue_all(sql, q, std::slice::from_ref(p), now)?;
+        let ids = enqueue(sql, q, std::slice::from_ref(p), now)?;
         ids.first()
             .map(|e| e.id)
             .ok_or_else(|| Error::Database("enqueue returned no id".into()))
@@ -343,27 +361,4 @@ pub(crate) fn prune(
         params! { "ids" => serde_json::to_string(&ids)? },
     )?;
     Ok(ids.len())
-}
-
-impl Batches for Db {
-    fn create_batch(&self, p: &CreateBatchParams<'_>) -> Result<i64> {
-        let now = self.now(p.now);
-        self.write(|tx| create(&self.sql, tx, p, now))
-    }
-
-    fn seal_batch(&self, id: i64, now: i64) -> Result<Option<BatchRow>> {
-        let now = self.now(now);
-        self.write(|tx| seal(&self.sql, tx, id, now))
-    }
-
-    fn batch(&self, id: i64) -> Result<Option<BatchRow>> {
-        self.read(|conn| get(&self.sql, conn, id))
-    }
-
-    /// `cutoff` comes without the engine's `now`; the queue's clock, read
-    /// here, stands in for it (as history's prune).
-    fn prune_batches(&self, cutoff: i64, limit: usize) -> Result<usize> {
-        let now = self.now(self.clock.now_micros());
-        self.write(|tx| prune(&self.sql, tx, cutoff, limit, now))
-    }
 }

@@ -77,20 +77,10 @@ pub(crate) fn is_one_statement(sql: &Sql, jobs: &[EnqueueParams<'_>]) -> bool {
 }
 
 /// Inserts jobs in order, each one or the id of the job already holding its
-/// unique key, the members of a batch joining it (`batches.rs`).
-pub(crate) fn enqueue_all(
-    sql: &Sql,
-    q: &mut impl Queryable,
-    jobs: &[EnqueueParams<'_>],
-    now: Now,
-) -> Result<Vec<Enqueued>> {
-    let ids = super::batches::enqueue(sql, q, jobs, now, insert_all)?;
-    super::flows::wait_all(sql, q, jobs, ids, now)
-}
-
-/// [`enqueue_all`] before members join their batches and the jobs with
-/// dependencies are made to wait. On MariaDB many rows go in one statement.
-fn insert_all(
+/// unique key: `jobs.rs`' `enqueue_all` before members join their batches
+/// and the jobs with dependencies are made to wait. On MariaDB many rows go
+/// in one statement.
+pub(crate) fn insert_all(
     sql: &Sql,
     q: &mut impl Queryable,
     jobs: &[EnqueueParams<'_>],

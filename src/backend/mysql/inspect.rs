@@ -252,7 +252,7 @@ pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Re
         .exec_iter(&sql.delete_live, params! { "id" => id })?
         .affected_rows();
     if live > 0 {
-        super::batches::deleted(sql, q, id, now)?;
+        super::batches::deleted(sql, q, id, now, super::jobs::enqueue_all)?;
     }
     let finished = q
         .exec_iter(&sql.delete_history, params! { "id" => id })?

@@ -7,16 +7,33 @@ use std::collections::HashMap;
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Row, Value};
 
-pub(crate) use super::enqueue::enqueue_all;
 use super::queries::Sql;
 use super::{take, Now};
 use crate::backend::params::{
-    ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
+    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
 };
 use crate::clock;
 use crate::error::{Error, Result};
+use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job, Lease};
 use crate::outcome::{AttemptError, FinalStatus, Transition};
+
+/// Inserts jobs in order, each one or the id of the job already holding its
+/// unique key (`enqueue.rs`), the members of a batch joining it
+/// (`batches.rs`), the jobs with dependencies made to wait (`flows.rs`);
+/// a job a dependency's end cancelled is finished here.
+pub(crate) fn enqueue_all<Q: Queryable>(
+    sql: &Sql,
+    q: &mut Q,
+    jobs: &[EnqueueParams<'_>],
+    now: Now,
+) -> Result<Vec<Enqueued>> {
+    let ids = super::batches::enqueue(sql, q, jobs, now, super::enqueue::insert_all)?;
+    super::flows::wait_all(sql, q, jobs, ids, now, |q, id, error| {
+        let cancelled = FinalStatus::Cancelled;
+        finish(sql, q, id, None, cancelled, None, Some(error), now)
+    })
+}
 
 /// The walk's parameters for `p`: `:q0..`, `:k0..`, `:limit`, `:now`,
 /// `:skip_limited`.
@@ -330,7 +347,7 @@ pub(crate) fn complete_many(
             .map(|&id| (id, FinalStatus::Completed))
             .collect();
         if members {
-            super::batches::finished(sql, q, &ended, now)?;
+            super::batches::finished(sql, q, &ended, now, enqueue_all)?;
         }
         super::flows::finished(sql, q, ended, now)?;
     }
@@ -442,7 +459,7 @@ pub(crate) fn finish(
     q.exec_drop(&sql.delete_live, params! { "id" => job_id })?;
     super::counts::count_moved(sql, q, &[job_id])?;
     super::flows::finished(sql, q, vec![(job_id, status)], now)?;
-    super::batches::finished(sql, q, &[(job_id, status)], now)
+    super::batches::finished(sql, q, &[(job_id, status)], now, enqueue_all)
 }
 
 fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {

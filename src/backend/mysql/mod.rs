@@ -32,6 +32,7 @@ pub(crate) mod version;
 #[cfg(feature = "diesel-mysql")]
 pub(crate) mod via_diesel;
 pub(crate) mod workers;
+pub(crate) mod workflows;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -13,91 +13,8 @@
 use mysql::params;
 use mysql::prelude::Queryable;
 
-use super::queries::{Sql, Tables};
+use super::queries::{FlowSql, Sql};
 use crate::error::Result;
-
-/// As SQLite's, without the `RETURNING`. The assignments of `ON DUPLICATE
-/// KEY UPDATE` run left to right, each seeing the ones before it: `prev`
-/// takes the old tail, then `tail` the new one.
-pub const SWAP_TAIL: &str = "
-INSERT INTO {sequences} (queue, `key`, tail) VALUES (:queue, :key, :tail)
-ON DUPLICATE KEY UPDATE prev = tail, tail = VALUES(tail)";
-
-/// As SQLite's.
-pub const RECORD_KEY: &str =
-    "INSERT INTO {sequence_jobs} (job_id, sequence_key) VALUES (:id, :key)";
-
-/// As SQLite's: the ids drive the join on the primary key (as the
-/// `JSON_TABLE` joins of `templates.rs`).
-pub const KEYS_OF: &str = "
-SELECT k.job_id, k.sequence_key
-FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g
-STRAIGHT_JOIN {sequence_jobs} AS k ON k.job_id = g.id";
-
-/// As SQLite's, joined as [`KEYS_OF`].
-pub const FORGET_KEYS: &str = "
-DELETE k
-FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS g
-STRAIGHT_JOIN {sequence_jobs} AS k ON k.job_id = g.id";
-
-/// The tail [`SWAP_TAIL`] replaced, NULL for a new sequence.
-pub const PREV: &str = "SELECT prev FROM {sequences} WHERE queue = :queue AND `key` = :key";
-
-/// As SQLite's.
-pub const RESTORE_TAIL: &str = "
-UPDATE {sequences} SET tail = :prev WHERE queue = :queue AND `key` = :key AND tail = :tail";
-
-/// As SQLite's.
-pub const LINK: &str = "
-INSERT INTO {dependencies} (dependency, dependent, run_anyway, cancelled, in_sequence)
-VALUES (:dependency, :dependent, TRUE, FALSE, TRUE)
-ON DUPLICATE KEY UPDATE in_sequence = TRUE";
-
-/// As SQLite's.
-pub const PREDECESSORS: &str =
-    "SELECT dependency FROM {dependencies} WHERE dependent = :id AND in_sequence";
-
-/// As SQLite's.
-pub const IS_NEXT: &str = "
-SELECT 1 FROM {dependencies} WHERE dependency = :ended AND dependent = :next AND in_sequence";
-
-/// As SQLite's.
-pub const HAND_OVER: &str = "
-INSERT IGNORE INTO {dependencies} (dependency, dependent, run_anyway, cancelled, in_sequence)
-VALUES (:dependency, :dependent, TRUE, FALSE, TRUE)";
-
-/// The statements above, rendered once at connect.
-#[derive(Debug)]
-pub struct SequenceSql {
-    swap_tail: String,
-    prev: String,
-    record_key: String,
-    keys_of: String,
-    forget_keys: String,
-    restore_tail: String,
-    link: String,
-    predecessors: String,
-    is_next: String,
-    hand_over: String,
-}
-
-impl SequenceSql {
-    pub fn new(tables: &Tables) -> SequenceSql {
-        let r = |t: &str| tables.render(t);
-        SequenceSql {
-            swap_tail: r(SWAP_TAIL),
-            prev: r(PREV),
-            record_key: r(RECORD_KEY),
-            keys_of: r(KEYS_OF),
-            forget_keys: r(FORGET_KEYS),
-            restore_tail: r(RESTORE_TAIL),
-            link: r(LINK),
-            predecessors: r(PREDECESSORS),
-            is_next: r(IS_NEXT),
-            hand_over: r(HAND_OVER),
-        }
-    }
-}
 
 /// As SQLite's `keys_of`.
 pub(crate) fn keys_of(
@@ -125,12 +42,28 @@ pub(crate) fn forget(sql: &Sql, q: &mut impl Queryable, ids: &[i64]) -> Result<(
     Ok(())
 }
 
+/// Where job `id` is, its row share-locked: `pending`, `live`, a history
+/// status, or `None`: a sequence's tail, or a dependency (`flows.rs`).
+pub(crate) fn state_of(f: &FlowSql, q: &mut impl Queryable, id: i64) -> Result<Option<String>> {
+    if q.exec_first::<i64, _, _>(&f.pending_for_share, params! { "id" => id })?
+        .is_some()
+    {
+        return Ok(Some("pending".into()));
+    }
+    if q.exec_first::<i64, _, _>(&f.live_for_share, params! { "id" => id })?
+        .is_some()
+    {
+        return Ok(Some("live".into()));
+    }
+    Ok(q.exec_first(&f.history_status, params! { "id" => id })?)
+}
+
 /// [`crate::sequence::Chain`] in the enqueue's or the end's transaction.
 pub(crate) struct Sequences<'a, Q: Queryable>(pub &'a Sql, pub &'a mut Q);
 
 impl<Q: Queryable> crate::sequence::Chain for Sequences<'_, Q> {
     fn state_of(&mut self, id: i64) -> Result<Option<String>> {
-        super::flows::state_of(&self.0.flows, self.1, id)
+        state_of(&self.0.flows, self.1, id)
     }
 
     fn predecessors(&mut self, id: i64) -> Result<Vec<i64>> {

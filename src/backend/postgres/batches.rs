@@ -12,11 +12,8 @@ use postgres::{GenericClient, Row};
 
 use super::connection::Tx;
 use super::queries::Queries;
-use super::Db;
 use crate::backend::params::EnqueueParams;
-use crate::backend::Batches;
 use crate::batch::{self, BatchRow, CreateBatchParams};
-use crate::clock::ClockMicros;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 
@@ -100,6 +97,12 @@ pub const GET: &str = concat!(
     " FROM {batches} AS b WHERE b.id = $1"
 );
 
+/// The backend's whole enqueue (`jobs.rs`' `enqueue_all`), handed in by
+/// the caller of what may fire a batch: its callbacks are enqueued as any
+/// job, and that enqueue (and the finish it may run) recurses through here.
+pub(crate) type EnqueueAll<C> =
+    fn(&mut Tx<'_, C>, &Queries, &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>>;
+
 /// Inserts an open batch; its id.
 pub(crate) fn create<C: GenericClient>(
     tx: &mut Tx<'_, C>,
@@ -158,10 +161,11 @@ pub(crate) fn counted<C: GenericClient>(
     q: &Queries,
     now: i64,
     batches: &[i64],
+    enqueue: EnqueueAll<C>,
 ) -> Result<()> {
     for &id in batches {
         if let Some(row) = get(tx, q, id)? {
-            fire_if_due(tx, q, row, now)?;
+            fire_if_due(tx, q, row, now, enqueue)?;
         }
     }
     Ok(())
@@ -173,13 +177,14 @@ pub(crate) fn deleted<C: GenericClient>(
     q: &Queries,
     job_id: i64,
     now: i64,
+    enqueue: EnqueueAll<C>,
 ) -> Result<()> {
     let row = tx.query_opt(
         &q.tables.render(COUNT_DELETED),
         &[&q.now_override(now), &job_id],
     )?;
     match row {
-        Some(row) => fire_if_due(tx, q, batch_row(&row)?, now),
+        Some(row) => fire_if_due(tx, q, batch_row(&row)?, now, enqueue),
         None => Ok(()),
     }
 }
@@ -190,12 +195,13 @@ pub(crate) fn seal<C: GenericClient>(
     q: &Queries,
     id: i64,
     now: i64,
+    enqueue: EnqueueAll<C>,
 ) -> Result<Option<BatchRow>> {
     let row = tx.query_opt(&q.tables.render(SEAL), &[&q.now_override(now), &id])?;
     let Some(row) = row else {
         return Ok(None);
     };
-    fire_if_due(tx, q, batch_row(&row)?, now)?;
+    fire_if_due(tx, q, batch_row(&row)?, now, enqueue)?;
     get(tx, q, id)
 }
 
@@ -237,12 +243,13 @@ fn fire_if_due<C: GenericClient>(
     q: &Queries,
     row: BatchRow,
     now: i64,
+    enqueue: EnqueueAll<C>,
 ) -> Result<()> {
     let Some(due) = row.due() else {
         return Ok(());
     };
     let (complete, success) = batch::enqueue_callbacks(row.id, due, now, |p| {
-        let ids = super::jobs::enqueue_all(tx, q, std::slice::from_ref(p))?;
+        let ids = enqueue(tx, q, std::slice::from_ref(p))?;
         ids.first()
             .map(|e| e.id)
             .ok_or_else(|| Error::Database("enqueue returned no id".into()))
@@ -271,23 +278,4 @@ fn batch_row(r: &Row) -> Result<BatchRow> {
         success_job_id: r.try_get(11)?,
         created_at: r.try_get(12)?,
     })
-}
-
-impl Batches for Db {
-    fn create_batch(&self, p: &CreateBatchParams<'_>) -> Result<i64> {
-        self.pool.write(|tx| create(tx, &self.q, p))
-    }
-
-    fn seal_batch(&self, id: i64, now: i64) -> Result<Option<BatchRow>> {
-        self.pool.write(|tx| seal(tx, &self.q, id, now))
-    }
-
-    fn batch(&self, id: i64) -> Result<Option<BatchRow>> {
-        self.pool.read(|tx| get(tx, &self.q, id))
-    }
-
-    fn prune_batches(&self, cutoff: i64, limit: usize) -> Result<usize> {
-        let now = self.clock.now_micros();
-        self.pool.write(|tx| prune(tx, &self.q, cutoff, limit, now))
-    }
 }

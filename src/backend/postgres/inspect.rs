@@ -334,7 +334,7 @@ pub(crate) fn delete<C: GenericClient>(
     let pending = flows::deleting(tx, q, id, now)?;
     let live = tx.execute(&q.delete_live, &[&id])?;
     if live > 0 {
-        super::batches::deleted(tx, q, id, now)?;
+        super::batches::deleted(tx, q, id, now, jobs::enqueue_all)?;
     }
     let finished = tx.execute(&q.delete_history, &[&id])?;
     sequences::forget(tx, q, &[id])?;

@@ -33,7 +33,9 @@ pub(crate) fn enqueue_all<C: GenericClient>(
     jobs: &[EnqueueParams<'_>],
 ) -> Result<Vec<Enqueued>> {
     let ids = super::batches::enqueue(tx, q, jobs, insert_all)?;
-    super::flows::wait_all(tx, q, jobs, ids)
+    super::flows::wait_all(tx, q, jobs, ids, |tx, id, error, now| {
+        finish_one(tx, q, id, FinalStatus::Cancelled, Some(error), now)
+    })
 }
 
 /// [`enqueue_all`] before members join their batches and the jobs with
@@ -512,7 +514,8 @@ where
         .collect();
     super::flows::finished(tx, q, ended, now)?;
     if let Some(row) = rows.first() {
-        super::batches::counted(tx, q, now, &row.try_get::<_, Vec<i64>>(1)?)?;
+        let batches = row.try_get::<_, Vec<i64>>(1)?;
+        super::batches::counted(tx, q, now, &batches, enqueue_all)?;
     }
     Ok(moved)
 }

@@ -9,113 +9,11 @@ use postgres::GenericClient;
 
 use super::connection::Tx;
 use super::jobs;
-use super::queries::{Queries, Tables, LEASE};
+use super::queries::Queries;
 use crate::backend::params::LeaseParams;
 use crate::error::Result;
 use crate::lease::Job;
 use crate::limits::{LimitState, QueueLimits};
-
-/// Sets queue `$2`'s limits: `$3` concurrency, `$4` rate, `$5` period (ms),
-/// NULL for none. `$1` is the now override. As SQLite's `SET_LIMITS`.
-const SET_LIMITS: &str = "
-INSERT INTO {queues} (name, concurrency_limit, rate_limit, rate_period_ms, updated_at)
-VALUES ($2, $3, $4, $5, {now})
-ON CONFLICT (name) DO UPDATE SET concurrency_limit = excluded.concurrency_limit,
-    rate_limit = excluded.rate_limit, rate_period_ms = excluded.rate_period_ms,
-    updated_at = excluded.updated_at";
-
-/// Every queue with a limit, by name.
-const LIMITS: &str = "
-SELECT name, concurrency_limit::int8, rate_limit::int8, rate_period_ms::int8 FROM {queues}
-WHERE concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL ORDER BY name";
-
-/// The limited, unpaused queues among `$2` (an array), locked in name order
-/// (two leases lock them in the same order, so they cannot deadlock), with
-/// their rate windows and the server's now (the transaction's start, which
-/// the lease statements of this transaction use too).
-///
-/// PostgreSQL only: SQLite's single writer needs no lock.
-const LOCK_LIMITED: &str = "
-SELECT name, concurrency_limit::int8, rate_limit::int8, rate_period_ms::int8,
-       rate_window_start, rate_window_count, {now}
-FROM {queues}
-WHERE name = ANY($2::text[]) AND NOT paused
-  AND (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL)
-ORDER BY name
-FOR UPDATE";
-
-/// The `LIMIT` of [`LEASE`] for one limited queue (`$4`): the claim stops
-/// at the queue's room under its concurrency limit (`$8`, NULL for none):
-/// the limit minus its running jobs, counted by this statement.
-/// Parameters otherwise as `LEASE`'s.
-///
-/// The count is in the claim, not in [`LOCK_LIMITED`], because under READ
-/// COMMITTED a statement reads the snapshot taken when it began: a count in
-/// the statement that waited for the queue's row would miss the claims its
-/// previous holder committed meanwhile, and over-admit. This statement
-/// begins after the lock is held, so it counts every claim committed before
-/// it, in one round trip fewer than a separate count (each round trip here
-/// is paid with the queue's row locked, by every lease of the queue in
-/// turn).
-///
-/// PostgreSQL only: SQLite's single writer counts in the lease's
-/// transaction without a lock.
-const LIMITED_ROOM: &str = "LIMIT GREATEST(0, LEAST($6, $8::int8
-        - (SELECT count(*) FROM {jobs} WHERE queue = $4 AND lease_token IS NOT NULL)))";
-
-/// [`LEASE`] with its `LIMIT $6` replaced by [`LIMITED_ROOM`]: derived, not
-/// copied, so a change to the lease reaches limited queues too.
-fn lease_limited() -> String {
-    LEASE.replacen("LIMIT $6\n", &format!("{LIMITED_ROOM}\n"), 1)
-}
-
-/// The `LIMIT` of [`LEASE`] for a claim of one limited queue (`$4`) that the
-/// settles of its own transaction pay for (`$6`, the places they freed, at
-/// most): see [`crate::limits::lease_handing_on`]. It takes no lock, and
-/// reads the queue's limit itself: nothing when the queue has a rate limit
-/// by now (its starts are counted under the queue's lock) or no concurrency
-/// limit any more (the next lease takes the usual path), and no more than
-/// the room a lowered limit leaves. Those reads may be a commit behind the
-/// lock's holder; over-admission is ruled out by `$6` alone, which the
-/// statement never exceeds.
-///
-/// PostgreSQL only, like [`LIMITED_ROOM`].
-const HANDED_ROOM: &str = "LIMIT GREATEST(0, LEAST($6, COALESCE((SELECT concurrency_limit
-        FROM {queues} WHERE name = $4 AND rate_limit IS NULL), 0)::int8
-        - (SELECT count(*) FROM {jobs} WHERE queue = $4 AND lease_token IS NOT NULL)))";
-
-/// [`LEASE`] with its `LIMIT $6` replaced by [`HANDED_ROOM`].
-fn lease_handed() -> String {
-    LEASE.replacen("LIMIT $6\n", &format!("{HANDED_ROOM}\n"), 1)
-}
-
-/// Stores queue `$1`'s rate window: start `$2` (unix µs), count `$3`.
-const SET_RATE_WINDOW: &str = "
-UPDATE {queues} SET rate_window_start = $2, rate_window_count = $3 WHERE name = $1";
-
-/// The statements above, rendered for the queue's tables.
-#[derive(Debug)]
-pub(crate) struct LimitQueries {
-    set_limits: String,
-    limits: String,
-    lock_limited: String,
-    pub(crate) lease_limited: String,
-    pub(crate) lease_handed: String,
-    set_rate_window: String,
-}
-
-impl LimitQueries {
-    pub(crate) fn render(tables: &Tables) -> LimitQueries {
-        LimitQueries {
-            set_limits: tables.render(SET_LIMITS),
-            limits: tables.render(LIMITS),
-            lock_limited: tables.render(LOCK_LIMITED),
-            lease_limited: tables.render(&lease_limited()),
-            lease_handed: tables.render(&lease_handed()),
-            set_rate_window: tables.render(SET_RATE_WINDOW),
-        }
-    }
-}
 
 pub(crate) fn set_limits<C: GenericClient>(
     tx: &mut Tx<'_, C>,
@@ -241,17 +139,4 @@ pub(crate) fn lease<C: GenericClient>(
         tx.execute(&q.limits.set_rate_window, &[&w.queue, &w.start, &w.count])?;
     }
     Ok(jobs)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_limited_lease_is_the_lease_with_the_room_as_its_limit() {
-        let limited = super::lease_limited();
-        assert!(limited.contains(super::LIMITED_ROOM), "{limited}");
-        assert!(!limited.contains("LIMIT $6\n"), "{limited}");
-        let handed = super::lease_handed();
-        assert!(handed.contains(super::HANDED_ROOM), "{handed}");
-        assert!(!handed.contains("LIMIT $6\n"), "{handed}");
-    }
 }

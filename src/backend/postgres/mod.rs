@@ -28,6 +28,7 @@ pub(crate) mod target;
 #[cfg(feature = "diesel-postgres")]
 pub(crate) mod via_diesel;
 pub(crate) mod workers;
+pub(crate) mod workflows;
 
 use std::fmt;
 use std::sync::Arc;

@@ -9,13 +9,16 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::{jobs, Connections};
 use crate::backend::params::EnqueueParams;
-use crate::backend::Batches;
 use crate::batch::{self, BatchRow, CreateBatchParams};
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::outcome::FinalStatus;
+
+/// The backend's whole enqueue (`jobs.rs`' `enqueue_all`), handed in by
+/// the caller of what may fire a batch: its callbacks are enqueued as any
+/// job, and that enqueue (and the finish it may run) recurses through here.
+pub(crate) type EnqueueAll = fn(&Connection, &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>>;
 
 /// Inserts an open batch.
 pub const CREATE: &str = "
@@ -148,6 +151,7 @@ pub(crate) fn finished(
     job_id: i64,
     status: FinalStatus,
     now: i64,
+    enqueue: EnqueueAll,
 ) -> Result<()> {
     let Some(batch) = leave(conn, job_id)? else {
         return Ok(());
@@ -156,12 +160,12 @@ pub(crate) fn finished(
         .prepare_cached(COUNT_FINISHED)?
         .query_row(params![batch, status.as_str(), now], batch_row)
         .optional()?;
-    fire_if_due(conn, row, now)
+    fire_if_due(conn, row, now, enqueue)
 }
 
 /// Takes a deleted live job out of its batch, if it was a member; the batch
 /// may be done then.
-pub(crate) fn deleted(conn: &Connection, job_id: i64, now: i64) -> Result<()> {
+pub(crate) fn deleted(conn: &Connection, job_id: i64, now: i64, enqueue: EnqueueAll) -> Result<()> {
     let Some(batch) = leave(conn, job_id)? else {
         return Ok(());
     };
@@ -169,17 +173,22 @@ pub(crate) fn deleted(conn: &Connection, job_id: i64, now: i64) -> Result<()> {
         .prepare_cached(COUNT_DELETED)?
         .query_row(params![batch, now], batch_row)
         .optional()?;
-    fire_if_due(conn, row, now)
+    fire_if_due(conn, row, now, enqueue)
 }
 
 /// Seals a batch and fires it when it is done; the row after, `None` when
 /// there is no such batch.
-pub(crate) fn seal(conn: &Connection, id: i64, now: i64) -> Result<Option<BatchRow>> {
+pub(crate) fn seal(
+    conn: &Connection,
+    id: i64,
+    now: i64,
+    enqueue: EnqueueAll,
+) -> Result<Option<BatchRow>> {
     let row = conn
         .prepare_cached(SEAL)?
         .query_row(params![id, now], batch_row)
         .optional()?;
-    fire_if_due(conn, row.clone(), now)?;
+    fire_if_due(conn, row.clone(), now, enqueue)?;
     get(conn, id)
 }
 
@@ -200,7 +209,12 @@ fn leave(conn: &Connection, job_id: i64) -> Result<Option<i64>> {
 
 /// Enqueues the callbacks of a batch whose counters just changed, when the
 /// engine says it is done, and marks it finished.
-fn fire_if_due(conn: &Connection, row: Option<BatchRow>, now: i64) -> Result<()> {
+fn fire_if_due(
+    conn: &Connection,
+    row: Option<BatchRow>,
+    now: i64,
+    enqueue: EnqueueAll,
+) -> Result<()> {
     let Some(row) = row else {
         return Ok(());
     };
@@ -208,7 +222,7 @@ fn fire_if_due(conn: &Connection, row: Option<BatchRow>, now: i64) -> Result<()>
         return Ok(());
     };
     let (complete, success) = batch::enqueue_callbacks(row.id, due, now, |p| {
-        let ids = jobs::enqueue_all(conn, std::slice::from_ref(p))?;
+        let ids = enqueue(conn, std::slice::from_ref(p))?;
         ids.first()
             .map(|e| e.id)
             .ok_or_else(|| Error::Database("enqueue returned no id".into()))
@@ -246,24 +260,6 @@ fn batch_row(r: &Row<'_>) -> rusqlite::Result<BatchRow> {
         success_job_id: r.get(11)?,
         created_at: r.get(12)?,
     })
-}
-
-impl Batches for Connections {
-    fn create_batch(&self, p: &CreateBatchParams<'_>) -> Result<i64> {
-        self.write(|tx| create(tx, p))
-    }
-
-    fn seal_batch(&self, id: i64, now: i64) -> Result<Option<BatchRow>> {
-        self.write(|tx| seal(tx, id, now))
-    }
-
-    fn batch(&self, id: i64) -> Result<Option<BatchRow>> {
-        self.read(|c| get(c, id))
-    }
-
-    fn prune_batches(&self, cutoff: i64, limit: usize) -> Result<usize> {
-        self.write(|tx| prune(tx, cutoff, limit))
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use rusqlite::{params, Connection};
 
-use super::Connections;
+use super::connection::Connections;
 use crate::backend::counts::{BucketRow, Counts, TotalRow, ALL_TIME, HOUR, MINUTE};
 use crate::error::Result;
 

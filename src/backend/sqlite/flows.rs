@@ -1,11 +1,13 @@
-//! Job dependencies and workflows on SQLite (`migrations/sqlite/V8`): a job
-//! enqueued with dependencies that have not all finished waits in
-//! `backlog_pending`, outside every lease index; the transaction that
-//! finishes its last dependency moves it into `backlog_jobs`. Each function
-//! runs inside a transaction its caller opened; the single writer makes
-//! every step atomic. The same statements, in the same order, are in
+//! Job dependencies on SQLite (`migrations/sqlite/V8`): a job enqueued with
+//! dependencies that have not all finished waits in `backlog_pending`,
+//! outside every lease index; the transaction that finishes its last
+//! dependency moves it into `backlog_jobs`. Each function runs inside a
+//! transaction its caller opened; the single writer makes every step
+//! atomic. The same statements, in the same order, are in
 //! `postgres/flows.rs` and `mysql/flows.rs`; what an enqueue and an
-//! operator's action run of them is `crate::backend::flows`'s.
+//! operator's action run of them is `crate::backend::flows`'s. `jobs.rs`
+//! calls in here from its enqueue and its finish, and finishes what
+//! [`wait`] says a dependency cancelled; workflows are `workflows.rs`'.
 //!
 //! Cost: an edge is one row written at enqueue, and one write at release
 //! (the dependent's `remaining`, decremented); every lookup is a primary key
@@ -13,12 +15,9 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::jobs;
 use super::sequences::Sequences;
 use crate::backend::flows;
-use crate::backend::params::{
-    DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
-};
+use crate::backend::params::EnqueueParams;
 use crate::error::Result;
 use crate::job::Enqueued;
 use crate::outcome::{AttemptError, FinalStatus};
@@ -26,14 +25,8 @@ use crate::sequence;
 
 // ---- enqueue ---------------------------------------------------------------
 
-/// Where a dependency is: `?1` id. `pending`, `live`, a history status, or
-/// no row. Looked up in the order of a job's life (pending, live, history),
-/// which on the servers keeps a job moving on meanwhile from being missed.
-pub const DEPENDENCY_STATE: &str = "
-SELECT 'pending' FROM backlog_pending WHERE id = ?1
-UNION ALL SELECT 'live' FROM backlog_jobs WHERE id = ?1
-UNION ALL SELECT status FROM backlog_history WHERE id = ?1
-LIMIT 1";
+// Where a dependency is: `sequences.rs`' `DEPENDENCY_STATE`, which a
+// sequence's tail is looked up by too.
 
 /// Records an edge: `?1` dependency, `?2` dependent, `?3` run anyway, `?4`
 /// whether it cancelled its dependent.
@@ -43,7 +36,7 @@ VALUES (?1, ?2, ?3, ?4)
 ON CONFLICT DO NOTHING";
 
 /// Moves a job just inserted live (`?1`) to pending, waiting for `?2`
-/// dependencies; [`jobs`]' `DELETE_LIVE` then removes the live row.
+/// dependencies; `queries::DELETE_LIVE` then removes the live row.
 pub const LIVE_TO_PENDING: &str = "
 INSERT INTO backlog_pending
     (id, queue, kind, priority, payload, max_attempts, available_at, remaining, created_at)
@@ -118,34 +111,7 @@ FROM backlog_history AS h WHERE h.id = ?1 AND h.status = 'cancelled'";
 /// Removes a history row after [`HISTORY_TO_PENDING`].
 pub const DELETE_HISTORY: &str = "DELETE FROM backlog_history WHERE id = ?1";
 
-// ---- workflows and inspection ----------------------------------------------
-
-/// Inserts a workflow: `?1` name, `?2` now.
-pub const INSERT_WORKFLOW: &str =
-    "INSERT INTO backlog_workflows (name, created_at) VALUES (?1, ?2)";
-
-/// Records a step: `?1` workflow, `?2` step, `?3` job.
-pub const INSERT_STEP: &str =
-    "INSERT INTO backlog_workflow_steps (workflow_id, step, job_id) VALUES (?1, ?2, ?3)";
-
-/// A workflow by id (`?1`), or the newest of a name (`?2`).
-pub const WORKFLOW: &str = "
-SELECT id, name, created_at FROM backlog_workflows
-WHERE id = ?1 OR (?1 IS NULL AND name = ?2)
-ORDER BY id DESC LIMIT 1";
-
-/// A workflow's steps (`?1`), in the order they were added.
-pub const STEPS: &str = "
-SELECT step, job_id FROM backlog_workflow_steps WHERE workflow_id = ?1 ORDER BY job_id";
-
-/// A job's (`?1`) dependencies: their step names, statuses and results.
-pub const DEPENDENCIES: &str = "
-SELECT e.dependency, s.step, h.status, h.result
-FROM backlog_dependencies AS e
-LEFT JOIN backlog_workflow_steps AS s ON s.job_id = e.dependency
-LEFT JOIN backlog_history AS h ON h.id = e.dependency
-WHERE e.dependent = ?1
-ORDER BY e.dependency";
+// ---- inspection ------------------------------------------------------------
 
 /// A pending job as a record, in the column order of `LIVE_COLUMNS`.
 pub const PENDING_COLUMNS: &str = "id, queue, kind, priority, NULL AS unique_key, payload, \
@@ -153,15 +119,6 @@ pub const PENDING_COLUMNS: &str = "id, queue, kind, priority, NULL AS unique_key
      NULL AS lease_until, NULL AS first_leased_at, 0 AS cancel_requested, NULL AS result, \
      NULL AS finished_at, created_at, created_at AS updated_at, 'pending' AS state, \
      NULL AS progress, NULL AS group_key, NULL AS aggregated_into";
-
-/// The workflow and step of job `?1`.
-pub const JOB_WORKFLOW: &str = "
-SELECT w.id, w.name, s.step
-FROM backlog_workflow_steps AS s JOIN backlog_workflows AS w ON w.id = s.workflow_id
-WHERE s.job_id = ?1";
-
-/// The batch job `?1` is a live member of.
-pub const JOB_BATCH: &str = "SELECT batch_id FROM backlog_batch_jobs WHERE job_id = ?1";
 
 /// Whether `?1` is pending.
 pub const IS_PENDING: &str = "SELECT 1 FROM backlog_pending WHERE id = ?1";
@@ -171,15 +128,15 @@ pub const COUNT_PENDING: &str =
     "SELECT queue, 'pending', count(*) FROM backlog_pending GROUP BY queue";
 
 /// [`crate::backend::flows::wait`] on `conn`: the job `e` just enqueued
-/// waits for its dependencies. Returns `e`.
+/// waits for its dependencies. The error to finish it with, as cancelled,
+/// when a dependency's end cancels it.
 pub(crate) fn wait(
     conn: &Connection,
     p: &EnqueueParams<'_>,
     e: Enqueued,
     earlier: &[Enqueued],
-) -> Result<Enqueued> {
-    flows::wait(&mut Flow { conn, now: p.now }, p, e, earlier)?;
-    Ok(e)
+) -> Result<Option<AttemptError>> {
+    flows::wait(&mut Flow { conn, now: p.now }, p, e, earlier)
 }
 
 /// Applies a job's end (`id` moved to history as `status`, or deleted:
@@ -285,14 +242,6 @@ struct Flow<'c> {
 }
 
 impl flows::Steps for Flow<'_> {
-    fn state_of(&mut self, id: i64) -> Result<Option<String>> {
-        Ok(self
-            .conn
-            .prepare_cached(DEPENDENCY_STATE)?
-            .query_row([id], |r| r.get(0))
-            .optional()?)
-    }
-
     fn sequences(&mut self) -> impl sequence::Chain + '_ {
         Sequences(self.conn)
     }
@@ -303,11 +252,6 @@ impl flows::Steps for Flow<'_> {
             .prepare_cached(INSERT_EDGE)?
             .execute(params![dependency, dependent, run_anyway, cancelled])?;
         Ok(())
-    }
-
-    fn cancel_live(&mut self, id: i64, error: &AttemptError) -> Result<()> {
-        let cancelled = FinalStatus::Cancelled;
-        jobs::finish(self.conn, id, None, cancelled, None, Some(error), self.now)
     }
 
     fn live_to_pending(&mut self, id: i64, remaining: i64) -> Result<()> {
@@ -362,109 +306,6 @@ impl flows::Steps for Flow<'_> {
     }
 }
 
-/// Inserts a workflow's row, its jobs as [`jobs::enqueue_all`] does, and
-/// each job's step; the workflow's id and the jobs'.
-pub(crate) fn enqueue_workflow(
-    conn: &Connection,
-    w: &WorkflowParams<'_>,
-    jobs: &[EnqueueParams<'_>],
-) -> Result<(i64, Vec<Enqueued>)> {
-    conn.prepare_cached(INSERT_WORKFLOW)?
-        .execute(params![w.name, w.now])?;
-    let workflow = conn.last_insert_rowid();
-    let ids = jobs::enqueue_all(conn, jobs)?;
-    for (step, e) in w.steps.iter().zip(&ids) {
-        conn.prepare_cached(INSERT_STEP)?
-            .execute(params![workflow, step, e.id])?;
-    }
-    Ok((workflow, ids))
-}
-
-/// A workflow by id, or the newest of `name`, with its steps.
-pub(crate) fn workflow(
-    conn: &Connection,
-    id: Option<i64>,
-    name: Option<&str>,
-) -> Result<Option<WorkflowRow>> {
-    let Some((id, name, created_at)) = conn
-        .prepare_cached(WORKFLOW)?
-        .query_row(params![id, name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?
-    else {
-        return Ok(None);
-    };
-    let steps = conn
-        .prepare_cached(STEPS)?
-        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(Some(WorkflowRow {
-        id,
-        name,
-        created_at,
-        steps,
-    }))
-}
-
-/// A job's dependencies, by id.
-pub(crate) fn dependencies(conn: &Connection, job_id: i64) -> Result<Vec<DependencyRow>> {
-    let rows = conn
-        .prepare_cached(DEPENDENCIES)?
-        .query_map([job_id], |r| {
-            Ok(DependencyRow {
-                job_id: r.get(0)?,
-                step: r.get(1)?,
-                status: r.get(2)?,
-                result: r.get(3)?,
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(rows)
-}
-
-/// Job `job_id`'s workflow and step, batch, and dependents.
-pub(crate) fn links(conn: &Connection, job_id: i64) -> Result<JobLinksRow> {
-    let workflow = conn
-        .prepare_cached(JOB_WORKFLOW)?
-        .query_row([job_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?;
-    let batch = conn
-        .prepare_cached(JOB_BATCH)?
-        .query_row([job_id], |r| r.get(0))
-        .optional()?;
-    let mut dependents: Vec<i64> = conn
-        .prepare_cached(DEPENDENTS)?
-        .query_map([job_id], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    dependents.sort_unstable();
-    Ok(JobLinksRow {
-        workflow,
-        batch,
-        dependents,
-    })
-}
-
-impl crate::backend::Flows for super::Connections {
-    fn enqueue_workflow(
-        &self,
-        w: &WorkflowParams<'_>,
-        jobs: &[EnqueueParams<'_>],
-    ) -> Result<(i64, Vec<Enqueued>)> {
-        self.write(|tx| enqueue_workflow(tx, w, jobs))
-    }
-
-    fn workflow(&self, id: Option<i64>, name: Option<&str>) -> Result<Option<WorkflowRow>> {
-        self.read(|c| workflow(c, id, name))
-    }
-
-    fn dependencies(&self, job_id: i64) -> Result<Vec<DependencyRow>> {
-        self.read(|c| dependencies(c, job_id))
-    }
-
-    fn links(&self, job_id: i64) -> Result<JobLinksRow> {
-        self.read(|c| links(c, job_id))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,6 +328,8 @@ mod tests {
                 stmt.query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))?;
             Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))
         };
+        use super::super::sequences::DEPENDENCY_STATE;
+        use super::super::workflows::{DEPENDENCIES, JOB_BATCH, JOB_WORKFLOW, STEPS, WORKFLOW};
         for (sql, n) in [
             (DEPENDENCY_STATE, 1),
             (LIVE_TO_PENDING, 2),

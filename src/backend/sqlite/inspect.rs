@@ -368,7 +368,7 @@ pub(crate) fn delete(conn: &Connection, id: i64, now: i64) -> Result<bool> {
     let pending = flows::deleting(conn, id, now)?;
     let live = conn.prepare_cached(queries::DELETE_LIVE)?.execute([id])?;
     if live > 0 {
-        super::batches::deleted(conn, id, now)?;
+        super::batches::deleted(conn, id, now, super::jobs::enqueue_all)?;
     }
     let finished = conn
         .prepare_cached(queries::DELETE_HISTORY)?

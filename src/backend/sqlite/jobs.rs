@@ -30,7 +30,18 @@ fn insert_all(conn: &Connection, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enque
             Some(group) => super::groups::join(conn, p, group)?,
             None => enqueue(conn, &mut insert, p)?,
         };
-        ids.push(super::flows::wait(conn, p, e, &ids)?);
+        if let Some(error) = super::flows::wait(conn, p, e, &ids)? {
+            finish(
+                conn,
+                e.id,
+                None,
+                FinalStatus::Cancelled,
+                None,
+                Some(&error),
+                p.now,
+            )?;
+        }
+        ids.push(e);
     }
     Ok(ids)
 }
@@ -322,7 +333,7 @@ pub(crate) fn finish(
         .execute([job_id])?;
     super::counts::count_moved(conn, &[job_id])?;
     super::flows::finished(conn, job_id, status, now)?;
-    super::batches::finished(conn, job_id, status, now)
+    super::batches::finished(conn, job_id, status, now, enqueue_all)
 }
 
 fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {

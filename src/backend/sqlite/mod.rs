@@ -26,7 +26,7 @@ pub(crate) mod sequences;
 mod store;
 pub(crate) mod wal;
 pub(crate) mod workers;
+pub(crate) mod workflows;
 pub(crate) mod write_path;
 
 pub(crate) use connection::Connections;
-pub(crate) use data_version::DataVersion;

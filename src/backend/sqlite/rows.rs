@@ -4,7 +4,8 @@
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::{params_from_iter, Connection};
 
-use super::{queries, Connections};
+use super::connection::Connections;
+use super::queries;
 use crate::backend::rows::{self, Cell, Dialect, Ids, Row, Rows, Table};
 use crate::error::Result;
 

@@ -7,7 +7,8 @@
 
 use rusqlite::{params, Connection, Row};
 
-use super::{jobs, Connections};
+use super::connection::Connections;
+use super::jobs;
 use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
 use crate::backend::Schedules;
 use crate::error::{Error, Result};

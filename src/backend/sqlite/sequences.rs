@@ -14,6 +14,16 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::Result;
 
+/// Where a job is: `?1` id. `pending`, `live`, a history status, or no
+/// row. Looked up in the order of a job's life (pending, live, history),
+/// which on the servers keeps a job moving on meanwhile from being missed.
+/// A sequence's tail is looked up by it, and a dependency (`flows.rs`).
+pub const DEPENDENCY_STATE: &str = "
+SELECT 'pending' FROM backlog_pending WHERE id = ?1
+UNION ALL SELECT 'live' FROM backlog_jobs WHERE id = ?1
+UNION ALL SELECT status FROM backlog_history WHERE id = ?1
+LIMIT 1";
+
 /// Makes `?3` the tail of sequence `?2` in queue `?1`, returning the tail
 /// it replaced (`prev`), NULL for a new sequence. In `DO UPDATE` a bare
 /// column is the row as it was, so `prev` takes the old tail.
@@ -96,7 +106,7 @@ impl crate::sequence::Chain for Sequences<'_> {
     fn state_of(&mut self, id: i64) -> Result<Option<String>> {
         Ok(self
             .0
-            .prepare_cached(super::flows::DEPENDENCY_STATE)?
+            .prepare_cached(DEPENDENCY_STATE)?
             .query_row([id], |r| r.get(0))
             .optional()?)
     }

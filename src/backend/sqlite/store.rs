@@ -8,7 +8,9 @@
 
 use std::time::Duration;
 
-use super::{groups, inspect, jobs, limits, migrate, wal, Connections, DataVersion};
+use super::connection::Connections;
+use super::data_version::DataVersion;
+use super::{groups, inspect, jobs, limits, migrate, wal};
 use crate::backend::params::{
     Acted, Aggregated, EnqueueParams, FinishedInMinute, HeartbeatParams, LeaseParams,
     ProgressWrite, RecentCompletions, ReleaseUnheldParams, RescueParams, Rescued,

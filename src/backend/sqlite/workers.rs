@@ -7,7 +7,7 @@
 
 use rusqlite::{params, Connection, Row};
 
-use super::Connections;
+use super::connection::Connections;
 use crate::backend::registry::{DueCount, HeldJob, RegisterWorkerParams, WorkerRow};
 use crate::backend::Workers;
 use crate::error::Result;

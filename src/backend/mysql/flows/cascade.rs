@@ -15,51 +15,11 @@ use crate::error::Result;
 use crate::outcome::FinalStatus;
 use crate::sequence::Chain;
 
-/// The edges out of the jobs `:ids` (a JSON array) that ended without
-/// completing, by dependency then dependent: one level of a cancel cascade.
-pub const DEPENDENTS_MANY: &str = "
-SELECT e.dependency, e.dependent, e.run_anyway
-FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS d
-STRAIGHT_JOIN {dependencies} AS e FORCE INDEX (PRIMARY) ON e.dependency = d.id
-ORDER BY e.dependency, e.dependent";
-
-/// `flows.rs`' `PENDING_TO_HISTORY` for one level of a cancel cascade, in
-/// four statements (MySQL has no `DELETE .. RETURNING`): the dependents of
-/// `:cancels` (a JSON array of `[dependency, dependent, errors]`, `errors`
-/// the JSON text of the job's errors) that are still pending, locked in id
-/// order (two cascades sharing dependents take them in the same order) ...
-pub const LOCK_PENDING_MANY: &str = "
-SELECT p.id FROM JSON_TABLE(:cancels, '$[*]' COLUMNS (dependent BIGINT PATH '$[1]')) AS c
-STRAIGHT_JOIN {pending} AS p FORCE INDEX (PRIMARY) ON p.id = c.dependent
-ORDER BY p.id FOR UPDATE";
-
-/// ... copied to history, cancelled (then `flows.rs`' `DELETE_PENDING_MANY`
-/// removes their pending rows) ...
-pub const PENDING_TO_HISTORY_MANY: &str = "
-INSERT INTO {history}
-    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
-     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
-     started_at, finished_at, progress)
-SELECT p.id, p.queue, p.kind, p.priority, NULL, p.payload, 0, p.max_attempts, p.available_at,
-       c.errors, FALSE, p.created_at, {now}, NULL, 'cancelled', NULL, NULL, {now}, NULL
-FROM JSON_TABLE(:cancels, '$[*]' COLUMNS (
-         dependent BIGINT PATH '$[1]', errors LONGTEXT PATH '$[2]')) AS c
-STRAIGHT_JOIN {pending} AS p FORCE INDEX (PRIMARY) ON p.id = c.dependent";
-
-/// ... and each one's edge from `dependency` marked as the one that
-/// cancelled it (SQLite's `MARK_CANCELLED`).
-pub const MARK_CANCELLED_MANY: &str = "
-UPDATE JSON_TABLE(:cancels, '$[*]' COLUMNS (
-           dependency BIGINT PATH '$[0]', dependent BIGINT PATH '$[1]')) AS c
-STRAIGHT_JOIN {dependencies} AS e FORCE INDEX (PRIMARY)
-    ON e.dependency = c.dependency AND e.dependent = c.dependent
-SET e.cancelled = TRUE";
-
 /// [`crate::backend::cascade::cascade`] in the ends' transaction: a
-/// level's edges read in one statement ([`DEPENDENTS_MANY`]), its pending
-/// dependents on cancelling edges cancelled in four ([`LOCK_PENDING_MANY`],
-/// [`PENDING_TO_HISTORY_MANY`], `DELETE_PENDING_MANY`,
-/// [`MARK_CANCELLED_MANY`]). Returns how many jobs were released.
+/// level's edges read in one statement (`DEPENDENTS_MANY`), its pending
+/// dependents on cancelling edges cancelled in four (`LOCK_PENDING_MANY`,
+/// `PENDING_TO_HISTORY_MANY`, `DELETE_PENDING_MANY`,
+/// `MARK_CANCELLED_MANY`). Returns how many jobs were released.
 pub(super) fn cascade(
     sql: &Sql,
     q: &mut impl Queryable,

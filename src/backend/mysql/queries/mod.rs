@@ -3,7 +3,10 @@
 //! `sqlite/queries.rs` and `postgres/queries/`), and here [`Tables`] and
 //! [`Sql`], which render them for one queue's tables once at connect.
 
+mod counts;
+mod flows;
 mod multi_row;
+mod sequences;
 mod templates;
 
 use std::collections::HashMap;
@@ -11,7 +14,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::backend::live_state;
 
+pub use counts::COUNT_MOVED;
+pub use flows::FlowSql;
 pub use multi_row::{enqueue_row, enqueue_rows, RowShape, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY};
+pub use sequences::SequenceSql;
 pub use templates::*;
 
 /// The queue's three tables, qualified and quoted.
@@ -164,8 +170,8 @@ pub struct Sql {
     /// workflows, steps, workflows.
     pub prune: [String; 6],
     pub latest_job: String,
-    pub flows: super::flows::FlowSql,
-    pub sequences: super::sequences::SequenceSql,
+    pub flows: FlowSql,
+    pub sequences: SequenceSql,
     /// The multi-row inserts rendered so far, by rows, shape and whether
     /// they return ids ([`Sql::enqueue_rows`], [`Sql::enqueue_row`]).
     enqueue_rows: Mutex<HashMap<(usize, RowShape, bool), Arc<str>>>,
@@ -180,7 +186,7 @@ impl Sql {
             find_history_unique: r(FIND_HISTORY_UNIQUE),
             claim: r(CLAIM),
             finish_to_history: r(FINISH_TO_HISTORY),
-            count_moved: r(super::counts::COUNT_MOVED),
+            count_moved: r(COUNT_MOVED),
             lock_held: r(LOCK_HELD),
             complete_many_to_history: r(COMPLETE_MANY_TO_HISTORY),
             delete_many_live: r(DELETE_MANY_LIVE),
@@ -229,11 +235,7 @@ impl Sql {
             paused_queues: r(PAUSED_QUEUES),
             find_unique: r(FIND_UNIQUE),
             update_waiting: r(UPDATE_WAITING),
-            depth: r(&format!(
-                "{}\nUNION ALL{}",
-                depth(),
-                super::flows::COUNT_PENDING
-            )),
+            depth: r(&format!("{}\nUNION ALL{}", depth(), flows::COUNT_PENDING)),
             count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
             count_finished_per_minute: r(COUNT_FINISHED_PER_MINUTE),
             import_live: r(IMPORT_LIVE),
@@ -250,8 +252,8 @@ impl Sql {
                 r(PRUNE_WORKFLOWS),
             ],
             latest_job: r(LATEST_JOB),
-            flows: super::flows::FlowSql::new(&tables),
-            sequences: super::sequences::SequenceSql::new(&tables),
+            flows: FlowSql::new(r),
+            sequences: SequenceSql::new(r),
             tables,
             returning,
             enqueue_rows: Mutex::default(),

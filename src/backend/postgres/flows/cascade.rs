@@ -12,46 +12,10 @@ use crate::error::Result;
 use crate::outcome::FinalStatus;
 use crate::sequence::Chain;
 
-/// The edges out of the jobs `$1` that ended without completing, by
-/// dependency then dependent: one level of a cancel cascade.
-pub const DEPENDENTS_MANY: &str = "
-SELECT dependency, dependent, run_anyway FROM {dependencies}
-WHERE dependency = ANY($1) ORDER BY dependency, dependent";
-
-/// `flows.rs`' `PENDING_TO_HISTORY` and SQLite's `MARK_CANCELLED` for one
-/// level of a cancel cascade: the pending jobs among the dependents `$3`
-/// cancelled
-/// with their errors `$4` (JSON text), each by its dependency `$2`, whose
-/// edge is marked as the one that cancelled it; returns the jobs moved.
-/// `$1` now override. The pending rows are locked first in id order (two
-/// cascades sharing dependents take them in the same order); a dependent no
-/// longer pending (released, or ended by another edge) is left as it is.
-pub const CANCEL_PENDING_MANY: &str = "
-WITH w AS (
-    SELECT * FROM unnest($2::int8[], $3::int8[], $4::text[]) AS w (dependency, dependent, errors)
-), locked AS (
-    SELECT p.id FROM {pending} AS p JOIN w ON w.dependent = p.id
-    ORDER BY p.id FOR UPDATE OF p
-), moved AS (
-    DELETE FROM {pending} AS p USING locked WHERE p.id = locked.id RETURNING p.*
-), marked AS (
-    UPDATE {dependencies} AS e SET cancelled = TRUE
-    FROM moved JOIN w ON w.dependent = moved.id
-    WHERE e.dependency = w.dependency AND e.dependent = w.dependent
-)
-INSERT INTO {history}
-    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
-     errors, cancel_requested, created_at, updated_at, result, status, processed_by,
-     started_at, finished_at, progress)
-SELECT m.id, m.queue, m.kind, m.priority, NULL, m.payload, 0, m.max_attempts, m.available_at,
-       w.errors::jsonb, FALSE, m.created_at, {now}, NULL, 'cancelled', NULL, NULL, {now}, NULL
-FROM moved AS m JOIN w ON w.dependent = m.id
-RETURNING id";
-
 /// [`crate::backend::cascade::cascade`] in the ends' transaction: a
-/// level's edges read in one statement ([`DEPENDENTS_MANY`]), its pending
+/// level's edges read in one statement (`DEPENDENTS_MANY`), its pending
 /// dependents on cancelling edges cancelled and their edges marked in one
-/// ([`CANCEL_PENDING_MANY`]). Returns how many jobs were released.
+/// (`CANCEL_PENDING_MANY`). Returns how many jobs were released.
 pub(super) fn cascade<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,

@@ -1,10 +1,20 @@
 //! The PostgreSQL backend's SQL: the statement templates, one per
 //! operation, in `templates.rs` (in the order of a job's life, beside
-//! `sqlite/queries.rs` and `mysql/queries/`), and here [`Tables`] and
-//! [`Queries`], which render them for one queue's tables once at connect.
+//! `sqlite/queries.rs` and `mysql/queries/`), those of dependencies and
+//! workflows, sequences and limits in `flows.rs`, `sequences.rs` and
+//! `limits.rs` here (each with its struct of rendered statements), and here
+//! [`Tables`] and [`Queries`], which render them all for one queue's tables
+//! once at connect. Every file that runs them is above this folder, and
+//! none is named here.
 
+mod flows;
+mod limits;
+mod sequences;
 mod templates;
 
+pub(crate) use flows::FlowQueries;
+pub(crate) use limits::LimitQueries;
+pub(crate) use sequences::SequenceQueries;
 pub use templates::*;
 
 use crate::backend::live_state;
@@ -130,9 +140,9 @@ pub(crate) struct Queries {
     pub set_paused: String,
     pub paused_queues: String,
     pub find_unique: String,
-    pub limits: super::limits::LimitQueries,
-    pub flows: super::flows::FlowQueries,
-    pub sequences: super::sequences::SequenceQueries,
+    pub limits: LimitQueries,
+    pub flows: FlowQueries,
+    pub sequences: SequenceQueries,
     pub update_waiting: String,
     /// [`COUNT_WAITING_DUE`], [`COUNT_WAITING_LATER`], [`COUNT_RUNNING`] and
     /// [`COUNT_DEAD`] as one statement.
@@ -192,16 +202,16 @@ impl Queries {
             set_paused: r(SET_PAUSED),
             paused_queues: r(PAUSED_QUEUES),
             find_unique: r(FIND_UNIQUE),
-            limits: super::limits::LimitQueries::render(&tables),
-            flows: super::flows::FlowQueries::render(&tables),
-            sequences: super::sequences::SequenceQueries::render(&tables),
+            limits: LimitQueries::render(r),
+            flows: FlowQueries::render(r),
+            sequences: SequenceQueries::render(r),
             update_waiting: r(UPDATE_WAITING),
             depth: r(&[
                 COUNT_WAITING_DUE,
                 COUNT_WAITING_LATER,
                 COUNT_RUNNING,
                 COUNT_GROUPED,
-                &tables.render(super::flows::COUNT_PENDING),
+                &tables.render(flows::COUNT_PENDING),
                 COUNT_DEAD,
             ]
             .map(|part| format!("({part})"))
