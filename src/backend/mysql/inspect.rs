@@ -4,8 +4,9 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Row};
 
+use super::db::{take, Now};
 use super::queries::Sql;
-use super::{flows, jobs, sequences, take, Now};
+use super::{flows, jobs, sequences};
 use crate::action::{self, Action};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::backend::record::{self, Columns};

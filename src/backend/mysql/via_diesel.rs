@@ -24,8 +24,8 @@ use ::diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 use ::diesel::sql_types::{BigInt, Integer, Nullable, Text, Unsigned};
 use ::diesel::{sql_query, QueryableByName, RunQueryDsl};
 
+use super::db::Now;
 use super::queries::Sql;
-use super::Now;
 use crate::adapter_flow::{drive, Conflict, Step};
 use crate::backend::params::EnqueueParams;
 use crate::diesel::Finishing;
