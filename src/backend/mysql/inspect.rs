@@ -262,7 +262,7 @@ pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Re
     Ok(pending || live + finished > 0)
 }
 
-/// Inserts jobs copied from another database (see [`crate::copy()`]), keeping
+/// Inserts jobs copied from another database (see `backlog::copy()`), keeping
 /// their ids; returns how many were written (the others were already there).
 pub(crate) fn import(sql: &Sql, q: &mut impl Queryable, records: &[JobRecord]) -> Result<usize> {
     let mut written = 0;
