@@ -34,6 +34,7 @@
 //!
 //! [`Transition`]: crate::outcome::Transition
 
+pub(crate) mod batches;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod cascade;
 pub(crate) mod counts;

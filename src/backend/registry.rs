@@ -37,6 +37,36 @@ pub(crate) struct WorkerRow {
     pub expires_at: i64,
 }
 
+/// A worker's columns in [`WorkerRow`]'s order: the ones each database's
+/// `REGISTER` writes and its `LIVE` reads back by position. A literal, so
+/// that each database keeps its statements constants.
+macro_rules! worker_columns {
+    () => {
+        "id, host, pid, queues, kinds, concurrency, started_at, heartbeat_at, expires_at"
+    };
+}
+pub(crate) use worker_columns;
+
+/// A register's refresh of a row already there (the upsert's update):
+/// every column but `id` takes the value the insert proposed, as the same
+/// statement starts a worker and beats its heartbeat (and brings back a
+/// row pruned while the worker stalled). Each database names that
+/// value its own way; a column's name goes between `$open` and `$close`:
+/// `excluded.col` on PostgreSQL and SQLite, `VALUES(col)` on MySQL.
+macro_rules! worker_refresh {
+    ($open:literal, $close:literal) => {
+        $crate::backend::registry::worker_refresh!($open, $close;
+            host, pid, queues, kinds, concurrency, started_at, heartbeat_at, expires_at)
+    };
+    ($open:literal, $close:literal; $first:ident $(, $column:ident)*) => {
+        concat!(
+            stringify!($first), " = ", $open, stringify!($first), $close
+            $(, ", ", stringify!($column), " = ", $open, stringify!($column), $close)*
+        )
+    };
+}
+pub(crate) use worker_refresh;
+
 /// A leased job, by the worker holding it (`locked_by`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HeldJob {
@@ -53,4 +83,25 @@ pub(crate) struct DueCount {
     pub queue: String,
     pub kind: String,
     pub count: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_refresh_sets_every_column_but_id_in_each_databases_words() {
+        assert_eq!(
+            worker_refresh!("excluded.", ""),
+            "host = excluded.host, pid = excluded.pid, queues = excluded.queues, \
+             kinds = excluded.kinds, concurrency = excluded.concurrency, \
+             started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at, \
+             expires_at = excluded.expires_at"
+        );
+        assert_eq!(
+            worker_refresh!("VALUES(", ")"),
+            "host = VALUES(host), pid = VALUES(pid), queues = VALUES(queues), \
+             kinds = VALUES(kinds), concurrency = VALUES(concurrency), \
+             started_at = VALUES(started_at), heartbeat_at = VALUES(heartbeat_at), \
+             expires_at = VALUES(expires_at)"
+        );
+    }
 }

@@ -124,12 +124,9 @@ impl Queue {
         })
     }
 
-    /// Writes running jobs' progress, fenced on their leases, in one
-    /// transaction; returns the ids written (the others' leases were lost,
-    /// or on a server, without `wait`, their rows were held by another
-    /// transaction).
-    /// Taken around reading the progress to write and writing it: see
-    /// [`Inner::progress_gate`].
+    /// Taken around reading the progress to write and writing it, so an
+    /// older value read by one writer (heartbeater, completer, a handler's
+    /// manual heartbeat) never lands after a newer one written by another.
     pub(crate) fn progress_gate(&self) -> std::sync::MutexGuard<'_, ()> {
         self.inner
             .progress_gate
@@ -137,6 +134,10 @@ impl Queue {
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Writes running jobs' progress, fenced on their leases, in one
+    /// transaction; returns the ids written (the others' leases were lost,
+    /// or on a server, without `wait`, their rows were held by another
+    /// transaction).
     pub(crate) fn write_progress(&self, writes: &[ProgressWrite], wait: bool) -> Result<Vec<i64>> {
         if writes.is_empty() {
             return Ok(Vec::new());

@@ -14,6 +14,7 @@ use mysql::{params, Row};
 
 use super::db::{take, Now};
 use super::queries::Sql;
+use crate::backend::batches;
 use crate::backend::params::EnqueueParams;
 use crate::batch::{self, BatchRow, CreateBatchParams};
 use crate::error::{Error, Result};
@@ -84,17 +85,16 @@ WHERE id = :id AND finished_at IS NULL";
 /// oldest first, through V12's `batches_open` (every batch by
 /// `finished_at`; the range below the cutoff leaves out the open ones'
 /// NULLs), selected and locked, skipping those another node is pruning ...
-pub const PRUNE_SELECT: &str = "
+pub const PRUNE_SELECT: &str = concat!(
+    "
 SELECT b.id FROM {batches} AS b FORCE INDEX (batches_open)
 WHERE b.finished_at < {now} + :cutoff_in
-  AND NOT EXISTS (SELECT 1 FROM {jobs} AS j
-                  WHERE j.id IN (b.complete_job_id, b.success_job_id))
-  AND NOT EXISTS (SELECT 1 FROM {pending} AS p
-                  WHERE p.id IN (b.complete_job_id, b.success_job_id))
-  AND NOT EXISTS (SELECT 1 FROM {group_members} AS g
-                  WHERE g.id IN (b.complete_job_id, b.success_job_id))
+  AND ",
+    batches::callbacks_gone!("{jobs}", "{pending}", "{group_members}"),
+    "
 ORDER BY b.finished_at LIMIT :limit
-FOR UPDATE SKIP LOCKED";
+FOR UPDATE SKIP LOCKED"
+);
 
 /// ... and deleted (`:ids`, a JSON array).
 pub const PRUNE: &str = "

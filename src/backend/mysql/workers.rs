@@ -10,35 +10,31 @@ use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
 use super::db::{take, Db};
-use crate::backend::registry::{DueCount, HeldJob, RegisterWorkerParams, WorkerRow};
+use crate::backend::registry::{self, DueCount, HeldJob, RegisterWorkerParams, WorkerRow};
 use crate::backend::Workers;
 use crate::error::Result;
 
 /// As SQLite's `REGISTER`. Differs in that `ON DUPLICATE KEY` stands for
 /// `ON CONFLICT` (`VALUES(col)`: see `schedules.rs`), and the start and
 /// expiry are offsets (µs) from now.
-pub const REGISTER: &str = "
-INSERT INTO {workers}
-    (id, host, pid, queues, kinds, concurrency, started_at, heartbeat_at, expires_at)
-VALUES (:id, :host, :pid, :queues, :kinds, :concurrency, {now} + :started, {now},
+pub const REGISTER: &str = concat!(
+    "INSERT INTO {workers} (",
+    registry::worker_columns!(),
+    ") VALUES (:id, :host, :pid, :queues, :kinds, :concurrency, {now} + :started, {now},
         {now} + :expires)
-ON DUPLICATE KEY UPDATE
-    host = VALUES(host),
-    pid = VALUES(pid),
-    queues = VALUES(queues),
-    kinds = VALUES(kinds),
-    concurrency = VALUES(concurrency),
-    started_at = VALUES(started_at),
-    heartbeat_at = VALUES(heartbeat_at),
-    expires_at = VALUES(expires_at)";
+ON DUPLICATE KEY UPDATE ",
+    registry::worker_refresh!("VALUES(", ")")
+);
 
 /// As SQLite's `DEREGISTER`.
 pub const DEREGISTER: &str = "DELETE FROM {workers} WHERE id = :id";
 
 /// As SQLite's `LIVE`.
-pub const LIVE: &str = "
-SELECT id, host, pid, queues, kinds, concurrency, started_at, heartbeat_at, expires_at
-FROM {workers} WHERE expires_at > {now} ORDER BY id";
+pub const LIVE: &str = concat!(
+    "SELECT ",
+    registry::worker_columns!(),
+    " FROM {workers} WHERE expires_at > {now} ORDER BY id"
+);
 
 /// As SQLite's `HELD_JOBS`. Differs in that the index is forced, as
 /// `COUNT_RUNNING`'s: `jobs_expiry` holds every claim's `lease_until`.

@@ -12,6 +12,7 @@ use postgres::{GenericClient, Row};
 
 use super::connection::Tx;
 use super::queries::Queries;
+use crate::backend::batches;
 use crate::backend::params::EnqueueParams;
 use crate::batch::{self, BatchRow, CreateBatchParams};
 use crate::error::{Error, Result};
@@ -75,20 +76,19 @@ WHERE id = $2 AND finished_at IS NULL";
 /// `$2` (µs from now, negative), oldest first, through V13's
 /// `{prefix}batches_finished`; how many. Differs in that batches another
 /// node is pruning are skipped.
-pub const PRUNE: &str = "
+pub const PRUNE: &str = concat!(
+    "
 WITH gone AS (
     DELETE FROM {batches} WHERE id IN (
         SELECT b.id FROM {batches} AS b WHERE b.finished_at < {now} + $2
-          AND NOT EXISTS (SELECT 1 FROM {jobs} AS j
-                          WHERE j.id IN (b.complete_job_id, b.success_job_id))
-          AND NOT EXISTS (SELECT 1 FROM {pending} AS p
-                          WHERE p.id IN (b.complete_job_id, b.success_job_id))
-          AND NOT EXISTS (SELECT 1 FROM {group_members} AS g
-                          WHERE g.id IN (b.complete_job_id, b.success_job_id))
+  AND ",
+    batches::callbacks_gone!("{jobs}", "{pending}", "{group_members}"),
+    "
         ORDER BY b.finished_at LIMIT $3
         FOR UPDATE SKIP LOCKED)
     RETURNING id)
-SELECT count(*) FROM gone";
+SELECT count(*) FROM gone"
+);
 
 /// As SQLite's `GET`: `$1` the batch.
 pub const GET: &str = concat!(

@@ -7,33 +7,29 @@
 //! call by the queue's `Tables`, as the schedules' are.
 
 use super::db::Db;
-use crate::backend::registry::{DueCount, HeldJob, RegisterWorkerParams, WorkerRow};
+use crate::backend::registry::{self, DueCount, HeldJob, RegisterWorkerParams, WorkerRow};
 use crate::backend::Workers;
 use crate::error::Result;
 
 /// As SQLite's `REGISTER`. `$8` and `$9` are the start and the expiry as
 /// offsets (µs) from now.
-pub const REGISTER: &str = "
-INSERT INTO {workers}
-    (id, host, pid, queues, kinds, concurrency, started_at, heartbeat_at, expires_at)
-VALUES ($2, $3, $4, $5, $6, $7, {now} + $8, {now}, {now} + $9)
-ON CONFLICT (id) DO UPDATE SET
-    host = excluded.host,
-    pid = excluded.pid,
-    queues = excluded.queues,
-    kinds = excluded.kinds,
-    concurrency = excluded.concurrency,
-    started_at = excluded.started_at,
-    heartbeat_at = excluded.heartbeat_at,
-    expires_at = excluded.expires_at";
+pub const REGISTER: &str = concat!(
+    "INSERT INTO {workers} (",
+    registry::worker_columns!(),
+    ") VALUES ($2, $3, $4, $5, $6, $7, {now} + $8, {now}, {now} + $9)
+ON CONFLICT (id) DO UPDATE SET ",
+    registry::worker_refresh!("excluded.", "")
+);
 
 /// As SQLite's `DEREGISTER`.
 pub const DEREGISTER: &str = "DELETE FROM {workers} WHERE id = $1";
 
 /// As SQLite's `LIVE`.
-pub const LIVE: &str = "
-SELECT id, host, pid, queues, kinds, concurrency, started_at, heartbeat_at, expires_at
-FROM {workers} WHERE expires_at > {now} ORDER BY id";
+pub const LIVE: &str = concat!(
+    "SELECT ",
+    registry::worker_columns!(),
+    " FROM {workers} WHERE expires_at > {now} ORDER BY id"
+);
 
 /// As SQLite's `HELD_JOBS`, through the partial `{prefix}jobs_expiry`
 /// (leased rows only).

@@ -9,6 +9,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use crate::backend::batches;
 use crate::backend::params::EnqueueParams;
 use crate::batch::{self, BatchRow, CreateBatchParams};
 use crate::error::{Error, Result};
@@ -88,17 +89,16 @@ WHERE id = ?1 AND finished_at IS NULL";
 /// returns their ids. A finished batch has no live member left (each left
 /// `backlog_batch_jobs` as it was counted, and none can join once sealed),
 /// and an open or counting one has no `finished_at`: neither is a candidate.
-pub const PRUNE: &str = "
+pub const PRUNE: &str = concat!(
+    "
 DELETE FROM backlog_batches WHERE id IN (
     SELECT b.id FROM backlog_batches AS b WHERE b.finished_at < ?1
-      AND NOT EXISTS (SELECT 1 FROM backlog_jobs AS j
-                      WHERE j.id IN (b.complete_job_id, b.success_job_id))
-      AND NOT EXISTS (SELECT 1 FROM backlog_pending AS p
-                      WHERE p.id IN (b.complete_job_id, b.success_job_id))
-      AND NOT EXISTS (SELECT 1 FROM backlog_group_members AS g
-                      WHERE g.id IN (b.complete_job_id, b.success_job_id))
+  AND ",
+    batches::callbacks_gone!("backlog_jobs", "backlog_pending", "backlog_group_members"),
+    "
     ORDER BY b.finished_at LIMIT ?2)
-RETURNING id";
+RETURNING id"
+);
 
 /// Batch `?1`'s row.
 pub const GET: &str = concat!(

@@ -8,34 +8,30 @@
 use rusqlite::{params, Connection, Row};
 
 use super::connection::Connections;
-use crate::backend::registry::{DueCount, HeldJob, RegisterWorkerParams, WorkerRow};
+use crate::backend::registry::{self, DueCount, HeldJob, RegisterWorkerParams, WorkerRow};
 use crate::backend::Workers;
 use crate::error::Result;
 
 /// Inserts a worker's row, or refreshes every column of it: the same
 /// statement starts a worker and beats its heartbeat, so a row pruned
 /// while the worker was stalled comes back at its next tick.
-pub const REGISTER: &str = "
-INSERT INTO backlog_workers
-    (id, host, pid, queues, kinds, concurrency, started_at, heartbeat_at, expires_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-ON CONFLICT (id) DO UPDATE SET
-    host = excluded.host,
-    pid = excluded.pid,
-    queues = excluded.queues,
-    kinds = excluded.kinds,
-    concurrency = excluded.concurrency,
-    started_at = excluded.started_at,
-    heartbeat_at = excluded.heartbeat_at,
-    expires_at = excluded.expires_at";
+pub const REGISTER: &str = concat!(
+    "INSERT INTO backlog_workers (",
+    registry::worker_columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+ON CONFLICT (id) DO UPDATE SET ",
+    registry::worker_refresh!("excluded.", "")
+);
 
 /// Removes a worker's row (a clean shutdown).
 pub const DEREGISTER: &str = "DELETE FROM backlog_workers WHERE id = ?1";
 
 /// The workers whose row has not expired at `?1`, by id.
-pub const LIVE: &str = "
-SELECT id, host, pid, queues, kinds, concurrency, started_at, heartbeat_at, expires_at
-FROM backlog_workers WHERE expires_at > ?1 ORDER BY id";
+pub const LIVE: &str = concat!(
+    "SELECT ",
+    registry::worker_columns!(),
+    " FROM backlog_workers WHERE expires_at > ?1 ORDER BY id"
+);
 
 /// Every leased job and its holder, through `backlog_jobs_running` (leased
 /// rows only; V5): the jobs a worker runs are the ones whose `locked_by` is
