@@ -57,7 +57,7 @@ impl From<::diesel::result::Error> for Error {
 
 use serde_json::Value;
 
-use crate::backend::params::EnqueueParams;
+use crate::backend::params::{EnqueueParams, Finishing};
 use crate::job::{Enqueued, IntoNewJob};
 use crate::lease::{Job, Lease};
 use crate::outcome::{Outcome, Transition};
@@ -115,17 +115,6 @@ pub trait QueueExt<C> {
     /// job live (a retry, a snooze) is refused with
     /// [`Error::InvalidArgument`] before anything is written.
     fn settle_in(&self, conn: &mut C, job: &Job, outcome: Outcome) -> Result<()>;
-}
-
-/// A finishing outcome as the engine decided it, encoded for the
-/// statements: the only kind the diesel adapters settle.
-pub(crate) struct Finishing<'a> {
-    pub lease: Lease,
-    pub status: &'static str,
-    pub result: Option<&'a str>,
-    /// The attempt's error as the history's JSON.
-    pub error: Option<String>,
-    pub now: i64,
 }
 
 /// One database's statements on its diesel connection; the checks and
@@ -275,10 +264,10 @@ pub mod postgres {
 
     use ::diesel::pg::PgConnection;
 
+    use super::Adapter;
     pub use super::QueueExt;
-    use super::{Adapter, Finishing};
     use crate::app_transaction::postgres_db_or;
-    use crate::backend::params::EnqueueParams;
+    use crate::backend::params::{EnqueueParams, Finishing};
     use crate::backend::postgres::{via_diesel, Db};
     use crate::error::Result;
     use crate::job::Enqueued;
@@ -377,11 +366,11 @@ pub mod mysql {
 
     use ::diesel::mysql::MysqlConnection;
 
+    use super::Adapter;
     pub use super::QueueExt;
-    use super::{Adapter, Finishing};
     use crate::app_transaction::mysql_db_or;
     use crate::backend::mysql::{via_diesel, Db, Now};
-    use crate::backend::params::EnqueueParams;
+    use crate::backend::params::{EnqueueParams, Finishing};
     use crate::error::Result;
     use crate::job::Enqueued;
     use crate::lease::Lease;

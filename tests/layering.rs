@@ -39,44 +39,7 @@ const KNOWN: &[(&[&str], &str)] = &[];
 /// Arrows that run back up, known and left for now, each with why: file,
 /// the file it names. The test fails when one of them goes, so that this
 /// list only ever shrinks.
-const KNOWN_UP: &[(&str, &str, &str)] = &[
-    ("backend/mysql/batches.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/connection.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/counts.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/enqueue.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/flows.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/flows/cascade.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/gauges.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/groups.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/inspect.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/inspect.rs", "copy.rs", "a doc link to `crate::copy()`, the engine's copy whose import this runs"),
-    ("backend/mysql/jobs.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/limits.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/migrate.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/rows.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/schedules.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/via_diesel.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/via_diesel.rs", "diesel.rs", "the diesel adapter's `Finishing`, which the public `diesel` face defines and this backend's half of the adapter reads"),
-    ("backend/mysql/workers.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/mysql/workflows.rs", "backend/mysql/mod.rs", DB_TYPE),
-    ("backend/postgres/counts.rs", "backend/postgres/mod.rs", DB_TYPE),
-    ("backend/postgres/gauges.rs", "backend/postgres/mod.rs", DB_TYPE),
-    ("backend/postgres/rows.rs", "backend/postgres/mod.rs", DB_TYPE),
-    ("backend/postgres/schedules.rs", "backend/postgres/mod.rs", DB_TYPE),
-    ("backend/postgres/via_diesel.rs", "diesel.rs", "the diesel adapter's `Finishing`, which the public `diesel` face defines and this backend's half of the adapter reads"),
-    ("backend/postgres/workers.rs", "backend/postgres/mod.rs", DB_TYPE),
-    ("backend/postgres/workflows.rs", "backend/postgres/mod.rs", DB_TYPE),
-    ("backend/sqlite/inspect.rs", "copy.rs", "a doc link to `crate::copy()`, the engine's copy whose import this runs"),
-    ("worker/builder.rs", "testing.rs", "a doc link to `crate::testing::drain`, which runs jobs as the worker does"),
-    ("worker/context.rs", "sqlite/mod.rs", "a doc link to `crate::sqlite::JobContextExt`, the per-database face of the context"),
-    ("worker/executor.rs", "testing.rs", "a doc link to `crate::testing::drain`, which runs jobs as the worker does"),
-];
-
-/// Why a database's concern names its `mod.rs`.
-const DB_TYPE: &str =
-    "names its database's `Db` (or `take`, `Now`), which `mod.rs` defines beside \
-     the seam's `Store` it implements; moving them into a file of their own, below \
-     the concerns, is a change to `mod.rs`'s body, left to its owner";
+const KNOWN_UP: &[(&str, &str, &str)] = &[];
 
 #[test]
 fn the_library_imports_in_layers_without_circles() {

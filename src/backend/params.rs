@@ -177,6 +177,20 @@ pub(crate) struct SettleParams {
     pub now: i64,
 }
 
+/// A finishing outcome as the engine decided it, encoded for the
+/// statements: the only kind the diesel adapters settle (`settle_in` of
+/// `backlog::diesel`, whose database halves are each backend's
+/// `via_diesel.rs`).
+#[cfg(any(feature = "diesel-postgres", feature = "diesel-mysql"))]
+pub(crate) struct Finishing<'a> {
+    pub lease: Lease,
+    pub status: &'static str,
+    pub result: Option<&'a str>,
+    /// The attempt's error as the history's JSON.
+    pub error: Option<String>,
+    pub now: i64,
+}
+
 /// Extends these leases to `lease_until`.
 #[derive(Debug)]
 pub(crate) struct HeartbeatParams<'a> {

@@ -458,7 +458,7 @@ impl WorkerBuilder {
         Ok(worker)
     }
 
-    /// What [`crate::testing::drain`] runs jobs with: the queue, the
+    /// What `backlog::testing::drain` runs jobs with: the queue, the
     /// handlers and the validated settings, without starting any thread.
     pub(crate) fn inline_parts(&self) -> Result<(&Queue, &Handlers, Config)> {
         Ok((&self.queue, &self.handlers, self.validate()?))

@@ -142,7 +142,7 @@ impl CancelFlag {
 /// What a handler gets with its arguments: the job, a cancellation flag, a
 /// manual heartbeat and transactional completion (`ctx.transaction(..)`, from
 /// the extension trait of the database's module:
-/// [`crate::sqlite::JobContextExt`], `backlog::postgres::JobContextExt`,
+/// `backlog::sqlite::JobContextExt`, `backlog::postgres::JobContextExt`,
 /// `backlog::mysql::JobContextExt`).
 ///
 /// Handlers run on plain threads and cannot be interrupted; a long handler
@@ -181,8 +181,9 @@ impl JobContext {
     /// or in a loop that leases jobs itself.
     ///
     /// Everything works on it as in a worker: `ctx.transaction(..)`
-    /// ([`JobContextExt`](crate::sqlite::JobContextExt)) completes the job (fenced on its lease), [`JobContext::heartbeat`]
-    /// extends the lease by [`DEFAULT_LEASE_TTL`](crate::DEFAULT_LEASE_TTL).
+    /// (`backlog::sqlite::JobContextExt`) completes the job (fenced on its
+    /// lease), [`JobContext::heartbeat`] extends the lease by
+    /// [`DEFAULT_LEASE_TTL`](crate::DEFAULT_LEASE_TTL).
     /// Nothing else happens behind the handler's back: no heartbeats, no
     /// timeout, no cancellation flag. Settling the job after the handler
     /// returns is the caller's ([`Queue::complete`], [`Queue::fail`], ...).

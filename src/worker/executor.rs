@@ -191,7 +191,7 @@ impl Executor {
 
 /// Runs the job's handler under `catch_unwind`, inside the job's span (id,
 /// kind, queue, attempt), and turns what it returned into an outcome: what a
-/// handler thread does, and what [`crate::testing::drain`] does inline.
+/// handler thread does, and what `backlog::testing::drain` does inline.
 /// Logs the start, and the end with the run's duration and outcome.
 pub(crate) fn run_handler(
     handlers: &Handlers,

@@ -12,8 +12,8 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
+use super::db::{take, Now};
 use super::queries::Sql;
-use super::{take, Now};
 use crate::backend::batches;
 use crate::backend::params::EnqueueParams;
 use crate::batch::{self, BatchRow, CreateBatchParams};

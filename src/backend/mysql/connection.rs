@@ -12,9 +12,9 @@ use mysql::{
     Transaction, TxOpts,
 };
 
+use super::db::Db;
 use super::queries::{self, Sql, Tables};
 use super::version::Server;
-use super::Db;
 use crate::backend::inside::{self, Inside};
 use crate::backend::room;
 use crate::error::{Error, Result};
@@ -546,7 +546,7 @@ pub(super) mod tests {
     /// `BACKLOG_TEST_MYSQL_URL`, or `None` (saying the test is skipped)
     /// when no server is configured: for this module's tests and
     /// `inspect.rs`'s.
-    pub(in crate::backend::mysql) fn test_url() -> Option<String> {
+    pub(crate) fn test_url() -> Option<String> {
         let url = std::env::var("BACKLOG_TEST_MYSQL_URL")
             .ok()
             .filter(|u| !u.is_empty());

@@ -9,8 +9,8 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
+use super::db::{take, Db};
 use super::queries::Sql;
-use super::{take, Db};
 use crate::backend::counts::{BucketRow, Counts, TotalRow};
 use crate::error::Result;
 

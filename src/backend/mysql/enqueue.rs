@@ -25,8 +25,8 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Value};
 
+use super::db::Now;
 use super::queries::{RowShape, Sql, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY};
-use super::Now;
 use crate::backend::params::EnqueueParams;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
@@ -62,7 +62,7 @@ const BYTES_PER_INSERT: usize = 4 << 20;
 /// transaction's `COMMIT` lost the same way. An `Ok` is the server's answer
 /// to the committed statement, so no acknowledged job is lost.
 ///
-/// [`Db::autocommit`]: super::Db::autocommit
+/// [`Db::autocommit`]: super::db::Db::autocommit
 pub(crate) fn is_one_statement(sql: &Sql, jobs: &[EnqueueParams<'_>]) -> bool {
     let plain = |p: &EnqueueParams<'_>| p.unique_key.is_none() && p.own_path_only().is_none();
     match jobs {

@@ -23,9 +23,9 @@
 use mysql::params;
 use mysql::prelude::Queryable;
 
+use super::db::Now;
 use super::queries::Sql;
 use super::sequences::Sequences;
-use super::Now;
 use crate::backend::flows;
 use crate::backend::params::EnqueueParams;
 use crate::backend::waits::{self, Place};

@@ -7,7 +7,7 @@
 use mysql::prelude::Queryable;
 use mysql::Row;
 
-use super::{take, Db};
+use super::db::{take, Db};
 use crate::backend::gauges::{FlowCounts, FlowGauges};
 use crate::error::{Error, Result};
 

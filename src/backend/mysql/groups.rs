@@ -5,8 +5,8 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
+use super::db::{take, Now};
 use super::queries::Sql;
-use super::{take, Now};
 use crate::backend::params::{Aggregated, EnqueueParams, GroupParams};
 use crate::error::{Error, Result};
 use crate::job::Enqueued;

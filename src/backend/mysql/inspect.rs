@@ -4,8 +4,9 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Row};
 
+use super::db::{take, Now};
 use super::queries::Sql;
-use super::{flows, jobs, sequences, take, Now};
+use super::{flows, jobs, sequences};
 use crate::action::{self, Action};
 use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
 use crate::backend::record::{self, Columns};
@@ -261,7 +262,7 @@ pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Re
     Ok(pending || live + finished > 0)
 }
 
-/// Inserts jobs copied from another database (see [`crate::copy()`]), keeping
+/// Inserts jobs copied from another database (see `backlog::copy()`), keeping
 /// their ids; returns how many were written (the others were already there).
 pub(crate) fn import(sql: &Sql, q: &mut impl Queryable, records: &[JobRecord]) -> Result<usize> {
     let mut written = 0;

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Row, Value};
 
+use super::db::{take, Now};
 use super::queries::Sql;
-use super::{take, Now};
 use crate::backend::params::{
     EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
 };

@@ -9,8 +9,9 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Row, Value};
 
+use super::db::{take, Now};
+use super::jobs;
 use super::queries::Sql;
-use super::{jobs, take, Now};
 use crate::backend::params::LeaseParams;
 use crate::error::Result;
 use crate::lease::Job;

@@ -4,7 +4,7 @@
 use mysql::prelude::Queryable;
 use refinery::{Migration, Runner};
 
-use super::Db;
+use super::db::Db;
 use crate::error::{Error, Result};
 
 /// The migrations in order, as templates.

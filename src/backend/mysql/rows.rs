@@ -4,8 +4,8 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Row, Value};
 
+use super::db::{take, Db};
 use super::queries::Sql;
-use super::{take, Db};
 use crate::backend::rows::{self, Cell, Dialect, Ids, Kind, Rows, Table};
 use crate::error::{Error, Result};
 

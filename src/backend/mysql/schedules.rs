@@ -10,7 +10,8 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
-use super::{jobs, take, Db};
+use super::db::{take, Db};
+use super::jobs;
 use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
 use crate::backend::Schedules;
 use crate::error::{Error, Result};

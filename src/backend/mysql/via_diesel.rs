@@ -24,11 +24,10 @@ use ::diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 use ::diesel::sql_types::{BigInt, Integer, Nullable, Text, Unsigned};
 use ::diesel::{sql_query, QueryableByName, RunQueryDsl};
 
+use super::db::Now;
 use super::queries::Sql;
-use super::Now;
 use crate::adapter_flow::{drive, Conflict, Step};
-use crate::backend::params::EnqueueParams;
-use crate::diesel::Finishing;
+use crate::backend::params::{EnqueueParams, Finishing};
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::lease::Lease;
@@ -211,7 +210,7 @@ pub(crate) fn enqueue(
 }
 
 /// Whether job `job_id` is a batch member or other jobs depend on it
-/// (`crate::diesel` then refuses to finish it).
+/// (`backlog::diesel` then refuses to finish it).
 pub(crate) fn followed(conn: &mut MysqlConnection, sql: &Sql, job_id: i64) -> Result<bool> {
     let t = &sql.tables;
     let followed: Vec<Id> = Binds(vec![("id", Value::BigInt(Some(job_id)))])

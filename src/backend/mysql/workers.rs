@@ -9,7 +9,7 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
-use super::{take, Db};
+use super::db::{take, Db};
 use crate::backend::registry::{self, DueCount, HeldJob, RegisterWorkerParams, WorkerRow};
 use crate::backend::Workers;
 use crate::error::Result;

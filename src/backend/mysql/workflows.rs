@@ -9,8 +9,9 @@
 use mysql::prelude::Queryable;
 use mysql::{params, Row};
 
+use super::db::{take, Db, Now};
 use super::queries::Sql;
-use super::{batches, jobs, take, Db, Now};
+use super::{batches, jobs};
 use crate::backend::flows::{self, Workflows};
 use crate::backend::params::{
     DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,

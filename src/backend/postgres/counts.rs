@@ -14,8 +14,8 @@
 use postgres::GenericClient;
 
 use super::connection::Tx;
+use super::db::Db;
 use super::queries::Queries;
-use super::Db;
 use crate::backend::counts::{BucketRow, Counts, TotalRow};
 use crate::error::Result;
 

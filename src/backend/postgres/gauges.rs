@@ -4,7 +4,7 @@
 // Read only by a metrics scrape (feature `metrics`).
 #![cfg_attr(not(feature = "metrics"), allow(dead_code))]
 
-use super::Db;
+use super::db::Db;
 use crate::backend::gauges::{FlowCounts, FlowGauges};
 use crate::error::{Error, Result};
 

@@ -11,6 +11,7 @@
 pub(crate) mod batches;
 pub(crate) mod connection;
 pub(crate) mod counts;
+mod db;
 pub(crate) mod flows;
 pub(crate) mod gauges;
 pub(crate) mod groups;
@@ -30,102 +31,29 @@ pub(crate) mod via_diesel;
 pub(crate) mod workers;
 pub(crate) mod workflows;
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) use db::Db;
 pub(crate) use listen::Listener;
 
-use self::connection::{Pool, Tx};
-use self::queries::{Queries, Tables};
-use self::target::Target;
+use self::connection::Tx;
 use crate::backend::params::{
     Acted, Aggregated, EnqueueParams, FinishedInMinute, HeartbeatParams, LeaseParams,
     ProgressWrite, RecentCompletions, ReleaseUnheldParams, RescueParams, Rescued,
     SettleAndLeaseParams, SettleParams, SettledAndLeased, UpdateParams,
 };
 use crate::backend::{ChangeWatcher, Changes, Store};
-use crate::clock::{Clock, ClockMicros};
-use crate::error::{Error, Result};
+use crate::clock::ClockMicros;
+use crate::error::Result;
 use crate::inspect::{JobFilter, JobRecord, Page, StateCount};
 use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job};
-use crate::limits::{LimitedQueues, QueueLimits};
-use crate::options::QueueOptions;
+use crate::limits::QueueLimits;
 use crate::outcome::FinalStatus;
 
-/// The oldest server backlog runs on: `MATERIALIZED` CTEs came in 12.
-const MIN_SERVER_VERSION: i32 = 120_000;
-
-/// A queue's connections to one PostgreSQL database, and its SQL. Boxed:
-/// the rendered statements are large, and `Backend` holds one of these.
-pub(crate) struct Db(Box<Inner>);
-
-pub(crate) struct Inner {
-    pool: Pool,
-    q: Queries,
-    clock: Arc<dyn Clock>,
-    limited: LimitedQueues,
-}
-
-impl std::ops::Deref for Db {
-    type Target = Inner;
-
-    fn deref(&self) -> &Inner {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Db {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("postgres::Db")
-            .field("url", &self.pool.target.redacted)
-            .field("tables", &self.q.tables)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Db {
-    /// Connects to `url` (one connection, to fail now on a wrong address,
-    /// password or server, waiting for room on a full server up to the
-    /// connect deadline) and sets up the pool, that connection its first.
-    /// Migrations are the caller's next step.
-    pub(crate) fn connect(url: &str, options: &QueueOptions) -> Result<Db> {
-        options.check_common()?;
-        let target = Target::parse(url, options)?;
-        let mut client = connection::connect_waiting(&target, options.connect_deadline)?;
-        let version: i32 = client
-            .query_one("SELECT current_setting('server_version_num')::int4", &[])?
-            .try_get(0)?;
-        if version < MIN_SERVER_VERSION {
-            return Err(Error::UnsupportedServer(format!(
-                "PostgreSQL {}.{} is older than 12",
-                version / 10_000,
-                version % 10_000 / 100
-            )));
-        }
-        let q = Queries::render(Tables::new(options), options.clock.is_manual());
-        let pool = Pool::new(target, options)?;
-        pool.adopt(client)?;
-        Ok(Db(Box::new(Inner {
-            pool,
-            q,
-            clock: options.clock.clone(),
-            limited: LimitedQueues::default(),
-        })))
-    }
-
-    /// The queue's SQL, for `backlog::postgres`.
-    pub(crate) fn queries(&self) -> &Queries {
-        &self.q
-    }
-
-    /// The pool, for `backlog::postgres`'s transactions.
-    pub(crate) fn pool(&self) -> &Pool {
-        &self.pool
-    }
-
-    /// Whether `p`'s lease takes the limited path ([`LimitedQueues::may_limit`]).
+    /// Whether `p`'s lease takes the limited path
+    /// ([`LimitedQueues::may_limit`](crate::limits::LimitedQueues::may_limit)).
     fn may_be_limited(&self, p: &LeaseParams<'_>) -> Result<bool> {
         self.limited.may_limit(p.queues, p.caps, || self.limits())
     }

@@ -6,8 +6,8 @@ use postgres::types::ToSql;
 use postgres::GenericClient;
 
 use super::connection::Tx;
+use super::db::Db;
 use super::queries::Queries;
-use super::Db;
 use crate::backend::rows::{self, Cell, Dialect, Ids, Kind, Row, Rows, Table};
 use crate::error::Result;
 

@@ -9,8 +9,9 @@
 use postgres::GenericClient;
 
 use super::connection::Tx;
+use super::db::Db;
+use super::jobs;
 use super::queries::Queries;
-use super::{jobs, Db};
 use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
 use crate::backend::Schedules;
 use crate::error::{Error, Result};

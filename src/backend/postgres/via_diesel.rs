@@ -25,8 +25,7 @@ use ::diesel::{QueryResult, QueryableByName, RunQueryDsl};
 
 use super::queries::Queries;
 use crate::adapter_flow::{drive, Conflict, Step};
-use crate::backend::params::EnqueueParams;
-use crate::diesel::Finishing;
+use crate::backend::params::{EnqueueParams, Finishing};
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::lease::Lease;
@@ -93,7 +92,7 @@ pub(crate) fn enqueue(
 }
 
 /// Whether job `job_id` is a batch member or other jobs depend on it
-/// (`crate::diesel` then refuses to finish it).
+/// (`backlog::diesel` then refuses to finish it).
 pub(crate) fn followed(conn: &mut PgConnection, q: &Queries, job_id: i64) -> Result<bool> {
     let (schema, prefix) = (&q.tables.schema, &q.tables.prefix);
     let sql = format!(

@@ -6,7 +6,7 @@
 //! offsets from its own now. The registry's statements are rendered per
 //! call by the queue's `Tables`, as the schedules' are.
 
-use super::Db;
+use super::db::Db;
 use crate::backend::registry::{self, DueCount, HeldJob, RegisterWorkerParams, WorkerRow};
 use crate::backend::Workers;
 use crate::error::Result;

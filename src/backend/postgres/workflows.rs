@@ -9,8 +9,9 @@
 use postgres::GenericClient;
 
 use super::connection::Tx;
+use super::db::Db;
 use super::queries::Queries;
-use super::{batches, jobs, Db};
+use super::{batches, jobs};
 use crate::backend::flows::{self, Workflows};
 use crate::backend::params::{
     DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,

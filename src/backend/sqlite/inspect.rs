@@ -377,7 +377,7 @@ pub(crate) fn delete(conn: &Connection, id: i64, now: i64) -> Result<bool> {
     Ok(pending || live + finished > 0)
 }
 
-/// Inserts jobs copied from another database (see [`crate::copy()`]), keeping
+/// Inserts jobs copied from another database (see `backlog::copy()`), keeping
 /// their ids; returns how many were written (the others were already there).
 pub(crate) fn import(conn: &Connection, records: &[JobRecord]) -> Result<usize> {
     let mut written = 0;

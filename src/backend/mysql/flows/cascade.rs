@@ -7,9 +7,9 @@ use std::collections::HashSet;
 use mysql::params;
 use mysql::prelude::Queryable;
 
+use super::super::db::Now;
 use super::super::queries::Sql;
 use super::super::sequences::Sequences;
-use super::super::Now;
 use crate::backend::cascade::{self, Cancel, Level};
 use crate::error::Result;
 use crate::outcome::FinalStatus;
