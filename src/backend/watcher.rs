@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::error::{Error, Result};
 
@@ -94,9 +94,14 @@ impl Notifier {
         let _ = self.wake.try_send(Instant::now());
     }
 
-    /// True once the watcher was dropped.
+    /// True once the watcher was dropped. (PostgreSQL's listener asks
+    /// between its waits; MySQL's poller selects on [`Notifier::stopped`].)
+    #[cfg(feature = "postgres")]
     pub(crate) fn stopping(&self) -> bool {
-        matches!(self.stopped.try_recv(), Err(TryRecvError::Disconnected))
+        matches!(
+            self.stopped.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        )
     }
 
     /// Disconnected once the watcher was dropped: for a `select!` or a
