@@ -49,9 +49,10 @@ impl EnqueueParams<'_> {
     /// What this job carries that only backlog's own enqueue path applies
     /// (a group's bookkeeping, dependency edges, batch membership, a
     /// sequence's tail), named for an adapter on another driver to refuse;
-    /// `None` for a job whose own insert is all its enqueue writes (MySQL
-    /// then sends it as one autocommit statement).
+    /// `None` for a job whose own insert is all its enqueue writes (the
+    /// servers then send it as one autocommit statement).
     #[cfg(any(
+        feature = "postgres",
         feature = "mysql",
         feature = "sqlx-postgres",
         feature = "sqlx-mysql",

@@ -238,9 +238,17 @@ impl Harness {
     pub fn handle_through(&self, addr: &str, options: QueueOptions) -> TestResult<Queue> {
         let (head, _, tail) = split_url(&self.db.url()?)?;
         let mut url = format!("{head}{addr}{tail}");
-        if self.backend() == Backend::Mysql {
+        // MySQL's driver prefers the Unix socket on 127.0.0.1, which would
+        // go around the proxy; PostgreSQL negotiates TLS when the server
+        // offers it, and the proxy could not read the requests it marks.
+        let plain = match self.backend() {
+            Backend::Mysql => Some("prefer_socket=false"),
+            Backend::Postgres => Some("sslmode=disable"),
+            Backend::Sqlite => None,
+        };
+        if let Some(plain) = plain {
             url.push(if url.contains('?') { '&' } else { '?' });
-            url.push_str("prefer_socket=false");
+            url.push_str(plain);
         }
         Ok(match &self.db {
             #[cfg(feature = "postgres")]

@@ -26,6 +26,15 @@ pub(crate) struct Tx<'a, C> {
     statements: Option<&'a mut Statements>,
 }
 
+/// How long a pooled connection may sit idle and still be used by
+/// [`Pool::autocommit_once`] without a check. A plain enqueue on a
+/// connection back in the pool for less is one round trip; on one idle
+/// longer, two (the check first). A connection the server closed less than
+/// this after its last answer makes that enqueue fail with the outcome
+/// unknown (it is not sent twice), where the check would have replaced it.
+/// `pgx`'s pool, River's, checks a connection idle for over a second.
+const TRUSTED_IDLE: Duration = Duration::from_millis(10);
+
 /// Parameters as the driver takes them.
 pub(crate) type Params<'p> = [&'p (dyn ToSql + Sync)];
 
@@ -198,6 +207,60 @@ impl Pool {
     ) -> Result<T> {
         inside::refuse(self.id())?;
         self.statement(f)
+    }
+
+    /// Runs `f`, one statement that writes and commits by itself and must
+    /// not run twice (a plain job's insert), on a pooled connection outside
+    /// a transaction: one round trip, where `BEGIN`, the statement and
+    /// `COMMIT` take three. Refused inside this queue's transaction, as
+    /// [`Pool::write`].
+    ///
+    /// It is sent once. What is retried is what surely did not commit: an
+    /// error the server answered (the statement failed), and a connection
+    /// found dead before anything was sent. A connection idle in the pool
+    /// for longer than [`TRUSTED_IDLE`] is checked first with an empty
+    /// query (one round trip): a connection the server closed meanwhile (a
+    /// restart, `idle_session_timeout`) fails that check and is replaced.
+    /// One used more recently is trusted: the driver cannot see a close
+    /// without a round trip. A connection lost after the statement was
+    /// sent leaves its outcome unknown: the caller gets
+    /// [`CommitUnknown`]'s error, and the job is there once or not at all,
+    /// as after a raw insert or a transaction's lost `COMMIT`. An `Ok` is
+    /// the server's answer after the commit (the driver reads up to
+    /// `ReadyForQuery`, which follows the implicit commit).
+    pub(crate) fn autocommit_once<T>(
+        &self,
+        mut f: impl FnMut(&mut Tx<'_, Client>) -> Result<T>,
+    ) -> Result<T> {
+        inside::refuse(self.id())?;
+        self.retrying(|| {
+            let mut conn = self.pool.get(self.checkout_timeout)?;
+            if conn.idle_for() > TRUSTED_IDLE {
+                if let Err(e) = conn.client.simple_query("") {
+                    conn.broken = true;
+                    return Err(Error::from(e));
+                }
+            }
+            let PgConnection {
+                client,
+                statements,
+                broken,
+            } = &mut *conn;
+            let result = f(&mut Tx {
+                client,
+                statements: Some(statements),
+            });
+            match result {
+                Err(e) if is_connection_lost(&e) => {
+                    *broken = true;
+                    Err(Error::Database(Box::new(CommitUnknown::new(
+                        "an autocommit statement",
+                        e,
+                    ))))
+                }
+                other => other,
+            }
+        })
     }
 
     /// Runs `f`, which only reads, on a pooled connection outside a
@@ -413,23 +476,36 @@ pub(crate) fn is_connection_lost(e: &Error) -> bool {
 fn commit_error(e: postgres::Error) -> Error {
     let e = Error::from(e);
     if is_connection_lost(&e) {
-        Error::Database(Box::new(CommitUnknown(e.to_string())))
+        Error::Database(Box::new(CommitUnknown::new("COMMIT", e)))
     } else {
         e
     }
 }
 
-/// The connection was lost while committing.
+/// The connection was lost while committing: during a transaction's
+/// `COMMIT`, or an autocommit statement ([`Pool::autocommit_once`]).
+/// Never retried.
 #[derive(Debug)]
-pub(crate) struct CommitUnknown(String);
+pub(crate) struct CommitUnknown {
+    during: &'static str,
+    cause: String,
+}
+
+impl CommitUnknown {
+    fn new(during: &'static str, cause: Error) -> Self {
+        CommitUnknown {
+            during,
+            cause: cause.to_string(),
+        }
+    }
+}
 
 impl fmt::Display for CommitUnknown {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "the connection was lost during COMMIT; the transaction may or may not have \
-             committed: {}",
-            self.0
+            "the connection was lost during {}; it may or may not have committed: {}",
+            self.during, self.cause
         )
     }
 }

@@ -38,6 +38,17 @@ pub(crate) fn enqueue_all<C: GenericClient>(
     })
 }
 
+/// Whether enqueueing `jobs` is one statement and nothing else, so that it
+/// can commit by itself in one round trip
+/// ([`Pool::autocommit_once`](super::connection::Pool::autocommit_once)):
+/// one plain job, with no unique key (a refused insert is followed by a
+/// look-up of the job holding the key) and nothing written but its own row
+/// (see `EnqueueParams::own_path_only`). A batch stays in a transaction:
+/// its statement checks the count of rows it inserted after they are in.
+pub(crate) fn is_one_statement(jobs: &[EnqueueParams<'_>]) -> bool {
+    matches!(jobs, [p] if p.unique_key.is_none() && p.own_path_only().is_none())
+}
+
 /// [`enqueue_all`] before members join their batches and the jobs with
 /// dependencies are made to wait.
 fn insert_all<C: GenericClient>(
@@ -87,11 +98,15 @@ fn enqueue<C: GenericClient>(
     }
     let max_attempts = to_i32("max_attempts", p.max_attempts)?;
     let delay = p.available_at.saturating_sub(p.now);
+    let insert = match p.unique_key {
+        Some(_) => &q.enqueue_notify,
+        None => &q.enqueue_plain,
+    };
     // The job holding the key may finish between the insert that conflicted
     // and the look-up: then the insert is tried again.
     for _ in 0..3 {
         let inserted = tx.query_opt(
-            &q.enqueue_notify,
+            insert,
             &[
                 &now,
                 &p.queue,

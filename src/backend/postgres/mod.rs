@@ -79,6 +79,11 @@ impl Store for Db {
     }
 
     fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
+        if jobs::is_one_statement(jobs) {
+            return self
+                .pool
+                .autocommit_once(|tx| jobs::enqueue_all(tx, &self.q, jobs));
+        }
         self.pool.write(|tx| jobs::enqueue_all(tx, &self.q, jobs))
     }
 

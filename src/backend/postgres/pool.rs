@@ -124,6 +124,9 @@ struct State {
 pub(crate) struct Pooled {
     conn: Option<PgConnection>,
     shared: Arc<Shared>,
+    /// When it was returned to the pool; `None` for one opened for this
+    /// call.
+    idle_since: Option<Instant>,
 }
 
 impl ConnPool {
@@ -162,8 +165,8 @@ impl ConnPool {
 
     /// An idle connection, if there is one; never waits nor opens one.
     pub(crate) fn try_get(&self) -> Option<Pooled> {
-        let conn = self.shared.lock().idle.pop()?.0;
-        Some(self.pooled(conn))
+        let (conn, since) = self.shared.lock().idle.pop()?;
+        Some(self.pooled(conn, Some(since)))
     }
 
     /// A connection: an idle one, a new one while the pool has room (and
@@ -175,8 +178,8 @@ impl ConnPool {
         let deadline = Instant::now() + timeout;
         let mut state = self.shared.lock();
         loop {
-            if let Some((conn, _)) = state.idle.pop() {
-                return Ok(self.pooled(conn));
+            if let Some((conn, since)) = state.idle.pop() {
+                return Ok(self.pooled(conn, Some(since)));
             }
             let held_off = state
                 .hold_off_until
@@ -189,7 +192,7 @@ impl ConnPool {
                 match opened {
                     Ok(conn) => {
                         state.hold_off_until = None;
-                        return Ok(self.pooled(conn));
+                        return Ok(self.pooled(conn, None));
                     }
                     Err(e) => {
                         state.open -= 1;
@@ -218,11 +221,21 @@ impl ConnPool {
         }
     }
 
-    fn pooled(&self, conn: PgConnection) -> Pooled {
+    fn pooled(&self, conn: PgConnection, idle_since: Option<Instant>) -> Pooled {
         Pooled {
             conn: Some(conn),
             shared: self.shared.clone(),
+            idle_since,
         }
+    }
+}
+
+impl Pooled {
+    /// How long the connection sat idle in the pool before this call took
+    /// it; zero for one opened for this call.
+    pub(crate) fn idle_for(&self) -> Duration {
+        self.idle_since
+            .map_or(Duration::ZERO, |since| since.elapsed())
     }
 }
 

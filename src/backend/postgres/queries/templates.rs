@@ -58,6 +58,17 @@ RETURNING id
 )
 SELECT inserted.id FROM inserted, notified";
 
+/// [`ENQUEUE_NOTIFY`] for a job without a unique key, which no row can
+/// conflict with: a plain insert (no `ON CONFLICT`, whose speculative
+/// insertion costs more), notifying the queue's channel (`$9`) from its
+/// `RETURNING`, once for its one row. Parameters as `ENQUEUE_NOTIFY`'s
+/// (`$5` is NULL).
+pub const ENQUEUE_PLAIN: &str = "
+INSERT INTO {jobs}
+    (queue, kind, priority, unique_key, payload, max_attempts, available_at, created_at, updated_at)
+VALUES ($2, $3, $4, $5, $6::text::jsonb, $7, {now} + $8, {now}, {now})
+RETURNING id, pg_notify($9, '')";
+
 /// Inserts a batch of jobs without unique keys and notifies the queue's
 /// channel (`$8`) once, in one statement, returning their ids in input
 /// order: the rows are inserted in `n` order, so the sequence hands them
