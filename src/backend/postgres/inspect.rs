@@ -27,12 +27,8 @@ pub(crate) fn get<C: GenericClient>(
     id: i64,
     now: i64,
 ) -> Result<Option<JobRecord>> {
-    let Some(mut record) = find(tx, q, id, now)? else {
-        return Ok(None);
-    };
-    let keys = sequences::keys_of(tx, q, &[id])?;
-    crate::inspect::with_sequence_keys(std::slice::from_mut(&mut record), keys);
-    Ok(Some(record))
+    let found = find(tx, q, id, now)?;
+    crate::inspect::with_sequence_key(found, |ids| sequences::keys_of(tx, q, ids))
 }
 
 /// A job by id, wherever it is, without its sequence key.
@@ -127,8 +123,7 @@ pub(crate) fn list<C: GenericClient>(
         }
     };
     let mut jobs = rows.iter().map(record).collect::<Result<Vec<_>>>()?;
-    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
-    crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(tx, q, &ids)?);
+    crate::inspect::with_sequence_keys(&mut jobs, |ids| sequences::keys_of(tx, q, ids))?;
     Ok(Page::of(jobs, filter.limit))
 }
 

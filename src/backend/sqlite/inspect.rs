@@ -33,12 +33,8 @@ fn at_one_moment<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>)
 /// A job by id, live, finished, grouped or pending, with its sequence key.
 pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<Option<JobRecord>> {
     at_one_moment(conn, |conn| {
-        let Some(mut record) = find(conn, id, now)? else {
-            return Ok(None);
-        };
-        let keys = sequences::keys_of(conn, &[id])?;
-        crate::inspect::with_sequence_keys(std::slice::from_mut(&mut record), keys);
-        Ok(Some(record))
+        let found = find(conn, id, now)?;
+        crate::inspect::with_sequence_key(found, |ids| sequences::keys_of(conn, ids))
     })
 }
 
@@ -135,8 +131,7 @@ fn page(
             record,
         )?
         .collect::<Result<Vec<_>>>()?;
-    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
-    crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(conn, &ids)?);
+    crate::inspect::with_sequence_keys(&mut jobs, |ids| sequences::keys_of(conn, ids))?;
     Ok(Page::of(jobs, filter.limit))
 }
 
