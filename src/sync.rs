@@ -1,0 +1,44 @@
+//! How backlog takes its own locks: [`lock`], [`read`], [`wait`] and
+//! [`wait_timeout`] are std's, except that a lock poisoned by a thread that
+//! panicked while holding it is taken anyway.
+//!
+//! Recovering is right here because backlog's critical sections are short
+//! and change their data in one step (a push, a remove, a swap, a count):
+//! a panic cannot leave it half-written, so a poisoned lock still guards
+//! whole data. Refusing it would turn one thread's panic into every other
+//! thread's that shares the lock (the fetcher's, the completer's, the
+//! caller's of `Queue`), and take down a worker over state that is sound.
+//! A lock whose data a panic could leave torn must not be taken through
+//! here. Written once, so that this reasoning is too.
+
+use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+/// Locks `mutex`, poisoned or not (see the module's docs).
+pub(crate) fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Takes `lock` to read, poisoned or not (see the module's docs).
+pub(crate) fn read<T: ?Sized>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits on `changed`, giving `guard` back when woken, poisoned or not.
+pub(crate) fn wait<'a, T>(changed: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    changed.wait(guard).unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits on `changed` for at most `timeout`, giving `guard` back when woken
+/// or timed out, poisoned or not. The caller checks its condition again
+/// either way.
+pub(crate) fn wait_timeout<'a, T>(
+    changed: &Condvar,
+    guard: MutexGuard<'a, T>,
+    timeout: Duration,
+) -> MutexGuard<'a, T> {
+    changed
+        .wait_timeout(guard, timeout)
+        .unwrap_or_else(|p| p.into_inner())
+        .0
+}
