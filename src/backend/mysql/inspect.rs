@@ -193,11 +193,8 @@ pub(crate) fn cancel_steps(
     ids: &[i64],
     now: Now,
 ) -> Result<Vec<Option<Acted>>> {
-    let mut found = Vec::with_capacity(ids.len());
-    for id in ids {
-        found.push(look_pending(sql, q, *id)?);
-    }
-    crate::flow::cancel_unfinished(ids, &found, |id| cancel(sql, q, id, now))
+    let look = |q: &mut _, id| look_pending(sql, q, id);
+    crate::flow::cancel_unfinished(q, ids, look, |q, id| cancel(sql, q, id, now))
 }
 
 /// Moves a job that is not running to history as `discarded`, with

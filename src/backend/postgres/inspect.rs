@@ -290,11 +290,8 @@ pub(crate) fn cancel_steps<C: GenericClient>(
     ids: &[i64],
     now: i64,
 ) -> Result<Vec<Option<Acted>>> {
-    let mut found = Vec::with_capacity(ids.len());
-    for id in ids {
-        found.push(look_pending(tx, q, *id)?);
-    }
-    crate::flow::cancel_unfinished(ids, &found, |id| cancel(tx, q, id, now))
+    let look = |tx: &mut _, id| look_pending(tx, q, id);
+    crate::flow::cancel_unfinished(tx, ids, look, |tx, id| cancel(tx, q, id, now))
 }
 
 /// Moves a job that is not running to history as `discarded`, with

@@ -325,11 +325,9 @@ pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
 /// at every one, then cancels those not finished
 /// (`crate::flow::cancel_unfinished`).
 pub(crate) fn cancel_steps(conn: &Connection, ids: &[i64], now: i64) -> Result<Vec<Option<Acted>>> {
-    let found = ids
-        .iter()
-        .map(|id| look_pending(conn, *id))
-        .collect::<Result<Vec<_>>>()?;
-    crate::flow::cancel_unfinished(ids, &found, |id| cancel(conn, id, now))
+    let mut tx = conn;
+    let look = |conn: &mut &Connection, id| look_pending(conn, id);
+    crate::flow::cancel_unfinished(&mut tx, ids, look, |conn, id| cancel(conn, id, now))
 }
 
 /// Moves a job that is not running to history as `discarded`, with
