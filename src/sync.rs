@@ -2,14 +2,15 @@
 //! [`wait_timeout`] are std's, except that a lock poisoned by a thread that
 //! panicked while holding it is taken anyway.
 //!
-//! Recovering is right here because backlog's critical sections are short
-//! and change their data in one step (a push, a remove, a swap, a count):
-//! a panic cannot leave it half-written, so a poisoned lock still guards
-//! whole data. Refusing it would turn one thread's panic into every other
-//! thread's that shares the lock (the fetcher's, the completer's, the
-//! caller's of `Queue`), and take down a worker over state that is sound.
-//! A lock whose data a panic could leave torn must not be taken through
-//! here. Written once, so that this reasoning is too.
+//! Recovering is right here because backlog's critical sections either
+//! guard no data (a gate, `Mutex<()>`) or change it in one step (a push, a
+//! remove, a swap, a count): a panic cannot leave it half-written, so a
+//! poisoned lock still guards whole data. Refusing it would turn one
+//! thread's panic into every other thread's that shares the lock (the
+//! fetcher's, the completer's, the caller's of `Queue`), and take down a
+//! worker over state that is sound. A lock whose data a panic could leave
+//! torn must not be taken through here. Written once, so that this
+//! reasoning is too.
 
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::Duration;
