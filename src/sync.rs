@@ -43,3 +43,23 @@ pub(crate) fn wait_timeout<'a, T>(
         .unwrap_or_else(|p| p.into_inner())
         .0
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn a_lock_poisoned_by_a_panic_is_taken_with_its_data() {
+        let list = Arc::new(Mutex::new(vec![1]));
+        let held = Arc::clone(&list);
+        let panicked = std::thread::spawn(move || {
+            held.lock().unwrap().push(2);
+            let _guard = held.lock().unwrap();
+            panic!("poisons the lock");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(list.is_poisoned());
+        assert_eq!(*super::lock(&list), vec![1, 2]);
+    }
+}
