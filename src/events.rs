@@ -19,6 +19,8 @@ use std::time::SystemTime;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
+use crate::sync;
+
 /// Something that happened to a job.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -195,7 +197,7 @@ impl Bus {
     /// receiver to unsubscribe.
     pub(crate) fn subscribe(&self) -> Receiver<Event> {
         let (events, rx) = crossbeam_channel::bounded(self.capacity);
-        lock(&self.subscribers).push(Subscriber { events, missed: 0 });
+        sync::lock(&self.subscribers).push(Subscriber { events, missed: 0 });
         self.listeners.fetch_add(1, Ordering::SeqCst);
         rx
     }
@@ -204,7 +206,7 @@ impl Bus {
     /// through this process's queue handles.
     pub(crate) fn doorbell(&self) -> Receiver<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        lock(&self.doorbells).push(tx);
+        sync::lock(&self.doorbells).push(tx);
         self.listeners.fetch_add(1, Ordering::SeqCst);
         rx
     }
@@ -220,7 +222,7 @@ impl Bus {
         if !self.has_listeners() {
             return;
         }
-        let mut subscribers = lock(&self.subscribers);
+        let mut subscribers = sync::lock(&self.subscribers);
         if subscribers.is_empty() {
             return;
         }
@@ -237,16 +239,12 @@ impl Bus {
         if !self.has_listeners() {
             return;
         }
-        let mut doorbells = lock(&self.doorbells);
+        let mut doorbells = sync::lock(&self.doorbells);
         let before = doorbells.len();
         doorbells.retain(|d| !matches!(d.try_send(()), Err(TrySendError::Disconnected(_))));
         self.listeners
             .fetch_sub(before - doorbells.len(), Ordering::SeqCst);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
@@ -308,6 +306,6 @@ mod tests {
         drop(gone);
         bus.emit([enqueued(2), enqueued(3)]);
         assert!(!bus.has_listeners());
-        assert!(lock(&bus.subscribers).is_empty());
+        assert!(sync::lock(&bus.subscribers).is_empty());
     }
 }

@@ -360,23 +360,28 @@ impl Dependency {
 // ---- what every backend's `flows.rs` shares --------------------------------
 
 /// What [`Queue::cancel_workflow`] does to the steps `ids`, inside each
-/// backend's one transaction: `found` is where each step was when the
-/// transaction looked at them all, before cancelling any. A step finished
-/// or gone by then is not the cancel's (`None`); each other one is cancelled
+/// backend's one transaction `tx`: `look` at every step first (on a server
+/// this locks each one's row), and only then cancel. A step finished or
+/// gone by then is not the cancel's (`None`); each other one is cancelled
 /// by `cancel`, in order (it may have been finished since by an earlier
 /// step's cascade; its [`Acted`] says so).
 ///
 /// [`Queue::cancel_workflow`]: crate::Queue::cancel_workflow
-pub(crate) fn cancel_unfinished(
+pub(crate) fn cancel_unfinished<T>(
+    tx: &mut T,
     ids: &[i64],
-    found: &[Found],
-    mut cancel: impl FnMut(i64) -> Result<Acted>,
+    mut look: impl FnMut(&mut T, i64) -> Result<Found>,
+    mut cancel: impl FnMut(&mut T, i64) -> Result<Acted>,
 ) -> Result<Vec<Option<Acted>>> {
+    let found = ids
+        .iter()
+        .map(|id| look(tx, *id))
+        .collect::<Result<Vec<_>>>()?;
     ids.iter()
         .zip(found)
         .map(|(id, found)| match found {
             Found::Finished(_) | Found::Nothing => Ok(None),
-            Found::Running | Found::Waiting => cancel(*id).map(Some),
+            Found::Running | Found::Waiting => cancel(tx, *id).map(Some),
         })
         .collect()
 }

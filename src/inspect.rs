@@ -224,16 +224,40 @@ pub struct JobRecord {
     pub sequence_key: Option<String>,
 }
 
-/// Sets the sequence key of each of `records` found in `keys` (job id,
-/// key), as each backend's `get` and `list` read them.
-pub(crate) fn with_sequence_keys(records: &mut [JobRecord], keys: Vec<(i64, String)>) {
+/// The keys of some jobs' sequences, as a backend's `sequences::keys_of`
+/// reads them: (job id, key) for each of the ids that has one.
+pub(crate) type SequenceKeys = Vec<(i64, String)>;
+
+/// A job as each backend's `get` returns it: `found` (looked up wherever it
+/// is) with its sequence key, read by `keys_of`. Written once, so that
+/// every database reads the key the same way, and only for a job it found.
+pub(crate) fn with_sequence_key(
+    found: Option<JobRecord>,
+    keys_of: impl FnOnce(&[i64]) -> Result<SequenceKeys>,
+) -> Result<Option<JobRecord>> {
+    let Some(mut record) = found else {
+        return Ok(None);
+    };
+    with_sequence_keys(std::slice::from_mut(&mut record), keys_of)?;
+    Ok(Some(record))
+}
+
+/// Sets the sequence key of each of `records`, read by `keys_of` for
+/// their ids, as each backend's `get` and `list` return them.
+pub(crate) fn with_sequence_keys(
+    records: &mut [JobRecord],
+    keys_of: impl FnOnce(&[i64]) -> Result<SequenceKeys>,
+) -> Result<()> {
+    let ids: Vec<i64> = records.iter().map(|j| j.id).collect();
+    let keys = keys_of(&ids)?;
     if keys.is_empty() {
-        return;
+        return Ok(());
     }
     let mut keys: std::collections::HashMap<i64, String> = keys.into_iter().collect();
     for record in records {
         record.sequence_key = keys.remove(&record.id);
     }
+    Ok(())
 }
 
 impl JobRecord {

@@ -167,6 +167,7 @@ pub mod sequence;
 pub mod sqlite;
 #[cfg(any(feature = "sqlx-postgres", feature = "sqlx-mysql"))]
 pub mod sqlx;
+mod sync;
 pub mod testing;
 mod validate;
 pub mod worker;

@@ -65,6 +65,7 @@ use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::inspect::JobState;
 use crate::queue::Queue;
+use crate::sync;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -478,7 +479,7 @@ impl EventCounts {
     /// Counts every event waiting in the channel; false once the queue is
     /// gone (its event bus dropped).
     fn drain(&self) -> bool {
-        let _gate = self.gate.lock().unwrap_or_else(|p| p.into_inner());
+        let _gate = sync::lock(&self.gate);
         loop {
             match self.events.try_recv() {
                 Ok(event) => self.record(&event),
@@ -503,7 +504,7 @@ impl EventCounts {
                 available_at,
                 ..
             } => {
-                let mut leased = self.leased.lock().unwrap_or_else(|p| p.into_inner());
+                let mut leased = sync::lock(&self.leased);
                 let tracked = Tracked {
                     queue: queue.clone(),
                     kind: kind.clone(),
@@ -516,7 +517,7 @@ impl EventCounts {
                 ("leased", *job_id, false)
             }
             Event::Started { job_id, .. } => {
-                let mut leased = self.leased.lock().unwrap_or_else(|p| p.into_inner());
+                let mut leased = sync::lock(&self.leased);
                 if let Some(job) = leased.get_mut(job_id) {
                     job.started = Some(Instant::now());
                     if let Some(clock) = &self.clock {
@@ -548,7 +549,7 @@ impl EventCounts {
             #[allow(unreachable_patterns)]
             _ => return,
         };
-        let mut leased = self.leased.lock().unwrap_or_else(|p| p.into_inner());
+        let mut leased = sync::lock(&self.leased);
         let (queue, kind) = leased
             .get(&job_id)
             .map_or((String::new(), String::new()), |j| {

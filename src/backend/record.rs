@@ -55,11 +55,8 @@ macro_rules! live_columns {
             "id, queue, kind, priority, unique_key, payload, attempts, ",
             "max_attempts, available_at, errors, locked_by, lease_until, first_leased_at, ",
             "cancel_requested, NULL AS result, NULL AS finished_at, created_at, updated_at, ",
-            "CASE WHEN lease_token IS NOT NULL THEN 'running' ",
-            "WHEN available_at <= ",
-            $now,
-            " THEN 'available' ",
-            "WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state, progress, ",
+            $crate::backend::live_state::state_case!($now),
+            " AS state, progress, ",
             "NULL AS group_key, NULL AS aggregated_into"
         )
     };

@@ -14,6 +14,7 @@ use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams};
 use crate::clock::{duration_micros, ClockMicros};
 use crate::error::{Error, Result};
 use crate::queue::Queue;
+use crate::sync;
 use crate::validate;
 
 /// The longest the scheduler thread sleeps without reading the schedules
@@ -266,7 +267,7 @@ impl Drop for Scheduler {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Schedule>> {
-        self.schedules.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.schedules)
     }
 
     /// The thread: claim what is due, sleep until the next tick.

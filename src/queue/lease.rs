@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::lease::{HeartbeatReport, Job, Lease, LeaseRequest, RescueReport};
 use crate::outcome::{AttemptError, FinalStatus, Transition};
+use crate::sync;
 use crate::validate;
 
 use super::Queue;
@@ -128,10 +129,7 @@ impl Queue {
     /// older value read by one writer (heartbeater, completer, a handler's
     /// manual heartbeat) never lands after a newer one written by another.
     pub(crate) fn progress_gate(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.inner
-            .progress_gate
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.inner.progress_gate)
     }
 
     /// Writes running jobs' progress, fenced on their leases, in one

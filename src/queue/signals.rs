@@ -9,6 +9,7 @@ use crate::backend::Backend;
 use crate::error::Result;
 use crate::events::Event;
 use crate::lease::Lease;
+use crate::sync;
 
 use super::Queue;
 
@@ -70,21 +71,13 @@ impl Queue {
     /// Records that `lease` was settled inside a caller's transaction (which
     /// may still roll back). Every backend's `settle_in` calls it.
     pub(crate) fn note_settled_in(&self, lease: Lease) {
-        self.inner
-            .settled_in
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(lease);
+        sync::lock(&self.inner.settled_in).insert(lease);
     }
 
     /// Whether `lease` was settled inside a caller's transaction, forgetting
     /// it.
     pub(crate) fn take_settled_in(&self, lease: Lease) -> bool {
-        self.inner
-            .settled_in
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&lease)
+        sync::lock(&self.inner.settled_in).remove(&lease)
     }
 
     /// Sends events (the worker's `Started` and `LeaseLost`).

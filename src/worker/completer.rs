@@ -32,6 +32,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use crate::events::Event;
 use crate::lease::{Job, LeaseRequest};
 use crate::outcome::Outcome;
+use crate::sync;
 use crate::worker::fetcher::hand_over;
 use crate::worker::Shared;
 
@@ -317,7 +318,7 @@ impl Completer {
         let shared = &self.shared;
         let leased = jobs.len();
         let refused = {
-            let handoff = shared.handoff.lock().unwrap_or_else(|p| p.into_inner());
+            let handoff = sync::lock(&shared.handoff);
             hand_over(shared, jobs, |run| match handoff.as_ref() {
                 // Never full: the jobs held never exceed the slots, and the
                 // channel holds as many runs.

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::lease::Job;
 use crate::queue::Queue;
+use crate::sync;
 use crate::worker::error::JobError;
 
 /// Why a running job was asked to stop. See [`JobContext::cancel_reason`].
@@ -105,7 +106,7 @@ impl CancelFlag {
     }
 
     fn pending(&self) -> MutexGuard<'_, PendingProgress> {
-        self.progress.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.progress)
     }
 
     /// Keeps `progress` (JSON text) as the job's latest, to be written.

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use crate::backend::ProgressWrite;
 use crate::lease::{Job, Lease};
+use crate::sync;
 use crate::worker::context::{CancelFlag, CancelReason};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +46,7 @@ pub(crate) struct InFlight {
 
 impl InFlight {
     fn lock(&self) -> MutexGuard<'_, HashMap<i64, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.entries)
     }
 
     /// Records a freshly leased job.
@@ -283,10 +284,7 @@ impl InFlight {
                 return false;
             }
             self.waiters.fetch_add(1, Ordering::SeqCst);
-            entries = match self.finished.wait_timeout(entries, left) {
-                Ok((guard, _)) => guard,
-                Err(p) => p.into_inner().0,
-            };
+            entries = sync::wait_timeout(&self.finished, entries, left);
             self.waiters.fetch_sub(1, Ordering::SeqCst);
         }
     }

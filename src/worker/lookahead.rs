@@ -35,6 +35,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::sync;
+
 /// How much measured handler time the look-ahead may hold: the most extra
 /// wait it gives a job leased behind it.
 pub const HORIZON: Duration = Duration::from_millis(20);
@@ -71,7 +73,7 @@ impl LookAhead {
     /// True when the limits of the worker's queues are due to be read again
     /// (and notes the look as made: a failed read is tried a look later).
     pub(crate) fn limits_due(&self) -> bool {
-        let mut looked = self.looked.lock().unwrap_or_else(|p| p.into_inner());
+        let mut looked = sync::lock(&self.looked);
         if looked.is_some_and(|at| at.elapsed() < crate::limits::LIMITS_SEEN_WITHIN) {
             return false;
         }

@@ -113,6 +113,7 @@ use crate::error::{Error, Result};
 use crate::lease::{self, LeaseRequest};
 use crate::outcome::Outcome;
 use crate::queue::Queue;
+use crate::sync;
 use aggregator::Aggregator;
 use builder::Config;
 use completer::{Completer, Settle};
@@ -256,7 +257,7 @@ impl Shared {
         if self.config.queue_concurrency.is_empty() {
             return None;
         }
-        let gate = self.lease_gate.lock().unwrap_or_else(|p| p.into_inner());
+        let gate = sync::lock(&self.lease_gate);
         let caps = self
             .config
             .queue_concurrency
@@ -269,7 +270,7 @@ impl Shared {
     /// Taken by a lease from its call until its jobs are in `inflight`
     /// (see [`Shared::leasing`]).
     pub(crate) fn lease_on_its_way(&self) -> std::sync::RwLockReadGuard<'_, ()> {
-        self.leasing.read().unwrap_or_else(|p| p.into_inner())
+        sync::read(&self.leasing)
     }
 
     /// Notes a lease that failed: when the server could not be reached, its
@@ -490,7 +491,7 @@ impl Worker {
             let Some(running) = worker.running.as_mut() else {
                 return Ok(());
             };
-            *shared.handoff.lock().unwrap_or_else(|p| p.into_inner()) = Some(jobs.clone());
+            *sync::lock(&shared.handoff) = Some(jobs.clone());
             let completer = Completer {
                 shared: shared.clone(),
                 outcomes: outcomes_rx,
@@ -578,11 +579,7 @@ impl Worker {
         // 1. No more leases. The fetcher's exit drops the job channel's
         // sender, so handler threads end once it is empty.
         shared.stopping.store(true, Ordering::SeqCst);
-        shared
-            .handoff
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        sync::lock(&shared.handoff).take();
         running.stop_fetch.take();
         // A lease blocked on another process's write lock is not waited for
         // past the grace period.

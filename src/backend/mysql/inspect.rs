@@ -22,12 +22,8 @@ pub(crate) fn get(
     id: i64,
     now: Now,
 ) -> Result<Option<JobRecord>> {
-    let Some(mut record) = find(sql, q, id, now)? else {
-        return Ok(None);
-    };
-    let keys = sequences::keys_of(sql, q, &[id])?;
-    crate::inspect::with_sequence_keys(std::slice::from_mut(&mut record), keys);
-    Ok(Some(record))
+    let found = find(sql, q, id, now)?;
+    crate::inspect::with_sequence_key(found, |ids| sequences::keys_of(sql, q, ids))
 }
 
 /// A job by id, wherever it is, without its sequence key.
@@ -70,8 +66,7 @@ pub(crate) fn list(
         },
     )?;
     let mut jobs = rows.into_iter().map(record).collect::<Result<Vec<_>>>()?;
-    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
-    crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(sql, q, &ids)?);
+    crate::inspect::with_sequence_keys(&mut jobs, |ids| sequences::keys_of(sql, q, ids))?;
     Ok(Page::of(jobs, filter.limit))
 }
 
@@ -198,11 +193,8 @@ pub(crate) fn cancel_steps(
     ids: &[i64],
     now: Now,
 ) -> Result<Vec<Option<Acted>>> {
-    let mut found = Vec::with_capacity(ids.len());
-    for id in ids {
-        found.push(look_pending(sql, q, *id)?);
-    }
-    crate::flow::cancel_unfinished(ids, &found, |id| cancel(sql, q, id, now))
+    let look = |q: &mut _, id| look_pending(sql, q, id);
+    crate::flow::cancel_unfinished(q, ids, look, |q, id| cancel(sql, q, id, now))
 }
 
 /// Moves a job that is not running to history as `discarded`, with

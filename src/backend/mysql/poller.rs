@@ -22,6 +22,7 @@ use mysql::{Conn, Opts};
 use super::queries::Sql;
 use crate::backend::watcher::{Notifier, Watcher};
 use crate::error::Result;
+use crate::sync;
 
 /// The probe interval while jobs flow: right after a probe saw a new job.
 pub(crate) const FAST: Duration = Duration::from_millis(2);
@@ -54,7 +55,7 @@ pub(crate) struct Bells(Mutex<Vec<Sender<()>>>);
 impl Bells {
     /// Rings every live poller's bell; forgets the dropped ones.
     pub(crate) fn ring(&self) {
-        let mut bells = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut bells = sync::lock(&self.0);
         bells.retain(|b| {
             !matches!(
                 b.try_send(()),
@@ -65,7 +66,7 @@ impl Bells {
 
     pub(super) fn add(&self) -> Receiver<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
+        sync::lock(&self.0).push(tx);
         rx
     }
 }

@@ -27,12 +27,8 @@ pub(crate) fn get<C: GenericClient>(
     id: i64,
     now: i64,
 ) -> Result<Option<JobRecord>> {
-    let Some(mut record) = find(tx, q, id, now)? else {
-        return Ok(None);
-    };
-    let keys = sequences::keys_of(tx, q, &[id])?;
-    crate::inspect::with_sequence_keys(std::slice::from_mut(&mut record), keys);
-    Ok(Some(record))
+    let found = find(tx, q, id, now)?;
+    crate::inspect::with_sequence_key(found, |ids| sequences::keys_of(tx, q, ids))
 }
 
 /// A job by id, wherever it is, without its sequence key.
@@ -127,8 +123,7 @@ pub(crate) fn list<C: GenericClient>(
         }
     };
     let mut jobs = rows.iter().map(record).collect::<Result<Vec<_>>>()?;
-    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
-    crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(tx, q, &ids)?);
+    crate::inspect::with_sequence_keys(&mut jobs, |ids| sequences::keys_of(tx, q, ids))?;
     Ok(Page::of(jobs, filter.limit))
 }
 
@@ -295,11 +290,8 @@ pub(crate) fn cancel_steps<C: GenericClient>(
     ids: &[i64],
     now: i64,
 ) -> Result<Vec<Option<Acted>>> {
-    let mut found = Vec::with_capacity(ids.len());
-    for id in ids {
-        found.push(look_pending(tx, q, *id)?);
-    }
-    crate::flow::cancel_unfinished(ids, &found, |id| cancel(tx, q, id, now))
+    let look = |tx: &mut _, id| look_pending(tx, q, id);
+    crate::flow::cancel_unfinished(tx, ids, look, |tx, id| cancel(tx, q, id, now))
 }
 
 /// Moves a job that is not running to history as `discarded`, with

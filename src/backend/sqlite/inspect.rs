@@ -33,12 +33,8 @@ fn at_one_moment<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>)
 /// A job by id, live, finished, grouped or pending, with its sequence key.
 pub(crate) fn get(conn: &Connection, id: i64, now: i64) -> Result<Option<JobRecord>> {
     at_one_moment(conn, |conn| {
-        let Some(mut record) = find(conn, id, now)? else {
-            return Ok(None);
-        };
-        let keys = sequences::keys_of(conn, &[id])?;
-        crate::inspect::with_sequence_keys(std::slice::from_mut(&mut record), keys);
-        Ok(Some(record))
+        let found = find(conn, id, now)?;
+        crate::inspect::with_sequence_key(found, |ids| sequences::keys_of(conn, ids))
     })
 }
 
@@ -135,8 +131,7 @@ fn page(
             record,
         )?
         .collect::<Result<Vec<_>>>()?;
-    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
-    crate::inspect::with_sequence_keys(&mut jobs, sequences::keys_of(conn, &ids)?);
+    crate::inspect::with_sequence_keys(&mut jobs, |ids| sequences::keys_of(conn, ids))?;
     Ok(Page::of(jobs, filter.limit))
 }
 
@@ -330,11 +325,9 @@ pub(crate) fn cancel(conn: &Connection, id: i64, now: i64) -> Result<Acted> {
 /// at every one, then cancels those not finished
 /// (`crate::flow::cancel_unfinished`).
 pub(crate) fn cancel_steps(conn: &Connection, ids: &[i64], now: i64) -> Result<Vec<Option<Acted>>> {
-    let found = ids
-        .iter()
-        .map(|id| look_pending(conn, *id))
-        .collect::<Result<Vec<_>>>()?;
-    crate::flow::cancel_unfinished(ids, &found, |id| cancel(conn, id, now))
+    let mut tx = conn;
+    let look = |conn: &mut &Connection, id| look_pending(conn, id);
+    crate::flow::cancel_unfinished(&mut tx, ids, look, |conn, id| cancel(conn, id, now))
 }
 
 /// Moves a job that is not running to history as `discarded`, with

@@ -10,9 +10,10 @@ mod sequences;
 mod templates;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use crate::backend::live_state;
+use crate::sync;
 
 pub use counts::COUNT_MOVED;
 pub use flows::FlowSql;
@@ -283,10 +284,7 @@ impl Sql {
     }
 
     fn kept(&self, key: (usize, RowShape, bool), text: impl FnOnce() -> String) -> Arc<str> {
-        let mut cache = self
-            .enqueue_rows
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut cache = sync::lock(&self.enqueue_rows);
         cache
             .entry(key)
             .or_insert_with(|| self.tables.render(&text()).into())

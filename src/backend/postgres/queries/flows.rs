@@ -81,16 +81,8 @@ FROM e JOIN locked ON locked.id = e.dependent
 WHERE p.id = e.dependent
 RETURNING p.id, p.remaining";
 
-/// As SQLite's, moving the row in one statement. `$1` now override, `$2` id.
-pub const RELEASE: &str = "
-WITH moved AS (DELETE FROM {pending} WHERE id = $2 RETURNING *)
-INSERT INTO {jobs}
-    (id, queue, kind, priority, payload, max_attempts, available_at, created_at, updated_at)
-SELECT id, queue, kind, priority, payload, max_attempts, GREATEST(available_at, {now}),
-       created_at, {now}
-FROM moved";
-
-/// [`RELEASE`] for a batch: `$1` now override, `$2` ids.
+/// As SQLite's `RELEASE`, moving the row in one statement, for a batch:
+/// `$1` now override, `$2` ids.
 pub const RELEASE_MANY: &str = "
 WITH moved AS (DELETE FROM {pending} WHERE id = ANY($2) RETURNING *)
 INSERT INTO {jobs}
@@ -98,6 +90,12 @@ INSERT INTO {jobs}
 SELECT id, queue, kind, priority, payload, max_attempts, GREATEST(available_at, {now}),
        created_at, {now}
 FROM moved";
+
+/// [`RELEASE_MANY`] for one job (SQLite's `RELEASE`), `$2` its id: derived,
+/// not copied, so a change to the release reaches both.
+fn release() -> String {
+    RELEASE_MANY.replacen("WHERE id = ANY($2)", "WHERE id = $2", 1)
+}
 
 /// As SQLite's, moving the row in one statement. `$1` now override, `$2`
 /// id, `$3` status, `$4` errors (JSON text).
@@ -277,7 +275,7 @@ impl FlowQueries {
             dependents: r(DEPENDENTS),
             count_down: r(COUNT_DOWN),
             count_down_many: r(COUNT_DOWN_MANY),
-            release: r(RELEASE),
+            release: r(&release()),
             release_many: r(RELEASE_MANY),
             pending_to_history: r(PENDING_TO_HISTORY),
             dependents_many: r(DEPENDENTS_MANY),
@@ -302,5 +300,22 @@ impl FlowQueries {
             )),
             count_pending: r(COUNT_PENDING),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_release_of_one_job_is_the_release_of_many_for_one_id() {
+        let one = super::release();
+        assert!(
+            one.contains("DELETE FROM {pending} WHERE id = $2 RETURNING"),
+            "{one}"
+        );
+        assert!(!one.contains("ANY("), "{one}");
+        assert_eq!(
+            one.replace("WHERE id = $2", "WHERE id = ANY($2)"),
+            super::RELEASE_MANY
+        );
     }
 }

@@ -404,13 +404,13 @@ FOR UPDATE SKIP LOCKED";
 /// A live job as a record; `state` is derived at now.
 /// Differs from SQLite in that JSONB columns are read back as text and the
 /// NULL columns are typed.
-pub const LIVE_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload::text, attempts, \
+pub const LIVE_COLUMNS: &str = concat!(
+    "id, queue, kind, priority, unique_key, payload::text, attempts, \
      max_attempts, available_at, errors::text, locked_by, lease_until, first_leased_at, \
-     cancel_requested, NULL::text AS result, NULL::int8 AS finished_at, created_at, updated_at, \
-     CASE WHEN lease_token IS NOT NULL THEN 'running' \
-          WHEN available_at <= {now} THEN 'available' \
-          WHEN attempts > 0 THEN 'retrying' ELSE 'scheduled' END AS state, progress, \
-     NULL::text AS group_key, NULL::int8 AS aggregated_into";
+     cancel_requested, NULL::text AS result, NULL::int8 AS finished_at, created_at, updated_at, ",
+    crate::backend::live_state::state_case!("{now}"),
+    " AS state, progress, NULL::text AS group_key, NULL::int8 AS aggregated_into"
+);
 
 /// A finished job as a record, in the same column order as [`LIVE_COLUMNS`].
 pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payload::text, \

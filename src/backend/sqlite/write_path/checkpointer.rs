@@ -50,6 +50,7 @@ use super::gate::{note_hold, Gate};
 use super::turnstile::Turnstile;
 use crate::backend::sqlite::wal;
 use crate::error::{Error, Result};
+use crate::sync;
 
 /// SQLite's own auto-checkpoint threshold: 1000 frames in the log.
 const CHECKPOINT_FRAMES: i64 = 1000;
@@ -160,23 +161,14 @@ impl Checkpointer {
     /// copying everything still counts: readers slow no writer here.
     pub(crate) fn pace(&self, commits: u64, until: Instant) {
         let until = until.min(Instant::now() + PACE_MAX_WAIT);
-        let mut through = self
-            .passes
-            .copied_through
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut through = sync::lock(&self.passes.copied_through);
         while commits.saturating_sub(*through) > PACE_COMMITS {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return;
             }
             self.nudge();
-            through = self
-                .passes
-                .passed
-                .wait_timeout(through, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            through = sync::wait_timeout(&self.passes.passed, through, left);
         }
     }
 
@@ -213,10 +205,7 @@ impl Parts {
         let began_at = self.commits.load(Ordering::Relaxed);
         let done = self.stats.record(wal::checkpoint(&self.conn));
         {
-            let mut through = passes
-                .copied_through
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut through = sync::lock(&passes.copied_through);
             *through = (*through).max(began_at);
         }
         passes.passed.notify_all();

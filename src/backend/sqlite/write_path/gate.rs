@@ -11,6 +11,7 @@ use rusqlite::Connection;
 use super::vfs::WriterFile;
 use crate::backend::inside::{self, Inside};
 use crate::error::{Error, Result};
+use crate::sync;
 
 /// Keeps the longest of the holds noted in `longest` (µs).
 pub(crate) fn note_hold(longest: &AtomicU64, held: Duration) {
@@ -75,7 +76,7 @@ impl Gate {
         if self.locked_elsewhere_by_this_thread() {
             return Err(Error::InsideTransaction);
         }
-        let mut line = self.line.lock().unwrap_or_else(|p| p.into_inner());
+        let mut line = sync::lock(&self.line);
         let ticket = line.next;
         line.next += 1;
         while line.serving != ticket {
@@ -84,14 +85,10 @@ impl Gate {
                 line.abandoned.insert(ticket);
                 return Err(Error::Busy);
             }
-            line = self
-                .freed
-                .wait_timeout(line, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            line = sync::wait_timeout(&self.freed, line, left);
         }
         drop(line);
-        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = sync::lock(&self.conn);
         Ok(WriteGate {
             conn,
             gate: self,
@@ -108,10 +105,7 @@ impl Gate {
     }
 
     fn leave(&self) {
-        self.line
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .advance();
+        sync::lock(&self.line).advance();
         self.freed.notify_all();
     }
 }

@@ -88,6 +88,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::sync;
 
 /// How long closing a queue waits for its turnstile's helper thread.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
@@ -278,11 +279,7 @@ mod linux {
                     }
                     return Err(Error::Busy);
                 }
-                state = inner
-                    .changed
-                    .wait_timeout(state, left)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                state = sync::wait_timeout(&inner.changed, state, left);
             }
         }
 
@@ -325,7 +322,7 @@ mod linux {
 
     impl Inner {
         fn lock_state(&self) -> MutexGuard<'_, State> {
-            self.state.lock().unwrap_or_else(|p| p.into_inner())
+            sync::lock(&self.state)
         }
 
         /// The helper thread: blocks in the kernel for a turn when a caller
@@ -344,7 +341,7 @@ mod linux {
                         door_held
                     }
                     State::Idle | State::Granted | State::Failed => {
-                        state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
+                        state = sync::wait(&self.changed, state);
                         continue;
                     }
                 };

@@ -98,13 +98,15 @@ mod unix {
     use std::panic::{catch_unwind, AssertUnwindSafe};
     use std::ptr;
     use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-    use std::sync::{Mutex, MutexGuard, Once};
+    use std::sync::{Mutex, Once};
 
     use rusqlite::ffi::{
         sqlite3_file, sqlite3_int64, sqlite3_io_methods, sqlite3_syscall_ptr, sqlite3_vfs,
         SQLITE_ERROR, SQLITE_FCNTL_FILE_POINTER, SQLITE_OK, SQLITE_OPEN_MAIN_DB,
         SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK, SQLITE_SHM_UNLOCK,
     };
+
+    use crate::sync;
 
     /// A database file, as the unix VFS tells files apart.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,11 +145,9 @@ mod unix {
     /// the methods the wrapped one has.
     static METHODS: Mutex<Vec<(usize, &'static sqlite3_io_methods)>> = Mutex::new(Vec::new());
 
-    fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-        // Nothing here can panic while holding them; if something did, the
-        // tables are still whole (one push or retain at a time).
-        mutex.lock().unwrap_or_else(|p| p.into_inner())
-    }
+    // Nothing here can panic while holding these tables' locks; if something
+    // did, the tables are still whole (one push or retain at a time), so
+    // `sync::lock` may take them poisoned.
 
     static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
@@ -262,7 +262,7 @@ mod unix {
 
     /// The shim's io methods over `real`'s (see [`METHODS`]).
     fn shim_methods(real: *const sqlite3_io_methods) -> *const sqlite3_io_methods {
-        let mut tables = lock(&METHODS);
+        let mut tables = sync::lock(&METHODS);
         if let Some((_, ours)) = tables.iter().find(|(r, _)| *r == real as usize) {
             return *ours;
         }
@@ -301,7 +301,7 @@ mod unix {
     /// Whether `methods` is one of the shim's tables (the handle is a
     /// [`ShimFile`]).
     fn is_shim(methods: *const sqlite3_io_methods) -> bool {
-        lock(&METHODS)
+        sync::lock(&METHODS)
             .iter()
             .any(|(_, ours)| ptr::eq(*ours, methods))
     }
@@ -326,7 +326,7 @@ mod unix {
     /// Notes that `file` took the write lock of its database on this thread.
     fn note_taken(file: *mut sqlite3_file, db: DbFile) {
         let thread = this_thread();
-        let mut holders = lock(&HOLDERS);
+        let mut holders = sync::lock(&HOLDERS);
         holders.retain(|h| h.file != file as usize);
         holders.push(Holder {
             file: file as usize,
@@ -338,7 +338,7 @@ mod unix {
     /// Notes that `file` holds no write lock (any more), whichever thread
     /// lets it go.
     fn note_released(file: *mut sqlite3_file) {
-        let mut holders = lock(&HOLDERS);
+        let mut holders = sync::lock(&HOLDERS);
         holders.retain(|h| h.file != file as usize);
     }
 
@@ -395,7 +395,7 @@ mod unix {
         pub(crate) fn locked_elsewhere_by_this_thread(&self) -> bool {
             let thread = this_thread();
             thread != 0
-                && lock(&HOLDERS)
+                && sync::lock(&HOLDERS)
                     .iter()
                     .any(|h| h.thread == thread && h.db == self.db && h.file != self.file)
         }
