@@ -623,6 +623,42 @@ fn connections_killed_by_the_server_are_replaced_without_losing_a_job() -> TestR
     Ok(())
 }
 
+/// A plain enqueue is one autocommit statement, sent once, and sent
+/// unchecked on a connection used within the last 10 ms. When the server
+/// terminated that connection (`pg_terminate_backend`, a shutdown) the
+/// answer is its `57P01`, which says the statement did not commit (or the
+/// statement ran before the termination and committed): retried, it is
+/// there exactly once, with no error. Only PostgreSQL: on MariaDB the
+/// driver sees the server's close before sending
+/// (`tests/conformance/enqueue_cut.rs`).
+#[test]
+fn a_plain_enqueue_on_a_connection_the_server_just_terminated_is_there_once() -> TestResult {
+    let Some(server) = Server::new()? else {
+        return Ok(());
+    };
+    let (queue, _clock) = server.manual_queue()?;
+    for round in 0..5 {
+        queue.enqueue(NewJob::new("warm", json!(round)))?;
+        assert!(server.terminate_connections()? >= 1);
+        let kind = format!("terminated_{round}");
+        let id = queue.enqueue(NewJob::new(&kind, json!(round)))?.id;
+        let rows = server.client()?.query_one(
+            &format!(
+                "SELECT count(*), min(id) FROM {}.backlog_jobs WHERE kind = $1",
+                server.schema
+            ),
+            &[&kind],
+        )?;
+        assert_eq!(rows.try_get::<_, i64>(0)?, 1, "round {round}");
+        assert_eq!(
+            rows.try_get::<_, Option<i64>>(1)?,
+            Some(id),
+            "round {round}"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn a_worker_carries_on_after_its_connections_are_killed() -> TestResult {
     let Some(server) = Server::new()? else {
