@@ -73,6 +73,49 @@ pub(crate) fn lease_handing_on<C: GenericClient>(
     )
 }
 
+/// A lease of `queue`, limited by concurrency alone at the last look, that
+/// claims before it takes the queue's lock: the claim ([`jobs::lease_ahead`])
+/// runs beside the other processes' claims, and the lock is held only for
+/// the count of the running jobs that follows it, and the commit. Returns
+/// the jobs and whether to commit: not when the count, which sees every
+/// claim committed under the lock before and this one, exceeds the limit,
+/// or when the queue was paused or given a rate limit meanwhile; the caller
+/// then rolls back and takes the locked path ([`lease`]). A claim that
+/// found no room as it saw it (or nothing due) took nothing, and that path
+/// follows in this transaction.
+///
+/// Exact as [`lease`] is: every claim that can raise the queue's running
+/// count (this one, [`lease`]'s) counts under the queue's lock, after the
+/// commits of the lock's holders before it, and keeps the lock through its
+/// commit. One made ahead of the lock counts itself too, so whichever of
+/// two takes the lock second sees the first's jobs and its own. A claim by
+/// hand ([`lease_handing_on`]) does not raise the count.
+pub(crate) fn lease_ahead<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+    queue: &str,
+) -> Result<(Vec<Job>, bool)> {
+    let jobs = jobs::lease_ahead(tx, q, p)?;
+    if jobs.is_empty() {
+        return Ok((lease(tx, q, p)?, true));
+    }
+    let Some(row) = tx.query_opt(&q.limits.lock_queue, &[&queue])? else {
+        return Ok((jobs, true));
+    };
+    let (limit, undo): (Option<i64>, bool) = (row.try_get(0)?, row.try_get(1)?);
+    if undo {
+        return Ok((jobs, false));
+    }
+    let Some(limit) = limit else {
+        return Ok((jobs, true));
+    };
+    let running: i64 = tx
+        .query_opt(&q.limits.running, &[&queue])?
+        .map_or(Ok(0), |r| r.try_get(0))?;
+    Ok((jobs, running <= limit))
+}
+
 /// A lease where some of the queues may be limited, in the caller's
 /// transaction: locks the limited queues' rows, claims each up to its room
 /// and the others with what is left, and stores the rate windows.
