@@ -2,8 +2,11 @@
 //! its own transaction. A lease of a limited queue first locks the queue's
 //! row (`FOR UPDATE`), so concurrent leases of that queue on any node take
 //! turns: each counts the running jobs and the rate window after the
-//! previous one committed, and none over-admits. Leases of unlimited queues
-//! take no lock and skip limited queues (see `LEASE`'s `$7`).
+//! previous one committed, and none over-admits. A lease of one queue
+//! limited by concurrency alone claims first and locks after, to count
+//! ([`lease_ahead`]), so that only the count and the commit take turns.
+//! Leases of unlimited queues take no lock and skip limited queues (see
+//! `LEASE`'s `$7`).
 
 use postgres::GenericClient;
 
