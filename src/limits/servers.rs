@@ -57,6 +57,31 @@ impl LimitedQueues {
         }))
     }
 
+    /// The one queue of a lease of `queues` capped by `caps`, when it had a
+    /// concurrency limit and no rate limit at the last look: such a lease
+    /// may claim before it takes the queue's lock, and count under the lock
+    /// afterwards (PostgreSQL's `limits::lease_ahead`). `None` for several
+    /// queues (or one named twice), a cap, a rate limit, or no look yet.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn by_concurrency_alone<'q>(
+        &self,
+        queues: &'q [String],
+        caps: &[(String, usize)],
+    ) -> Option<&'q str> {
+        let [first] = queues else {
+            return None;
+        };
+        if !caps.is_empty() {
+            return None;
+        }
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, limited) = seen.as_ref()?;
+        limited
+            .iter()
+            .any(|(name, l)| name == first && l.concurrency.is_some() && l.rate.is_none())
+            .then_some(first.as_str())
+    }
+
     /// The places that settles free, by queue, for a lease in the same
     /// transaction to hand on ([`lease_handing_on`]): one per item settled
     /// (`Ok`: its lease was held, and it ended) whose queue had a
@@ -260,6 +285,46 @@ mod tests {
         assert_eq!(
             hand_on(&["a", "a"], 5, &[("a", 2)], &[])?,
             vec![("hand", s(&["a"]), 2)]
+        );
+        Ok(())
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn only_a_lease_of_one_queue_limited_by_concurrency_alone_may_claim_ahead() -> Result<()> {
+        let known = LimitedQueues::default();
+        let s = |v: &[&str]| v.iter().map(|q| (*q).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            known.by_concurrency_alone(&s(&["a"]), &[]),
+            None,
+            "no look yet"
+        );
+        known.may_limit(&s(&["a"]), &[], || {
+            Ok(vec![
+                (
+                    "a".into(),
+                    QueueLimits {
+                        concurrency: Some(2),
+                        rate: None,
+                    },
+                ),
+                (
+                    "r".into(),
+                    QueueLimits {
+                        concurrency: Some(2),
+                        rate: Some(Rate::per_second(5)),
+                    },
+                ),
+            ])
+        })?;
+        assert_eq!(known.by_concurrency_alone(&s(&["a"]), &[]), Some("a"));
+        assert_eq!(known.by_concurrency_alone(&s(&["r"]), &[]), None);
+        assert_eq!(known.by_concurrency_alone(&s(&["free"]), &[]), None);
+        assert_eq!(known.by_concurrency_alone(&s(&["a", "a"]), &[]), None);
+        assert_eq!(known.by_concurrency_alone(&s(&["a", "free"]), &[]), None);
+        assert_eq!(
+            known.by_concurrency_alone(&s(&["a"]), &[("a".into(), 1)]),
+            None
         );
         Ok(())
     }

@@ -288,6 +288,46 @@ fn a_limit_set_by_another_handle_is_never_exceeded(b: &Backend) -> TestResult {
     Ok(())
 }
 
+/// Many handles leasing at once, each a few jobs at a time, fill a limit far
+/// above their requests exactly: no interleaving of their claims runs more.
+/// (On PostgreSQL a claim of a room this large is made before the queue's
+/// lock is taken and undone when the count under the lock finds it over:
+/// `limits::lease_ahead`.)
+fn handles_leasing_at_once_fill_a_large_concurrency_limit_exactly(b: &Backend) -> TestResult {
+    const LIMIT: usize = 40;
+    let h = b.harness()?;
+    enqueue(&h.queue, "bulk", 200)?;
+    h.queue.set_limits("bulk", concurrency(LIMIT as u32))?;
+    let handles = (0..6)
+        .map(|_| h.second_handle())
+        .collect::<TestResult<Vec<_>>>()?;
+    let start = std::sync::Barrier::new(handles.len());
+    let leased = std::thread::scope(|s| {
+        let threads: Vec<_> = handles
+            .iter()
+            .map(|other| {
+                let start = &start;
+                s.spawn(move || -> backlog::Result<usize> {
+                    start.wait();
+                    let mut held = 0;
+                    loop {
+                        match lease(other, &["bulk"], 3)?.len() {
+                            0 => return Ok(held),
+                            n => held += n,
+                        }
+                    }
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("a leasing thread panicked"))
+            .collect::<backlog::Result<Vec<usize>>>()
+    })?;
+    assert_eq!(leased.iter().sum::<usize>(), LIMIT, "{leased:?}");
+    Ok(())
+}
+
 /// Jobs of each queue running at once, now and at most.
 #[derive(Default)]
 struct Overlap(Mutex<HashMap<String, (usize, usize)>>);
@@ -426,4 +466,5 @@ conformance!(
     a_limited_queue_does_not_hold_back_the_others,
     raising_a_limit_admits_more_at_once,
     a_limit_set_by_another_handle_is_never_exceeded,
+    handles_leasing_at_once_fill_a_large_concurrency_limit_exactly,
 );

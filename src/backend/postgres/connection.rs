@@ -173,6 +173,17 @@ impl Pool {
         &self,
         mut f: impl FnMut(&mut Tx<'_, postgres::Transaction<'_>>) -> Result<T>,
     ) -> Result<T> {
+        self.write_deciding(|tx| Ok((f(tx)?, true)))
+            .map(|(value, _)| value)
+    }
+
+    /// [`Pool::write`] whose `f` also says whether to commit: its
+    /// transaction is rolled back on `false` (and its value returned all the
+    /// same, for the caller to drop).
+    pub(crate) fn write_deciding<T>(
+        &self,
+        mut f: impl FnMut(&mut Tx<'_, postgres::Transaction<'_>>) -> Result<(T, bool)>,
+    ) -> Result<(T, bool)> {
         inside::refuse(self.id())?;
         self.retrying(|| {
             let mut conn = self.pool.get(self.checkout_timeout)?;
@@ -181,12 +192,16 @@ impl Pool {
                     client, statements, ..
                 } = &mut *conn;
                 let mut tx = client.transaction()?;
-                let value = f(&mut Tx {
+                let (value, commit) = f(&mut Tx {
                     client: &mut tx,
                     statements: Some(statements),
                 })?;
-                tx.commit().map_err(commit_error)?;
-                Ok(value)
+                if commit {
+                    tx.commit().map_err(commit_error)?;
+                } else {
+                    tx.rollback()?;
+                }
+                Ok((value, commit))
             })();
             if result.as_ref().is_err_and(is_connection_lost) {
                 conn.broken = true;

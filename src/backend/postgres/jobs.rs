@@ -266,11 +266,34 @@ pub(crate) fn lease_handed<C: GenericClient>(
     q: &Queries,
     p: &LeaseParams<'_>,
 ) -> Result<Vec<Job>> {
+    lease_limited_by(tx, q, p, &q.limits.lease_handed)
+}
+
+/// A claim of one queue limited by concurrency alone before its lock is
+/// taken: see `limits::AHEAD_ROOM` and `limits::lease_ahead`.
+pub(crate) fn lease_ahead<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+) -> Result<Vec<Job>> {
+    lease_limited_by(tx, q, p, &q.limits.lease_ahead)
+}
+
+/// A claim of one limited queue by `sql`, a [`LEASE`] whose `LIMIT` reads
+/// the queue's limit and counts its running jobs by itself.
+///
+/// [`LEASE`]: super::queries::LEASE
+fn lease_limited_by<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+    sql: &str,
+) -> Result<Vec<Job>> {
     let args = LeaseArgs::new(q, p, false);
     let Some(params) = args.params() else {
         return Ok(Vec::new());
     };
-    let rows = tx.query(&q.limits.lease_handed, &params)?;
+    let rows = tx.query(sql, &params)?;
     sorted_jobs(&rows)
 }
 

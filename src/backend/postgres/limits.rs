@@ -2,8 +2,11 @@
 //! its own transaction. A lease of a limited queue first locks the queue's
 //! row (`FOR UPDATE`), so concurrent leases of that queue on any node take
 //! turns: each counts the running jobs and the rate window after the
-//! previous one committed, and none over-admits. Leases of unlimited queues
-//! take no lock and skip limited queues (see `LEASE`'s `$7`).
+//! previous one committed, and none over-admits. A lease of one queue
+//! limited by concurrency alone claims first and locks after, to count
+//! ([`lease_ahead`]), so that only the count and the commit take turns.
+//! Leases of unlimited queues take no lock and skip limited queues (see
+//! `LEASE`'s `$7`).
 
 use postgres::GenericClient;
 
@@ -71,6 +74,49 @@ pub(crate) fn lease_handing_on<C: GenericClient>(
         |tx, part| jobs::lease_handed(tx, q, part),
         |tx, rest| lease(tx, q, rest),
     )
+}
+
+/// A lease of `queue`, limited by concurrency alone at the last look, that
+/// claims before it takes the queue's lock: the claim ([`jobs::lease_ahead`])
+/// runs beside the other processes' claims, and the lock is held only for
+/// the count of the running jobs that follows it, and the commit. Returns
+/// the jobs and whether to commit: not when the count, which sees every
+/// claim committed under the lock before and this one, exceeds the limit,
+/// or when the queue was paused or given a rate limit meanwhile; the caller
+/// then rolls back and takes the locked path ([`lease`]). A claim that
+/// found no room as it saw it (or nothing due) took nothing, and that path
+/// follows in this transaction.
+///
+/// Exact as [`lease`] is: every claim that can raise the queue's running
+/// count (this one, [`lease`]'s) counts under the queue's lock, after the
+/// commits of the lock's holders before it, and keeps the lock through its
+/// commit. One made ahead of the lock counts itself too, so whichever of
+/// two takes the lock second sees the first's jobs and its own. A claim by
+/// hand ([`lease_handing_on`]) does not raise the count.
+pub(crate) fn lease_ahead<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+    queue: &str,
+) -> Result<(Vec<Job>, bool)> {
+    let jobs = jobs::lease_ahead(tx, q, p)?;
+    if jobs.is_empty() {
+        return Ok((lease(tx, q, p)?, true));
+    }
+    let Some(row) = tx.query_opt(&q.limits.lock_queue, &[&queue])? else {
+        return Ok((jobs, true));
+    };
+    let (limit, undo): (Option<i64>, bool) = (row.try_get(0)?, row.try_get(1)?);
+    if undo {
+        return Ok((jobs, false));
+    }
+    let Some(limit) = limit else {
+        return Ok((jobs, true));
+    };
+    let running: i64 = tx
+        .query_opt(&q.limits.running, &[&queue])?
+        .map_or(Ok(0), |r| r.try_get(0))?;
+    Ok((jobs, running <= limit))
 }
 
 /// A lease where some of the queues may be limited, in the caller's

@@ -101,6 +101,16 @@ impl Store for Db {
         // answer comes back, it runs again on another: the jobs a lost
         // answer claimed stay leased until the rescuer frees them.
         if self.may_be_limited(p)? {
+            // One queue limited by concurrency alone claims before it locks
+            // the queue's row, unless that claim would exceed the limit.
+            if let Some(queue) = self.limited.by_concurrency_alone(p.queues, p.caps) {
+                let (jobs, committed) = self
+                    .pool
+                    .write_deciding(|tx| limits::lease_ahead(tx, &self.q, p, queue))?;
+                if committed {
+                    return Ok(jobs);
+                }
+            }
             return self.pool.write(|tx| limits::lease(tx, &self.q, p));
         }
         self.pool.autocommit(|tx| jobs::lease(tx, &self.q, p, true))

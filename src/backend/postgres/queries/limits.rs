@@ -78,6 +78,43 @@ fn lease_handed() -> String {
     LEASE.replacen("LIMIT $6\n", &format!("{HANDED_ROOM}\n"), 1)
 }
 
+/// The `LIMIT` of [`LEASE`] for a claim of one queue limited by concurrency
+/// alone (`$4`) made before the queue's lock is taken (see
+/// `limits::lease_ahead`): all `$6` asked for when the queue's room, as this
+/// statement sees it, is at least four times that, and nothing otherwise
+/// (the caller then takes the lock first, as [`LIMITED_ROOM`]'s lease
+/// does). The room is only a guess here (claims not yet committed are not
+/// counted): it keeps a claim that would probably overshoot from being
+/// made and undone. Exactness comes from the count under the lock that
+/// follows ([`LOCK_QUEUE`], [`RUNNING`]). Nothing either when the queue
+/// has a rate limit by now or no concurrency limit any more.
+///
+/// PostgreSQL only, like [`LIMITED_ROOM`].
+const AHEAD_ROOM: &str = "LIMIT CASE WHEN COALESCE((SELECT concurrency_limit
+        FROM {queues} WHERE name = $4 AND rate_limit IS NULL), 0)::int8
+        - (SELECT count(*) FROM {jobs} WHERE queue = $4 AND lease_token IS NOT NULL)
+        >= 4 * $6::int8 THEN $6::int8 ELSE 0 END";
+
+/// [`LEASE`] with its `LIMIT $6` replaced by [`AHEAD_ROOM`].
+fn lease_ahead() -> String {
+    LEASE.replacen("LIMIT $6\n", &format!("{AHEAD_ROOM}\n"), 1)
+}
+
+/// Locks queue `$1`'s row after a claim made ahead of the lock: its
+/// concurrency limit, and whether that claim must be undone whatever the
+/// count (the queue was paused or given a rate limit meanwhile). Under READ
+/// COMMITTED the row read is its latest version, the one the lock holder
+/// before committed.
+const LOCK_QUEUE: &str = "
+SELECT concurrency_limit::int8, paused OR rate_limit IS NOT NULL
+FROM {queues} WHERE name = $1 FOR UPDATE";
+
+/// Queue `$1`'s running jobs, counted by a statement that begins after
+/// [`LOCK_QUEUE`] holds the row: it sees every claim committed by the lock's
+/// holders before, and this transaction's own.
+const RUNNING: &str = "
+SELECT count(*) FROM {jobs} WHERE queue = $1 AND lease_token IS NOT NULL";
+
 /// Stores queue `$1`'s rate window: start `$2` (unix µs), count `$3`.
 const SET_RATE_WINDOW: &str = "
 UPDATE {queues} SET rate_window_start = $2, rate_window_count = $3 WHERE name = $1";
@@ -90,6 +127,9 @@ pub(crate) struct LimitQueries {
     pub lock_limited: String,
     pub lease_limited: String,
     pub lease_handed: String,
+    pub lease_ahead: String,
+    pub lock_queue: String,
+    pub running: String,
     pub set_rate_window: String,
 }
 
@@ -101,6 +141,9 @@ impl LimitQueries {
             lock_limited: r(LOCK_LIMITED),
             lease_limited: r(&lease_limited()),
             lease_handed: r(&lease_handed()),
+            lease_ahead: r(&lease_ahead()),
+            lock_queue: r(LOCK_QUEUE),
+            running: r(RUNNING),
             set_rate_window: r(SET_RATE_WINDOW),
         }
     }
@@ -116,5 +159,8 @@ mod tests {
         let handed = super::lease_handed();
         assert!(handed.contains(super::HANDED_ROOM), "{handed}");
         assert!(!handed.contains("LIMIT $6\n"), "{handed}");
+        let ahead = super::lease_ahead();
+        assert!(ahead.contains(super::AHEAD_ROOM), "{ahead}");
+        assert!(!ahead.contains("LIMIT $6\n"), "{ahead}");
     }
 }

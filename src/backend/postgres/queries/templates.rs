@@ -126,6 +126,14 @@ pub const NOTIFY: &str = "SELECT pg_notify($1, '')";
 /// with `LIMIT` the planner may run it more than once, and claim more rows.
 /// The walk of `{prefix}jobs_lease` stops after `$6` rows; the rows come
 /// back in no particular order and are sorted by the caller.
+///
+/// The claimed rows are found by their ids as an array (`= ANY(ARRAY(..))`),
+/// one primary-key probe each. As `IN (SELECT id FROM picked)` the planner
+/// joins the CTE to the table, and for a batch of a hundred or so (the
+/// default worker's look-ahead) over a table of tens of thousands of jobs,
+/// or for any `LIMIT` it cannot read (the limited queues' claims, whose
+/// room is computed), it guesses a tenth of the table and hashes the whole
+/// table, scanned, for every claim.
 pub const LEASE: &str = "
 WITH picked AS MATERIALIZED (
     SELECT id FROM {jobs}
@@ -139,7 +147,7 @@ WITH picked AS MATERIALIZED (
 UPDATE {jobs}
 SET attempts = attempts + 1, lease_token = {token}, lease_until = {now} + $2, locked_by = $3,
     first_leased_at = COALESCE(first_leased_at, {now}), updated_at = {now}
-WHERE id IN (SELECT id FROM picked)
+WHERE id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING {leased_columns}";
 
 /// [`LEASE`] over several queues (`$4`, an array): one index walk per queue,
@@ -166,7 +174,7 @@ WITH picked AS MATERIALIZED (
 UPDATE {jobs}
 SET attempts = attempts + 1, lease_token = {token}, lease_until = {now} + $2, locked_by = $3,
     first_leased_at = COALESCE(first_leased_at, {now}), updated_at = {now}
-WHERE id IN (SELECT id FROM picked)
+WHERE id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING {leased_columns}";
 
 /// How long after now the next job of the queues in `$2` (an array) that is
