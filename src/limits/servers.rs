@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::{QueueLimits, LIMITS_SEEN_WITHIN};
 use crate::error::Result;
 use crate::lease::Job;
+use crate::sync;
 
 /// A look at the limited queues: when, and each with its limits.
 type Look = (std::time::Instant, Vec<(String, QueueLimits)>);
@@ -43,7 +44,7 @@ impl LimitedQueues {
         if !caps.is_empty() {
             return Ok(true);
         }
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = sync::lock(&self.seen);
         let fresh = seen
             .as_ref()
             .is_some_and(|(at, _)| at.elapsed() < Self::TTL);
@@ -74,7 +75,7 @@ impl LimitedQueues {
         if !caps.is_empty() {
             return None;
         }
-        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = sync::lock(&self.seen);
         let (_, limited) = seen.as_ref()?;
         limited
             .iter()
@@ -96,7 +97,7 @@ impl LimitedQueues {
         queues: &[&str],
         results: &[Result<bool>],
     ) -> Vec<(String, usize)> {
-        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = sync::lock(&self.seen);
         let Some((_, limited)) = seen.as_ref() else {
             return Vec::new();
         };
@@ -118,7 +119,7 @@ impl LimitedQueues {
 
     /// Forgets the last look: this process just changed a limit.
     pub(crate) fn forget(&self) {
-        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *sync::lock(&self.seen) = None;
     }
 }
 

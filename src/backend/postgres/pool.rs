@@ -26,6 +26,7 @@ use postgres::{Client, Statement};
 
 use super::target::Target;
 use crate::error::{Error, Result};
+use crate::sync;
 
 /// Prepared statements of one connection, by SQL text.
 pub(crate) type Statements = HashMap<String, Statement>;
@@ -212,12 +213,7 @@ impl ConnPool {
                 Some(until) if until > now => (until - now).min(deadline - now),
                 _ => deadline - now,
             };
-            state = self
-                .shared
-                .returned
-                .wait_timeout(state, wait)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            state = sync::wait_timeout(&self.shared.returned, state, wait);
         }
     }
 
@@ -241,7 +237,7 @@ impl Pooled {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        sync::lock(&self.state)
     }
 }
 
