@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{QueueLimits, LIMITS_SEEN_WITHIN};
+use super::{LimitState, QueueLimits, LIMITS_SEEN_WITHIN};
 use crate::error::Result;
 use crate::lease::Job;
 use crate::sync;
@@ -193,6 +193,21 @@ pub(crate) fn lease_handing_on<T: ?Sized>(
     }
     Job::sort_claimed(&mut jobs);
     Ok(jobs)
+}
+
+/// The limited queue that a part of a server's locked lease claims, if
+/// any: [`lease_within`](super::lease_within) claims each limited (or
+/// capped) queue in a part of its own and the others together, so a part
+/// of one queue found in `limited` (the rows the lease locked) is that
+/// queue's claim, which may count its own concurrency room.
+pub(crate) fn claimed_alone<'a>(
+    queues: &[String],
+    limited: &'a [LimitState],
+) -> Option<&'a LimitState> {
+    match queues {
+        [one] => limited.iter().find(|s| &s.queue == one),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -155,10 +155,7 @@ pub(crate) fn lease(
         p.caps,
         at,
         |queues, limit, t| {
-            let one_limited = match queues {
-                [one] => limited.iter().find(|s| &s.queue == one),
-                _ => None,
-            };
+            let one_limited = crate::limits::claimed_alone(queues, &limited);
             let (pinned, lease_until) = match server_now {
                 Some(_) => (
                     Now::new(t, true),

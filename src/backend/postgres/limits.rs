@@ -154,10 +154,7 @@ pub(crate) fn lease<C: GenericClient>(
         p.caps,
         now,
         |queues, limit, at| {
-            let one_limited = match queues {
-                [one] => limited.iter().find(|s| &s.queue == one),
-                _ => None,
-            };
+            let one_limited = crate::limits::claimed_alone(queues, &limited);
             let part = LeaseParams {
                 queues,
                 limit,
