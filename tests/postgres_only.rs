@@ -623,14 +623,12 @@ fn connections_killed_by_the_server_are_replaced_without_losing_a_job() -> TestR
     Ok(())
 }
 
-/// A plain enqueue is one autocommit statement, sent once, and sent
-/// unchecked on a connection used within the last 10 ms. When the server
-/// terminated that connection (`pg_terminate_backend`, a shutdown) the
-/// answer is its `57P01`, which says the statement did not commit (or the
-/// statement ran before the termination and committed): retried, it is
-/// there exactly once, with no error. Only PostgreSQL: on MariaDB the
-/// driver sees the server's close before sending
-/// (`tests/conformance/enqueue_cut.rs`).
+/// A plain enqueue is one autocommit statement, sent once; a connection
+/// idle in the pool for over a millisecond is checked first. One the
+/// server terminated (`pg_terminate_backend`, as a restart does) is found
+/// dead by that check and replaced: the job is there exactly once, with no
+/// error. Only PostgreSQL: on MariaDB the driver sees the server's close on
+/// the socket without a round trip (`tests/conformance/enqueue_cut.rs`).
 #[test]
 fn a_plain_enqueue_on_a_connection_the_server_just_terminated_is_there_once() -> TestResult {
     let Some(server) = Server::new()? else {

@@ -27,13 +27,14 @@ pub(crate) struct Tx<'a, C> {
 }
 
 /// How long a pooled connection may sit idle and still be used by
-/// [`Pool::autocommit_once`] without a check. A plain enqueue on a
-/// connection back in the pool for less is one round trip; on one idle
-/// longer, two (the check first). A connection the server closed less than
-/// this after its last answer makes that enqueue fail with the outcome
-/// unknown (it is not sent twice), where the check would have replaced it.
-/// `pgx`'s pool, River's, checks a connection idle for over a second.
-const TRUSTED_IDLE: Duration = Duration::from_millis(10);
+/// [`Pool::autocommit_once`] without a check. Enqueues in a loop take their
+/// connection back within microseconds and stay at one round trip each; an
+/// enqueue after a pause pays one more, the check, which replaces a
+/// connection the server closed meanwhile (the driver sees a close only
+/// through a round trip). A connection closed less than this after its last
+/// answer makes that enqueue fail with the outcome unknown, never sent
+/// twice. (`pgx`'s pool, River's, checks a connection idle over a second.)
+const TRUSTED_IDLE: Duration = Duration::from_millis(1);
 
 /// Parameters as the driver takes them.
 pub(crate) type Params<'p> = [&'p (dyn ToSql + Sync)];
@@ -231,10 +232,8 @@ impl Pool {
     /// [`Pool::write`].
     ///
     /// It is sent once. What is retried is what surely did not commit: an
-    /// error the server answered (the statement failed; also the `57P01`
-    /// of a connection the server terminated, see
-    /// [`is_terminated_uncommitted`]), and a connection found dead before
-    /// anything was sent. A connection idle in the pool
+    /// error the server answered (the statement failed), and a connection
+    /// found dead before anything was sent. A connection idle in the pool
     /// for longer than [`TRUSTED_IDLE`] is checked first with an empty
     /// query (one round trip): a connection the server closed meanwhile (a
     /// restart, `idle_session_timeout`) fails that check and is replaced.
@@ -268,12 +267,10 @@ impl Pool {
                 statements: Some(statements),
             });
             match result {
-                Err(e) if is_connection_lost(&e) && !is_terminated_uncommitted(&e) => {
+                Err(e) if is_connection_lost(&e) => {
                     *broken = true;
-                    Err(Error::Database(Box::new(CommitUnknown::new(
-                        "an autocommit statement",
-                        e,
-                    ))))
+                    let unknown = CommitUnknown::new("an autocommit statement", e);
+                    Err(Error::Database(Box::new(unknown)))
                 }
                 other => other,
             }
@@ -485,26 +482,6 @@ pub(crate) fn is_connection_lost(e: &Error) -> bool {
     }
     // An I/O error with no SQLSTATE: the socket failed.
     std::error::Error::source(pg).is_some_and(|s| s.is::<std::io::Error>())
-}
-
-/// True for the server's own answer that it terminated the session
-/// (`57P01`: `pg_terminate_backend`, a smart or fast shutdown; `57P05`:
-/// `idle_session_timeout`), which says the statement it answers did not
-/// commit. A backend acts on a termination only between statements or at
-/// an interrupt check inside one, never inside its commit (interrupts are
-/// held there); after a commit it sends `ReadyForQuery` before it reads
-/// again, so a statement that committed is answered so, and the
-/// termination reaches the next one. A crash (`57P02`) can strike after
-/// the commit, and a connection that only closed says nothing: both stay
-/// unknown.
-fn is_terminated_uncommitted(e: &Error) -> bool {
-    let Error::Database(inner) = e else {
-        return false;
-    };
-    inner
-        .downcast_ref::<postgres::Error>()
-        .and_then(|pg| pg.code())
-        .is_some_and(|code| matches!(code.code(), "57P01" | "57P05"))
 }
 
 /// The error of a failed `COMMIT`. When the connection died during it, the
