@@ -167,7 +167,7 @@ impl Queries {
             enqueue: r(ENQUEUE),
             enqueue_batch: r(ENQUEUE_BATCH),
             enqueue_notify: r(ENQUEUE_NOTIFY),
-            enqueue_plain: r(ENQUEUE_PLAIN),
+            enqueue_plain: r(&enqueue_plain()),
             find_live_unique: r(FIND_LIVE_UNIQUE),
             find_history_unique: r(FIND_HISTORY_UNIQUE),
             lease: r(LEASE),

@@ -59,15 +59,18 @@ RETURNING id
 SELECT inserted.id FROM inserted, notified";
 
 /// [`ENQUEUE_NOTIFY`] for a job without a unique key, which no row can
-/// conflict with: a plain insert (no `ON CONFLICT`, whose speculative
+/// conflict with: [`ENQUEUE`] without its `ON CONFLICT` (whose speculative
 /// insertion costs more), notifying the queue's channel (`$9`) from its
 /// `RETURNING`, once for its one row. Parameters as `ENQUEUE_NOTIFY`'s
-/// (`$5` is NULL).
-pub const ENQUEUE_PLAIN: &str = "
-INSERT INTO {jobs}
-    (queue, kind, priority, unique_key, payload, max_attempts, available_at, created_at, updated_at)
-VALUES ($2, $3, $4, $5, $6::text::jsonb, $7, {now} + $8, {now}, {now})
-RETURNING id, pg_notify($9, '')";
+/// (`$5` is NULL). Derived, not copied, so a change to the insert reaches
+/// both.
+pub(crate) fn enqueue_plain() -> String {
+    ENQUEUE.replacen(
+        "ON CONFLICT DO NOTHING\nRETURNING id",
+        "RETURNING id, pg_notify($9, '')",
+        1,
+    )
+}
 
 /// Inserts a batch of jobs without unique keys and notifies the queue's
 /// channel (`$8`) once, in one statement, returning their ids in input
@@ -749,3 +752,20 @@ SELECT count(*) FROM gone";
 /// Differs from SQLite (`PRAGMA data_version`) in that the server pushes a
 /// notification at every committed enqueue; nothing is polled.
 pub const LISTEN: &str = "LISTEN \"{channel}\"";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_plain_enqueue_is_the_enqueue_without_its_conflict_clause() {
+        let plain = super::enqueue_plain();
+        let (insert, _) = super::ENQUEUE
+            .split_once("ON CONFLICT")
+            .expect("ENQUEUE has a conflict clause");
+        assert!(plain.starts_with(insert), "{plain}");
+        assert!(!plain.contains("ON CONFLICT"), "{plain}");
+        assert!(
+            plain.ends_with("RETURNING id, pg_notify($9, '')"),
+            "{plain}"
+        );
+    }
+}
