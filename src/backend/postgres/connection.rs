@@ -257,23 +257,14 @@ impl Pool {
                     return Err(Error::from(e));
                 }
             }
-            let PgConnection {
-                client,
-                statements,
-                broken,
-            } = &mut *conn;
-            let result = f(&mut Tx {
-                client,
-                statements: Some(statements),
-            });
-            match result {
-                Err(e) if is_connection_lost(&e) => {
-                    *broken = true;
+            run_outside(&mut conn, &mut f).map_err(|e| {
+                if is_connection_lost(&e) {
                     let unknown = CommitUnknown::new("an autocommit statement", e);
-                    Err(Error::Database(Box::new(unknown)))
+                    Error::Database(Box::new(unknown))
+                } else {
+                    e
                 }
-                other => other,
-            }
+            })
         })
     }
 
@@ -322,22 +313,7 @@ impl Pool {
     /// One statement outside a transaction, for [`Pool::autocommit`] and
     /// [`Pool::read`].
     fn statement<T>(&self, mut f: impl FnMut(&mut Tx<'_, Client>) -> Result<T>) -> Result<T> {
-        self.retrying(|| {
-            let mut conn = self.checkout()?;
-            let PgConnection {
-                client,
-                statements,
-                broken,
-            } = &mut *conn;
-            let result = f(&mut Tx {
-                client,
-                statements: Some(statements),
-            });
-            if result.as_ref().is_err_and(is_connection_lost) {
-                *broken = true;
-            }
-            result
-        })
+        self.retrying(|| run_outside(&mut self.checkout()?, &mut f))
     }
 
     /// Hands a pooled connection to `f` in a transaction it owns (the
@@ -436,6 +412,28 @@ impl Pool {
             }
         }
     }
+}
+
+/// Runs `f` on `conn` outside a transaction, with the connection's
+/// statement cache; a connection `f` found dead is marked so that the pool
+/// drops it.
+fn run_outside<T>(
+    conn: &mut Pooled,
+    f: &mut impl FnMut(&mut Tx<'_, Client>) -> Result<T>,
+) -> Result<T> {
+    let PgConnection {
+        client,
+        statements,
+        broken,
+    } = &mut **conn;
+    let result = f(&mut Tx {
+        client,
+        statements: Some(statements),
+    });
+    if result.as_ref().is_err_and(is_connection_lost) {
+        *broken = true;
+    }
+    result
 }
 
 /// Opens one connection to `target`, waiting for room on a full server up
