@@ -227,7 +227,7 @@ impl QueueOptions {
     /// The bound on [`Queue::connect`]'s wait for room on a full server:
     /// while the server refuses connections for lack of room (PostgreSQL
     /// `too_many_connections` or `cannot_connect_now` while it starts,
-    /// MySQL/MariaDB errors 1040 and 1203), opening the queue waits for one
+    /// MySQL/MariaDB errors 1040, 1203 and 1226), opening the queue waits for one
     /// to free up and tries again, with jittered backoff of up to a second,
     /// and returns the server's refusal once this bound has passed. Defaults
     /// to 60 seconds: long enough for the old nodes of a rolling deploy to
