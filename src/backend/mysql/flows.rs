@@ -92,7 +92,7 @@ pub(crate) fn wait_all<Q: Queryable>(
             .collect();
         let waits = serde_json::to_string(&waits)?;
         q.exec_drop(&f.live_to_pending_many, params! { "waits" => &waits })?;
-        q.exec_drop(&f.delete_live_many, params! { "waits" => &waits })?;
+        q.exec_drop(&f.own.delete_live_many, params! { "waits" => &waits })?;
     }
     Ok(ids)
 }
@@ -121,7 +121,7 @@ pub(crate) fn finished(
             .exec_iter(&f.count_down_many, params! { "ids" => &completed })?
             .affected_rows();
         if counted > 0 {
-            let mut free: Vec<i64> = q.exec(&f.freed, params! { "ids" => &completed })?;
+            let mut free: Vec<i64> = q.exec(&f.own.freed, params! { "ids" => &completed })?;
             free.sort_unstable();
             if !free.is_empty() {
                 let free_json = serde_json::to_string(&free)?;
@@ -129,14 +129,14 @@ pub(crate) fn finished(
                     &f.release_many,
                     params! { "ids" => &free_json, "now" => now.param() },
                 )?;
-                q.exec_drop(&f.delete_pending_many, params! { "ids" => &free_json })?;
+                q.exec_drop(&f.own.delete_pending_many, params! { "ids" => &free_json })?;
                 released += free.len();
             }
         }
     }
     released += cascade::cascade(sql, q, ended, now)?;
     if released > 0 {
-        q.exec_drop(&f.bump_releases, ())?;
+        q.exec_drop(&f.own.bump_releases, ())?;
         super::connection::note_runnable();
     }
     Ok(released)
@@ -222,13 +222,13 @@ impl<Q: Queryable> flows::Steps for Flow<'_, Q> {
             return Ok(false);
         }
         self.q
-            .exec_drop(&f.delete_pending, params! { "id" => id })?;
+            .exec_drop(&f.own.delete_pending, params! { "id" => id })?;
         Ok(true)
     }
 
     fn delete_pending(&mut self, id: i64) -> Result<()> {
         self.q
-            .exec_drop(&self.sql.flows.delete_pending, params! { "id" => id })?;
+            .exec_drop(&self.sql.flows.own.delete_pending, params! { "id" => id })?;
         Ok(())
     }
 
@@ -260,7 +260,7 @@ impl<Q: Queryable> flows::Steps for Flow<'_, Q> {
             return Ok(false);
         }
         self.q
-            .exec_drop(&f.delete_history, params! { "id" => id })?;
+            .exec_drop(&f.own.delete_history, params! { "id" => id })?;
         Ok(true)
     }
 }
