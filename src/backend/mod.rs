@@ -54,6 +54,8 @@ pub(crate) mod room;
 pub(crate) mod rows;
 pub(crate) mod sqlite;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod statements;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod waits;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod watcher;

@@ -1,8 +1,9 @@
 //! The servers' waits of a whole `enqueue_many` at once: which dependencies
 //! to read, then (from their states, read in one set statement per table)
 //! every edge to write, every job to move to pending and every job
-//! cancelled at enqueue. Each database's `flows.rs` reads and writes; the
-//! decisions are [`crate::flow::waiting`]'s, as for one job.
+//! cancelled at enqueue, in [`wait_all`]. Each server's `flows.rs` reads
+//! and writes ([`Batch`]); the decisions are [`crate::flow::waiting`]'s, as
+//! for one job.
 //!
 //! A job of the batch that another one of it depends on is not read back:
 //! its state is the one this plan gave it (`live`, `pending`, or
@@ -11,6 +12,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use crate::backend::flows::{self, Steps};
 use crate::backend::params::EnqueueParams;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
@@ -140,6 +142,60 @@ pub(crate) fn plan(
         }
     }
     Ok(plan)
+}
+
+/// What a server runs for a batch's waits, in the enqueue's transaction.
+pub(crate) trait Batch {
+    /// One job's steps, for a job enqueued at `now`: the job-at-a-time path.
+    fn steps(&mut self, now: i64) -> impl Steps + '_;
+    /// The `(id, state)` of those of `ids` (ascending) that are in `place`,
+    /// in one statement, each row share-locked as `state_of` locks one (see
+    /// [`states`]).
+    fn states_in(&mut self, place: Place, ids: &[i64]) -> Result<Vec<(i64, String)>>;
+    /// Finishes live job `id`, which a dependency's end cancelled, with
+    /// `error`, at `now`: `jobs.rs`' finish, whose own end recurses through
+    /// `flows.rs`.
+    fn cancel(&mut self, id: i64, error: &AttemptError, now: i64) -> Result<()>;
+    /// Records the batch's edges, in one statement.
+    fn insert_edges(&mut self, edges: &[EdgeRow]) -> Result<()>;
+    /// Moves the batch's waiting jobs to pending, each with its
+    /// `remaining` counter, in one statement.
+    fn live_to_pending(&mut self, pending: &[(i64, i32)]) -> Result<()>;
+}
+
+/// As SQLite's `wait`, for a whole batch (`ids` are the batch's, every job
+/// inserted): the dependencies' states read in at most three statements,
+/// the jobs cancelled at enqueue finished, then every edge in one statement
+/// and every waiting job moved in one. A batch with a sequenced job goes one
+/// job at a time, in order: a job's `Earlier` dependencies come before it,
+/// so they are settled first.
+pub(crate) fn wait_all(
+    db: &mut impl Batch,
+    jobs: &[EnqueueParams<'_>],
+    ids: Vec<Enqueued>,
+) -> Result<Vec<Enqueued>> {
+    if !at_once(jobs) {
+        for (i, p) in jobs.iter().enumerate() {
+            let cancelled = flows::wait(&mut db.steps(p.now), p, ids[i], &ids[..i])?;
+            if let Some(error) = cancelled {
+                db.cancel(ids[i].id, &error, p.now)?;
+            }
+        }
+        return Ok(ids);
+    }
+    let read = to_read(jobs, &ids)?;
+    let states = states(&read, |place, ids| db.states_in(place, ids))?;
+    let plan = plan(jobs, &ids, &states)?;
+    for (id, error, now) in &plan.cancelled {
+        db.cancel(*id, error, *now)?;
+    }
+    if !plan.edges.is_empty() {
+        db.insert_edges(&plan.edges)?;
+    }
+    if !plan.pending.is_empty() {
+        db.live_to_pending(&plan.pending)?;
+    }
+    Ok(ids)
 }
 
 /// The ids the batch inserted.

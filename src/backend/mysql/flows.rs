@@ -36,65 +36,95 @@ use crate::sequence;
 
 mod cascade;
 
-/// As PostgreSQL's `wait_all`: the whole batch in a constant number of
-/// statements, or (a batch with a sequenced job) each job in order.
-/// `cancel` finishes a live job a dependency's end cancelled (`id`, its
-/// error): `jobs.rs`' finish, whose own end recurses through here.
+/// [`waits::wait_all`] in the enqueue's transaction: the whole batch in a
+/// constant number of statements, or (a batch with a sequenced job) each
+/// job in order. `cancel` finishes a live job a dependency's end cancelled
+/// (`id`, its error): `jobs.rs`' finish, whose own end recurses through
+/// here.
 pub(crate) fn wait_all<Q: Queryable>(
     sql: &Sql,
     q: &mut Q,
     jobs: &[EnqueueParams<'_>],
     ids: Vec<Enqueued>,
     now: Now,
-    mut cancel: impl FnMut(&mut Q, i64, &AttemptError) -> Result<()>,
+    cancel: impl FnMut(&mut Q, i64, &AttemptError) -> Result<()>,
 ) -> Result<Vec<Enqueued>> {
-    if !waits::at_once(jobs) {
-        for (i, p) in jobs.iter().enumerate() {
-            if let Some(error) = flows::wait(&mut Flow { sql, q, now }, p, ids[i], &ids[..i])? {
-                cancel(q, ids[i].id, &error)?;
-            }
+    waits::wait_all(
+        &mut Batch {
+            sql,
+            q,
+            now,
+            cancel,
+        },
+        jobs,
+        ids,
+    )
+}
+
+/// [`waits::Batch`] in the enqueue's transaction. Its jobs run at the
+/// batch's `now`, the one the caller's finish is stamped with too.
+struct Batch<'a, Q, F> {
+    sql: &'a Sql,
+    q: &'a mut Q,
+    now: Now,
+    cancel: F,
+}
+
+impl<Q, F> waits::Batch for Batch<'_, Q, F>
+where
+    Q: Queryable,
+    F: FnMut(&mut Q, i64, &AttemptError) -> Result<()>,
+{
+    fn steps(&mut self, _now: i64) -> impl flows::Steps + '_ {
+        Flow {
+            sql: self.sql,
+            q: self.q,
+            now: self.now,
         }
-        return Ok(ids);
     }
-    let f = &sql.flows;
-    let read = waits::to_read(jobs, &ids)?;
-    let states = waits::states(&read, |place, ids| {
+
+    fn states_in(&mut self, place: Place, ids: &[i64]) -> Result<Vec<(i64, String)>> {
+        let f = &self.sql.flows;
         let statement = match place {
             Place::Pending => &f.pending_many_for_share,
             Place::Live => &f.live_many_for_share,
             Place::History => &f.history_many_status,
         };
         let ids = serde_json::to_string(ids)?;
-        Ok(q.exec(statement, params! { "ids" => ids })?)
-    })?;
-    let plan = waits::plan(jobs, &ids, &states)?;
-    for (id, error, _) in &plan.cancelled {
-        cancel(q, *id, error)?;
+        Ok(self.q.exec(statement, params! { "ids" => ids })?)
     }
-    if !plan.edges.is_empty() {
-        let edges: Vec<[i64; 4]> = plan
-            .edges
+
+    fn cancel(&mut self, id: i64, error: &AttemptError, _now: i64) -> Result<()> {
+        (self.cancel)(self.q, id, error)
+    }
+
+    fn insert_edges(&mut self, edges: &[waits::EdgeRow]) -> Result<()> {
+        let edges: Vec<[i64; 4]> = edges
             .iter()
             .map(|&(dependency, dependent, run_anyway, cancels)| {
                 [dependency, dependent, run_anyway.into(), cancels.into()]
             })
             .collect();
-        q.exec_drop(
-            &f.insert_edges,
+        self.q.exec_drop(
+            &self.sql.flows.insert_edges,
             params! { "edges" => serde_json::to_string(&edges)? },
         )?;
+        Ok(())
     }
-    if !plan.pending.is_empty() {
-        let waits: Vec<[i64; 2]> = plan
-            .pending
+
+    fn live_to_pending(&mut self, pending: &[(i64, i32)]) -> Result<()> {
+        let waits: Vec<[i64; 2]> = pending
             .iter()
             .map(|&(id, remaining)| [id, remaining.into()])
             .collect();
         let waits = serde_json::to_string(&waits)?;
-        q.exec_drop(&f.live_to_pending_many, params! { "waits" => &waits })?;
-        q.exec_drop(&f.delete_live_many, params! { "waits" => &waits })?;
+        let f = &self.sql.flows;
+        self.q
+            .exec_drop(&f.live_to_pending_many, params! { "waits" => &waits })?;
+        self.q
+            .exec_drop(&f.own.delete_live_many, params! { "waits" => &waits })?;
+        Ok(())
     }
-    Ok(ids)
 }
 
 /// As SQLite's `finished`, for jobs just moved to history; bumps
@@ -121,7 +151,7 @@ pub(crate) fn finished(
             .exec_iter(&f.count_down_many, params! { "ids" => &completed })?
             .affected_rows();
         if counted > 0 {
-            let mut free: Vec<i64> = q.exec(&f.freed, params! { "ids" => &completed })?;
+            let mut free: Vec<i64> = q.exec(&f.own.freed, params! { "ids" => &completed })?;
             free.sort_unstable();
             if !free.is_empty() {
                 let free_json = serde_json::to_string(&free)?;
@@ -129,14 +159,14 @@ pub(crate) fn finished(
                     &f.release_many,
                     params! { "ids" => &free_json, "now" => now.param() },
                 )?;
-                q.exec_drop(&f.delete_pending_many, params! { "ids" => &free_json })?;
+                q.exec_drop(&f.own.delete_pending_many, params! { "ids" => &free_json })?;
                 released += free.len();
             }
         }
     }
     released += cascade::cascade(sql, q, ended, now)?;
     if released > 0 {
-        q.exec_drop(&f.bump_releases, ())?;
+        q.exec_drop(&f.own.bump_releases, ())?;
         super::connection::note_runnable();
     }
     Ok(released)
@@ -222,13 +252,13 @@ impl<Q: Queryable> flows::Steps for Flow<'_, Q> {
             return Ok(false);
         }
         self.q
-            .exec_drop(&f.delete_pending, params! { "id" => id })?;
+            .exec_drop(&f.own.delete_pending, params! { "id" => id })?;
         Ok(true)
     }
 
     fn delete_pending(&mut self, id: i64) -> Result<()> {
         self.q
-            .exec_drop(&self.sql.flows.delete_pending, params! { "id" => id })?;
+            .exec_drop(&self.sql.flows.own.delete_pending, params! { "id" => id })?;
         Ok(())
     }
 
@@ -260,7 +290,7 @@ impl<Q: Queryable> flows::Steps for Flow<'_, Q> {
             return Ok(false);
         }
         self.q
-            .exec_drop(&f.delete_history, params! { "id" => id })?;
+            .exec_drop(&f.own.delete_history, params! { "id" => id })?;
         Ok(true)
     }
 }

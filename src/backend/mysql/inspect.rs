@@ -41,7 +41,7 @@ fn find(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<Option<J
     if let Some(row) = grouped {
         return record(row).map(Some);
     }
-    let pending: Option<Row> = q.exec_first(&sql.flows.get_pending, params! { "id" => id })?;
+    let pending: Option<Row> = q.exec_first(&sql.flows.own.get_pending, params! { "id" => id })?;
     pending.map(record).transpose()
 }
 

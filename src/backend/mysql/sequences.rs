@@ -13,7 +13,8 @@
 use mysql::params;
 use mysql::prelude::Queryable;
 
-use super::queries::{FlowSql, Sql};
+use super::queries::{OwnFlows, Sql};
+use crate::backend::statements::FlowStatements;
 use crate::error::Result;
 
 /// As SQLite's `keys_of`.
@@ -44,7 +45,11 @@ pub(crate) fn forget(sql: &Sql, q: &mut impl Queryable, ids: &[i64]) -> Result<(
 
 /// Where job `id` is, its row share-locked: `pending`, `live`, a history
 /// status, or `None`: a sequence's tail, or a dependency (`flows.rs`).
-pub(crate) fn state_of(f: &FlowSql, q: &mut impl Queryable, id: i64) -> Result<Option<String>> {
+pub(crate) fn state_of(
+    f: &FlowStatements<OwnFlows>,
+    q: &mut impl Queryable,
+    id: i64,
+) -> Result<Option<String>> {
     if q.exec_first::<i64, _, _>(&f.pending_for_share, params! { "id" => id })?
         .is_some()
     {
@@ -79,7 +84,7 @@ impl<Q: Queryable> crate::sequence::Chain for Sequences<'_, Q> {
             params! { "queue" => queue, "key" => key, "tail" => id },
         )?;
         let prev: Option<Option<i64>> =
-            q.exec_first(&s.prev, params! { "queue" => queue, "key" => key })?;
+            q.exec_first(&s.own.prev, params! { "queue" => queue, "key" => key })?;
         q.exec_drop(&s.record_key, params! { "id" => id, "key" => key })?;
         Ok(prev.flatten())
     }

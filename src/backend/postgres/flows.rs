@@ -39,66 +39,79 @@ use crate::sequence;
 
 mod cascade;
 
-/// As SQLite's [`wait`](crate::backend::sqlite::flows::wait), for a whole
-/// batch (`ids` are the batch's, every job inserted): the dependencies'
-/// states read in at most three statements, the jobs cancelled at enqueue
-/// finished, then every edge in one statement and every waiting job moved
-/// in one. A batch with a sequenced job goes one job at a time, in order: a
-/// job's `Earlier` dependencies come before it, so they are settled first.
-/// `cancel` finishes a live job a dependency's end cancelled (`id`, its
-/// error, `now`): `jobs.rs`' finish, whose own end recurses through here.
+/// [`waits::wait_all`] in the enqueue's transaction. `cancel` finishes a
+/// live job a dependency's end cancelled (`id`, its error, `now`):
+/// `jobs.rs`' finish, whose own end recurses through here.
 pub(crate) fn wait_all<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     jobs: &[EnqueueParams<'_>],
     ids: Vec<Enqueued>,
-    mut cancel: impl FnMut(&mut Tx<'_, C>, i64, &AttemptError, i64) -> Result<()>,
+    cancel: impl FnMut(&mut Tx<'_, C>, i64, &AttemptError, i64) -> Result<()>,
 ) -> Result<Vec<Enqueued>> {
-    if !waits::at_once(jobs) {
-        for (i, p) in jobs.iter().enumerate() {
-            let now = p.now;
-            if let Some(error) = flows::wait(&mut Flow { tx, q, now }, p, ids[i], &ids[..i])? {
-                cancel(tx, ids[i].id, &error, now)?;
-            }
+    waits::wait_all(&mut Batch { tx, q, cancel }, jobs, ids)
+}
+
+/// [`waits::Batch`] in the enqueue's transaction.
+struct Batch<'a, 't, C: GenericClient, F> {
+    tx: &'a mut Tx<'t, C>,
+    q: &'a Queries,
+    cancel: F,
+}
+
+impl<'t, C, F> waits::Batch for Batch<'_, 't, C, F>
+where
+    C: GenericClient,
+    F: FnMut(&mut Tx<'t, C>, i64, &AttemptError, i64) -> Result<()>,
+{
+    fn steps(&mut self, now: i64) -> impl flows::Steps + '_ {
+        Flow {
+            tx: self.tx,
+            q: self.q,
+            now,
         }
-        return Ok(ids);
     }
-    let f = &q.flows;
-    let read = waits::to_read(jobs, &ids)?;
-    let states = waits::states(&read, |place, ids| {
+
+    fn states_in(&mut self, place: Place, ids: &[i64]) -> Result<Vec<(i64, String)>> {
+        let f = &self.q.flows;
         let statement = match place {
             Place::Pending => &f.pending_many_for_share,
             Place::Live => &f.live_many_for_share,
             Place::History => &f.history_many_status,
         };
-        tx.query(statement, &[&ids])?
+        self.tx
+            .query(statement, &[&ids])?
             .iter()
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect()
-    })?;
-    let plan = waits::plan(jobs, &ids, &states)?;
-    for (id, error, now) in &plan.cancelled {
-        cancel(tx, *id, error, *now)?;
     }
-    if !plan.edges.is_empty() {
+
+    fn cancel(&mut self, id: i64, error: &AttemptError, now: i64) -> Result<()> {
+        (self.cancel)(self.tx, id, error, now)
+    }
+
+    fn insert_edges(&mut self, edges: &[waits::EdgeRow]) -> Result<()> {
         let (mut dependencies, mut dependents, mut run_anyway, mut cancelled) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for &(dependency, dependent, anyway, cancels) in &plan.edges {
+        for &(dependency, dependent, anyway, cancels) in edges {
             dependencies.push(dependency);
             dependents.push(dependent);
             run_anyway.push(anyway);
             cancelled.push(cancels);
         }
-        tx.execute(
-            &f.insert_edges,
+        self.tx.execute(
+            &self.q.flows.insert_edges,
             &[&dependencies, &dependents, &run_anyway, &cancelled],
         )?;
+        Ok(())
     }
-    if !plan.pending.is_empty() {
-        let (waiting, remaining): (Vec<i64>, Vec<i32>) = plan.pending.iter().copied().unzip();
-        tx.execute(&f.live_to_pending_many, &[&waiting, &remaining])?;
+
+    fn live_to_pending(&mut self, pending: &[(i64, i32)]) -> Result<()> {
+        let (waiting, remaining): (Vec<i64>, Vec<i32>) = pending.iter().copied().unzip();
+        self.tx
+            .execute(&self.q.flows.live_to_pending_many, &[&waiting, &remaining])?;
+        Ok(())
     }
-    Ok(ids)
 }
 
 /// As SQLite's `finished`, for jobs just moved to history (`ended`: id and

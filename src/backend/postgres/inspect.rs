@@ -59,7 +59,7 @@ fn find<C: GenericClient>(
     if let Some(row) = tx.query_opt(&grouped, &[&id])? {
         return record(&row).map(Some);
     }
-    tx.query_opt(&q.flows.get_pending, &[&id])?
+    tx.query_opt(&q.flows.own.get_pending, &[&id])?
         .map(|row| record(&row))
         .transpose()
 }
@@ -92,7 +92,7 @@ pub(crate) fn list<C: GenericClient>(
             )?
         }
         JobState::Pending => tx.query(
-            &q.flows.list_pending,
+            &q.flows.own.list_pending,
             &[&filter.queue, &filter.kind, &after, &limit],
         )?,
         JobState::Grouped => {

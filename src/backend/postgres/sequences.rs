@@ -14,7 +14,8 @@
 use postgres::GenericClient;
 
 use super::connection::Tx;
-use super::queries::{FlowQueries, Queries};
+use super::queries::{OwnFlows, Queries};
+use crate::backend::statements::FlowStatements;
 use crate::error::{Error, Result};
 
 /// As SQLite's `keys_of`.
@@ -44,7 +45,7 @@ pub(crate) fn forget<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, ids: &[i
 /// status, or `None`: a sequence's tail, or a dependency (`flows.rs`).
 pub(crate) fn state_of<C: GenericClient>(
     tx: &mut Tx<'_, C>,
-    f: &FlowQueries,
+    f: &FlowStatements<OwnFlows>,
     id: i64,
 ) -> Result<Option<String>> {
     if tx.query_opt(&f.pending_for_share, &[&id])?.is_some() {

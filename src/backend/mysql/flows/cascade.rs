@@ -47,7 +47,7 @@ impl<Q: Queryable> Level for Ends<'_, Q> {
     fn cancel_pending(&mut self, cancels: &[Cancel]) -> Result<Vec<i64>> {
         let (f, q) = (&self.sql.flows, &mut *self.q);
         let pending: Vec<i64> = q.exec(
-            &f.lock_pending_many,
+            &f.own.lock_pending_many,
             params! { "cancels" => serde_json::to_string(cancels)? },
         )?;
         if pending.is_empty() {
@@ -57,14 +57,14 @@ impl<Q: Queryable> Level for Ends<'_, Q> {
         let moved: Vec<&Cancel> = cancels.iter().filter(|c| still.contains(&c.1)).collect();
         let moved = serde_json::to_string(&moved)?;
         q.exec_drop(
-            &f.pending_to_history_many,
+            &f.own.pending_to_history_many,
             params! { "cancels" => &moved, "now" => self.now.param() },
         )?;
         q.exec_drop(
-            &f.delete_pending_many,
+            &f.own.delete_pending_many,
             params! { "ids" => serde_json::to_string(&pending)? },
         )?;
-        q.exec_drop(&f.mark_cancelled_many, params! { "cancels" => &moved })?;
+        q.exec_drop(&f.own.mark_cancelled_many, params! { "cancels" => &moved })?;
         Ok(pending)
     }
 
@@ -79,7 +79,7 @@ impl<Q: Queryable> Level for Ends<'_, Q> {
         }
         Ok(self
             .q
-            .exec_first(&f.remaining, params! { "id" => dependent })?)
+            .exec_first(&f.own.remaining, params! { "id" => dependent })?)
     }
 
     fn release(&mut self, dependent: i64) -> Result<()> {
@@ -89,7 +89,7 @@ impl<Q: Queryable> Level for Ends<'_, Q> {
             params! { "id" => dependent, "now" => self.now.param() },
         )?;
         self.q
-            .exec_drop(&f.delete_pending, params! { "id" => dependent })?;
+            .exec_drop(&f.own.delete_pending, params! { "id" => dependent })?;
         Ok(())
     }
 

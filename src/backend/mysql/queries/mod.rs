@@ -13,12 +13,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::live_state;
+use crate::backend::statements::{FlowStatements, FlowTexts, SequenceStatements};
 use crate::sync;
 
 pub use counts::COUNT_MOVED;
-pub use flows::FlowSql;
+pub use flows::OwnFlows;
 pub use multi_row::{enqueue_row, enqueue_rows, RowShape, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY};
-pub use sequences::SequenceSql;
+pub use sequences::OwnSequences;
 pub use templates::*;
 
 /// The queue's three tables, qualified and quoted.
@@ -171,8 +172,8 @@ pub struct Sql {
     /// workflows, steps, workflows.
     pub prune: [String; 6],
     pub latest_job: String,
-    pub flows: FlowSql,
-    pub sequences: SequenceSql,
+    pub flows: FlowStatements<OwnFlows>,
+    pub sequences: SequenceStatements<OwnSequences>,
     /// The multi-row inserts rendered so far, by rows, shape and whether
     /// they return ids ([`Sql::enqueue_rows`], [`Sql::enqueue_row`]).
     enqueue_rows: Mutex<HashMap<(usize, RowShape, bool), Arc<str>>>,
@@ -236,7 +237,11 @@ impl Sql {
             paused_queues: r(PAUSED_QUEUES),
             find_unique: r(FIND_UNIQUE),
             update_waiting: r(UPDATE_WAITING),
-            depth: r(&format!("{}\nUNION ALL{}", depth(), flows::COUNT_PENDING)),
+            depth: r(&format!(
+                "{}\nUNION ALL{}",
+                depth(),
+                <Sql as FlowTexts>::COUNT_PENDING
+            )),
             count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
             count_finished_per_minute: r(COUNT_FINISHED_PER_MINUTE),
             import_live: r(IMPORT_LIVE),
@@ -253,8 +258,8 @@ impl Sql {
                 r(PRUNE_WORKFLOWS),
             ],
             latest_job: r(LATEST_JOB),
-            flows: FlowSql::new(r),
-            sequences: SequenceSql::new(r),
+            flows: FlowStatements::render::<Sql>(r, OwnFlows::new(r)),
+            sequences: SequenceStatements::render::<Sql>(r, OwnSequences::new(r)),
             tables,
             returning,
             enqueue_rows: Mutex::default(),
@@ -311,7 +316,7 @@ impl Sql {
     /// state.
     pub fn list(&self, state: Option<&str>) -> String {
         let sql = match state {
-            Some("pending") => return self.flows.list_pending.clone(),
+            Some("pending") => return self.flows.own.list_pending.clone(),
             Some("grouped") => format!(
                 "SELECT {GROUPED_COLUMNS} FROM {{group_members}}
                  WHERE (:queue IS NULL OR queue = :queue) AND (:kind IS NULL OR kind = :kind)

@@ -59,7 +59,7 @@ impl<C: GenericClient> Level for Ends<'_, '_, C> {
         }
         self.tx
             .query(
-                &self.q.flows.cancel_pending_many,
+                &self.q.flows.own.cancel_pending_many,
                 &[&self.now_override, &dependencies, &dependents, &errors],
             )?
             .iter()

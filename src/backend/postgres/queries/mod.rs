@@ -12,12 +12,12 @@ mod limits;
 mod sequences;
 mod templates;
 
-pub(crate) use flows::FlowQueries;
+pub(crate) use flows::OwnFlows;
 pub(crate) use limits::LimitQueries;
-pub(crate) use sequences::SequenceQueries;
 pub use templates::*;
 
 use crate::backend::live_state;
+use crate::backend::statements::{FlowStatements, FlowTexts, SequenceStatements};
 use crate::options::QueueOptions;
 
 /// The names a queue's SQL is rendered with.
@@ -142,8 +142,8 @@ pub(crate) struct Queries {
     pub paused_queues: String,
     pub find_unique: String,
     pub limits: LimitQueries,
-    pub flows: FlowQueries,
-    pub sequences: SequenceQueries,
+    pub flows: FlowStatements<OwnFlows>,
+    pub sequences: SequenceStatements<()>,
     pub update_waiting: String,
     /// [`COUNT_WAITING_DUE`], [`COUNT_WAITING_LATER`], [`COUNT_RUNNING`] and
     /// [`COUNT_DEAD`] as one statement.
@@ -205,15 +205,15 @@ impl Queries {
             paused_queues: r(PAUSED_QUEUES),
             find_unique: r(FIND_UNIQUE),
             limits: LimitQueries::render(r),
-            flows: FlowQueries::render(r),
-            sequences: SequenceQueries::render(r),
+            flows: FlowStatements::render::<Queries>(r, OwnFlows::render(r)),
+            sequences: SequenceStatements::render::<Queries>(r, ()),
             update_waiting: r(UPDATE_WAITING),
             depth: r(&[
                 COUNT_WAITING_DUE,
                 COUNT_WAITING_LATER,
                 COUNT_RUNNING,
                 COUNT_GROUPED,
-                &tables.render(flows::COUNT_PENDING),
+                &tables.render(<Queries as FlowTexts>::COUNT_PENDING),
                 COUNT_DEAD,
             ]
             .map(|part| format!("({part})"))
