@@ -51,6 +51,8 @@ pub(crate) trait FlowTexts {
     const RELEASE_MANY: &'static str;
     /// Finishes a pending job (an operator's cancel or discard).
     const PENDING_TO_HISTORY: &'static str;
+    /// Deletes a pending job (after its row was moved or copied elsewhere).
+    const DELETE_PENDING: &'static str;
     /// The edges out of many jobs that ended without completing: one level
     /// of a cancel cascade.
     const DEPENDENTS_MANY: &'static str;
@@ -102,6 +104,7 @@ pub(crate) struct FlowStatements<Own> {
     pub release: String,
     pub release_many: String,
     pub pending_to_history: String,
+    pub delete_pending: String,
     pub dependents_many: String,
     pub cancelled_dependents: String,
     pub unmark_cancelled: String,
@@ -139,6 +142,7 @@ impl<Own> FlowStatements<Own> {
             release: r(&D::release()),
             release_many: r(D::RELEASE_MANY),
             pending_to_history: r(D::PENDING_TO_HISTORY),
+            delete_pending: r(D::DELETE_PENDING),
             dependents_many: r(D::DEPENDENTS_MANY),
             cancelled_dependents: r(D::CANCELLED_DEPENDENTS),
             unmark_cancelled: r(D::UNMARK_CANCELLED),

@@ -252,13 +252,13 @@ impl<Q: Queryable> flows::Steps for Flow<'_, Q> {
             return Ok(false);
         }
         self.q
-            .exec_drop(&f.own.delete_pending, params! { "id" => id })?;
+            .exec_drop(&f.delete_pending, params! { "id" => id })?;
         Ok(true)
     }
 
     fn delete_pending(&mut self, id: i64) -> Result<()> {
         self.q
-            .exec_drop(&self.sql.flows.own.delete_pending, params! { "id" => id })?;
+            .exec_drop(&self.sql.flows.delete_pending, params! { "id" => id })?;
         Ok(())
     }
 

@@ -234,8 +234,7 @@ impl<C: GenericClient> flows::Steps for Flow<'_, '_, C> {
     }
 
     fn delete_pending(&mut self, id: i64) -> Result<()> {
-        let delete = self.q.tables.render("DELETE FROM {pending} WHERE id = $1");
-        self.tx.execute(&delete, &[&id])?;
+        self.tx.execute(&self.q.flows.delete_pending, &[&id])?;
         Ok(())
     }
 

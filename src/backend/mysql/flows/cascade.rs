@@ -89,7 +89,7 @@ impl<Q: Queryable> Level for Ends<'_, Q> {
             params! { "id" => dependent, "now" => self.now.param() },
         )?;
         self.q
-            .exec_drop(&f.own.delete_pending, params! { "id" => dependent })?;
+            .exec_drop(&f.delete_pending, params! { "id" => dependent })?;
         Ok(())
     }
 

@@ -132,6 +132,9 @@ SELECT id, queue, kind, priority, NULL, payload, 0, max_attempts, available_at, 
        created_at, {now}, NULL, :status, NULL, NULL, {now}, NULL
 FROM {pending} WHERE id = :id";
 
+    /// As SQLite's.
+    const DELETE_PENDING: &'static str = "DELETE FROM {pending} WHERE id = :id";
+
     // ---- retry ---------------------------------------------------------
     /// As SQLite's.
     const CANCELLED_DEPENDENTS: &'static str =
@@ -226,9 +229,6 @@ STRAIGHT_JOIN {dependencies} AS e FORCE INDEX (PRIMARY) ON e.dependency = d.id
 STRAIGHT_JOIN {pending} AS p FORCE INDEX (PRIMARY) ON p.id = e.dependent
 WHERE p.remaining = 0";
 
-/// As SQLite's.
-pub const DELETE_PENDING: &str = "DELETE FROM {pending} WHERE id = :id";
-
 /// See [`Sql::RELEASE_MANY`].
 pub const DELETE_PENDING_MANY: &str = "
 DELETE p FROM JSON_TABLE(:ids, '$[*]' COLUMNS (id BIGINT PATH '$')) AS r
@@ -281,7 +281,6 @@ pub struct OwnFlows {
     pub delete_live_many: String,
     pub remaining: String,
     pub freed: String,
-    pub delete_pending: String,
     pub delete_pending_many: String,
     pub bump_releases: String,
     pub delete_history: String,
@@ -298,7 +297,6 @@ impl OwnFlows {
             delete_live_many: r(DELETE_LIVE_MANY),
             remaining: r(REMAINING),
             freed: r(FREED),
-            delete_pending: r(DELETE_PENDING),
             delete_pending_many: r(DELETE_PENDING_MANY),
             bump_releases: r(BUMP_RELEASES),
             delete_history: r(DELETE_HISTORY),

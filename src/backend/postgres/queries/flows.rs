@@ -123,6 +123,9 @@ SELECT id, queue, kind, priority, NULL, payload, 0, max_attempts, available_at,
        $4::text::jsonb, FALSE, created_at, {now}, NULL, $3, NULL, NULL, {now}, NULL
 FROM moved";
 
+    /// As SQLite's. Parameter: `$1` id.
+    const DELETE_PENDING: &'static str = "DELETE FROM {pending} WHERE id = $1";
+
     // ---- retry ---------------------------------------------------------
     /// As SQLite's.
     const CANCELLED_DEPENDENTS: &'static str =
