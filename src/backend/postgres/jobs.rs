@@ -156,42 +156,70 @@ fn enqueue<C: GenericClient>(
 }
 
 /// Inserts jobs without unique keys and notifies, in one statement; ids in
-/// input order.
+/// input order. A batch whose jobs differ only in their payloads binds the
+/// rest once ([`ENQUEUE_BATCH_UNIFORM`]).
+///
+/// [`ENQUEUE_BATCH_UNIFORM`]: super::queries::ENQUEUE_BATCH_UNIFORM
 fn enqueue_batch<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     jobs: &[EnqueueParams<'_>],
 ) -> Result<Vec<Enqueued>> {
-    let now = q.now_override(jobs.first().map_or(0, |p| p.now));
-    let queues: Vec<&str> = jobs.iter().map(|p| p.queue).collect();
-    let kinds: Vec<&str> = jobs.iter().map(|p| p.kind).collect();
-    let priorities: Vec<i32> = jobs.iter().map(|p| p.priority).collect();
+    let Some(first) = jobs.first() else {
+        return Ok(Vec::new());
+    };
+    let now = q.now_override(first.now);
     let payloads: Vec<&str> = jobs.iter().map(|p| p.payload).collect();
-    let max_attempts = jobs
-        .iter()
-        .map(|p| to_i32("max_attempts", p.max_attempts))
-        .collect::<Result<Vec<i32>>>()?;
-    let delays: Vec<i64> = jobs
-        .iter()
-        .map(|p| p.available_at.saturating_sub(p.now))
-        .collect();
-    let rows = tx.query(
-        &q.enqueue_batch,
-        &[
-            &now,
-            &queues,
-            &kinds,
-            &priorities,
-            &payloads,
-            &max_attempts,
-            &delays,
-            &q.channel,
-        ],
-    )?;
-    let mut ids = rows
-        .iter()
-        .map(|r| r.try_get::<_, i64>(0))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let delay = |p: &EnqueueParams<'_>| p.available_at.saturating_sub(p.now);
+    let uniform = jobs.iter().all(|p| {
+        p.queue == first.queue
+            && p.kind == first.kind
+            && p.priority == first.priority
+            && p.max_attempts == first.max_attempts
+            && delay(p) == delay(first)
+    });
+    let row = if uniform {
+        let max_attempts = to_i32("max_attempts", first.max_attempts)?;
+        tx.query_opt(
+            &q.enqueue_batch_uniform,
+            &[
+                &now,
+                &first.queue,
+                &first.kind,
+                &first.priority,
+                &payloads,
+                &max_attempts,
+                &delay(first),
+                &q.channel,
+            ],
+        )?
+    } else {
+        let queues: Vec<&str> = jobs.iter().map(|p| p.queue).collect();
+        let kinds: Vec<&str> = jobs.iter().map(|p| p.kind).collect();
+        let priorities: Vec<i32> = jobs.iter().map(|p| p.priority).collect();
+        let max_attempts = jobs
+            .iter()
+            .map(|p| to_i32("max_attempts", p.max_attempts))
+            .collect::<Result<Vec<i32>>>()?;
+        let delays: Vec<i64> = jobs.iter().map(delay).collect();
+        tx.query_opt(
+            &q.enqueue_batch,
+            &[
+                &now,
+                &queues,
+                &kinds,
+                &priorities,
+                &payloads,
+                &max_attempts,
+                &delays,
+                &q.channel,
+            ],
+        )?
+    };
+    let mut ids: Vec<i64> = match row {
+        Some(row) => row.try_get(0)?,
+        None => Vec::new(),
+    };
     if ids.len() != jobs.len() {
         return Err(Error::Database(
             format!("inserted {} of {} jobs", ids.len(), jobs.len()).into(),
