@@ -41,12 +41,16 @@ pub(crate) fn enqueue_all<C: GenericClient>(
 /// Whether enqueueing `jobs` is one statement and nothing else, so that it
 /// can commit by itself in one round trip
 /// ([`Pool::autocommit_once`](super::connection::Pool::autocommit_once)):
-/// one plain job, with no unique key (a refused insert is followed by a
-/// look-up of the job holding the key) and nothing written but its own row
-/// (see `EnqueueParams::own_path_only`). A batch stays in a transaction:
-/// its statement checks the count of rows it inserted after they are in.
+/// plain jobs, with no unique key (a refused insert is followed by a
+/// look-up of the job holding the key) and nothing written but their own
+/// rows (see `EnqueueParams::own_path_only`). One is `enqueue_plain`'s
+/// insert; more are one `ENQUEUE_BATCH` (or its uniform form), which checks
+/// the count of rows it inserted itself, before its commit.
 pub(crate) fn is_one_statement(jobs: &[EnqueueParams<'_>]) -> bool {
-    matches!(jobs, [p] if p.unique_key.is_none() && p.own_path_only().is_none())
+    !jobs.is_empty()
+        && jobs
+            .iter()
+            .all(|p| p.unique_key.is_none() && p.own_path_only().is_none())
 }
 
 /// [`enqueue_all`] before members join their batches and the jobs with
