@@ -311,6 +311,16 @@ pub(crate) fn lease_ahead<C: GenericClient>(
     lease_limited_by(tx, q, p, &q.limits.lease_ahead)
 }
 
+/// A claim of one queue with a rate limit before its lock is taken: see
+/// `limits::AHEAD_RATED_ROOM` and `limits::lease_ahead_rated`.
+pub(crate) fn lease_ahead_rated<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+) -> Result<Vec<Job>> {
+    lease_limited_by(tx, q, p, &q.limits.lease_ahead_rated)
+}
+
 /// A claim of one limited queue by `sql`, a [`LEASE`] whose `LIMIT` reads
 /// the queue's limit and counts its running jobs by itself.
 ///
