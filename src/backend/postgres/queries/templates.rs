@@ -81,13 +81,11 @@ pub(crate) fn enqueue_plain() -> String {
 /// way. The notification's CTE is materialized, so it runs once however
 /// many rows.
 ///
-/// It may commit by itself ([`Pool::autocommit_once`]), so the check that
-/// every job went in is its own, before the commit: a count short of the
-/// payloads (`$5`) makes it fail, by a cast of the counts' text that cannot
-/// succeed, and nothing is inserted. (Only a trigger or rule someone added
-/// to the table could make the count differ.)
-///
-/// [`Pool::autocommit_once`]: crate::backend::postgres::connection::Pool::autocommit_once
+/// It may commit by itself (`connection.rs`' `Pool::autocommit_once`), so
+/// the check that every job went in is its own, before the commit: a count
+/// short of the payloads (`$5`) makes it fail, by a cast of the counts' text
+/// that cannot succeed, and nothing is inserted. (Only a trigger or rule
+/// someone added to the table could make the count differ.)
 macro_rules! enqueue_batch {
     ($values:literal, $delay:literal, $rows:literal) => {
         concat!(
