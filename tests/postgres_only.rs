@@ -657,6 +657,87 @@ fn a_plain_enqueue_on_a_connection_the_server_just_terminated_is_there_once() ->
     Ok(())
 }
 
+/// A batch of plain jobs is one autocommit statement too, sent once, on a
+/// connection checked as the single enqueue's: after the server terminated
+/// the pooled connections, every job of the batch is there exactly once, in
+/// input order.
+#[test]
+fn a_plain_batch_on_a_connection_the_server_just_terminated_is_there_once() -> TestResult {
+    let Some(server) = Server::new()? else {
+        return Ok(());
+    };
+    let (queue, _clock) = server.manual_queue()?;
+    for round in 0..3 {
+        queue.enqueue_many((0..3).map(|i| NewJob::new("warm", json!(i))))?;
+        assert!(server.terminate_connections()? >= 1);
+        let kind = format!("terminated_{round}");
+        let ids = queue.enqueue_many((0..3).map(|i| NewJob::new(&kind, json!(i))))?;
+        let rows = server.client()?.query(
+            &format!(
+                "SELECT id, payload::text FROM {}.backlog_jobs WHERE kind = $1 ORDER BY id",
+                server.schema
+            ),
+            &[&kind],
+        )?;
+        let found: Vec<(i64, String)> = rows
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<TestResult<_>>()?;
+        let expected: Vec<(i64, String)> = ids
+            .iter()
+            .zip(0..)
+            .map(|(e, i)| (e.id, i.to_string()))
+            .collect();
+        assert_eq!(found, expected, "round {round}");
+    }
+    Ok(())
+}
+
+/// A batch of plain jobs commits by itself, so the check that every job
+/// went in is its statement's own, made before the commit: when the table
+/// takes fewer rows than the batch has jobs, without an error (here a
+/// trigger that drops some), the whole batch fails and none of its jobs is
+/// left. Both forms of the statement: jobs that differ only in their
+/// payloads, and jobs that differ in more.
+#[test]
+fn a_plain_batch_the_table_takes_only_part_of_fails_whole() -> TestResult {
+    let Some(server) = Server::new()? else {
+        return Ok(());
+    };
+    let (queue, _clock) = server.manual_queue()?;
+    let s = &server.schema;
+    server.client()?.batch_execute(&format!(
+        "CREATE FUNCTION {s}.drop_skipped() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.payload ? 'skip' THEN RETURN NULL; END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER drop_skipped BEFORE INSERT ON {s}.backlog_jobs
+         FOR EACH ROW EXECUTE FUNCTION {s}.drop_skipped();"
+    ))?;
+    let payloads = [json!({"a": 1}), json!({"skip": 1}), json!({"a": 2})];
+    let alike: Vec<NewJob> = payloads
+        .iter()
+        .map(|p| NewJob::new("k", p.clone()))
+        .collect();
+    let unlike: Vec<NewJob> = payloads
+        .iter()
+        .zip(0..)
+        .map(|(p, i)| NewJob::new("k", p.clone()).priority(i))
+        .collect();
+    for jobs in [alike, unlike] {
+        let e = queue
+            .enqueue_many(jobs)
+            .expect_err("one row of three dropped");
+        assert!(e.to_string().contains("inserted 2 of 3 jobs"), "{e}");
+    }
+    let left = server
+        .client()?
+        .query_one(&format!("SELECT count(*) FROM {s}.backlog_jobs"), &[])?;
+    assert_eq!(left.try_get::<_, i64>(0)?, 0);
+    Ok(())
+}
+
 #[test]
 fn a_worker_carries_on_after_its_connections_are_killed() -> TestResult {
     let Some(server) = Server::new()? else {

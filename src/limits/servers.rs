@@ -83,6 +83,32 @@ impl LimitedQueues {
             .then_some(first.as_str())
     }
 
+    /// The one queue of a lease of `queues` capped by `caps`, when it had a
+    /// rate limit at the last look (a concurrency limit or not): such a
+    /// lease may claim before it takes the queue's lock, and count its
+    /// starts in the rate window under the lock afterwards (PostgreSQL's
+    /// `limits::lease_ahead_rated`). `None` as [`Self::by_concurrency_alone`]
+    /// otherwise.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn by_rate<'q>(
+        &self,
+        queues: &'q [String],
+        caps: &[(String, usize)],
+    ) -> Option<&'q str> {
+        let [first] = queues else {
+            return None;
+        };
+        if !caps.is_empty() {
+            return None;
+        }
+        let seen = sync::lock(&self.seen);
+        let (_, limited) = seen.as_ref()?;
+        limited
+            .iter()
+            .any(|(name, l)| name == first && l.rate.is_some())
+            .then_some(first.as_str())
+    }
+
     /// The places that settles free, by queue, for a lease in the same
     /// transaction to hand on ([`lease_handing_on`]): one per item settled
     /// (`Ok`: its lease was held, and it ended) whose queue had a
@@ -307,7 +333,8 @@ mod tests {
 
     #[cfg(feature = "postgres")]
     #[test]
-    fn only_a_lease_of_one_queue_limited_by_concurrency_alone_may_claim_ahead() -> Result<()> {
+    fn only_a_lease_of_one_queue_limited_by_concurrency_alone_or_by_rate_may_claim_ahead(
+    ) -> Result<()> {
         let known = LimitedQueues::default();
         let s = |v: &[&str]| v.iter().map(|q| (*q).to_owned()).collect::<Vec<_>>();
         assert_eq!(
@@ -335,6 +362,10 @@ mod tests {
         })?;
         assert_eq!(known.by_concurrency_alone(&s(&["a"]), &[]), Some("a"));
         assert_eq!(known.by_concurrency_alone(&s(&["r"]), &[]), None);
+        assert_eq!(known.by_rate(&s(&["r"]), &[]), Some("r"));
+        assert_eq!(known.by_rate(&s(&["a"]), &[]), None);
+        assert_eq!(known.by_rate(&s(&["r", "r"]), &[]), None);
+        assert_eq!(known.by_rate(&s(&["r"]), &[("r".into(), 1)]), None);
         assert_eq!(known.by_concurrency_alone(&s(&["free"]), &[]), None);
         assert_eq!(known.by_concurrency_alone(&s(&["a", "a"]), &[]), None);
         assert_eq!(known.by_concurrency_alone(&s(&["a", "free"]), &[]), None);

@@ -107,7 +107,7 @@ async fn enqueue_batch(
         .iter()
         .map(|p| p.available_at.saturating_sub(p.now))
         .collect();
-    let rows = ::sqlx::query(AssertSqlSafe(q.enqueue_batch.as_str()))
+    let row = ::sqlx::query(AssertSqlSafe(q.enqueue_batch.as_str()))
         .bind(now)
         .bind(queues)
         .bind(kinds)
@@ -116,10 +116,14 @@ async fn enqueue_batch(
         .bind(max_attempts)
         .bind(delays)
         .bind(q.channel.as_str())
-        .fetch_all(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(from_sqlx)?;
-    let mut ids = rows.iter().map(id_of).collect::<Result<Vec<i64>>>()?;
+    // One row: the ids as an array.
+    let mut ids: Vec<i64> = match row {
+        Some(row) => row.try_get(0).map_err(from_sqlx)?,
+        None => Vec::new(),
+    };
     if ids.len() != jobs.len() {
         return Err(Error::Database(
             format!("inserted {} of {} jobs", ids.len(), jobs.len()).into(),

@@ -177,6 +177,79 @@ fn enqueue_many_of_mixed_shapes_keeps_each_jobs_options_in_input_order(b: &Backe
     Ok(())
 }
 
+/// Batches without unique keys whose two jobs differ in one option each,
+/// and one whose jobs share options other than the defaults (on PostgreSQL
+/// a batch whose jobs differ only in their payloads binds the other options
+/// once): each job is stored with its own options, its id in input order.
+fn enqueue_many_without_unique_keys_stores_each_jobs_options_in_input_order(
+    b: &Backend,
+) -> TestResult {
+    let h = b.harness()?;
+    let t0 = h.now();
+    let delay = Duration::from_secs(90);
+    let plain = |i: i32| NewJob::new("a", json!(i));
+    // (job, queue, kind, priority, max attempts, delayed)
+    let first = |i| (plain(i), "default", "a", 0, 25, false);
+    let batches = vec![
+        vec![
+            first(0),
+            (plain(1).queue("media"), "media", "a", 0, 25, false),
+        ],
+        vec![
+            first(2),
+            (NewJob::new("b", json!(3)), "default", "b", 0, 25, false),
+        ],
+        vec![
+            first(4),
+            (plain(5).priority(7), "default", "a", 7, 25, false),
+        ],
+        vec![
+            first(6),
+            (plain(7).max_attempts(2), "default", "a", 0, 2, false),
+        ],
+        vec![
+            first(8),
+            (plain(9).delay(delay), "default", "a", 0, 25, true),
+        ],
+        (10..14)
+            .map(|i| {
+                let job = NewJob::new("c", json!(i)).queue("media").priority(-4);
+                (job.max_attempts(3).delay(delay), "media", "c", -4, 3, true)
+            })
+            .collect(),
+    ];
+    let mut ids = Vec::new();
+    for shapes in batches {
+        let enqueued = h
+            .queue
+            .enqueue_many(shapes.iter().map(|(job, ..)| job.clone()))?;
+        assert_eq!(enqueued.len(), shapes.len());
+        for ((_, queue, kind, priority, max_attempts, delayed), e) in shapes.iter().zip(&enqueued) {
+            assert!(!e.existed);
+            let job = h.record(e.id)?;
+            let i = ids.len();
+            assert_eq!(job.payload, i.to_string(), "{i}");
+            assert_eq!(
+                (job.queue.as_str(), job.kind.as_str()),
+                (*queue, *kind),
+                "{i}"
+            );
+            assert_eq!(
+                (job.priority, job.max_attempts),
+                (*priority, *max_attempts),
+                "{i}"
+            );
+            assert_eq!(job.created_at, t0, "{i}");
+            let due = if *delayed { t0 + delay } else { t0 };
+            assert_eq!(job.available_at, due, "{i}");
+            ids.push(e.id);
+        }
+    }
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(h.live_rows()?, 14);
+    Ok(())
+}
+
 fn duplicate_unique_key_returns_the_existing_id(b: &Backend) -> TestResult {
     let h = b.harness()?;
     let first = h
@@ -330,6 +403,7 @@ conformance!(
     typed_args_are_stored_under_their_kind_and_decode_back,
     enqueue_many_returns_ids_in_input_order,
     enqueue_many_of_mixed_shapes_keeps_each_jobs_options_in_input_order,
+    enqueue_many_without_unique_keys_stores_each_jobs_options_in_input_order,
     duplicate_unique_key_returns_the_existing_id,
     unique_key_is_scoped_to_its_queue,
     live_scope_frees_the_key_once_the_job_finishes,

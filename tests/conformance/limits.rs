@@ -328,6 +328,82 @@ fn handles_leasing_at_once_fill_a_large_concurrency_limit_exactly(b: &Backend) -
     Ok(())
 }
 
+/// Many handles leasing at once, each a few jobs at a time, fill a rate
+/// limit far above their requests exactly, in one window, with or without a
+/// concurrency limit beside it: no interleaving of their claims starts
+/// more. (On PostgreSQL a claim of a room this large is made before the
+/// queue's lock is taken, and undone when its starts do not fit in the
+/// window under the lock: `limits::lease_ahead_rated`.)
+fn handles_leasing_at_once_fill_a_large_rate_limit_exactly(b: &Backend) -> TestResult {
+    const LIMIT: usize = 40;
+    let h = b.harness()?;
+    let rated = rate(LIMIT as u32, Duration::from_secs(3600));
+    let both = QueueLimits {
+        concurrency: Some(1000),
+        ..rated
+    };
+    for (queue, limits) in [("rated", rated), ("both", both)] {
+        enqueue(&h.queue, queue, 200)?;
+        h.queue.set_limits(queue, limits)?;
+        let handles = (0..6)
+            .map(|_| h.second_handle())
+            .collect::<TestResult<Vec<_>>>()?;
+        let start = std::sync::Barrier::new(handles.len());
+        let leased = std::thread::scope(|s| {
+            let threads: Vec<_> = handles
+                .iter()
+                .map(|other| {
+                    let start = &start;
+                    s.spawn(move || -> backlog::Result<usize> {
+                        start.wait();
+                        let mut held = 0;
+                        loop {
+                            match lease(other, &[queue], 3)?.len() {
+                                0 => return Ok(held),
+                                n => held += n,
+                            }
+                        }
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().expect("a leasing thread panicked"))
+                .collect::<backlog::Result<Vec<usize>>>()
+        })?;
+        assert_eq!(leased.iter().sum::<usize>(), LIMIT, "{queue}: {leased:?}");
+    }
+    Ok(())
+}
+
+/// A lease whose clock is behind a window a later lease opened counts its
+/// starts in that window, also when its room was large enough to claim
+/// before taking the queue's lock: the window is not moved back, and the
+/// later window's starts stay counted.
+fn a_lease_behind_a_newer_window_counts_its_starts_in_that_window(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let q = &h.queue;
+    enqueue(q, "api", 300)?;
+    q.set_limits("api", rate(100, Duration::from_secs(1)))?;
+    // A lease in the window of second 1 starts 10 there.
+    h.advance(Duration::from_millis(1200));
+    assert_eq!(lease(q, &["api"], 10)?.len(), 10);
+    // Another read its clock in second 0 and only now gets its turn.
+    h.clock.set(h.now() - Duration::from_millis(400));
+    assert_eq!(lease(q, &["api"], 10)?.len(), 10);
+    // Second 1 has 80 starts left, however they are asked for.
+    h.clock.set(h.now() + Duration::from_millis(500));
+    let mut more = 0;
+    loop {
+        match lease(q, &["api"], 7)?.len() {
+            0 => break,
+            n => more += n,
+        }
+    }
+    assert_eq!(more, 80);
+    Ok(())
+}
+
 /// Jobs of each queue running at once, now and at most.
 #[derive(Default)]
 struct Overlap(Mutex<HashMap<String, (usize, usize)>>);
@@ -467,4 +543,6 @@ conformance!(
     raising_a_limit_admits_more_at_once,
     a_limit_set_by_another_handle_is_never_exceeded,
     handles_leasing_at_once_fill_a_large_concurrency_limit_exactly,
+    handles_leasing_at_once_fill_a_large_rate_limit_exactly,
+    a_lease_behind_a_newer_window_counts_its_starts_in_that_window,
 );

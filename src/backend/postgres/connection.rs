@@ -226,7 +226,7 @@ impl Pool {
     }
 
     /// Runs `f`, one statement that writes and commits by itself and must
-    /// not run twice (a plain job's insert), on a pooled connection outside
+    /// not run twice (the insert of plain jobs), on a pooled connection outside
     /// a transaction: one round trip, where `BEGIN`, the statement and
     /// `COMMIT` take three. Refused inside this queue's transaction, as
     /// [`Pool::write`].

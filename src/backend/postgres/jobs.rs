@@ -41,12 +41,16 @@ pub(crate) fn enqueue_all<C: GenericClient>(
 /// Whether enqueueing `jobs` is one statement and nothing else, so that it
 /// can commit by itself in one round trip
 /// ([`Pool::autocommit_once`](super::connection::Pool::autocommit_once)):
-/// one plain job, with no unique key (a refused insert is followed by a
-/// look-up of the job holding the key) and nothing written but its own row
-/// (see `EnqueueParams::own_path_only`). A batch stays in a transaction:
-/// its statement checks the count of rows it inserted after they are in.
+/// plain jobs, with no unique key (a refused insert is followed by a
+/// look-up of the job holding the key) and nothing written but their own
+/// rows (see `EnqueueParams::own_path_only`). One is `enqueue_plain`'s
+/// insert; more are one `ENQUEUE_BATCH` (or its uniform form), which checks
+/// the count of rows it inserted itself, before its commit.
 pub(crate) fn is_one_statement(jobs: &[EnqueueParams<'_>]) -> bool {
-    matches!(jobs, [p] if p.unique_key.is_none() && p.own_path_only().is_none())
+    !jobs.is_empty()
+        && jobs
+            .iter()
+            .all(|p| p.unique_key.is_none() && p.own_path_only().is_none())
 }
 
 /// [`enqueue_all`] before members join their batches and the jobs with
@@ -156,42 +160,70 @@ fn enqueue<C: GenericClient>(
 }
 
 /// Inserts jobs without unique keys and notifies, in one statement; ids in
-/// input order.
+/// input order. A batch whose jobs differ only in their payloads binds the
+/// rest once ([`ENQUEUE_BATCH_UNIFORM`]).
+///
+/// [`ENQUEUE_BATCH_UNIFORM`]: super::queries::ENQUEUE_BATCH_UNIFORM
 fn enqueue_batch<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
     jobs: &[EnqueueParams<'_>],
 ) -> Result<Vec<Enqueued>> {
-    let now = q.now_override(jobs.first().map_or(0, |p| p.now));
-    let queues: Vec<&str> = jobs.iter().map(|p| p.queue).collect();
-    let kinds: Vec<&str> = jobs.iter().map(|p| p.kind).collect();
-    let priorities: Vec<i32> = jobs.iter().map(|p| p.priority).collect();
+    let Some(first) = jobs.first() else {
+        return Ok(Vec::new());
+    };
+    let now = q.now_override(first.now);
     let payloads: Vec<&str> = jobs.iter().map(|p| p.payload).collect();
-    let max_attempts = jobs
-        .iter()
-        .map(|p| to_i32("max_attempts", p.max_attempts))
-        .collect::<Result<Vec<i32>>>()?;
-    let delays: Vec<i64> = jobs
-        .iter()
-        .map(|p| p.available_at.saturating_sub(p.now))
-        .collect();
-    let rows = tx.query(
-        &q.enqueue_batch,
-        &[
-            &now,
-            &queues,
-            &kinds,
-            &priorities,
-            &payloads,
-            &max_attempts,
-            &delays,
-            &q.channel,
-        ],
-    )?;
-    let mut ids = rows
-        .iter()
-        .map(|r| r.try_get::<_, i64>(0))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let delay = |p: &EnqueueParams<'_>| p.available_at.saturating_sub(p.now);
+    let uniform = jobs.iter().all(|p| {
+        p.queue == first.queue
+            && p.kind == first.kind
+            && p.priority == first.priority
+            && p.max_attempts == first.max_attempts
+            && delay(p) == delay(first)
+    });
+    let row = if uniform {
+        let max_attempts = to_i32("max_attempts", first.max_attempts)?;
+        tx.query_opt(
+            &q.enqueue_batch_uniform,
+            &[
+                &now,
+                &first.queue,
+                &first.kind,
+                &first.priority,
+                &payloads,
+                &max_attempts,
+                &delay(first),
+                &q.channel,
+            ],
+        )?
+    } else {
+        let queues: Vec<&str> = jobs.iter().map(|p| p.queue).collect();
+        let kinds: Vec<&str> = jobs.iter().map(|p| p.kind).collect();
+        let priorities: Vec<i32> = jobs.iter().map(|p| p.priority).collect();
+        let max_attempts = jobs
+            .iter()
+            .map(|p| to_i32("max_attempts", p.max_attempts))
+            .collect::<Result<Vec<i32>>>()?;
+        let delays: Vec<i64> = jobs.iter().map(delay).collect();
+        tx.query_opt(
+            &q.enqueue_batch,
+            &[
+                &now,
+                &queues,
+                &kinds,
+                &priorities,
+                &payloads,
+                &max_attempts,
+                &delays,
+                &q.channel,
+            ],
+        )?
+    };
+    let mut ids: Vec<i64> = match row {
+        Some(row) => row.try_get(0)?,
+        None => Vec::new(),
+    };
     if ids.len() != jobs.len() {
         return Err(Error::Database(
             format!("inserted {} of {} jobs", ids.len(), jobs.len()).into(),
@@ -277,6 +309,16 @@ pub(crate) fn lease_ahead<C: GenericClient>(
     p: &LeaseParams<'_>,
 ) -> Result<Vec<Job>> {
     lease_limited_by(tx, q, p, &q.limits.lease_ahead)
+}
+
+/// A claim of one queue with a rate limit before its lock is taken: see
+/// `limits::AHEAD_RATED_ROOM` and `limits::lease_ahead_rated`.
+pub(crate) fn lease_ahead_rated<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+) -> Result<Vec<Job>> {
+    lease_limited_by(tx, q, p, &q.limits.lease_ahead_rated)
 }
 
 /// A claim of one limited queue by `sql`, a [`LEASE`] whose `LIMIT` reads

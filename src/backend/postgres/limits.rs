@@ -4,7 +4,9 @@
 //! turns: each counts the running jobs and the rate window after the
 //! previous one committed, and none over-admits. A lease of one queue
 //! limited by concurrency alone claims first and locks after, to count
-//! ([`lease_ahead`]), so that only the count and the commit take turns.
+//! ([`lease_ahead`]), so that only the count and the commit take turns; so
+//! does a lease of one queue with a rate limit, which counts its starts in
+//! the window under the lock ([`lease_ahead_rated`]).
 //! Leases of unlimited queues take no lock and skip limited queues (see
 //! `LEASE`'s `$7`).
 
@@ -111,6 +113,50 @@ pub(crate) fn lease_ahead<C: GenericClient>(
         return Ok((jobs, false));
     }
     let Some(limit) = limit else {
+        return Ok((jobs, true));
+    };
+    let running: i64 = tx
+        .query_opt(&q.limits.running, &[&queue])?
+        .map_or(Ok(0), |r| r.try_get(0))?;
+    Ok((jobs, running <= limit))
+}
+
+/// A lease of `queue`, which had a rate limit at the last look, that claims
+/// before it takes the queue's lock, as [`lease_ahead`] does: the claim
+/// ([`jobs::lease_ahead_rated`]) runs beside the other processes' claims,
+/// and the lock is held only for the count of its starts in the rate
+/// window (`COUNT_STARTS`, which takes the lock), the count of the running
+/// jobs when the queue has a concurrency limit too, and the commit. Returns
+/// the jobs and whether to commit: not when the starts do not fit in the
+/// window, a later lease moved the window on, the queue was paused or lost
+/// its rate limit meanwhile, or the running jobs exceed the concurrency
+/// limit; the caller then rolls back and takes the locked path ([`lease`]).
+/// A claim that found no room as it saw it took nothing, and that path
+/// follows in this transaction.
+///
+/// Exact as [`lease`] is: every claim that starts a job of a queue with a
+/// rate limit (this one, [`lease`]'s; a claim by hand takes none of them)
+/// counts its starts under the queue's lock, in the window as the lock's
+/// holder before left it, and keeps the lock through its commit.
+pub(crate) fn lease_ahead_rated<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    p: &LeaseParams<'_>,
+    queue: &str,
+) -> Result<(Vec<Job>, bool)> {
+    let jobs = jobs::lease_ahead_rated(tx, q, p)?;
+    if jobs.is_empty() {
+        return Ok((lease(tx, q, p)?, true));
+    }
+    let started = i64::try_from(jobs.len()).unwrap_or(i64::MAX);
+    let counted = tx.query_opt(
+        &q.limits.count_starts,
+        &[&q.now_override(p.now), &queue, &started],
+    )?;
+    let Some(row) = counted else {
+        return Ok((jobs, false));
+    };
+    let Some(limit) = row.try_get::<_, Option<i64>>(0)? else {
         return Ok((jobs, true));
     };
     let running: i64 = tx

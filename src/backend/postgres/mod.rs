@@ -101,12 +101,20 @@ impl Store for Db {
         // answer comes back, it runs again on another: the jobs a lost
         // answer claimed stay leased until the rescuer frees them.
         if self.may_be_limited(p)? {
-            // One queue limited by concurrency alone claims before it locks
-            // the queue's row, unless that claim would exceed the limit.
+            // One queue limited by concurrency alone, or with a rate limit,
+            // claims before it locks the queue's row, unless that claim
+            // would exceed a limit.
             if let Some(queue) = self.limited.by_concurrency_alone(p.queues, p.caps) {
                 let (jobs, committed) = self
                     .pool
                     .write_deciding(|tx| limits::lease_ahead(tx, &self.q, p, queue))?;
+                if committed {
+                    return Ok(jobs);
+                }
+            } else if let Some(queue) = self.limited.by_rate(p.queues, p.caps) {
+                let (jobs, committed) = self
+                    .pool
+                    .write_deciding(|tx| limits::lease_ahead_rated(tx, &self.q, p, queue))?;
                 if committed {
                     return Ok(jobs);
                 }
@@ -143,6 +151,21 @@ impl Store for Db {
             (false, None) => Ok((self.settle_many(items)?, Vec::new())),
             (false, Some(p)) => {
                 let limited = self.may_be_limited(p)?;
+                // A queue with a rate limit hands no places on (each start
+                // counts in its window): its claim goes ahead of its lock
+                // as in `lease`, and when that claim must be undone the
+                // whole transaction runs again the locked way (each settle
+                // is fenced on its lease token, so it applies once).
+                if let Some(queue) = self.limited.by_rate(p.queues, p.caps) {
+                    let (done, committed) = self.pool.write_deciding(|tx| {
+                        let results = jobs::settle_all(tx, &self.q, items, false)?;
+                        let (jobs, commit) = limits::lease_ahead_rated(tx, &self.q, p, queue)?;
+                        Ok(((results, jobs), commit))
+                    })?;
+                    if committed {
+                        return Ok(done);
+                    }
+                }
                 self.pool.write(|tx| {
                     let results = jobs::settle_all(tx, &self.q, items, false)?;
                     let jobs = if limited {

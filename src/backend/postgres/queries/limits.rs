@@ -100,6 +100,59 @@ fn lease_ahead() -> String {
     LEASE.replacen("LIMIT $6\n", &format!("{AHEAD_ROOM}\n"), 1)
 }
 
+/// The `LIMIT` of [`LEASE`] for a claim of one queue with a rate limit
+/// (`$4`) made before the queue's lock is taken (see
+/// `limits::lease_ahead_rated`): all `$6` asked for when the queue's room,
+/// as this statement sees it, is at least four times that under its rate
+/// (the starts left in the current window) and under its concurrency limit
+/// if it has one, and nothing otherwise (the caller then takes the locked
+/// path). A guess, as [`AHEAD_ROOM`]'s: exactness comes from
+/// [`COUNT_STARTS`] under the lock, and [`RUNNING`] after it. Nothing when
+/// the queue has no rate limit by now.
+///
+/// The window is `[k·period, (k+1)·period)` as the engine's `window_of`
+/// cuts it (for a now at or after the epoch, where `%` is `rem_euclid`).
+///
+/// PostgreSQL only, like [`LIMITED_ROOM`].
+const AHEAD_RATED_ROOM: &str = "LIMIT CASE WHEN COALESCE((SELECT LEAST(
+            CASE WHEN concurrency_limit IS NULL THEN $6::int8 * 4
+                 ELSE concurrency_limit::int8 - (SELECT count(*) FROM {jobs}
+                     WHERE queue = $4 AND lease_token IS NOT NULL) END,
+            rate_limit::int8 - CASE
+                WHEN rate_window_start = {now} - {now} % (rate_period_ms * 1000::int8)
+                THEN rate_window_count ELSE 0 END)
+        FROM {queues} WHERE name = $4 AND rate_limit IS NOT NULL), 0)
+        >= 4 * $6::int8 THEN $6::int8 ELSE 0 END";
+
+/// [`LEASE`] with its `LIMIT $6` replaced by [`AHEAD_RATED_ROOM`].
+fn lease_ahead_rated() -> String {
+    LEASE.replacen("LIMIT $6\n", &format!("{AHEAD_RATED_ROOM}\n"), 1)
+}
+
+/// Counts `$3` starts, claimed ahead of the lock, in queue `$2`'s rate
+/// window at now, locking the queue's row: only when they fit in what is
+/// left of the window, the queue is not paused and still has a rate
+/// limit, and no later lease has moved the window past now's; no row
+/// otherwise, and the caller undoes the claim. Returns the queue's
+/// concurrency limit, for the count that follows ([`RUNNING`]).
+///
+/// One statement locks, checks and writes: under READ COMMITTED an update
+/// that waited for the row rechecks its conditions on the version the
+/// holder before committed, so it counts every start committed in the
+/// window before it, as [`LOCK_LIMITED`]'s lock does for the locked path.
+const COUNT_STARTS: &str = "
+UPDATE {queues}
+SET rate_window_count = CASE
+        WHEN rate_window_start = {now} - {now} % (rate_period_ms * 1000::int8)
+        THEN rate_window_count + $3::int8 ELSE $3::int8 END,
+    rate_window_start = {now} - {now} % (rate_period_ms * 1000::int8)
+WHERE name = $2 AND NOT paused AND rate_limit IS NOT NULL
+  AND (rate_window_start IS NULL
+       OR rate_window_start <= {now} - {now} % (rate_period_ms * 1000::int8))
+  AND CASE WHEN rate_window_start = {now} - {now} % (rate_period_ms * 1000::int8)
+           THEN rate_window_count + $3::int8 ELSE $3::int8 END <= rate_limit
+RETURNING concurrency_limit::int8";
+
 /// Locks queue `$1`'s row after a claim made ahead of the lock: its
 /// concurrency limit, and whether that claim must be undone whatever the
 /// count (the queue was paused or given a rate limit meanwhile). Under READ
@@ -128,6 +181,8 @@ pub(crate) struct LimitQueries {
     pub lease_limited: String,
     pub lease_handed: String,
     pub lease_ahead: String,
+    pub lease_ahead_rated: String,
+    pub count_starts: String,
     pub lock_queue: String,
     pub running: String,
     pub set_rate_window: String,
@@ -142,6 +197,8 @@ impl LimitQueries {
             lease_limited: r(&lease_limited()),
             lease_handed: r(&lease_handed()),
             lease_ahead: r(&lease_ahead()),
+            lease_ahead_rated: r(&lease_ahead_rated()),
+            count_starts: r(COUNT_STARTS),
             lock_queue: r(LOCK_QUEUE),
             running: r(RUNNING),
             set_rate_window: r(SET_RATE_WINDOW),
@@ -162,5 +219,8 @@ mod tests {
         let ahead = super::lease_ahead();
         assert!(ahead.contains(super::AHEAD_ROOM), "{ahead}");
         assert!(!ahead.contains("LIMIT $6\n"), "{ahead}");
+        let rated = super::lease_ahead_rated();
+        assert!(rated.contains(super::AHEAD_RATED_ROOM), "{rated}");
+        assert!(!rated.contains("LIMIT $6\n"), "{rated}");
     }
 }

@@ -72,29 +72,74 @@ pub(crate) fn enqueue_plain() -> String {
     )
 }
 
-/// Inserts a batch of jobs without unique keys and notifies the queue's
-/// channel (`$8`) once, in one statement, returning their ids in input
-/// order: the rows are inserted in `n` order, so the sequence hands them
-/// increasing ids, and the caller sorts the returned ids. Parameters: `$1`
-/// now override, then arrays of queue, kind, priority, payload, max
-/// attempts, delay, then the channel. The notification's CTE is
-/// materialized, so it runs once however many rows.
+/// The two batch inserts below ([`ENQUEUE_BATCH`], [`ENQUEUE_BATCH_UNIFORM`]),
+/// from their columns (`$values`: queue to max attempts, and `$delay`) and
+/// their rows (`$rows`, numbered `n`).
 ///
-/// PostgreSQL only: one round trip per batch instead of one per job (SQLite
-/// runs in-process, where a cached statement per job costs nothing).
-pub const ENQUEUE_BATCH: &str = "
+/// The clock is read once per statement (a sub-select, which PostgreSQL runs
+/// once), not three times per row: it is the transaction's start either
+/// way. The notification's CTE is materialized, so it runs once however
+/// many rows.
+///
+/// It may commit by itself (`connection.rs`' `Pool::autocommit_once`), so
+/// the check that every job went in is its own, before the commit: a count
+/// short of the payloads (`$5`) makes it fail, by a cast of the counts' text
+/// that cannot succeed, and nothing is inserted. (Only a trigger or rule
+/// someone added to the table could make the count differ.)
+macro_rules! enqueue_batch {
+    ($values:literal, $delay:literal, $rows:literal) => {
+        concat!(
+            "
 WITH inserted AS (
 INSERT INTO {jobs}
     (queue, kind, priority, payload, max_attempts, available_at, created_at, updated_at)
-SELECT queue, kind, priority, payload::jsonb, max_attempts, {now} + delay, {now}, {now}
-FROM unnest($2::text[], $3::text[], $4::int4[], $5::text[], $6::int4[], $7::int8[])
-    WITH ORDINALITY AS j (queue, kind, priority, payload, max_attempts, delay, n)
+SELECT ",
+            $values,
+            ", (SELECT {now}) + ",
+            $delay,
+            ", (SELECT {now}), (SELECT {now})
+FROM ",
+            $rows,
+            "
 ORDER BY n
 RETURNING id
 ), notified AS MATERIALIZED (
     SELECT pg_notify($8, '') WHERE EXISTS (SELECT 1 FROM inserted)
 )
-SELECT inserted.id FROM inserted, notified";
+SELECT CASE WHEN count(*) = cardinality($5::text[]) THEN array_agg(inserted.id)
+            ELSE ('inserted ' || count(*) || ' of ' || cardinality($5::text[]) || ' jobs')::int8[]
+       END
+FROM inserted, notified"
+        )
+    };
+}
+
+/// Inserts a batch of jobs without unique keys and notifies the queue's
+/// channel (`$8`) once, in one statement, and returns their ids as one
+/// array, in no particular order: the rows are inserted in `n` order, so
+/// the sequence hands them increasing ids, and the caller sorts them into
+/// input order. Parameters: `$1` now override, then arrays of queue, kind,
+/// priority, payload, max attempts, delay, then the channel.
+///
+/// PostgreSQL only: one round trip per batch instead of one per job (SQLite
+/// runs in-process, where a cached statement per job costs nothing).
+pub const ENQUEUE_BATCH: &str = enqueue_batch!(
+    "queue, kind, priority, payload::jsonb, max_attempts",
+    "delay",
+    "unnest($2::text[], $3::text[], $4::int4[], $5::text[], $6::int4[], $7::int8[])
+    WITH ORDINALITY AS j (queue, kind, priority, payload, max_attempts, delay, n)"
+);
+
+/// [`ENQUEUE_BATCH`] for a batch whose jobs differ in their payloads alone
+/// (`NewJob::new` in a loop): queue `$2`, kind `$3`, priority `$4`, max
+/// attempts `$6` and delay `$7` are bound once, as scalars, and only the
+/// payloads (`$5`) as an array. Five arrays fewer to encode, send and
+/// unnest per batch.
+pub const ENQUEUE_BATCH_UNIFORM: &str = enqueue_batch!(
+    "$2::text, $3::text, $4::int4, payload::jsonb, $6::int4",
+    "$7::int8",
+    "unnest($5::text[]) WITH ORDINALITY AS j (payload, n)"
+);
 
 /// The live job holding a unique key. Parameters: `$1` queue, `$2` key.
 pub const FIND_LIVE_UNIQUE: &str = "SELECT id FROM {jobs} WHERE queue = $1 AND unique_key = $2";
