@@ -288,6 +288,30 @@ fn a_limit_set_by_another_handle_is_never_exceeded(b: &Backend) -> TestResult {
     Ok(())
 }
 
+/// A limit lifted and set again counts the jobs leased while the queue had
+/// none: nothing a lease learned before the lift stands for them (a backend
+/// that remembers a bound of the running jobs must forget it).
+fn a_limit_set_again_counts_the_jobs_leased_while_there_was_none(b: &Backend) -> TestResult {
+    let h = b.harness()?;
+    let q = &h.queue;
+    enqueue(q, "smtp", 20)?;
+    q.set_limits("smtp", concurrency(10))?;
+    assert_eq!(lease(q, &["smtp"], 2)?.len(), 2);
+    q.set_limits("smtp", QueueLimits::default())?;
+    assert_eq!(lease(q, &["smtp"], 8)?.len(), 8);
+
+    // One at a time: a lease asking for less than the limit leaves room
+    // that only the count of the jobs running now can refuse.
+    q.set_limits("smtp", concurrency(10))?;
+    for _ in 0..3 {
+        let over = lease(q, &["smtp"], 1)?;
+        assert!(over.is_empty(), "{} leased past the limit", over.len());
+    }
+    q.set_limits("smtp", concurrency(12))?;
+    assert_eq!(lease(q, &["smtp"], 10)?.len(), 2);
+    Ok(())
+}
+
 /// Many handles leasing at once, each a few jobs at a time, fill a limit far
 /// above their requests exactly: no interleaving of their claims runs more.
 /// (On PostgreSQL a claim of a room this large is made before the queue's
@@ -545,4 +569,5 @@ conformance!(
     handles_leasing_at_once_fill_a_large_concurrency_limit_exactly,
     handles_leasing_at_once_fill_a_large_rate_limit_exactly,
     a_lease_behind_a_newer_window_counts_its_starts_in_that_window,
+    a_limit_set_again_counts_the_jobs_leased_while_there_was_none,
 );
