@@ -185,10 +185,12 @@ pub(crate) trait SequenceTexts {
     const HAND_OVER: &'static str;
 }
 
-/// [`SequenceTexts`] rendered for one queue's tables, once at connect, and
-/// the statements only one server runs (`Own`).
+/// [`SequenceTexts`] rendered for one queue's tables, once at connect.
+/// (MySQL's one statement of its own is beside it, `own_sequences`: a field
+/// here that only one server reads would be dead code in a build with the
+/// other server alone.)
 #[derive(Debug)]
-pub(crate) struct SequenceStatements<Own> {
+pub(crate) struct SequenceStatements {
     pub swap_tail: String,
     pub record_key: String,
     pub keys_of: String,
@@ -198,13 +200,11 @@ pub(crate) struct SequenceStatements<Own> {
     pub predecessors: String,
     pub is_next: String,
     pub hand_over: String,
-    /// The server's own statements.
-    pub own: Own,
 }
 
-impl<Own> SequenceStatements<Own> {
-    /// Dialect `D`'s texts, each rendered with `r`, beside `own`.
-    pub(crate) fn render<D: SequenceTexts>(r: impl Fn(&str) -> String, own: Own) -> Self {
+impl SequenceStatements {
+    /// Dialect `D`'s texts, each rendered with `r`.
+    pub(crate) fn render<D: SequenceTexts>(r: impl Fn(&str) -> String) -> Self {
         SequenceStatements {
             swap_tail: r(D::SWAP_TAIL),
             record_key: r(D::RECORD_KEY),
@@ -215,7 +215,6 @@ impl<Own> SequenceStatements<Own> {
             predecessors: r(D::PREDECESSORS),
             is_next: r(D::IS_NEXT),
             hand_over: r(D::HAND_OVER),
-            own,
         }
     }
 }

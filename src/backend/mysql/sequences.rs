@@ -83,8 +83,10 @@ impl<Q: Queryable> crate::sequence::Chain for Sequences<'_, Q> {
             &s.swap_tail,
             params! { "queue" => queue, "key" => key, "tail" => id },
         )?;
-        let prev: Option<Option<i64>> =
-            q.exec_first(&s.own.prev, params! { "queue" => queue, "key" => key })?;
+        let prev: Option<Option<i64>> = q.exec_first(
+            &self.0.own_sequences.prev,
+            params! { "queue" => queue, "key" => key },
+        )?;
         q.exec_drop(&s.record_key, params! { "id" => id, "key" => key })?;
         Ok(prev.flatten())
     }

@@ -173,7 +173,8 @@ pub struct Sql {
     pub prune: [String; 6],
     pub latest_job: String,
     pub flows: FlowStatements<OwnFlows>,
-    pub sequences: SequenceStatements<OwnSequences>,
+    pub sequences: SequenceStatements,
+    pub own_sequences: OwnSequences,
     /// The multi-row inserts rendered so far, by rows, shape and whether
     /// they return ids ([`Sql::enqueue_rows`], [`Sql::enqueue_row`]).
     enqueue_rows: Mutex<HashMap<(usize, RowShape, bool), Arc<str>>>,
@@ -259,7 +260,8 @@ impl Sql {
             ],
             latest_job: r(LATEST_JOB),
             flows: FlowStatements::render::<Sql>(r, OwnFlows::new(r)),
-            sequences: SequenceStatements::render::<Sql>(r, OwnSequences::new(r)),
+            sequences: SequenceStatements::render::<Sql>(r),
+            own_sequences: OwnSequences::new(r),
             tables,
             returning,
             enqueue_rows: Mutex::default(),

@@ -60,8 +60,8 @@ VALUES (:dependency, :dependent, TRUE, FALSE, TRUE)";
 /// The tail [`Sql::SWAP_TAIL`] replaced, NULL for a new sequence.
 pub const PREV: &str = "SELECT prev FROM {sequences} WHERE queue = :queue AND `key` = :key";
 
-/// MySQL's own statement of sequences, rendered once at connect: the `own`
-/// of its `SequenceStatements`.
+/// MySQL's own statement of sequences, rendered once at connect, beside its
+/// `SequenceStatements`.
 #[derive(Debug)]
 pub struct OwnSequences {
     pub prev: String,

@@ -144,7 +144,7 @@ pub(crate) struct Queries {
     pub find_unique: String,
     pub limits: LimitQueries,
     pub flows: FlowStatements<OwnFlows>,
-    pub sequences: SequenceStatements<()>,
+    pub sequences: SequenceStatements,
     pub update_waiting: String,
     /// [`COUNT_WAITING_DUE`], [`COUNT_WAITING_LATER`], [`COUNT_RUNNING`] and
     /// [`COUNT_DEAD`] as one statement.
@@ -208,7 +208,7 @@ impl Queries {
             find_unique: r(FIND_UNIQUE),
             limits: LimitQueries::render(r),
             flows: FlowStatements::render::<Queries>(r, OwnFlows::render(r)),
-            sequences: SequenceStatements::render::<Queries>(r, ()),
+            sequences: SequenceStatements::render::<Queries>(r),
             update_waiting: r(UPDATE_WAITING),
             depth: r(&[
                 COUNT_WAITING_DUE,
