@@ -69,18 +69,9 @@ impl LimitedQueues {
         queues: &'q [String],
         caps: &[(String, usize)],
     ) -> Option<&'q str> {
-        let [first] = queues else {
-            return None;
-        };
-        if !caps.is_empty() {
-            return None;
-        }
-        let seen = sync::lock(&self.seen);
-        let (_, limited) = seen.as_ref()?;
-        limited
-            .iter()
-            .any(|(name, l)| name == first && l.concurrency.is_some() && l.rate.is_none())
-            .then_some(first.as_str())
+        self.the_one_queue(queues, caps, |l| {
+            l.concurrency.is_some() && l.rate.is_none()
+        })
     }
 
     /// The one queue of a lease of `queues` capped by `caps`, when it had a
@@ -95,6 +86,19 @@ impl LimitedQueues {
         queues: &'q [String],
         caps: &[(String, usize)],
     ) -> Option<&'q str> {
+        self.the_one_queue(queues, caps, |l| l.rate.is_some())
+    }
+
+    /// The one queue of a lease of `queues` with no cap, when its limits at
+    /// the last look are `such`: `None` for several queues (or one named
+    /// twice), a cap, other limits, or no look yet.
+    #[cfg(feature = "postgres")]
+    fn the_one_queue<'q>(
+        &self,
+        queues: &'q [String],
+        caps: &[(String, usize)],
+        such: impl Fn(&QueueLimits) -> bool,
+    ) -> Option<&'q str> {
         let [first] = queues else {
             return None;
         };
@@ -105,7 +109,7 @@ impl LimitedQueues {
         let (_, limited) = seen.as_ref()?;
         limited
             .iter()
-            .any(|(name, l)| name == first && l.rate.is_some())
+            .any(|(name, l)| name == first && such(l))
             .then_some(first.as_str())
     }
 
