@@ -115,10 +115,7 @@ pub(crate) fn lease_ahead<C: GenericClient>(
     let Some(limit) = limit else {
         return Ok((jobs, true));
     };
-    let running: i64 = tx
-        .query_opt(&q.limits.running, &[&queue])?
-        .map_or(Ok(0), |r| r.try_get(0))?;
-    Ok((jobs, running <= limit))
+    Ok((jobs, within(tx, q, queue, limit)?))
 }
 
 /// A lease of `queue`, which had a rate limit at the last look, that claims
@@ -159,10 +156,22 @@ pub(crate) fn lease_ahead_rated<C: GenericClient>(
     let Some(limit) = row.try_get::<_, Option<i64>>(0)? else {
         return Ok((jobs, true));
     };
+    Ok((jobs, within(tx, q, queue, limit)?))
+}
+
+/// Whether `queue`'s running jobs, counted under its lock with the claim
+/// made ahead of it, are within its concurrency `limit`: whether a claim
+/// ahead may commit.
+fn within<C: GenericClient>(
+    tx: &mut Tx<'_, C>,
+    q: &Queries,
+    queue: &str,
+    limit: i64,
+) -> Result<bool> {
     let running: i64 = tx
         .query_opt(&q.limits.running, &[&queue])?
         .map_or(Ok(0), |r| r.try_get(0))?;
-    Ok((jobs, running <= limit))
+    Ok(running <= limit)
 }
 
 /// A lease where some of the queues may be limited, in the caller's
