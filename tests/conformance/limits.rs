@@ -10,7 +10,7 @@ use std::time::Duration;
 use backlog::{Error, JobState, LeaseRequest, NewJob, QueueLimits, Rate};
 use serde_json::json;
 
-use crate::harness::{Backend, TestResult};
+use crate::harness::{Backend, Harness, TestResult};
 
 fn concurrency(n: u32) -> QueueLimits {
     QueueLimits {
@@ -322,6 +322,14 @@ fn handles_leasing_at_once_fill_a_large_concurrency_limit_exactly(b: &Backend) -
     let h = b.harness()?;
     enqueue(&h.queue, "bulk", 200)?;
     h.queue.set_limits("bulk", concurrency(LIMIT as u32))?;
+    let leased = six_handles_lease_at_once(&h, "bulk")?;
+    assert_eq!(leased.iter().sum::<usize>(), LIMIT, "{leased:?}");
+    Ok(())
+}
+
+/// Six more handles on `h`'s queue lease `queue` at once, 3 jobs at a time,
+/// until a lease takes nothing: how many each took.
+fn six_handles_lease_at_once(h: &Harness, queue: &str) -> TestResult<Vec<usize>> {
     let handles = (0..6)
         .map(|_| h.second_handle())
         .collect::<TestResult<Vec<_>>>()?;
@@ -335,7 +343,7 @@ fn handles_leasing_at_once_fill_a_large_concurrency_limit_exactly(b: &Backend) -
                     start.wait();
                     let mut held = 0;
                     loop {
-                        match lease(other, &["bulk"], 3)?.len() {
+                        match lease(other, &[queue], 3)?.len() {
                             0 => return Ok(held),
                             n => held += n,
                         }
@@ -348,8 +356,7 @@ fn handles_leasing_at_once_fill_a_large_concurrency_limit_exactly(b: &Backend) -
             .map(|t| t.join().expect("a leasing thread panicked"))
             .collect::<backlog::Result<Vec<usize>>>()
     })?;
-    assert_eq!(leased.iter().sum::<usize>(), LIMIT, "{leased:?}");
-    Ok(())
+    Ok(leased)
 }
 
 /// Many handles leasing at once, each a few jobs at a time, fill a rate
@@ -369,32 +376,7 @@ fn handles_leasing_at_once_fill_a_large_rate_limit_exactly(b: &Backend) -> TestR
     for (queue, limits) in [("rated", rated), ("both", both)] {
         enqueue(&h.queue, queue, 200)?;
         h.queue.set_limits(queue, limits)?;
-        let handles = (0..6)
-            .map(|_| h.second_handle())
-            .collect::<TestResult<Vec<_>>>()?;
-        let start = std::sync::Barrier::new(handles.len());
-        let leased = std::thread::scope(|s| {
-            let threads: Vec<_> = handles
-                .iter()
-                .map(|other| {
-                    let start = &start;
-                    s.spawn(move || -> backlog::Result<usize> {
-                        start.wait();
-                        let mut held = 0;
-                        loop {
-                            match lease(other, &[queue], 3)?.len() {
-                                0 => return Ok(held),
-                                n => held += n,
-                            }
-                        }
-                    })
-                })
-                .collect();
-            threads
-                .into_iter()
-                .map(|t| t.join().expect("a leasing thread panicked"))
-                .collect::<backlog::Result<Vec<usize>>>()
-        })?;
+        let leased = six_handles_lease_at_once(&h, queue)?;
         assert_eq!(leased.iter().sum::<usize>(), LIMIT, "{queue}: {leased:?}");
     }
     Ok(())
