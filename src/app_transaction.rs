@@ -292,7 +292,7 @@ macro_rules! transactional_calls {
         fn transaction = |$ctx:ident, $job_f:ident| $job_transaction:expr;
     ) => {
         $(#[$queue_doc])*
-        pub trait QueueExt {
+        pub trait QueueExt: $crate::sealed::Sealed {
             /// Enqueues a job inside the caller's transaction: the job exists
             /// if and only if that transaction commits.
             fn enqueue_in(
@@ -442,7 +442,7 @@ macro_rules! transactional_calls {
         }
 
         $(#[$context_doc])*
-        pub trait JobContextExt {
+        pub trait JobContextExt: $crate::sealed::Sealed {
             $(#[$context_transaction_doc])*
             fn transaction<T, F>(&self, f: F) -> std::result::Result<T, $crate::JobError>
             where

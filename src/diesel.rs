@@ -82,7 +82,7 @@ use crate::queue::{params, Queue};
 /// batch goes one statement per job, and only finishing outcomes settle
 /// here ([`QueueExt::complete_in`], [`QueueExt::settle_in`] with a complete,
 /// discard or cancel); a retry is the worker's to record.
-pub trait QueueExt<C> {
+pub trait QueueExt<C>: crate::sealed::Sealed {
     /// Enqueues a job inside the caller's transaction: the job exists if
     /// and only if that transaction commits. Invalid jobs are refused
     /// before anything is sent.

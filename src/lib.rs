@@ -163,6 +163,7 @@ pub mod postgres;
 mod queue;
 mod redact;
 mod retry;
+mod sealed;
 pub mod sequence;
 pub mod sqlite;
 #[cfg(any(feature = "sqlx-postgres", feature = "sqlx-mysql"))]
@@ -208,3 +209,40 @@ pub use worker::{
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// Builds only while every extension trait has [`Sealed`] as a supertrait:
+/// a bound on one of them then implies `Sealed`.
+#[cfg(test)]
+#[allow(dead_code)]
+mod each_extension_trait_is_sealed {
+    use crate::sealed::Sealed;
+
+    fn sealed<T: Sealed>() {}
+
+    fn sqlite<Q: crate::sqlite::QueueExt, J: crate::sqlite::JobContextExt>() {
+        sealed::<Q>();
+        sealed::<J>();
+    }
+
+    #[cfg(feature = "postgres")]
+    fn postgres<Q: crate::postgres::QueueExt, J: crate::postgres::JobContextExt>() {
+        sealed::<Q>();
+        sealed::<J>();
+    }
+
+    #[cfg(feature = "mysql")]
+    fn mysql<Q: crate::mysql::QueueExt, J: crate::mysql::JobContextExt>() {
+        sealed::<Q>();
+        sealed::<J>();
+    }
+
+    #[cfg(any(feature = "diesel-postgres", feature = "diesel-mysql"))]
+    fn diesel<C, Q: crate::diesel::QueueExt<C>>() {
+        sealed::<Q>();
+    }
+
+    #[cfg(any(feature = "sqlx-postgres", feature = "sqlx-mysql"))]
+    fn sqlx<D: ::sqlx::Database, Q: crate::sqlx::QueueExt<D>>() {
+        sealed::<Q>();
+    }
+}

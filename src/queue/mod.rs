@@ -73,6 +73,9 @@ pub struct Queue {
     inner: Arc<Inner>,
 }
 
+/// The extension traits extend a `Queue` (see `sealed.rs`).
+impl crate::sealed::Sealed for Queue {}
+
 #[derive(Debug)]
 struct Inner {
     backend: Backend,

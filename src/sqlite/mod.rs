@@ -139,7 +139,7 @@ pub fn make_default_vfs() -> bool {
 /// [`QueueExt::wal_size`]). On a queue that is not on SQLite the calls
 /// answer [`Error::InvalidArgument`] and write nothing (the `_in` calls
 /// check their jobs first, so a bad job is refused as such).
-pub trait QueueExt {
+pub trait QueueExt: crate::sealed::Sealed {
     /// Enqueues a job inside the caller's transaction: the job exists if and
     /// only if that transaction commits.
     fn enqueue_in(&self, conn: &Connection, job: impl IntoNewJob) -> Result<Enqueued>;
@@ -319,7 +319,7 @@ impl QueueExt for Queue {
 }
 
 /// Transactional completion for handlers on SQLite.
-pub trait JobContextExt {
+pub trait JobContextExt: crate::sealed::Sealed {
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the queue's database and
     /// completes the job in the same transaction: the effects `f` writes and
     /// the completion commit together, or not at all.

@@ -94,7 +94,7 @@ pub mod postgres;
 /// and tables fully, so the connection's `search_path` or default database
 /// does not matter. A queue on another database is
 /// [`Error::InvalidArgument`].
-pub trait QueueExt<DB: Database> {
+pub trait QueueExt<DB: Database>: crate::sealed::Sealed {
     /// Enqueues a job inside `tx`. A bad job is refused with a typed error
     /// before anything is sent. With a unique key already held by a live
     /// job (or a finished one, per the key's scope), the existing job's id

@@ -159,6 +159,9 @@ pub struct JobContext {
     completed: AtomicBool,
 }
 
+/// The extension traits extend a `JobContext` (see `sealed.rs`).
+impl crate::sealed::Sealed for JobContext {}
+
 impl JobContext {
     pub(crate) fn new(
         job: Arc<Job>,
