@@ -93,6 +93,11 @@ pub struct ServerArgs {
     /// Timed leases per depth and batch size. Defaults to 200.
     #[arg(long)]
     leases: Option<usize>,
+    /// How long each job's handler sleeps in the limits mode, in µs: 0 (the
+    /// default) drains no-op jobs, where any limit that binds costs the most;
+    /// a job that does some work shows what a binding limit costs it.
+    #[arg(long, default_value_t = 0)]
+    limits_job_us: u64,
 }
 
 /// The sizes of one invocation.
@@ -222,7 +227,15 @@ pub fn run(a: &ServerArgs, runs: Option<usize>, out: Option<&std::path::Path>) -
         }
         if wants(Part::Limits) {
             for run in 0..runs {
-                limits(&mut report, server, label, &sizes, a.threads, run)?;
+                limits(
+                    &mut report,
+                    server,
+                    label,
+                    &sizes,
+                    a.threads,
+                    a.limits_job_us,
+                    run,
+                )?;
             }
         }
         eprintln!(
@@ -487,6 +500,7 @@ fn burn_down(
                         threads,
                         prefetch,
                         limits: QueueLimits::default(),
+                        job_us: 0,
                     };
                     let rate = server_worker::burn_down(report, server, label, &b)?;
                     backlog.push((b, rate));
@@ -533,6 +547,7 @@ fn limits(
     label: &str,
     sizes: &Sizes,
     threads: usize,
+    job_us: u64,
     run: usize,
 ) -> BoxResult<()> {
     let processes = sizes.processes.iter().copied().max().unwrap_or(1);
@@ -573,6 +588,10 @@ fn limits(
             },
         ),
     ];
+    let jobs = match job_us {
+        0 => String::new(),
+        us => format!(", jobs of {us} µs"),
+    };
     let mut rates = [0.0f64; 5];
     for k in 0..variants.len() {
         let i = (k + run) % variants.len();
@@ -582,6 +601,7 @@ fn limits(
             threads,
             prefetch: 0,
             limits: variants[i].1,
+            job_us,
         };
         rates[i] = server_worker::burn_down(report, server, label, &b)?;
     }
@@ -589,7 +609,7 @@ fn limits(
         report.target(
             "limits",
             label,
-            &format!("{} / no limit, {processes} processes", variants[i].0),
+            &format!("{} / no limit, {processes} processes{jobs}", variants[i].0),
             "ratio",
             rates[i] / rates[0],
             Target::AtLeast(0.9),

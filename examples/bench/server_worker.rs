@@ -55,6 +55,9 @@ pub struct ChildArgs {
     rate: f64,
     #[arg(long, default_value_t = 10.0)]
     secs: f64,
+    /// How long each job's handler sleeps, in µs (the worker role).
+    #[arg(long, default_value_t = 0)]
+    job_us: u64,
 }
 
 // ---- the parent's side -------------------------------------------------------
@@ -156,6 +159,8 @@ pub struct BurnDown {
     pub prefetch: usize,
     /// Set on the queue before the workers start.
     pub limits: QueueLimits,
+    /// How long each job's handler sleeps, in µs (0: no-op jobs).
+    pub job_us: u64,
 }
 
 impl BurnDown {
@@ -170,6 +175,9 @@ impl BurnDown {
             name.push_str(&format!(", prefetch {}", self.prefetch));
         }
         name.push_str(&format!(", {}k jobs", self.jobs / 1000));
+        if self.job_us > 0 {
+            name.push_str(&format!(" of {} µs", self.job_us));
+        }
         if let Some(n) = self.limits.concurrency {
             name.push_str(&format!(", concurrency limit {n}"));
         }
@@ -203,6 +211,8 @@ pub fn burn_down(
         &b.threads.to_string(),
         "--prefetch",
         &b.prefetch.to_string(),
+        "--job-us",
+        &b.job_us.to_string(),
     ]
     .map(String::from);
     let mut children = Children::start(b.processes, &ns.target()?, &args)?;
@@ -592,11 +602,15 @@ fn child_worker(target: &Where, args: &ChildArgs, words: &Receiver<String>) -> B
     println!("ready");
     wait_for(words, "go")?;
     let handled = Arc::new(AtomicU64::new(0));
+    let work = Duration::from_micros(args.job_us);
     let worker = {
         let handled = handled.clone();
         crate::worker::tuned(Worker::builder(queue.clone()), args.prefetch)
             .concurrency(args.threads)
             .handle_raw("noop", move |_payload, _ctx| {
+                if !work.is_zero() {
+                    thread::sleep(work);
+                }
                 handled.fetch_add(1, Ordering::Relaxed);
                 Ok::<(), JobError>(())
             })
