@@ -1,17 +1,19 @@
 //! The PostgreSQL backend's SQL: the statement templates, one per
-//! operation, in `templates.rs` (in the order of a job's life, beside
-//! `sqlite/queries.rs` and `mysql/queries/`), those of dependencies and
-//! workflows, sequences and limits in `flows.rs`, `sequences.rs` and
-//! `limits.rs` here (each with its struct of rendered statements), and here
-//! [`Tables`] and [`Queries`], which render them all for one queue's tables
-//! once at connect. Every file that runs them is above this folder, and
-//! none is named here.
+//! operation, in `enqueue.rs` and `templates.rs` (in the order of a job's
+//! life, beside `sqlite/queries.rs` and `mysql/queries/`), those of
+//! dependencies and workflows, sequences and limits in `flows.rs`,
+//! `sequences.rs` and `limits.rs` here (each with its struct of rendered
+//! statements), and here [`Tables`] and [`Queries`], which render them all
+//! for one queue's tables once at connect. Every file that runs them is
+//! above this folder, and none is named here.
 
+mod enqueue;
 mod flows;
 mod limits;
 mod sequences;
 mod templates;
 
+pub use enqueue::*;
 pub(crate) use flows::OwnFlows;
 pub(crate) use limits::LimitQueries;
 pub use templates::*;
