@@ -25,8 +25,12 @@
 //! groups only, and so missed, for one, SQLite's `batches.rs` naming
 //! `jobs.rs` (`use super::{jobs, ..}`) while `jobs.rs` named `batches.rs`.
 //!
-//! `BACKLOG_LAYERING_SRC` points the test at another tree's `src/`, e.g. a
-//! checkout of an older commit, to see what it would report there.
+//! A second test holds every file of `src/` to at most [`MAX_LINES`] lines
+//! (issue 21): a file that grows past it holds two concepts, and is split
+//! along them.
+//!
+//! `BACKLOG_LAYERING_SRC` points the tests at another tree's `src/`, e.g. a
+//! checkout of an older commit, to see what they would report there.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -41,11 +45,41 @@ const KNOWN: &[(&[&str], &str)] = &[];
 /// list only ever shrinks.
 const KNOWN_UP: &[(&str, &str, &str)] = &[];
 
+/// The most lines a file of `src/` may have.
+const MAX_LINES: usize = 800;
+
+/// The library's `src/`, or the tree `BACKLOG_LAYERING_SRC` names.
+fn source_root() -> PathBuf {
+    std::env::var_os("BACKLOG_LAYERING_SRC")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
+#[test]
+fn no_file_of_the_library_is_over_800_lines() {
+    let root = source_root();
+    let mut files = Vec::new();
+    walk(&root, &mut files);
+    assert!(!files.is_empty(), "no .rs files under {}", root.display());
+    let over: Vec<String> = files
+        .iter()
+        .filter_map(|file| {
+            let text = fs::read_to_string(root.join(file)).expect("read a source file");
+            let lines = text.lines().count();
+            (lines > MAX_LINES).then(|| format!("{file}: {lines} lines"))
+        })
+        .collect();
+    assert!(
+        over.is_empty(),
+        "files over {MAX_LINES} lines in {}; split each along a concept:\n{}",
+        root.display(),
+        over.join("\n")
+    );
+}
+
 #[test]
 fn the_library_imports_in_layers_without_circles() {
-    let root = std::env::var_os("BACKLOG_LAYERING_SRC")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let root = source_root();
     let graph = Graph::read(&root);
     let circles = graph.circles();
     let mut known: Vec<BTreeSet<String>> = KNOWN

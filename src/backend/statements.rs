@@ -1,17 +1,19 @@
 //! The lists of statements both servers run, named once. PostgreSQL and
-//! MySQL apply dependencies, workflows and sequences with the same
-//! statements, each written in its own dialect: a list here is a trait of
-//! the texts ([`FlowTexts`], [`SequenceTexts`]) that each server's
-//! `queries/` implements beside the SQL of the other (same names, same
-//! order), and a struct of them rendered for one queue's tables
-//! ([`FlowStatements`], [`SequenceStatements`]), filled here from any
-//! dialect's texts. So the compiler checks that each server has every
+//! MySQL apply dependencies, workflows and sequences, and an operator's
+//! calls, with the same statements, each written in its own dialect: a list
+//! here is a trait of the texts ([`FlowTexts`], [`SequenceTexts`],
+//! [`InspectTexts`]) that each server's `queries/` implements beside the
+//! SQL of the other (same names, same order), and a struct of them rendered
+//! for one queue's tables ([`FlowStatements`], [`SequenceStatements`],
+//! [`InspectStatements`]), filled here from any dialect's texts. So the compiler checks that each server has every
 //! statement, and a statement added to the list is added to both.
 //!
 //! A statement only one server runs (MySQL's read back of what an `UPDATE
 //! .. RETURNING` returns on PostgreSQL) is in that server's struct of its
 //! own statements, the `own` of these (`sql.flows.own.remaining`), so that
 //! a reader sees which statements one server alone needs.
+
+use crate::backend::live_state;
 
 /// The texts of [`FlowStatements`], one dialect's (the statements of
 /// `flows.rs`, `workflows.rs` and `flows/cascade.rs`), before rendering:
@@ -215,6 +217,84 @@ impl SequenceStatements {
             predecessors: r(D::PREDECESSORS),
             is_next: r(D::IS_NEXT),
             hand_over: r(D::HAND_OVER),
+        }
+    }
+}
+
+/// The texts of [`InspectStatements`], one dialect's (the statements of
+/// each server's `inspect.rs`: what an operator reads and does), before
+/// rendering.
+pub(crate) trait InspectTexts {
+    /// Live jobs per queue and state at now: the same on both servers, as
+    /// `live_state` spells it with each one's `{jobs}` and `{now}`.
+    fn count_live() -> String {
+        live_state::count("{jobs}", "{now}")
+    }
+    /// Finished jobs per queue and status.
+    const COUNT_HISTORY: &'static str;
+    /// Moves a finished job back to live, attempts reset, due now.
+    const RETRY_FROM_HISTORY: &'static str;
+    /// Removes a finished job.
+    const DELETE_HISTORY: &'static str;
+    /// Makes an unleased live job due now, unless it is due already.
+    const RUN_NOW: &'static str;
+    /// Flags a running job for cancellation.
+    const REQUEST_CANCEL: &'static str;
+    /// The lease token of a live job (NULL when not leased).
+    const LIVE_LEASE: &'static str;
+    /// A finished job's status.
+    const HISTORY_STATUS: &'static str;
+    /// Pauses or resumes a queue.
+    const SET_PAUSED: &'static str;
+    /// Queues that are paused.
+    const PAUSED_QUEUES: &'static str;
+    /// Changes an unleased live job's priority, time or queue.
+    const UPDATE_WAITING: &'static str;
+    /// Completed jobs per queue in the last hour and the last minute.
+    const COUNT_RECENT_COMPLETIONS: &'static str;
+    /// Finished jobs per queue, status and minute ago.
+    const COUNT_FINISHED_PER_MINUTE: &'static str;
+    /// The jobs holding a unique key: the live one, then finished ones.
+    const FIND_UNIQUE: &'static str;
+}
+
+/// [`InspectTexts`] rendered for one queue's tables, once at connect.
+#[derive(Debug)]
+pub(crate) struct InspectStatements {
+    pub count_live: String,
+    pub count_history: String,
+    pub retry_from_history: String,
+    pub delete_history: String,
+    pub run_now: String,
+    pub request_cancel: String,
+    pub live_lease: String,
+    pub history_status: String,
+    pub set_paused: String,
+    pub paused_queues: String,
+    pub update_waiting: String,
+    pub count_recent_completions: String,
+    pub count_finished_per_minute: String,
+    pub find_unique: String,
+}
+
+impl InspectStatements {
+    /// Dialect `D`'s texts, each rendered with `r`.
+    pub(crate) fn render<D: InspectTexts>(r: impl Fn(&str) -> String) -> Self {
+        InspectStatements {
+            count_live: r(&D::count_live()),
+            count_history: r(D::COUNT_HISTORY),
+            retry_from_history: r(D::RETRY_FROM_HISTORY),
+            delete_history: r(D::DELETE_HISTORY),
+            run_now: r(D::RUN_NOW),
+            request_cancel: r(D::REQUEST_CANCEL),
+            live_lease: r(D::LIVE_LEASE),
+            history_status: r(D::HISTORY_STATUS),
+            set_paused: r(D::SET_PAUSED),
+            paused_queues: r(D::PAUSED_QUEUES),
+            update_waiting: r(D::UPDATE_WAITING),
+            count_recent_completions: r(D::COUNT_RECENT_COMPLETIONS),
+            count_finished_per_minute: r(D::COUNT_FINISHED_PER_MINUTE),
+            find_unique: r(D::FIND_UNIQUE),
         }
     }
 }

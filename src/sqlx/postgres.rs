@@ -84,7 +84,7 @@ async fn enqueue(conn: &mut PgConnection, q: &Queries, p: &EnqueueParams<'_>) ->
     }
 }
 
-/// As the backend's `jobs::enqueue_batch`: jobs without unique keys in one
+/// As the backend's `enqueue::enqueue_batch`: jobs without unique keys in one
 /// statement that notifies once; ids in input order.
 async fn enqueue_batch(
     conn: &mut PgConnection,

@@ -92,10 +92,10 @@ impl Columns for Row {
 
 /// Jobs per queue and state (states with no jobs are left out).
 pub(crate) fn counts(sql: &Sql, q: &mut impl Queryable, now: Now) -> Result<Vec<StateCount>> {
-    let mut rows: Vec<Row> = q.exec(&sql.count_live, params! { "now" => now.param() })?;
+    let mut rows: Vec<Row> = q.exec(&sql.inspect.count_live, params! { "now" => now.param() })?;
     rows.extend(q.exec::<Row, _, _>(&sql.count_grouped, ())?);
     rows.extend(q.exec::<Row, _, _>(&sql.flows.count_pending, ())?);
-    rows.extend(q.exec::<Row, _, _>(&sql.count_history, ())?);
+    rows.extend(q.exec::<Row, _, _>(&sql.inspect.count_history, ())?);
     count_by_state(rows)
 }
 
@@ -121,14 +121,15 @@ fn count_by_state(rows: Vec<Row>) -> Result<Vec<StateCount>> {
 /// Where job `id` stands: live (leased or not), finished, or nowhere. Locks
 /// the live row.
 fn look(sql: &Sql, q: &mut impl Queryable, id: i64) -> Result<Found> {
-    let live: Option<Row> = q.exec_first(&sql.live_lease, params! { "id" => id })?;
+    let live: Option<Row> = q.exec_first(&sql.inspect.live_lease, params! { "id" => id })?;
     if let Some(mut row) = live {
         return Ok(match take::<Option<i64>>(&mut row, 0)? {
             Some(_) => Found::Running,
             None => Found::Waiting,
         });
     }
-    let status: Option<String> = q.exec_first(&sql.history_status, params! { "id" => id })?;
+    let status: Option<String> =
+        q.exec_first(&sql.inspect.history_status, params! { "id" => id })?;
     Ok(match status.as_deref().and_then(FinalStatus::parse) {
         Some(status) => Found::Finished(status),
         None => Found::Nothing,
@@ -150,12 +151,12 @@ pub(crate) fn retry(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Res
     Action::Retry.act(found, || {
         let moved = q
             .exec_iter(
-                &sql.retry_from_history,
+                &sql.inspect.retry_from_history,
                 params! { "id" => id, "now" => now.param() },
             )?
             .affected_rows();
         if moved > 0 {
-            q.exec_drop(&sql.delete_history, params! { "id" => id })?;
+            q.exec_drop(&sql.inspect.delete_history, params! { "id" => id })?;
             flows::retried(sql, q, id, now)?;
         }
         Ok(moved > 0)
@@ -167,7 +168,10 @@ pub(crate) fn retry(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Res
 pub(crate) fn run_now(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Result<Acted> {
     let found = look(sql, q, id)?;
     Action::RunNow.act(found, || {
-        q.exec_drop(&sql.run_now, params! { "id" => id, "now" => now.param() })?;
+        q.exec_drop(
+            &sql.inspect.run_now,
+            params! { "id" => id, "now" => now.param() },
+        )?;
         Ok(true)
     })
 }
@@ -178,7 +182,7 @@ pub(crate) fn cancel(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Re
     Action::Cancel.act(found, || {
         if found == Found::Running {
             let cancel = params! { "id" => id, "now" => now.param() };
-            q.exec_drop(&sql.request_cancel, cancel)?;
+            q.exec_drop(&sql.inspect.request_cancel, cancel)?;
         } else {
             finish_waiting(sql, q, id, FinalStatus::Cancelled, action::CANCELLED, now)?;
         }
@@ -248,7 +252,7 @@ pub(crate) fn delete(sql: &Sql, q: &mut impl Queryable, id: i64, now: Now) -> Re
         super::batches::deleted(sql, q, id, now, super::jobs::enqueue_all)?;
     }
     let finished = q
-        .exec_iter(&sql.delete_history, params! { "id" => id })?
+        .exec_iter(&sql.inspect.delete_history, params! { "id" => id })?
         .affected_rows();
     sequences::forget(sql, q, &[id])?;
     Ok(pending || live + finished > 0)
@@ -344,7 +348,7 @@ pub(crate) fn recent_completions(
     now: Now,
 ) -> Result<Vec<RecentCompletions>> {
     let rows: Vec<Row> = q.exec(
-        &sql.count_recent_completions,
+        &sql.inspect.count_recent_completions,
         params! {
             "hour_in" => now.offset(hour_since), "minute_in" => now.offset(minute_since),
             "now" => now.param(),
@@ -368,7 +372,7 @@ pub(crate) fn finished_per_minute(
     now: Now,
 ) -> Result<Vec<FinishedInMinute>> {
     let rows: Vec<Row> = q.exec(
-        &sql.count_finished_per_minute,
+        &sql.inspect.count_finished_per_minute,
         params! { "since_in" => now.offset(since), "now" => now.param() },
     )?;
     rows.into_iter()
@@ -393,7 +397,7 @@ pub(crate) fn update(
     let found = look(sql, q, p.id)?;
     Action::Update.act(found, || {
         let updated = q.exec_drop(
-            &sql.update_waiting,
+            &sql.inspect.update_waiting,
             params! {
                 "id" => p.id, "priority" => p.priority,
                 "available_in" => p.available_at.map(|t| now.offset(t)),
@@ -421,7 +425,7 @@ pub(crate) fn set_paused(
     now: Now,
 ) -> Result<()> {
     q.exec_drop(
-        &sql.set_paused,
+        &sql.inspect.set_paused,
         params! { "name" => queue, "paused" => paused, "now" => now.param() },
     )?;
     Ok(())
@@ -436,14 +440,14 @@ pub(crate) fn find_unique(
     history: i64,
 ) -> Result<Vec<i64>> {
     let rows: Vec<Row> = q.exec(
-        &sql.find_unique,
+        &sql.inspect.find_unique,
         params! { "queue" => queue, "unique_key" => key, "history" => history },
     )?;
     rows.into_iter().map(|mut r| take(&mut r, 0)).collect()
 }
 
 pub(crate) fn paused_queues(sql: &Sql, q: &mut impl Queryable) -> Result<Vec<String>> {
-    let rows: Vec<Row> = q.exec(&sql.paused_queues, ())?;
+    let rows: Vec<Row> = q.exec(&sql.inspect.paused_queues, ())?;
     rows.into_iter().map(|mut r| take(&mut r, 0)).collect()
 }
 
@@ -606,7 +610,7 @@ mod tests {
         );
         let recent = plan(
             &mut conn,
-            &t.db.sql.count_recent_completions,
+            &t.db.sql.inspect.count_recent_completions,
             params! { "now" => None::<i64>, "hour_in" => -3_600_000_000_i64,
             "minute_in" => -60_000_000_i64 },
         )?;

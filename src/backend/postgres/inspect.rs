@@ -163,10 +163,10 @@ pub(crate) fn counts<C: GenericClient>(
     q: &Queries,
     now: i64,
 ) -> Result<Vec<StateCount>> {
-    let mut rows = tx.query(&q.count_live, &[&q.now_override(now)])?;
+    let mut rows = tx.query(&q.inspect.count_live, &[&q.now_override(now)])?;
     rows.extend(tx.query(&q.count_grouped, &[])?);
     rows.extend(tx.query(&q.flows.count_pending, &[])?);
-    rows.extend(tx.query(&q.count_history, &[])?);
+    rows.extend(tx.query(&q.inspect.count_history, &[])?);
     let mut out = Vec::new();
     for row in rows {
         let queue: String = row.try_get(0)?;
@@ -199,14 +199,14 @@ pub(crate) fn depth<C: GenericClient>(
 /// Where job `id` stands: live (leased or not), finished, or nowhere. Locks
 /// the live row.
 fn look<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, id: i64) -> Result<Found> {
-    if let Some(row) = tx.query_opt(&q.live_lease, &[&id])? {
+    if let Some(row) = tx.query_opt(&q.inspect.live_lease, &[&id])? {
         let token: Option<i64> = row.try_get(0)?;
         return Ok(match token {
             Some(_) => Found::Running,
             None => Found::Waiting,
         });
     }
-    Ok(match tx.query_opt(&q.history_status, &[&id])? {
+    Ok(match tx.query_opt(&q.inspect.history_status, &[&id])? {
         Some(row) => match FinalStatus::parse(&row.try_get::<_, String>(0)?) {
             Some(status) => Found::Finished(status),
             None => Found::Nothing,
@@ -233,9 +233,9 @@ pub(crate) fn retry<C: GenericClient>(
 ) -> Result<Acted> {
     let found = look(tx, q, id)?;
     Action::Retry.act(found, || {
-        let moved = tx.execute(&q.retry_from_history, &[&q.now_override(now), &id])?;
+        let moved = tx.execute(&q.inspect.retry_from_history, &[&q.now_override(now), &id])?;
         if moved > 0 {
-            tx.execute(&q.delete_history, &[&id])?;
+            tx.execute(&q.inspect.delete_history, &[&id])?;
             tx.query(&q.notify, &[&q.channel])?;
             flows::retried(tx, q, id, now)?;
         }
@@ -253,7 +253,7 @@ pub(crate) fn run_now<C: GenericClient>(
 ) -> Result<Acted> {
     let found = look(tx, q, id)?;
     Action::RunNow.act(found, || {
-        tx.execute(&q.run_now, &[&q.now_override(now), &id])?;
+        tx.execute(&q.inspect.run_now, &[&q.now_override(now), &id])?;
         tx.query(&q.notify, &[&q.channel])?;
         Ok(true)
     })
@@ -269,7 +269,7 @@ pub(crate) fn cancel<C: GenericClient>(
     let found = look_pending(tx, q, id)?;
     Action::Cancel.act(found, || {
         if found == Found::Running {
-            tx.execute(&q.request_cancel, &[&q.now_override(now), &id])?;
+            tx.execute(&q.inspect.request_cancel, &[&q.now_override(now), &id])?;
         } else {
             let error = action::operator_error(action::CANCELLED, now);
             if flows::end_by_operator(tx, q, id, FinalStatus::Cancelled, &error, now)? {
@@ -328,7 +328,7 @@ pub(crate) fn delete<C: GenericClient>(
     if live > 0 {
         super::batches::deleted(tx, q, id, now, jobs::enqueue_all)?;
     }
-    let finished = tx.execute(&q.delete_history, &[&id])?;
+    let finished = tx.execute(&q.inspect.delete_history, &[&id])?;
     sequences::forget(tx, q, &[id])?;
     Ok(pending || live + finished > 0)
 }
@@ -450,7 +450,7 @@ pub(crate) fn recent_completions<C: GenericClient>(
     let hour_back = hour_since.saturating_sub(now);
     let minute_back = minute_since.saturating_sub(now);
     tx.query(
-        &q.count_recent_completions,
+        &q.inspect.count_recent_completions,
         &[&q.now_override(now), &hour_back, &minute_back],
     )?
     .iter()
@@ -471,17 +471,20 @@ pub(crate) fn finished_per_minute<C: GenericClient>(
     now: i64,
 ) -> Result<Vec<FinishedInMinute>> {
     let back = since.saturating_sub(now);
-    tx.query(&q.count_finished_per_minute, &[&q.now_override(now), &back])?
-        .iter()
-        .map(|r| {
-            Ok(FinishedInMinute {
-                queue: r.try_get(0)?,
-                status: r.try_get(1)?,
-                minutes_ago: r.try_get(2)?,
-                count: r.try_get(3)?,
-            })
+    tx.query(
+        &q.inspect.count_finished_per_minute,
+        &[&q.now_override(now), &back],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(FinishedInMinute {
+            queue: r.try_get(0)?,
+            status: r.try_get(1)?,
+            minutes_ago: r.try_get(2)?,
+            count: r.try_get(3)?,
         })
-        .collect()
+    })
+    .collect()
 }
 
 /// Changes priority, due time or queue of a job that is not running. A
@@ -496,7 +499,7 @@ pub(crate) fn update<C: GenericClient>(
     Action::Update.act(found, || {
         let delay = p.available_at.map(|at| at.saturating_sub(p.now));
         let changed = match tx.execute(
-            &q.update_waiting,
+            &q.inspect.update_waiting,
             &[&q.now_override(p.now), &p.id, &p.priority, &delay, &p.queue],
         ) {
             Ok(changed) => changed,
@@ -533,7 +536,10 @@ pub(crate) fn set_paused<C: GenericClient>(
     paused: bool,
     now: i64,
 ) -> Result<()> {
-    tx.execute(&q.set_paused, &[&q.now_override(now), &queue, &paused])?;
+    tx.execute(
+        &q.inspect.set_paused,
+        &[&q.now_override(now), &queue, &paused],
+    )?;
     if !paused {
         tx.query(&q.notify, &[&q.channel])?;
     }
@@ -548,7 +554,7 @@ pub(crate) fn find_unique<C: GenericClient>(
     key: &str,
     history: i64,
 ) -> Result<Vec<i64>> {
-    tx.query(&q.find_unique, &[&queue, &key, &history])?
+    tx.query(&q.inspect.find_unique, &[&queue, &key, &history])?
         .iter()
         .map(|r| Ok(r.try_get(0)?))
         .collect()
@@ -558,7 +564,7 @@ pub(crate) fn paused_queues<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
 ) -> Result<Vec<String>> {
-    tx.query(&q.paused_queues, &[])?
+    tx.query(&q.inspect.paused_queues, &[])?
         .iter()
         .map(|r| Ok(r.try_get(0)?))
         .collect()

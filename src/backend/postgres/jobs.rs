@@ -1,7 +1,8 @@
-//! The job operations on one PostgreSQL client: enqueue, lease, settle,
-//! heartbeat, expired-lease listing. Each runs on the client its caller
-//! chose: the queue's own transaction or connection, or the application's
-//! transaction (`enqueue_in`, `complete_in`).
+//! The job operations on one PostgreSQL client: enqueue (its inserts in
+//! `enqueue.rs`), lease, settle, heartbeat, expired-lease listing. Each runs
+//! on the client its caller chose: the queue's own transaction or
+//! connection, or the application's transaction (`enqueue_in`,
+//! `complete_in`).
 //!
 //! Times: `$1` of each statement is the manual clock's now or NULL (then the
 //! server's clock is used), and every absolute time from the engine is bound
@@ -32,209 +33,10 @@ pub(crate) fn enqueue_all<C: GenericClient>(
     q: &Queries,
     jobs: &[EnqueueParams<'_>],
 ) -> Result<Vec<Enqueued>> {
-    let ids = super::batches::enqueue(tx, q, jobs, insert_all)?;
+    let ids = super::batches::enqueue(tx, q, jobs, super::enqueue::insert_all)?;
     super::flows::wait_all(tx, q, jobs, ids, |tx, id, error, now| {
         finish_one(tx, q, id, FinalStatus::Cancelled, Some(error), now)
     })
-}
-
-/// Whether enqueueing `jobs` is one statement and nothing else, so that it
-/// can commit by itself in one round trip
-/// ([`Pool::autocommit_once`](super::connection::Pool::autocommit_once)):
-/// plain jobs, with no unique key (a refused insert is followed by a
-/// look-up of the job holding the key) and nothing written but their own
-/// rows (see `EnqueueParams::own_path_only`). One is `enqueue_plain`'s
-/// insert; more are one `ENQUEUE_BATCH` (or its uniform form), which checks
-/// the count of rows it inserted itself, before its commit.
-pub(crate) fn is_one_statement(jobs: &[EnqueueParams<'_>]) -> bool {
-    !jobs.is_empty()
-        && jobs
-            .iter()
-            .all(|p| p.unique_key.is_none() && p.own_path_only().is_none())
-}
-
-/// [`enqueue_all`] before members join their batches and the jobs with
-/// dependencies are made to wait.
-fn insert_all<C: GenericClient>(
-    tx: &mut Tx<'_, C>,
-    q: &Queries,
-    jobs: &[EnqueueParams<'_>],
-) -> Result<Vec<Enqueued>> {
-    if jobs.iter().any(|p| p.group.is_some()) {
-        let ids = jobs
-            .iter()
-            .map(|p| match &p.group {
-                Some(group) => super::groups::join(tx, q, p, group),
-                None => enqueue(tx, q, p),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        // A group member's insert does not notify by itself.
-        if ids.iter().any(|e| !e.existed) {
-            tx.query(&q.notify, &[&q.channel])?;
-        }
-        return Ok(ids);
-    }
-    if jobs.len() > 1 && jobs.iter().all(|p| p.unique_key.is_none()) {
-        return enqueue_batch(tx, q, jobs);
-    }
-    jobs.iter().map(|p| enqueue(tx, q, p)).collect()
-}
-
-/// Inserts a job and notifies, or finds the job already holding its unique
-/// key.
-fn enqueue<C: GenericClient>(
-    tx: &mut Tx<'_, C>,
-    q: &Queries,
-    p: &EnqueueParams<'_>,
-) -> Result<Enqueued> {
-    let now = q.now_override(p.now);
-    if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
-        let back = since.saturating_sub(p.now);
-        if let Some(row) = tx.query_opt(
-            &q.find_history_unique,
-            &[&now, &p.queue, &key, &back, &p.unique_statuses],
-        )? {
-            return Ok(Enqueued {
-                id: row.try_get(0)?,
-                existed: true,
-            });
-        }
-    }
-    let max_attempts = to_i32("max_attempts", p.max_attempts)?;
-    let delay = p.available_at.saturating_sub(p.now);
-    let insert = match p.unique_key {
-        Some(_) => &q.enqueue_notify,
-        None => &q.enqueue_plain,
-    };
-    // The job holding the key may finish between the insert that conflicted
-    // and the look-up: then the insert is tried again.
-    for _ in 0..3 {
-        let inserted = tx.query_opt(
-            insert,
-            &[
-                &now,
-                &p.queue,
-                &p.kind,
-                &p.priority,
-                &p.unique_key,
-                &p.payload,
-                &max_attempts,
-                &delay,
-                &q.channel,
-            ],
-        )?;
-        if let Some(row) = inserted {
-            let id: i64 = row.try_get(0)?;
-            // The job holding the key may have finished between the look-up
-            // above and the insert: looked at again after it (a statement of
-            // its own reads every commit before it), a period-scoped key is
-            // refused then, and the row just inserted taken back.
-            if let (Some(key), Some(since)) = (p.unique_key, p.unique_history_since) {
-                let back = since.saturating_sub(p.now);
-                let found = tx.query_opt(
-                    &q.find_history_unique,
-                    &[&now, &p.queue, &key, &back, &p.unique_statuses],
-                )?;
-                if let Some(found) = found {
-                    tx.execute(&q.delete_live, &[&id])?;
-                    return Ok(Enqueued {
-                        id: found.try_get(0)?,
-                        existed: true,
-                    });
-                }
-            }
-            return Ok(Enqueued { id, existed: false });
-        }
-        // Nothing inserted: only the unique index can refuse a row.
-        let key = p.unique_key.ok_or_else(|| {
-            Error::Database("insert ignored without a unique key conflict".into())
-        })?;
-        if let Some(row) = tx.query_opt(&q.find_live_unique, &[&p.queue, &key])? {
-            return Ok(Enqueued {
-                id: row.try_get(0)?,
-                existed: true,
-            });
-        }
-    }
-    Err(Error::Busy)
-}
-
-/// Inserts jobs without unique keys and notifies, in one statement; ids in
-/// input order. A batch whose jobs differ only in their payloads binds the
-/// rest once ([`ENQUEUE_BATCH_UNIFORM`]).
-///
-/// [`ENQUEUE_BATCH_UNIFORM`]: super::queries::ENQUEUE_BATCH_UNIFORM
-fn enqueue_batch<C: GenericClient>(
-    tx: &mut Tx<'_, C>,
-    q: &Queries,
-    jobs: &[EnqueueParams<'_>],
-) -> Result<Vec<Enqueued>> {
-    let Some(first) = jobs.first() else {
-        return Ok(Vec::new());
-    };
-    let now = q.now_override(first.now);
-    let payloads: Vec<&str> = jobs.iter().map(|p| p.payload).collect();
-    let delay = |p: &EnqueueParams<'_>| p.available_at.saturating_sub(p.now);
-    let uniform = jobs.iter().all(|p| {
-        p.queue == first.queue
-            && p.kind == first.kind
-            && p.priority == first.priority
-            && p.max_attempts == first.max_attempts
-            && delay(p) == delay(first)
-    });
-    let row = if uniform {
-        let max_attempts = to_i32("max_attempts", first.max_attempts)?;
-        tx.query_opt(
-            &q.enqueue_batch_uniform,
-            &[
-                &now,
-                &first.queue,
-                &first.kind,
-                &first.priority,
-                &payloads,
-                &max_attempts,
-                &delay(first),
-                &q.channel,
-            ],
-        )?
-    } else {
-        let queues: Vec<&str> = jobs.iter().map(|p| p.queue).collect();
-        let kinds: Vec<&str> = jobs.iter().map(|p| p.kind).collect();
-        let priorities: Vec<i32> = jobs.iter().map(|p| p.priority).collect();
-        let max_attempts = jobs
-            .iter()
-            .map(|p| to_i32("max_attempts", p.max_attempts))
-            .collect::<Result<Vec<i32>>>()?;
-        let delays: Vec<i64> = jobs.iter().map(delay).collect();
-        tx.query_opt(
-            &q.enqueue_batch,
-            &[
-                &now,
-                &queues,
-                &kinds,
-                &priorities,
-                &payloads,
-                &max_attempts,
-                &delays,
-                &q.channel,
-            ],
-        )?
-    };
-    let mut ids: Vec<i64> = match row {
-        Some(row) => row.try_get(0)?,
-        None => Vec::new(),
-    };
-    if ids.len() != jobs.len() {
-        return Err(Error::Database(
-            format!("inserted {} of {} jobs", ids.len(), jobs.len()).into(),
-        ));
-    }
-    // Rows were inserted in input order, so their ids increase with it.
-    ids.sort_unstable();
-    Ok(ids
-        .into_iter()
-        .map(|id| Enqueued { id, existed: false })
-        .collect())
 }
 
 /// Claims up to `limit` jobs in one statement and returns them in claim
@@ -811,9 +613,4 @@ pub(crate) fn canonical_json(text: String) -> String {
 /// A count stored as INTEGER; the schema never stores a negative one.
 pub(crate) fn to_u32(value: i32) -> u32 {
     u32::try_from(value).unwrap_or(0)
-}
-
-fn to_i32(what: &str, value: u32) -> Result<i32> {
-    i32::try_from(value)
-        .map_err(|_| Error::InvalidArgument(format!("{what} {value} is over {}", i32::MAX)))
 }

@@ -4,14 +4,15 @@
 //! Everything PostgreSQL-specific lives in this folder: the schema
 //! (`migrations/postgres/`), every statement ([`queries`], rendered once at
 //! connect with the queue's schema and table prefix), and the operations
-//! that run them ([`jobs`], [`inspect`]) on any client: the queue's own
-//! connections or an application's `postgres::Transaction` (`enqueue_in`,
-//! `complete_in`).
+//! that run them ([`enqueue`], [`jobs`], [`inspect`]) on any client: the
+//! queue's own connections or an application's `postgres::Transaction`
+//! (`enqueue_in`, `complete_in`).
 
 pub(crate) mod batches;
 pub(crate) mod connection;
 pub(crate) mod counts;
 mod db;
+pub(crate) mod enqueue;
 pub(crate) mod flows;
 pub(crate) mod gauges;
 pub(crate) mod groups;
@@ -79,7 +80,7 @@ impl Store for Db {
     }
 
     fn enqueue_many(&self, jobs: &[EnqueueParams<'_>]) -> Result<Vec<Enqueued>> {
-        if jobs::is_one_statement(jobs) {
+        if enqueue::is_one_statement(jobs) {
             return self
                 .pool
                 .autocommit_once(|tx| jobs::enqueue_all(tx, &self.q, jobs));

@@ -5,6 +5,7 @@
 
 mod counts;
 mod flows;
+mod inspect;
 mod multi_row;
 mod sequences;
 mod templates;
@@ -13,7 +14,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::live_state;
-use crate::backend::statements::{FlowStatements, FlowTexts, SequenceStatements};
+use crate::backend::statements::{
+    FlowStatements, FlowTexts, InspectStatements, SequenceStatements,
+};
 use crate::sync;
 
 pub use counts::COUNT_MOVED;
@@ -148,21 +151,8 @@ pub struct Sql {
     pub unheld_leases: String,
     pub get_live: String,
     pub get_history: String,
-    pub count_live: String,
-    pub count_history: String,
-    pub retry_from_history: String,
-    pub delete_history: String,
-    pub run_now: String,
-    pub request_cancel: String,
-    pub live_lease: String,
-    pub history_status: String,
-    pub set_paused: String,
-    pub paused_queues: String,
-    pub find_unique: String,
-    pub update_waiting: String,
+    pub inspect: InspectStatements,
     pub depth: String,
-    pub count_recent_completions: String,
-    pub count_finished_per_minute: String,
     pub import_live: String,
     pub import_history: String,
     pub raise_next_id: String,
@@ -226,25 +216,12 @@ impl Sql {
             get_history: r(&format!(
                 "SELECT {HISTORY_COLUMNS} FROM {{history}} WHERE id = :id"
             )),
-            count_live: r(&live_state::count("{jobs}", "{now}")),
-            count_history: r(COUNT_HISTORY),
-            retry_from_history: r(RETRY_FROM_HISTORY),
-            delete_history: r(DELETE_HISTORY),
-            run_now: r(RUN_NOW),
-            request_cancel: r(REQUEST_CANCEL),
-            live_lease: r(LIVE_LEASE),
-            history_status: r(HISTORY_STATUS),
-            set_paused: r(SET_PAUSED),
-            paused_queues: r(PAUSED_QUEUES),
-            find_unique: r(FIND_UNIQUE),
-            update_waiting: r(UPDATE_WAITING),
+            inspect: InspectStatements::render::<Sql>(r),
             depth: r(&format!(
                 "{}\nUNION ALL{}",
                 depth(),
                 <Sql as FlowTexts>::COUNT_PENDING
             )),
-            count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
-            count_finished_per_minute: r(COUNT_FINISHED_PER_MINUTE),
             import_live: r(IMPORT_LIVE),
             import_history: r(IMPORT_HISTORY),
             raise_next_id: r(RAISE_NEXT_ID),

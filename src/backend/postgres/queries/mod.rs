@@ -1,23 +1,27 @@
 //! The PostgreSQL backend's SQL: the statement templates, one per
-//! operation, in `templates.rs` (in the order of a job's life, beside
-//! `sqlite/queries.rs` and `mysql/queries/`), those of dependencies and
-//! workflows, sequences and limits in `flows.rs`, `sequences.rs` and
-//! `limits.rs` here (each with its struct of rendered statements), and here
-//! [`Tables`] and [`Queries`], which render them all for one queue's tables
-//! once at connect. Every file that runs them is above this folder, and
-//! none is named here.
+//! operation, in `enqueue.rs` and `templates.rs` (in the order of a job's
+//! life, beside `sqlite/queries.rs` and `mysql/queries/`), those of
+//! dependencies and workflows, sequences and limits in `flows.rs`,
+//! `sequences.rs` and `limits.rs` here (each with its struct of rendered
+//! statements), and here [`Tables`] and [`Queries`], which render them all
+//! for one queue's tables once at connect. Every file that runs them is
+//! above this folder, and none is named here.
 
+mod enqueue;
 mod flows;
+mod inspect;
 mod limits;
 mod sequences;
 mod templates;
 
+pub use enqueue::*;
 pub(crate) use flows::OwnFlows;
 pub(crate) use limits::LimitQueries;
 pub use templates::*;
 
-use crate::backend::live_state;
-use crate::backend::statements::{FlowStatements, FlowTexts, SequenceStatements};
+use crate::backend::statements::{
+    FlowStatements, FlowTexts, InspectStatements, SequenceStatements,
+};
 use crate::options::QueueOptions;
 
 /// The names a queue's SQL is rendered with.
@@ -131,26 +135,13 @@ pub(crate) struct Queries {
     pub heartbeat: String,
     pub expired_leases: String,
     pub unheld_leases: String,
-    pub count_live: String,
-    pub count_history: String,
-    pub retry_from_history: String,
-    pub delete_history: String,
-    pub run_now: String,
-    pub request_cancel: String,
-    pub live_lease: String,
-    pub history_status: String,
-    pub set_paused: String,
-    pub paused_queues: String,
-    pub find_unique: String,
+    pub inspect: InspectStatements,
     pub limits: LimitQueries,
     pub flows: FlowStatements<OwnFlows>,
     pub sequences: SequenceStatements,
-    pub update_waiting: String,
     /// [`COUNT_WAITING_DUE`], [`COUNT_WAITING_LATER`], [`COUNT_RUNNING`] and
     /// [`COUNT_DEAD`] as one statement.
     pub depth: String,
-    pub count_recent_completions: String,
-    pub count_finished_per_minute: String,
     pub import_live: String,
     pub import_history: String,
     pub raise_next_id: String,
@@ -195,21 +186,10 @@ impl Queries {
             heartbeat: r(HEARTBEAT),
             expired_leases: r(EXPIRED_LEASES),
             unheld_leases: r(UNHELD_LEASES),
-            count_live: r(&live_state::count("{jobs}", "{now}")),
-            count_history: r(COUNT_HISTORY),
-            retry_from_history: r(RETRY_FROM_HISTORY),
-            delete_history: r(DELETE_HISTORY),
-            run_now: r(RUN_NOW),
-            request_cancel: r(REQUEST_CANCEL),
-            live_lease: r(LIVE_LEASE),
-            history_status: r(HISTORY_STATUS),
-            set_paused: r(SET_PAUSED),
-            paused_queues: r(PAUSED_QUEUES),
-            find_unique: r(FIND_UNIQUE),
+            inspect: InspectStatements::render::<Queries>(r),
             limits: LimitQueries::render(r),
             flows: FlowStatements::render::<Queries>(r, OwnFlows::render(r)),
             sequences: SequenceStatements::render::<Queries>(r),
-            update_waiting: r(UPDATE_WAITING),
             depth: r(&[
                 COUNT_WAITING_DUE,
                 COUNT_WAITING_LATER,
@@ -220,8 +200,6 @@ impl Queries {
             ]
             .map(|part| format!("({part})"))
             .join("\nUNION ALL\n")),
-            count_recent_completions: r(COUNT_RECENT_COMPLETIONS),
-            count_finished_per_minute: r(COUNT_FINISHED_PER_MINUTE),
             import_live: r(IMPORT_LIVE),
             import_history: r(IMPORT_HISTORY),
             raise_next_id: r(RAISE_NEXT_ID),

@@ -1,7 +1,8 @@
-//! Every SQL statement of the PostgreSQL backend, in the order of a job's
-//! life: enqueue, lease, settle (complete/fail/snooze/discard/release),
-//! heartbeat, rescue, then inspection and maintenance. Same order and names
-//! as `sqlite/queries.rs`; each difference is commented right above.
+//! The SQL statements of the PostgreSQL backend, in the order of a job's
+//! life: after enqueue (`enqueue.rs`), lease, settle
+//! (complete/fail/snooze/discard/release), heartbeat, rescue, then
+//! inspection and maintenance. Same order and names as `sqlite/queries.rs`;
+//! each difference is commented right above.
 //!
 //! These are templates: `{jobs}`, `{history}` and `{queues}` become the
 //! (schema-qualified, prefixed) table names when the queue connects
@@ -25,139 +26,6 @@ pub(super) const NOW: &str = "COALESCE($1::int8, (extract(epoch from now()) * 10
 /// float, so two draws make the bits.
 pub(super) const TOKEN: &str =
     "(((random() * 2147483647)::int8 << 32) | (random() * 4294967295)::int8)";
-
-// ---- enqueue ---------------------------------------------------------------
-
-/// Inserts one job; a unique-key conflict inserts nothing (no row returned).
-/// Parameters: `$1` now override, `$2` queue, `$3` kind, `$4` priority, `$5`
-/// unique key, `$6` payload JSON text, `$7` max attempts, `$8` delay (µs from
-/// now).
-///
-/// Differs from SQLite in that the id comes back with `RETURNING` (there is
-/// no `last_insert_rowid`), the payload is parsed into JSONB, and the times
-/// are the server's.
-pub const ENQUEUE: &str = "
-INSERT INTO {jobs}
-    (queue, kind, priority, unique_key, payload, max_attempts, available_at, created_at, updated_at)
-VALUES ($2, $3, $4, $5, $6::text::jsonb, $7, {now} + $8, {now}, {now})
-ON CONFLICT DO NOTHING
-RETURNING id";
-
-/// [`ENQUEUE`] that also notifies the queue's channel (`$9`) when it
-/// inserted the job, in the same statement: one round trip fewer than a
-/// separate [`NOTIFY`]. A conflict inserts nothing and notifies nobody.
-pub const ENQUEUE_NOTIFY: &str = "
-WITH inserted AS (
-INSERT INTO {jobs}
-    (queue, kind, priority, unique_key, payload, max_attempts, available_at, created_at, updated_at)
-VALUES ($2, $3, $4, $5, $6::text::jsonb, $7, {now} + $8, {now}, {now})
-ON CONFLICT DO NOTHING
-RETURNING id
-), notified AS MATERIALIZED (
-    SELECT pg_notify($9, '') WHERE EXISTS (SELECT 1 FROM inserted)
-)
-SELECT inserted.id FROM inserted, notified";
-
-/// [`ENQUEUE_NOTIFY`] for a job without a unique key, which no row can
-/// conflict with: [`ENQUEUE`] without its `ON CONFLICT` (whose speculative
-/// insertion costs more), notifying the queue's channel (`$9`) from its
-/// `RETURNING`, once for its one row. Parameters as `ENQUEUE_NOTIFY`'s
-/// (`$5` is NULL). Derived, not copied, so a change to the insert reaches
-/// both.
-pub(crate) fn enqueue_plain() -> String {
-    ENQUEUE.replacen(
-        "ON CONFLICT DO NOTHING\nRETURNING id",
-        "RETURNING id, pg_notify($9, '')",
-        1,
-    )
-}
-
-/// The two batch inserts below ([`ENQUEUE_BATCH`], [`ENQUEUE_BATCH_UNIFORM`]),
-/// from their columns (`$values`: queue to max attempts, and `$delay`) and
-/// their rows (`$rows`, numbered `n`).
-///
-/// The clock is read once per statement (a sub-select, which PostgreSQL runs
-/// once), not three times per row: it is the transaction's start either
-/// way. The notification's CTE is materialized, so it runs once however
-/// many rows.
-///
-/// It may commit by itself (`connection.rs`' `Pool::autocommit_once`), so
-/// the check that every job went in is its own, before the commit: a count
-/// short of the payloads (`$5`) makes it fail, by a cast of the counts' text
-/// that cannot succeed, and nothing is inserted. (Only a trigger or rule
-/// someone added to the table could make the count differ.)
-macro_rules! enqueue_batch {
-    ($values:literal, $delay:literal, $rows:literal) => {
-        concat!(
-            "
-WITH inserted AS (
-INSERT INTO {jobs}
-    (queue, kind, priority, payload, max_attempts, available_at, created_at, updated_at)
-SELECT ",
-            $values,
-            ", (SELECT {now}) + ",
-            $delay,
-            ", (SELECT {now}), (SELECT {now})
-FROM ",
-            $rows,
-            "
-ORDER BY n
-RETURNING id
-), notified AS MATERIALIZED (
-    SELECT pg_notify($8, '') WHERE EXISTS (SELECT 1 FROM inserted)
-)
-SELECT CASE WHEN count(*) = cardinality($5::text[]) THEN array_agg(inserted.id)
-            ELSE ('inserted ' || count(*) || ' of ' || cardinality($5::text[]) || ' jobs')::int8[]
-       END
-FROM inserted, notified"
-        )
-    };
-}
-
-/// Inserts a batch of jobs without unique keys and notifies the queue's
-/// channel (`$8`) once, in one statement, and returns their ids as one
-/// array, in no particular order: the rows are inserted in `n` order, so
-/// the sequence hands them increasing ids, and the caller sorts them into
-/// input order. Parameters: `$1` now override, then arrays of queue, kind,
-/// priority, payload, max attempts, delay, then the channel.
-///
-/// PostgreSQL only: one round trip per batch instead of one per job (SQLite
-/// runs in-process, where a cached statement per job costs nothing).
-pub const ENQUEUE_BATCH: &str = enqueue_batch!(
-    "queue, kind, priority, payload::jsonb, max_attempts",
-    "delay",
-    "unnest($2::text[], $3::text[], $4::int4[], $5::text[], $6::int4[], $7::int8[])
-    WITH ORDINALITY AS j (queue, kind, priority, payload, max_attempts, delay, n)"
-);
-
-/// [`ENQUEUE_BATCH`] for a batch whose jobs differ in their payloads alone
-/// (`NewJob::new` in a loop): queue `$2`, kind `$3`, priority `$4`, max
-/// attempts `$6` and delay `$7` are bound once, as scalars, and only the
-/// payloads (`$5`) as an array. Five arrays fewer to encode, send and
-/// unnest per batch.
-pub const ENQUEUE_BATCH_UNIFORM: &str = enqueue_batch!(
-    "$2::text, $3::text, $4::int4, payload::jsonb, $6::int4",
-    "$7::int8",
-    "unnest($5::text[]) WITH ORDINALITY AS j (payload, n)"
-);
-
-/// The live job holding a unique key. Parameters: `$1` queue, `$2` key.
-pub const FIND_LIVE_UNIQUE: &str = "SELECT id FROM {jobs} WHERE queue = $1 AND unique_key = $2";
-
-/// The most recent finished job holding a unique key since a time.
-/// Parameters: `$1` now override, `$2` queue, `$3` key, `$4` how far back
-/// (a negative offset from now).
-pub const FIND_HISTORY_UNIQUE: &str = "
-SELECT id FROM {history}
-WHERE queue = $2 AND unique_key = $3 AND finished_at >= {now} + $4
-  AND ($5::text IS NULL OR status IN (SELECT jsonb_array_elements_text($5::jsonb)))
-ORDER BY finished_at DESC LIMIT 1";
-
-/// Wakes the workers listening on this queue's channel (`$1`), delivered
-/// when the enqueuing transaction commits and never if it rolls back.
-///
-/// PostgreSQL only: SQLite's workers notice commits through the file.
-pub const NOTIFY: &str = "SELECT pg_notify($1, '')";
 
 // ---- lease -----------------------------------------------------------------
 
@@ -474,70 +342,8 @@ pub const HISTORY_COLUMNS: &str = "id, queue, kind, priority, unique_key, payloa
      started_at, cancel_requested, result::text, finished_at, created_at, updated_at, \
      status AS state, progress, group_key, aggregated_into";
 
-// The live-state conditions and `COUNT_LIVE` are `backend/live_state.rs`'s.
-
-/// Finished jobs per queue and status.
-pub const COUNT_HISTORY: &str = "SELECT queue, status, count(*) FROM {history} GROUP BY 1, 2";
-
-/// Moves a finished job (`$2`) back to live, attempts reset, due now.
-pub const RETRY_FROM_HISTORY: &str = "
-INSERT INTO {jobs}
-    (id, queue, kind, priority, unique_key, payload, attempts, max_attempts, available_at,
-     errors, cancel_requested, created_at, updated_at)
-SELECT id, queue, kind, priority, unique_key, payload, 0, max_attempts, {now},
-       errors, FALSE, created_at, {now}
-FROM {history} WHERE id = $2
-ON CONFLICT DO NOTHING";
-
-/// Removes a finished job.
-pub const DELETE_HISTORY: &str = "DELETE FROM {history} WHERE id = $1";
-
-/// Makes an unleased live job (`$2`) due now, unless it is due already: a
-/// job keeps its place in line.
-pub const RUN_NOW: &str = "UPDATE {jobs} SET available_at = LEAST(available_at, {now}), \
-     updated_at = {now} WHERE id = $2 AND lease_token IS NULL";
-
-/// Flags a running job (`$2`) for cancellation; the next heartbeat reports it.
-pub const REQUEST_CANCEL: &str = "UPDATE {jobs} SET cancel_requested = TRUE, updated_at = {now} \
-     WHERE id = $2 AND lease_token IS NOT NULL";
-
-/// The lease state of a live job: its token (NULL when not leased).
-/// Differs from SQLite in that the row is locked for the operator's action
-/// that follows, so a lease cannot claim it in between.
-pub const LIVE_LEASE: &str = "SELECT lease_token FROM {jobs} WHERE id = $1 FOR UPDATE";
-
-/// A finished job's status, locked like [`LIVE_LEASE`].
-pub const HISTORY_STATUS: &str = "SELECT status FROM {history} WHERE id = $1 FOR UPDATE";
-
-/// Pauses or resumes a queue. Parameters: `$1` now override, `$2` queue,
-/// `$3` paused.
-pub const SET_PAUSED: &str = "
-INSERT INTO {queues} (name, paused, updated_at) VALUES ($2, $3, {now})
-ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at";
-
-/// Queues that are paused.
-pub const PAUSED_QUEUES: &str = "SELECT name FROM {queues} WHERE paused ORDER BY name";
-
-/// Changes an unleased live job; a NULL parameter keeps the column.
-/// Parameters: `$1` now override, `$2` id, `$3` priority, `$4` delay (µs
-/// from now) of the new `available_at`, `$5` queue.
-///
-/// Differs from SQLite in that there is no `due` flag to keep in step (the
-/// lease index holds every unleased job, see `V2__due.sql`), the time is the
-/// server's, and in the unique key: PostgreSQL has no `UPDATE OR IGNORE`, so
-/// a move onto a key the target queue already holds is left out by the
-/// `NOT EXISTS` (no row changed, and the caller reports it); a clash with a
-/// job inserted meanwhile, which the snapshot cannot see, fails on the
-/// unique index instead, and the caller reports that alike.
-pub const UPDATE_WAITING: &str = "
-UPDATE {jobs} AS j
-SET priority = COALESCE($3::int4, j.priority),
-    available_at = COALESCE({now} + $4::int8, j.available_at),
-    queue = COALESCE($5::text, j.queue), updated_at = {now}
-WHERE j.id = $2 AND j.lease_token IS NULL
-  AND ($5::text IS NULL OR j.unique_key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM {jobs} AS o
-      WHERE o.queue = $5::text AND o.unique_key = j.unique_key AND o.id <> j.id))";
+// The live-state conditions are `backend/live_state.rs`'s; the operator's
+// statements (counts, retry, run now, pause, ...) are `inspect.rs`'s.
 
 /// Unleased jobs per queue and derived state at now, in two parts, each an
 /// index walk instead of a scan of the table and its payloads: the jobs due
@@ -569,32 +375,6 @@ GROUP BY queue";
 /// of `{prefix}history_finished`, never the rest of history.
 pub const COUNT_DEAD: &str = "
 SELECT queue, 'dead' AS state, count(*) FROM {history} WHERE status = 'dead' GROUP BY queue";
-
-/// Completed jobs per queue since `$2` (µs from now, negative), and since
-/// `$3` (a later time), from the `completed` range of
-/// `{prefix}history_finished`.
-///
-/// Differs from SQLite in that both times are offsets from the server's
-/// now, as every other time here.
-pub const COUNT_RECENT_COMPLETIONS: &str = "
-SELECT queue, count(*), count(*) FILTER (WHERE finished_at >= {now} + $3::int8) FROM {history}
-WHERE status = 'completed' AND finished_at >= {now} + $2::int8 GROUP BY queue";
-
-/// Finished jobs per queue, status and minute ago since `{now} + $2` (an
-/// offset, as in [`COUNT_RECENT_COMPLETIONS`]). The `status IN` list lets
-/// the `(status, finished_at)` index serve it.
-pub const COUNT_FINISHED_PER_MINUTE: &str = "
-SELECT queue, status, GREATEST({now} - finished_at, 0) / 60000000, count(*) FROM {history}
-WHERE status IN ('completed', 'discarded', 'cancelled', 'dead') AND finished_at >= {now} + $2::int8
-GROUP BY 1, 2, 3";
-
-/// The jobs holding unique key `$2` in queue `$1`: the live one, then up
-/// to `$3` finished ones, most recent first; both through the unique indexes.
-pub const FIND_UNIQUE: &str = "
-(SELECT id FROM {jobs} WHERE queue = $1 AND unique_key = $2)
-UNION ALL
-(SELECT id FROM {history} WHERE queue = $1 AND unique_key = $2
- ORDER BY finished_at DESC LIMIT $3)";
 
 // ---- copy ------------------------------------------------------------------
 
@@ -797,20 +577,3 @@ SELECT count(*) FROM gone";
 /// Differs from SQLite (`PRAGMA data_version`) in that the server pushes a
 /// notification at every committed enqueue; nothing is polled.
 pub const LISTEN: &str = "LISTEN \"{channel}\"";
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_plain_enqueue_is_the_enqueue_without_its_conflict_clause() {
-        let plain = super::enqueue_plain();
-        let (insert, _) = super::ENQUEUE
-            .split_once("ON CONFLICT")
-            .expect("ENQUEUE has a conflict clause");
-        assert!(plain.starts_with(insert), "{plain}");
-        assert!(!plain.contains("ON CONFLICT"), "{plain}");
-        assert!(
-            plain.ends_with("RETURNING id, pg_notify($9, '')"),
-            "{plain}"
-        );
-    }
-}
