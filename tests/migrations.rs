@@ -78,6 +78,7 @@ fn backlog_rows() -> Vec<(i64, String)> {
         (11, "sequences".to_owned()),
         (12, "open_batches_sequence_keys".to_owned()),
         (13, "finished_batches".to_owned()),
+        (14, "running_bound".to_owned()),
     ]
 }
 

@@ -1007,8 +1007,8 @@ fn nodes_migrating_a_new_schema_at_once_all_succeed() -> TestResult {
     // Each migration once: V1__initial, V2__due, V3__progress, V4__groups,
     // V5__limits, V6__schedules, V7__workers, V8__dependencies, V9__batches,
     // V10__finished_counts, V11__sequences, V12__open_batches_sequence_keys,
-    // V13__finished_batches.
-    assert_eq!(applied, 13);
+    // V13__finished_batches, V14__running_bound.
+    assert_eq!(applied, 14);
     Ok(())
 }
 

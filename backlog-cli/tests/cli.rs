@@ -168,9 +168,9 @@ fn migrate_creates_a_new_queue_that_stats_then_reads() -> TestResult {
     let db = dir.path().join("new.db");
     let run = backlog(&db, &["migrate"])?.ok()?;
     assert!(
-        run.stdout.contains("applied 13 migration(s): V1__initial")
+        run.stdout.contains("applied 14 migration(s): V1__initial")
             && run.stdout.ends_with(
-                "V11__sequences, V12__open_batches_sequence_keys, V13__finished_batches\n"
+                "V12__open_batches_sequence_keys, V13__finished_batches, V14__running_bound\n"
             ),
         "{}",
         run.stdout

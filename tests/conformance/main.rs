@@ -28,6 +28,7 @@ mod inspect;
 mod job_links;
 mod lease;
 mod limits;
+mod limits_bound;
 mod limits_hand_on;
 mod lookahead;
 mod on_time;

@@ -550,6 +550,7 @@ mod tests {
             "V11__sequences",
             "V12__open_batches_sequence_keys",
             "V13__finished_batches",
+            "V14__running_bound",
         ];
         assert_eq!(t.db.pending_migrations()?, all, "no history table yet");
         t.db.migrate(std::time::Duration::ZERO)?;

@@ -101,19 +101,25 @@ pub(crate) fn lease(
         .into_iter()
         .map(candidate)
         .collect::<Result<Vec<_>>>()?;
-    claim(sql, q, p, now, candidates)
+    claim(sql, q, p, now, candidates, None)
 }
 
 /// [`lease`] of one limited queue whose row this transaction holds locked:
-/// claims no more than `concurrency` minus its running jobs, counted by the
-/// walk itself. Candidates beyond that stay locked, unclaimed, until the
-/// commit; every other lease of this queue waits for its row meanwhile.
+/// claims no more than `concurrency` minus its running jobs. Those are
+/// counted by the walk itself, unless `bound` (the queue's `running_bound`,
+/// read under the lock) leaves room for the whole walk: then the walk does
+/// not count, and trusts the bound. The claim stores the new bound, the
+/// running jobs this lease knew of (counted, or the bound) plus those it
+/// claimed (see `mysql/limits.rs` for why it stays an upper bound).
+/// Candidates beyond the room stay locked, unclaimed, until the commit;
+/// every other lease of this queue waits for its row meanwhile.
 pub(crate) fn lease_limited(
     sql: &Sql,
     q: &mut impl Queryable,
     p: &LeaseParams<'_>,
     now: Now,
     concurrency: i64,
+    bound: Option<i64>,
 ) -> Result<Vec<Job>> {
     let walk = LeaseParams {
         limit: p
@@ -121,20 +127,40 @@ pub(crate) fn lease_limited(
             .min(usize::try_from(concurrency).unwrap_or(usize::MAX)),
         ..*p
     };
-    if walk.queues.len() != 1 || walk.limit == 0 {
+    let [queue] = walk.queues else {
+        return Ok(Vec::new());
+    };
+    if walk.limit == 0 {
         return Ok(Vec::new());
     }
     let kinds = walk.kinds.map_or(0, <[String]>::len);
-    let rows: Vec<Row> = q.exec(sql.lease_counting(kinds), lease_params(&walk, now, false))?;
-    let mut running = 0;
-    let mut candidates = Vec::with_capacity(rows.len());
-    for mut r in rows {
-        running = take::<i64>(&mut r, 11)?;
-        candidates.push(candidate(r)?);
-    }
-    let room = usize::try_from(concurrency.saturating_sub(running)).unwrap_or(0);
-    candidates.truncate(room);
-    claim(sql, q, p, now, candidates)
+    let asked = i64::try_from(walk.limit).unwrap_or(i64::MAX);
+    let (running, candidates) = match bound {
+        Some(bound) if bound.saturating_add(asked) <= concurrency => {
+            let rows: Vec<Row> = q.exec(sql.lease(1, kinds), lease_params(&walk, now, false))?;
+            let candidates = rows
+                .into_iter()
+                .map(candidate)
+                .collect::<Result<Vec<_>>>()?;
+            (bound, candidates)
+        }
+        _ => {
+            let rows: Vec<Row> =
+                q.exec(sql.lease_counting(kinds), lease_params(&walk, now, false))?;
+            let mut running = 0;
+            let mut candidates = Vec::with_capacity(rows.len());
+            for mut r in rows {
+                running = take::<i64>(&mut r, 11)?;
+                candidates.push(candidate(r)?);
+            }
+            let room = usize::try_from(concurrency.saturating_sub(running)).unwrap_or(0);
+            candidates.truncate(room);
+            (running, candidates)
+        }
+    };
+    let claimed = i64::try_from(candidates.len()).unwrap_or(i64::MAX);
+    let bound = (queue.as_str(), running.saturating_add(claimed));
+    claim(sql, q, p, now, candidates, Some(bound))
 }
 
 /// A claim of one limited queue that the settles of this transaction pay
@@ -160,16 +186,19 @@ pub(crate) fn lease_handed(
         candidates.push(candidate(r)?);
     }
     candidates.truncate(room.min(p.limit));
-    claim(sql, q, p, now, candidates)
+    claim(sql, q, p, now, candidates, None)
 }
 
 /// Claims the locked candidates in one update; the jobs in claim order.
+/// With `bound`, the same update stores a queue's new `running_bound` (its
+/// row locked by the caller); nothing is stored when nothing is claimed.
 fn claim(
     sql: &Sql,
     q: &mut impl Queryable,
     p: &LeaseParams<'_>,
     now: Now,
     candidates: Vec<Candidate>,
+    bound: Option<(&str, i64)>,
 ) -> Result<Vec<Job>> {
     let Some(server_now) = candidates.first().map(|c| c.server_now) else {
         return Ok(Vec::new());
@@ -186,13 +215,24 @@ fn claim(
         })
         .collect();
     let claims: Vec<[i64; 2]> = jobs.iter().map(|j| [j.id, j.lease_token]).collect();
-    q.exec_drop(
-        &sql.claim,
-        params! {
-            "claims" => serde_json::to_string(&claims)?, "lease_until" => lease_until,
-            "worker_id" => p.worker_id, "now" => server_now,
-        },
-    )?;
+    let claims = serde_json::to_string(&claims)?;
+    match bound {
+        None => q.exec_drop(
+            &sql.claim,
+            params! {
+                "claims" => claims, "lease_until" => lease_until,
+                "worker_id" => p.worker_id, "now" => server_now,
+            },
+        )?,
+        Some((queue, running_bound)) => q.exec_drop(
+            &sql.claim_bounding,
+            params! {
+                "claims" => claims, "lease_until" => lease_until,
+                "worker_id" => p.worker_id, "now" => server_now,
+                "queue" => queue, "running_bound" => running_bound,
+            },
+        )?,
+    }
     Job::sort_claimed(&mut jobs);
     Ok(jobs)
 }

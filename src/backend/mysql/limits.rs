@@ -5,6 +5,45 @@
 //! committed (READ COMMITTED: every statement reads the latest commits), and
 //! none over-admits. Leases of unlimited queues take no lock and skip
 //! limited queues (the walk's `:skip_limited`).
+//!
+//! # The running bound
+//!
+//! Counting a queue's running jobs is what a limited lease pays for on
+//! InnoDB, not the row lock: while other transactions write the running
+//! entries, the count reads each one again (BENCHMARKS.md, issue 20's
+//! limits). So the queue's row also keeps `running_bound` (V14), an upper
+//! bound of its running jobs, read with the lock and written by the claim
+//! (`jobs::lease_limited`). A lease that wants `n` jobs of a queue with
+//! concurrency limit `c` claims without counting when `running_bound + n <=
+//! c`, and stores `running_bound + claimed`; otherwise (the bound NULL, or
+//! too high) it counts as before, claims up to `c - running`, and stores
+//! `running + claimed`. A lease that claims nothing stores nothing.
+//!
+//! Invariant: at every commit, a queue's `running_bound`, when not NULL, is
+//! at least the number of its jobs leased. Every way a job of a queue with
+//! a concurrency limit becomes leased on MySQL:
+//!
+//! - a lease on the locked path (this module, manual leases included): it
+//!   holds the row from reading the bound until it commits, so no other
+//!   such lease raises the count meanwhile, and it adds what it claims;
+//! - a claim that hands on the places its own transaction's settles freed
+//!   ([`lease_handing_on`]): it takes no more than those settles ended, and
+//!   commits with them, so the count never rises by it;
+//! - a lease while the queue had no concurrency limit (the plain walk, or a
+//!   rate limit alone): its jobs are not in the bound, but the limit was set
+//!   since, and [`set_limits`] stores NULL, so the next lease counts them.
+//!
+//! Settles, releases and rescues only lower the count; the bound stays, too
+//! high, which is safe: it only makes a lease count sooner, and a count sets
+//! it back to the truth. A rolled-back lease rolls its write back with it.
+//!
+//! One window stays as it was before the bound: a plain lease that read the
+//! queue as unlimited just before `set_limits` committed, and commits its
+//! claims just after the next locked lease counted, is counted by neither.
+//! Without the bound the lease after that counts them; with it, a lease
+//! counts again once the bound reaches the limit, so the queue may run over
+//! its limit by that plain lease's claims until then, as it could for one
+//! lease before.
 
 use mysql::prelude::Queryable;
 use mysql::{params, Params, Row, Value};
@@ -18,12 +57,14 @@ use crate::lease::Job;
 use crate::limits::{LimitState, QueueLimits};
 
 /// Sets a queue's limits (NULL for none). As SQLite's `SET_LIMITS`; differs
-/// in that `ON DUPLICATE KEY` stands for `ON CONFLICT`.
+/// in that `ON DUPLICATE KEY` stands for `ON CONFLICT`, and in that the
+/// queue's running bound is forgotten: jobs leased while the queue had no
+/// concurrency limit are not in it (see the module's docs).
 const SET_LIMITS: &str = "
 INSERT INTO {queues} (name, concurrency_limit, rate_limit, rate_period_ms, updated_at)
 VALUES (:name, :concurrency, :rate, :period, {now})
 ON DUPLICATE KEY UPDATE concurrency_limit = :concurrency, rate_limit = :rate,
-    rate_period_ms = :period, updated_at = {now}";
+    rate_period_ms = :period, running_bound = NULL, updated_at = {now}";
 
 /// Every queue with a limit, by name.
 const LIMITS: &str = "
@@ -32,15 +73,16 @@ WHERE concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL ORDER BY name";
 
 /// The limited, unpaused queues among `:q0..`, locked in name order (two
 /// leases lock them in the same order, so they cannot deadlock), with their
-/// rate windows and the server's now, which the claims of this lease then
-/// use as theirs (MySQL's now changes from statement to statement).
+/// rate windows, their running bounds and the server's now, which the
+/// claims of this lease then use as theirs (MySQL's now changes from
+/// statement to statement).
 ///
 /// MySQL only: SQLite's single writer needs no lock.
 fn lock_limited(queue_count: usize) -> String {
     let names: Vec<String> = (0..queue_count).map(|i| format!(":q{i}")).collect();
     format!(
         "SELECT name, concurrency_limit, rate_limit, rate_period_ms, rate_window_start,
-                rate_window_count, {{now}}
+                rate_window_count, running_bound, {{now}}
          FROM {{queues}}
          WHERE name IN ({}) AND NOT paused
            AND (concurrency_limit IS NOT NULL OR rate_limit IS NOT NULL)
@@ -125,17 +167,21 @@ pub(crate) fn lease(
     )?;
     let mut server_now = None;
     let mut limited = Vec::with_capacity(rows.len());
+    // Each locked queue's running bound (the module's docs).
+    let mut bounds: Vec<(String, Option<i64>)> = Vec::with_capacity(rows.len());
     for mut r in rows {
         let limits =
             QueueLimits::from_stored(take(&mut r, 1)?, take(&mut r, 2)?, take(&mut r, 3)?)?;
+        let queue: String = take(&mut r, 0)?;
+        bounds.push((queue.clone(), take(&mut r, 6)?));
         limited.push(LimitState {
-            queue: take(&mut r, 0)?,
+            queue,
             limits,
             window_start: take(&mut r, 4)?,
             window_count: take(&mut r, 5)?,
             running: 0,
         });
-        server_now = Some(take::<i64>(&mut r, 6)?);
+        server_now = Some(take::<i64>(&mut r, 7)?);
     }
     if limited.is_empty() && p.caps.is_empty() {
         // Limits set since this lease began are skipped by `skip_limited`.
@@ -170,11 +216,17 @@ pub(crate) fn lease(
                 lease_until,
                 ..*p
             };
-            match one_limited.map(|s| s.limits.concurrency) {
+            match one_limited.map(|s| (s.limits.concurrency, &s.queue)) {
                 // This transaction holds the queue's row: its claim may
                 // take it, up to the room its concurrency limit leaves.
-                Some(Some(n)) => jobs::lease_limited(sql, q, &part, pinned, i64::from(n)),
-                Some(None) => jobs::lease(sql, q, &part, pinned, false),
+                Some((Some(n), queue)) => {
+                    let bound = bounds
+                        .iter()
+                        .find(|(b, _)| b == queue)
+                        .and_then(|(_, b)| *b);
+                    jobs::lease_limited(sql, q, &part, pinned, i64::from(n), bound)
+                }
+                Some((None, _)) => jobs::lease(sql, q, &part, pinned, false),
                 // The others' claims skip any queue limited meanwhile.
                 None => jobs::lease(sql, q, &part, pinned, true),
             }

@@ -61,6 +61,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V13__finished_batches",
         include_str!("../../../migrations/mysql/V13__finished_batches.sql"),
     ),
+    (
+        "V14__running_bound",
+        include_str!("../../../migrations/mysql/V14__running_bound.sql"),
+    ),
 ];
 
 /// Applies pending migrations.

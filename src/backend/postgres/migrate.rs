@@ -67,6 +67,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "V13__finished_batches",
         include_str!("../../../migrations/postgres/V13__finished_batches.sql"),
     ),
+    (
+        "V14__running_bound",
+        include_str!("../../../migrations/postgres/V14__running_bound.sql"),
+    ),
 ];
 
 /// The key of the advisory lock that serialises migrations of one schema and

@@ -117,6 +117,7 @@ pub struct Sql {
     pub find_live_unique: String,
     pub find_history_unique: String,
     pub claim: String,
+    pub claim_bounding: String,
     pub finish_to_history: String,
     /// The finished counts of the jobs a finish moved (`counts.rs`), on
     /// every finishing transaction.
@@ -178,6 +179,7 @@ impl Sql {
             find_live_unique: r(FIND_LIVE_UNIQUE),
             find_history_unique: r(FIND_HISTORY_UNIQUE),
             claim: r(CLAIM),
+            claim_bounding: r(CLAIM_BOUNDING),
             finish_to_history: r(FINISH_TO_HISTORY),
             count_moved: r(COUNT_MOVED),
             lock_held: r(LOCK_HELD),

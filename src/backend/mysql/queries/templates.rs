@@ -123,7 +123,9 @@ pub fn lease_candidates(queue: usize, kinds: usize) -> String {
 /// entry in the primary key and rebuilds the versions this read must not
 /// see. During a drain that is most walks: thousands of pages and a few ms,
 /// against 3 or 4 pages otherwise. A count in its own statement reads the
-/// same way; only not counting (a bound kept on the queue's row) avoids it.
+/// same way; so a lease whose queue's `running_bound` leaves room walks
+/// [`lease_candidates`] instead, and counts only when the bound is unknown
+/// or too high (`mysql/limits.rs`).
 pub fn lease_candidates_counting(kinds: usize) -> String {
     lease_candidates(0, kinds).replacen(
         " AS now FROM",
@@ -193,6 +195,20 @@ STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = c.id
 SET j.attempts = j.attempts + 1, j.lease_token = c.token, j.lease_until = :lease_until,
     j.locked_by = :worker_id, j.first_leased_at = COALESCE(j.first_leased_at, :now),
     j.updated_at = :now";
+
+/// [`CLAIM`] by a lease of one limited queue (`:queue`), whose row the
+/// lease's transaction holds locked, that also stores the queue's new
+/// upper bound of its running jobs (`:running_bound`, `mysql/limits.rs`):
+/// folded into the claim, so keeping the bound costs no round trip. Only in
+/// MySQL. The queue's row is joined once per claimed job and written once
+/// (a multi-table `UPDATE` changes each row at most once).
+pub const CLAIM_BOUNDING: &str = "
+UPDATE JSON_TABLE(:claims, '$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]')) AS c
+STRAIGHT_JOIN {jobs} AS j FORCE INDEX (PRIMARY) ON j.id = c.id
+STRAIGHT_JOIN {queues} AS q FORCE INDEX (PRIMARY) ON q.name = :queue
+SET j.attempts = j.attempts + 1, j.lease_token = c.token, j.lease_until = :lease_until,
+    j.locked_by = :worker_id, j.first_leased_at = COALESCE(j.first_leased_at, :now),
+    j.updated_at = :now, q.running_bound = :running_bound";
 
 /// How long after now the next unleased job of `queue_count` queues
 /// (`:q0..`) that is not due yet comes due, in µs on the server's clock;

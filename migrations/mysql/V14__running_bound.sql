@@ -1,0 +1,11 @@
+-- An upper bound of each queue's running jobs, kept on the queue's row by
+-- the leases of a queue with a concurrency limit (src/backend/mysql/limits.rs):
+-- a lease that finds room under the bound claims without counting the
+-- running jobs, which on InnoDB reads every running entry again while other
+-- transactions write them (BENCHMARKS.md, issue 20's limits). NULL: unknown,
+-- the next lease counts. `set_limits` resets it to NULL.
+--
+-- Differs from SQLite and PostgreSQL, whose V14 does nothing: SQLite's
+-- single writer counts in its own process, and PostgreSQL counts a partial
+-- index of the running jobs alone.
+ALTER TABLE {queues} ADD COLUMN running_bound BIGINT NULL;
