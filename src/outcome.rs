@@ -70,6 +70,12 @@ pub struct AttemptError {
     pub message: String,
 }
 
+/// An attempt's error as every database stores it in the settle: its JSON
+/// text, `None` when the outcome recorded none.
+pub(crate) fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {
+    Ok(error.map(serde_json::to_string).transpose()?)
+}
+
 /// How many errors a job keeps; older ones are dropped.
 pub const MAX_ERRORS_KEPT: usize = 20;
 

@@ -16,7 +16,7 @@ use crate::clock;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job, Lease};
-use crate::outcome::{AttemptError, FinalStatus, Transition};
+use crate::outcome::{error_json, AttemptError, FinalStatus, Transition};
 
 /// Inserts jobs in order, each one or the id of the job already holding its
 /// unique key (`enqueue.rs`), the members of a batch joining it
@@ -500,10 +500,6 @@ pub(crate) fn finish(
     super::counts::count_moved(sql, q, &[job_id])?;
     super::flows::finished(sql, q, vec![(job_id, status)], now)?;
     super::batches::finished(sql, q, &[(job_id, status)], now, enqueue_all)
-}
-
-fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {
-    Ok(error.map(serde_json::to_string).transpose()?)
 }
 
 /// Writes each job's progress, fenced on its lease; returns the ids written

@@ -22,7 +22,7 @@ use crate::clock;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job, Lease};
-use crate::outcome::{AttemptError, FinalStatus, Transition};
+use crate::outcome::{error_json, AttemptError, FinalStatus, Transition};
 
 /// Inserts jobs in order, each one or the id of the job already holding its
 /// unique key, and notifies the queue's listeners when one was inserted (at
@@ -148,9 +148,6 @@ fn sorted_jobs(rows: &[Row]) -> Result<Vec<Job>> {
     Ok(jobs)
 }
 
-/// The plan of the lease statement for `p` (`EXPLAIN`, with `p`'s values
-/// bound), one line per plan node. Nothing is claimed: `EXPLAIN` without
-/// `ANALYZE` does not run the statement.
 /// How long after now the next not-yet-due job of `queues` comes due, in
 /// µs, on the server's clock; `None` when none is waiting.
 pub(crate) fn next_due<C: GenericClient>(
@@ -166,6 +163,9 @@ pub(crate) fn next_due<C: GenericClient>(
     })
 }
 
+/// The plan of the lease statement for `p` (`EXPLAIN`, with `p`'s values
+/// bound), one line per plan node. Nothing is claimed: `EXPLAIN` without
+/// `ANALYZE` does not run the statement.
 pub(crate) fn explain_lease<C: GenericClient>(
     tx: &mut Tx<'_, C>,
     q: &Queries,
@@ -488,10 +488,6 @@ pub(crate) fn check_lease<C: GenericClient>(
         .ok_or(Error::LeaseLost {
             job_id: lease.job_id,
         })
-}
-
-fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {
-    Ok(error.map(serde_json::to_string).transpose()?)
 }
 
 /// Extends the given leases; reports which were lost and which jobs were asked

@@ -12,7 +12,7 @@ use crate::clock;
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 use crate::lease::{HeartbeatReport, Job, Lease};
-use crate::outcome::{AttemptError, FinalStatus, Transition};
+use crate::outcome::{error_json, AttemptError, FinalStatus, Transition};
 
 /// Inserts jobs in order, each one or the id of the job already holding its
 /// unique key, the members of a batch joining it (`batches.rs`).
@@ -334,10 +334,6 @@ pub(crate) fn finish(
     super::counts::count_moved(conn, &[job_id])?;
     super::flows::finished(conn, job_id, status, now)?;
     super::batches::finished(conn, job_id, status, now, enqueue_all)
-}
-
-fn error_json(error: Option<&AttemptError>) -> Result<Option<String>> {
-    Ok(error.map(serde_json::to_string).transpose()?)
 }
 
 /// Extends the given leases; reports which were lost and which jobs were asked
