@@ -18,6 +18,7 @@ use super::{refuse_own_path_only, Call};
 use crate::adapter_flow::{Conflict, EnqueueFlow, Next, Step};
 use crate::app_transaction::postgres_db_or;
 use crate::backend::params::EnqueueParams;
+use crate::backend::postgres::enqueue::batch_enqueued;
 use crate::backend::postgres::queries::Queries;
 use crate::backend::postgres::Db;
 use crate::error::{Error, Result};
@@ -120,21 +121,11 @@ async fn enqueue_batch(
         .await
         .map_err(from_sqlx)?;
     // One row: the ids as an array.
-    let mut ids: Vec<i64> = match row {
+    let ids: Vec<i64> = match row {
         Some(row) => row.try_get(0).map_err(from_sqlx)?,
         None => Vec::new(),
     };
-    if ids.len() != jobs.len() {
-        return Err(Error::Database(
-            format!("inserted {} of {} jobs", ids.len(), jobs.len()).into(),
-        ));
-    }
-    // Rows were inserted in input order, so their ids increase with it.
-    ids.sort_unstable();
-    Ok(ids
-        .into_iter()
-        .map(|id| Enqueued { id, existed: false })
-        .collect())
+    batch_enqueued(ids, jobs.len())
 }
 
 fn id_of(row: &PgRow) -> Result<i64> {

@@ -199,13 +199,20 @@ fn enqueue_batch<C: GenericClient>(
             ],
         )?
     };
-    let mut ids: Vec<i64> = match row {
+    let ids: Vec<i64> = match row {
         Some(row) => row.try_get(0)?,
         None => Vec::new(),
     };
-    if ids.len() != jobs.len() {
+    batch_enqueued(ids, jobs.len())
+}
+
+/// The jobs of a batch statement (`ENQUEUE_BATCH*`) from the one array of
+/// ids it returns, in input order; an error when it inserted fewer than
+/// `expected`. The sqlx adapter reads its row through this too.
+pub(crate) fn batch_enqueued(mut ids: Vec<i64>, expected: usize) -> Result<Vec<Enqueued>> {
+    if ids.len() != expected {
         return Err(Error::Database(
-            format!("inserted {} of {} jobs", ids.len(), jobs.len()).into(),
+            format!("inserted {} of {expected} jobs", ids.len()).into(),
         ));
     }
     // Rows were inserted in input order, so their ids increase with it.
