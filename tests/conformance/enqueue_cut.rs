@@ -92,7 +92,7 @@ fn an_enqueue_after_the_server_closed_idle_connections_succeeds(b: &Backend) -> 
 
 /// A fresh database, a proxy to its server and a queue through the proxy;
 /// `None` on SQLite, which has no network between a caller and its database.
-fn through_proxy(b: &Backend) -> TestResult<Option<(Harness, Proxy, Queue)>> {
+pub fn through_proxy(b: &Backend) -> TestResult<Option<(Harness, Proxy, Queue)>> {
     if *b == Backend::Sqlite {
         println!("not applicable on SQLite: no network between a caller and its database");
         return Ok(None);

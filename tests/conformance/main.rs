@@ -36,6 +36,7 @@ mod operate;
 mod periodic;
 mod progress;
 mod proxy;
+mod read_cut;
 mod reconnect;
 mod sequences;
 mod settle;

@@ -131,6 +131,16 @@ impl Proxy {
         *self.state.marker.lock().unwrap_or_else(|p| p.into_inner()) =
             Some(marker.as_bytes().to_vec());
     }
+
+    /// True once a request carried the marker of [`Proxy::lose_answer_to`]
+    /// (its answer was lost), or when none was set.
+    pub fn answer_lost(&self) -> bool {
+        self.state
+            .marker
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+    }
 }
 
 impl Drop for Proxy {

@@ -312,11 +312,16 @@ impl Db {
     }
 
     /// Runs `f`, which only reads, in one read-only `REPEATABLE READ`
-    /// transaction started `WITH CONSISTENT SNAPSHOT`: its statements read
-    /// one moment, where under the session's READ COMMITTED each would read
-    /// its own (a job moving between two tables could be missed by both
-    /// reads). Its reads take no locks. Retried as [`Db::read`]; the
-    /// isolation level applies to this transaction only.
+    /// transaction: its statements read the moment of its first read, where
+    /// under the session's READ COMMITTED each would read its own (a job
+    /// moving between two tables could be missed by both reads). Its reads
+    /// take no locks. Retried as [`Db::read`]; the isolation level applies
+    /// to this transaction only.
+    ///
+    /// Not `WITH CONSISTENT SNAPSHOT`, which would take the moment at the
+    /// start instead: the driver (mysql 28) panics when that statement's
+    /// answer is lost (it unwraps it), and the first read gives one moment
+    /// all the same.
     pub(crate) fn read_snapshot<T>(
         &self,
         mut f: impl FnMut(&mut Transaction<'_>) -> Result<T>,
@@ -326,7 +331,6 @@ impl Db {
             let result = (|| {
                 let opts = TxOpts::default()
                     .set_isolation_level(Some(IsolationLevel::RepeatableRead))
-                    .set_with_consistent_snapshot(true)
                     .set_access_mode(Some(AccessMode::ReadOnly));
                 let mut tx = conn.start_transaction(opts)?;
                 let value = f(&mut tx)?;
