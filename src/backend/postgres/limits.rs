@@ -15,7 +15,7 @@ use postgres::GenericClient;
 use super::connection::Tx;
 use super::jobs;
 use super::queries::Queries;
-use crate::backend::params::LeaseParams;
+use crate::backend::params::{bigint, LeaseParams};
 use crate::error::Result;
 use crate::lease::Job;
 use crate::limits::{LimitState, QueueLimits};
@@ -145,7 +145,7 @@ pub(crate) fn lease_ahead_rated<C: GenericClient>(
     if jobs.is_empty() {
         return Ok((lease(tx, q, p)?, true));
     }
-    let started = i64::try_from(jobs.len()).unwrap_or(i64::MAX);
+    let started = bigint(jobs.len());
     let counted = tx.query_opt(
         &q.limits.count_starts,
         &[&q.now_override(p.now), &queue, &started],
