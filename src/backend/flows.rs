@@ -180,3 +180,46 @@ pub(crate) fn links(
         dependents,
     }
 }
+
+/// The seam's [`Flows`](crate::backend::Flows) on database type `$db`,
+/// stated once: each method runs the function of its name in the invoking
+/// `workflows.rs`, the enqueue in a write transaction and the reads on a
+/// read connection. `$this` is the `self` of the invocation, `$c` the
+/// transaction or connection the calls are handed; `args` are the
+/// arguments each function takes before its own (`$c` and the database's
+/// statements, in that database's order), and `now`, when given, turns the
+/// engine's now into the one the enqueue takes last (MySQL's `Now`).
+macro_rules! impl_flows {
+    ($db:ty, $this:ident, $c:ident => read: [$($read:tt)*], write: [$($write:tt)*],
+        args: [$($arg:tt)*] $(, now: [$($now:tt)*])?) => {
+        impl $crate::backend::Flows for $db {
+            fn enqueue_workflow(
+                &$this,
+                w: &$crate::backend::params::WorkflowParams<'_>,
+                jobs: &[$crate::backend::params::EnqueueParams<'_>],
+            ) -> $crate::error::Result<(i64, Vec<$crate::job::Enqueued>)> {
+                $($write)*(|$c| enqueue_workflow($($arg)*, w, jobs $(, $($now)*(w.now))?))
+            }
+
+            fn workflow(
+                &$this,
+                id: Option<i64>,
+                name: Option<&str>,
+            ) -> $crate::error::Result<Option<$crate::backend::params::WorkflowRow>> {
+                $($read)*(|$c| workflow($($arg)*, id, name))
+            }
+
+            fn dependencies(
+                &$this,
+                job_id: i64,
+            ) -> $crate::error::Result<Vec<$crate::backend::params::DependencyRow>> {
+                $($read)*(|$c| dependencies($($arg)*, job_id))
+            }
+
+            fn links(&$this, job_id: i64) -> $crate::error::Result<$crate::backend::params::JobLinksRow> {
+                $($read)*(|$c| links($($arg)*, job_id))
+            }
+        }
+    };
+}
+pub(crate) use impl_flows;

@@ -15,6 +15,12 @@ pub(crate) use crate::job::{DependsOn, Edge};
 use crate::lease::{Job, Lease};
 use crate::outcome::{FinalStatus, Transition};
 
+/// A count or a `limit` of the params (a `usize`) as the databases'
+/// 64-bit integer: one past `i64::MAX` saturates, which no table reaches.
+pub(crate) fn bigint(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// One job to insert, validated and encoded by the engine.
 #[derive(Debug)]
 pub(crate) struct EnqueueParams<'a> {

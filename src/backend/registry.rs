@@ -1,7 +1,9 @@
 //! What the backends store for the live-worker registry
 //! (`backlog_workers`, V7): a worker's row, the jobs it holds, and the due
 //! jobs per queue and kind that the engine checks against the live workers.
-//! The statements are in each database's `workers.rs`.
+//! The statements are in each database's `workers.rs`; the four on a
+//! worker's own row are one template ([`worker_statements!`]) each fills in
+//! its dialect's words.
 
 /// A worker's registration, written when it starts and at every heartbeat
 /// tick: an upsert on `id`, so a row that maintenance deleted (the worker
@@ -66,6 +68,52 @@ macro_rules! worker_refresh {
     };
 }
 pub(crate) use worker_refresh;
+
+/// The registry's statements on the worker's own row, the same four on
+/// every database, in one dialect's words: `$table` the registry's table,
+/// `$id` a worker's id and `$now` the time to compare expiries with (each a
+/// placeholder in that dialect), `$values` the row `REGISTER` proposes (in
+/// [`WorkerRow`]'s order) and `$upsert` how the dialect says "on a
+/// conflict on `id`, update", whose refresh names the proposed value of a
+/// column between `$open` and `$close` (see [`worker_refresh!`]).
+macro_rules! worker_statements {
+    (table: $table:literal, id: $id:literal, now: $now:literal, values: $values:literal,
+        upsert: $upsert:literal, refresh: ($open:literal, $close:literal)) => {
+        /// Inserts a worker's row, or refreshes every column of it: the same
+        /// statement starts a worker and beats its heartbeat, so a row pruned
+        /// while the worker was stalled comes back at its next tick.
+        pub const REGISTER: &str = concat!(
+            "INSERT INTO ",
+            $table,
+            " (",
+            $crate::backend::registry::worker_columns!(),
+            ") VALUES ",
+            $values,
+            "\n",
+            $upsert,
+            " ",
+            $crate::backend::registry::worker_refresh!($open, $close)
+        );
+
+        /// Removes a worker's row (a clean shutdown).
+        pub const DEREGISTER: &str = concat!("DELETE FROM ", $table, " WHERE id = ", $id);
+
+        /// The workers whose row has not expired at now, by id.
+        pub const LIVE: &str = concat!(
+            "SELECT ",
+            $crate::backend::registry::worker_columns!(),
+            " FROM ",
+            $table,
+            " WHERE expires_at > ",
+            $now,
+            " ORDER BY id"
+        );
+
+        /// Deletes the rows of workers gone without deregistering (crashed).
+        pub const PRUNE: &str = concat!("DELETE FROM ", $table, " WHERE expires_at <= ", $now);
+    };
+}
+pub(crate) use worker_statements;
 
 /// A leased job, by the worker holding it (`locked_by`).
 #[derive(Debug, Clone, PartialEq, Eq)]

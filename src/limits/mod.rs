@@ -81,7 +81,7 @@ use crate::lease::Job;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod servers;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) use servers::{claimed_alone, lease_handing_on, LimitedQueues};
+pub(crate) use servers::{lease_handing_on, lease_locked, LimitedQueues};
 
 /// The highest concurrency limit accepted: more than any database serves.
 pub const MAX_CONCURRENCY_LIMIT: u32 = 1_000_000;

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{LimitState, QueueLimits, LIMITS_SEEN_WITHIN};
+use super::{LimitState, QueueLimits, WindowUpdate, LIMITS_SEEN_WITHIN};
 use crate::error::Result;
 use crate::lease::Job;
 use crate::sync;
@@ -225,15 +225,31 @@ pub(crate) fn lease_handing_on<T: ?Sized>(
     Ok(jobs)
 }
 
-/// The limited queue that a part of a server's locked lease claims, if
-/// any: [`lease_within`](super::lease_within) claims each limited (or
-/// capped) queue in a part of its own and the others together, so a part
-/// of one queue found in `limited` (the rows the lease locked) is that
-/// queue's claim, which may count its own concurrency room.
-pub(crate) fn claimed_alone<'a>(
-    queues: &[String],
-    limited: &'a [LimitState],
-) -> Option<&'a LimitState> {
+/// A server's lease over the limited queues whose rows it locked
+/// (`limited`, at the server's `now`): the engine's [`lease_within`]
+/// sees their rate limits and `p`'s caps, and each part's
+/// `claim(queues, n, at, alone)` is told the limited queue it claims
+/// alone, if any. `lease_within` claims each limited (or capped) queue in
+/// a part of its own and the others together, so a part of one queue found
+/// in `limited` is that queue's claim, which may count its own concurrency
+/// room (the others' claims skip any queue limited meanwhile). Returns the
+/// jobs in claim order and the rate windows to store.
+///
+/// [`lease_within`]: super::lease_within
+pub(crate) fn lease_locked(
+    p: &crate::backend::params::LeaseParams<'_>,
+    limited: &[LimitState],
+    now: i64,
+    mut claim: impl FnMut(&[String], usize, i64, Option<&LimitState>) -> Result<Vec<Job>>,
+) -> Result<(Vec<Job>, Vec<WindowUpdate>)> {
+    let by_rate: Vec<LimitState> = limited.iter().map(LimitState::rate_only).collect();
+    super::lease_within(p.queues, p.limit, &by_rate, p.caps, now, |queues, n, at| {
+        claim(queues, n, at, claimed_alone(queues, limited))
+    })
+}
+
+/// The limited queue that a part of [`lease_locked`] claims alone, if any.
+fn claimed_alone<'a>(queues: &[String], limited: &'a [LimitState]) -> Option<&'a LimitState> {
     match queues {
         [one] => limited.iter().find(|s| &s.queue == one),
         _ => None,
@@ -304,6 +320,48 @@ mod tests {
         )?;
         assert!(jobs.len() <= limit);
         Ok(claims)
+    }
+
+    #[test]
+    fn a_locked_lease_tells_each_part_the_limited_queue_it_claims_alone() -> Result<()> {
+        let queues: Vec<String> = ["a", "b", "c"].iter().map(|q| (*q).to_owned()).collect();
+        let caps = vec![("b".to_owned(), 5)];
+        let p = crate::backend::params::LeaseParams {
+            queues: &queues,
+            kinds: None,
+            limit: 10,
+            worker_id: "w",
+            now: 0,
+            lease_until: 1,
+            caps: &caps,
+        };
+        let limited = [LimitState {
+            queue: "a".into(),
+            limits: QueueLimits {
+                concurrency: Some(2),
+                rate: None,
+            },
+            window_start: None,
+            window_count: 0,
+            running: 0,
+        }];
+        // (queues, limit, the queue claimed alone): `a` is limited, `b` only
+        // capped (no locked row), `c` neither.
+        let mut parts: Vec<(Vec<String>, usize, Option<String>)> = Vec::new();
+        lease_locked(&p, &limited, 0, |queues, n, _, alone| {
+            parts.push((queues.to_vec(), n, alone.map(|s| s.queue.clone())));
+            Ok(Vec::new())
+        })?;
+        let s = |q: &str| vec![q.to_owned()];
+        assert_eq!(
+            parts,
+            vec![
+                (s("a"), 10, Some("a".to_owned())),
+                (s("b"), 5, None),
+                (vec!["c".to_owned()], 10, None),
+            ]
+        );
+        Ok(())
     }
 
     #[test]

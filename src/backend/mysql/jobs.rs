@@ -10,7 +10,7 @@ use mysql::{params, Params, Row, Value};
 use super::db::{take, Now};
 use super::queries::Sql;
 use crate::backend::params::{
-    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
+    bigint, EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
 };
 use crate::clock;
 use crate::error::{Error, Result};
@@ -134,7 +134,7 @@ pub(crate) fn lease_limited(
         return Ok(Vec::new());
     }
     let kinds = walk.kinds.map_or(0, <[String]>::len);
-    let asked = i64::try_from(walk.limit).unwrap_or(i64::MAX);
+    let asked = bigint(walk.limit);
     let (running, candidates) = match bound {
         Some(bound) if bound.saturating_add(asked) <= concurrency => {
             let rows: Vec<Row> = q.exec(sql.lease(1, kinds), lease_params(&walk, now, false))?;
@@ -158,7 +158,7 @@ pub(crate) fn lease_limited(
             (running, candidates)
         }
     };
-    let claimed = i64::try_from(candidates.len()).unwrap_or(i64::MAX);
+    let claimed = bigint(candidates.len());
     let bound = (queue.as_str(), running.saturating_add(claimed));
     claim(sql, q, p, now, candidates, Some(bound))
 }

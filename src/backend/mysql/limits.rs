@@ -187,21 +187,13 @@ pub(crate) fn lease(
         // Limits set since this lease began are skipped by `skip_limited`.
         return jobs::lease(sql, q, p, now, true);
     }
-    // The engine sees the rate limits and the caps; each limited queue's
-    // walk counts its own concurrency room (`jobs::lease_limited`).
-    let by_rate: Vec<LimitState> = limited.iter().map(LimitState::rate_only).collect();
     // Every claim of this lease at the now the limits were read at, so a
     // job's start time falls in the window that counted it. (A cap alone
-    // needs no clock.)
+    // needs no clock.) Each limited queue's walk counts its own
+    // concurrency room (`jobs::lease_limited`).
     let at = server_now.unwrap_or(p.now);
-    let (jobs, windows) = crate::limits::lease_within(
-        p.queues,
-        p.limit,
-        &by_rate,
-        p.caps,
-        at,
-        |queues, limit, t| {
-            let one_limited = crate::limits::claimed_alone(queues, &limited);
+    let (jobs, windows) =
+        crate::limits::lease_locked(p, &limited, at, |queues, limit, t, one_limited| {
             let (pinned, lease_until) = match server_now {
                 Some(_) => (
                     Now::new(t, true),
@@ -230,8 +222,7 @@ pub(crate) fn lease(
                 // The others' claims skip any queue limited meanwhile.
                 None => jobs::lease(sql, q, &part, pinned, true),
             }
-        },
-    )?;
+        })?;
     let set_window = sql.tables.render(SET_RATE_WINDOW);
     for w in &windows {
         q.exec_drop(

@@ -14,36 +14,19 @@ use crate::backend::registry::{self, DueCount, HeldJob, RegisterWorkerParams, Wo
 use crate::backend::Workers;
 use crate::error::Result;
 
-/// As SQLite's `REGISTER`. Differs in that `ON DUPLICATE KEY` stands for
-/// `ON CONFLICT` (`VALUES(col)`: see `schedules.rs`), and the start and
-/// expiry are offsets (µs) from now.
-pub const REGISTER: &str = concat!(
-    "INSERT INTO {workers} (",
-    registry::worker_columns!(),
-    ") VALUES (:id, :host, :pid, :queues, :kinds, :concurrency, {now} + :started, {now},
-        {now} + :expires)
-ON DUPLICATE KEY UPDATE ",
-    registry::worker_refresh!("VALUES(", ")")
-);
-
-/// As SQLite's `DEREGISTER`.
-pub const DEREGISTER: &str = "DELETE FROM {workers} WHERE id = :id";
-
-/// As SQLite's `LIVE`.
-pub const LIVE: &str = concat!(
-    "SELECT ",
-    registry::worker_columns!(),
-    " FROM {workers} WHERE expires_at > {now} ORDER BY id"
-);
+// Differs from SQLite's `REGISTER` in that `ON DUPLICATE KEY` stands for
+// `ON CONFLICT` (`VALUES(col)`: see `schedules.rs`), and the start and
+// expiry are offsets (µs) from now.
+registry::worker_statements!(table: "{workers}", id: ":id", now: "{now}",
+    values: "(:id, :host, :pid, :queues, :kinds, :concurrency, {now} + :started, {now},
+        {now} + :expires)",
+    upsert: "ON DUPLICATE KEY UPDATE", refresh: ("VALUES(", ")"));
 
 /// As SQLite's `HELD_JOBS`. Differs in that the index is forced, as
 /// `COUNT_RUNNING`'s: `jobs_expiry` holds every claim's `lease_until`.
 pub const HELD_JOBS: &str = "
 SELECT locked_by, id, queue, kind FROM {jobs} FORCE INDEX (jobs_expiry)
 WHERE lease_until IS NOT NULL AND lease_token IS NOT NULL ORDER BY id";
-
-/// As SQLite's `PRUNE`.
-pub const PRUNE: &str = "DELETE FROM {workers} WHERE expires_at <= {now}";
 
 /// As SQLite's two `DUE_BY_KIND_*` in one, from `jobs_scheduled` as
 /// `COUNT_WAITING_DUE`: differs in that jobs not due yet stay in the lease

@@ -16,7 +16,7 @@ use crate::backend::flows::{self, Workflows};
 use crate::backend::params::{
     DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
 };
-use crate::backend::{Batches, Flows};
+use crate::backend::Batches;
 use crate::batch::{BatchRow, CreateBatchParams};
 use crate::clock::ClockMicros;
 use crate::error::{Error, Result};
@@ -110,27 +110,8 @@ fn links(sql: &Sql, q: &mut impl Queryable, job_id: i64) -> Result<JobLinksRow> 
     Ok(flows::links(workflow, batch, dependents))
 }
 
-impl Flows for Db {
-    fn enqueue_workflow(
-        &self,
-        w: &WorkflowParams<'_>,
-        jobs: &[EnqueueParams<'_>],
-    ) -> Result<(i64, Vec<Enqueued>)> {
-        self.write(|tx| enqueue_workflow(&self.sql, tx, w, jobs, self.now(w.now)))
-    }
-
-    fn workflow(&self, id: Option<i64>, name: Option<&str>) -> Result<Option<WorkflowRow>> {
-        self.read(|c| workflow(&self.sql, c, id, name))
-    }
-
-    fn dependencies(&self, job_id: i64) -> Result<Vec<DependencyRow>> {
-        self.read(|c| dependencies(&self.sql, c, job_id))
-    }
-
-    fn links(&self, job_id: i64) -> Result<JobLinksRow> {
-        self.read(|c| links(&self.sql, c, job_id))
-    }
-}
+flows::impl_flows!(Db, self, c => read: [self.read], write: [self.write], args: [&self.sql, c],
+    now: [self.now]);
 
 impl Batches for Db {
     fn create_batch(&self, p: &CreateBatchParams<'_>) -> Result<i64> {

@@ -13,7 +13,7 @@ use postgres::{GenericClient, Row};
 use super::connection::Tx;
 use super::queries::Queries;
 use crate::backend::batches;
-use crate::backend::params::EnqueueParams;
+use crate::backend::params::{bigint, EnqueueParams};
 use crate::batch::{self, BatchRow, CreateBatchParams};
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
@@ -226,7 +226,7 @@ pub(crate) fn prune<C: GenericClient>(
     limit: usize,
     now: i64,
 ) -> Result<usize> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = bigint(limit);
     let back = cutoff.saturating_sub(now);
     let deleted: i64 = tx
         .query_opt(

@@ -6,7 +6,7 @@ use postgres::GenericClient;
 
 use super::connection::Tx;
 use super::queries::Queries;
-use crate::backend::params::{Aggregated, EnqueueParams, GroupParams};
+use crate::backend::params::{bigint, Aggregated, EnqueueParams, GroupParams};
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
 
@@ -61,7 +61,7 @@ pub(crate) fn aggregate<C: GenericClient>(
     limit: usize,
 ) -> Result<Vec<Aggregated>> {
     let now = q.now_override(now);
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = bigint(limit);
     let ready = tx.query(&q.ready_groups, &[&now, &limit])?;
     let mut done = Vec::with_capacity(ready.len());
     for group in &ready {

@@ -13,7 +13,9 @@ use super::queries::{self, Queries};
 use super::{flows, sequences};
 use crate::action::{self, Action};
 use crate::backend::live_state;
-use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
+use crate::backend::params::{
+    bigint, Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams,
+};
 use crate::backend::record::{self, Columns};
 use crate::clock;
 use crate::error::{Error, Result};
@@ -71,7 +73,7 @@ pub(crate) fn list<C: GenericClient>(
     filter: &JobFilter,
     now: i64,
 ) -> Result<Page> {
-    let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+    let limit = bigint(filter.limit);
     let after = filter.after_id.unwrap_or(i64::MIN);
     let rows = match filter.state {
         JobState::Finished(status) => {
@@ -581,7 +583,7 @@ pub(crate) fn prune<C: GenericClient>(
     limit: usize,
     now: i64,
 ) -> Result<usize> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = bigint(limit);
     let back = cutoff.saturating_sub(now);
     let deleted: i64 = tx
         .query_opt(

@@ -16,7 +16,7 @@ use postgres::{GenericClient, Row};
 use super::connection::Tx;
 use super::queries::Queries;
 use crate::backend::params::{
-    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
+    bigint, EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
 };
 use crate::clock;
 use crate::error::{Error, Result};
@@ -208,7 +208,7 @@ impl<'a> LeaseArgs<'a> {
             queue: p.queues.first().map(String::as_str),
             queues: p.queues.iter().map(String::as_str).collect(),
             kinds: p.kinds.map(|k| k.iter().map(String::as_str).collect()),
-            limit: i64::try_from(p.limit).unwrap_or(i64::MAX),
+            limit: bigint(p.limit),
             skip_limited,
         }
     }
@@ -543,7 +543,7 @@ pub(crate) fn expired_leases<C: GenericClient>(
     now: i64,
     limit: usize,
 ) -> Result<Vec<ExpiredLease>> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = bigint(limit);
     let rows = tx.query(&q.expired_leases, &[&q.now_override(now), &limit])?;
     rows.iter().map(leased_row).collect()
 }

@@ -15,7 +15,7 @@ use postgres::GenericClient;
 use super::connection::Tx;
 use super::jobs;
 use super::queries::Queries;
-use crate::backend::params::LeaseParams;
+use crate::backend::params::{bigint, LeaseParams};
 use crate::error::Result;
 use crate::lease::Job;
 use crate::limits::{LimitState, QueueLimits};
@@ -145,7 +145,7 @@ pub(crate) fn lease_ahead_rated<C: GenericClient>(
     if jobs.is_empty() {
         return Ok((lease(tx, q, p)?, true));
     }
-    let started = i64::try_from(jobs.len()).unwrap_or(i64::MAX);
+    let started = bigint(jobs.len());
     let counted = tx.query_opt(
         &q.limits.count_starts,
         &[&q.now_override(p.now), &queue, &started],
@@ -199,17 +199,10 @@ pub(crate) fn lease<C: GenericClient>(
         // Limits set since this lease began are skipped by `skip_limited`.
         return jobs::lease(tx, q, p, true);
     }
-    // The engine sees the rate limits and the caps; each limited queue's
-    // claim counts its own concurrency room (`lease_limited`).
-    let by_rate: Vec<LimitState> = limited.iter().map(LimitState::rate_only).collect();
-    let (jobs, windows) = crate::limits::lease_within(
-        p.queues,
-        p.limit,
-        &by_rate,
-        p.caps,
-        now,
-        |queues, limit, at| {
-            let one_limited = crate::limits::claimed_alone(queues, &limited);
+    // Each limited queue's claim counts its own concurrency room
+    // (`lease_limited`).
+    let (jobs, windows) =
+        crate::limits::lease_locked(p, &limited, now, |queues, limit, at, one_limited| {
             let part = LeaseParams {
                 queues,
                 limit,
@@ -231,8 +224,7 @@ pub(crate) fn lease<C: GenericClient>(
                 // The others' claims skip any queue limited meanwhile.
                 None => jobs::lease_at(tx, q, &part, true, pin),
             }
-        },
-    )?;
+        })?;
     for w in &windows {
         tx.execute(&q.limits.set_rate_window, &[&w.queue, &w.start, &w.count])?;
     }

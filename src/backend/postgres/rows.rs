@@ -8,6 +8,7 @@ use postgres::GenericClient;
 use super::connection::Tx;
 use super::db::Db;
 use super::queries::Queries;
+use crate::backend::params::bigint;
 use crate::backend::rows::{self, Cell, Dialect, Ids, Kind, Row, Rows, Table};
 use crate::error::Result;
 
@@ -50,7 +51,7 @@ fn read<C: GenericClient>(
     limit: usize,
 ) -> Result<Vec<Row>> {
     let sql = rows::select(table, &name(q, table), !after.is_empty(), &DIALECT);
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = bigint(limit);
     let mut params: Vec<&(dyn ToSql + Sync)> = after.iter().map(|a| a as _).collect();
     params.push(&limit);
     let mut out = Vec::new();

@@ -11,33 +11,16 @@ use crate::backend::registry::{self, DueCount, HeldJob, RegisterWorkerParams, Wo
 use crate::backend::Workers;
 use crate::error::Result;
 
-/// As SQLite's `REGISTER`. `$8` and `$9` are the start and the expiry as
-/// offsets (µs) from now.
-pub const REGISTER: &str = concat!(
-    "INSERT INTO {workers} (",
-    registry::worker_columns!(),
-    ") VALUES ($2, $3, $4, $5, $6, $7, {now} + $8, {now}, {now} + $9)
-ON CONFLICT (id) DO UPDATE SET ",
-    registry::worker_refresh!("excluded.", "")
-);
-
-/// As SQLite's `DEREGISTER`.
-pub const DEREGISTER: &str = "DELETE FROM {workers} WHERE id = $1";
-
-/// As SQLite's `LIVE`.
-pub const LIVE: &str = concat!(
-    "SELECT ",
-    registry::worker_columns!(),
-    " FROM {workers} WHERE expires_at > {now} ORDER BY id"
-);
+// `$8` and `$9` of `REGISTER` are the start and the expiry as offsets (µs)
+// from now.
+registry::worker_statements!(table: "{workers}", id: "$1", now: "{now}",
+    values: "($2, $3, $4, $5, $6, $7, {now} + $8, {now}, {now} + $9)",
+    upsert: "ON CONFLICT (id) DO UPDATE SET", refresh: ("excluded.", ""));
 
 /// As SQLite's `HELD_JOBS`, through the partial `{prefix}jobs_expiry`
 /// (leased rows only).
 pub const HELD_JOBS: &str = "
 SELECT locked_by, id, queue, kind FROM {jobs} WHERE lease_token IS NOT NULL ORDER BY id";
-
-/// As SQLite's `PRUNE`.
-pub const PRUNE: &str = "DELETE FROM {workers} WHERE expires_at <= {now}";
 
 /// As SQLite's two `DUE_BY_KIND_*` in one: differs in that jobs not due yet
 /// stay in the lease index (no `due` flag, see V2), so one range of

@@ -16,7 +16,7 @@ use crate::backend::flows::{self, Workflows};
 use crate::backend::params::{
     DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
 };
-use crate::backend::{Batches, Flows};
+use crate::backend::Batches;
 use crate::batch::{BatchRow, CreateBatchParams};
 use crate::clock::ClockMicros;
 use crate::error::{Error, Result};
@@ -119,27 +119,8 @@ fn links<C: GenericClient>(tx: &mut Tx<'_, C>, q: &Queries, job_id: i64) -> Resu
     Ok(flows::links(workflow, batch, dependents))
 }
 
-impl Flows for Db {
-    fn enqueue_workflow(
-        &self,
-        w: &WorkflowParams<'_>,
-        jobs: &[EnqueueParams<'_>],
-    ) -> Result<(i64, Vec<Enqueued>)> {
-        self.pool.write(|tx| enqueue_workflow(tx, &self.q, w, jobs))
-    }
-
-    fn workflow(&self, id: Option<i64>, name: Option<&str>) -> Result<Option<WorkflowRow>> {
-        self.pool.read(|tx| workflow(tx, &self.q, id, name))
-    }
-
-    fn dependencies(&self, job_id: i64) -> Result<Vec<DependencyRow>> {
-        self.pool.read(|tx| dependencies(tx, &self.q, job_id))
-    }
-
-    fn links(&self, job_id: i64) -> Result<JobLinksRow> {
-        self.pool.read(|tx| links(tx, &self.q, job_id))
-    }
-}
+flows::impl_flows!(Db, self, tx => read: [self.pool.read], write: [self.pool.write],
+    args: [tx, &self.q]);
 
 impl Batches for Db {
     fn create_batch(&self, p: &CreateBatchParams<'_>) -> Result<i64> {

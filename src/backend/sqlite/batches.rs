@@ -10,7 +10,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::backend::batches;
-use crate::backend::params::EnqueueParams;
+use crate::backend::params::{bigint, EnqueueParams};
 use crate::batch::{self, BatchRow, CreateBatchParams};
 use crate::error::{Error, Result};
 use crate::job::Enqueued;
@@ -235,7 +235,7 @@ fn fire_if_due(
 /// Deletes up to `limit` finished batches that finished before `cutoff`
 /// ([`PRUNE`]); how many.
 pub(crate) fn prune(conn: &Connection, cutoff: i64, limit: usize) -> Result<usize> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = bigint(limit);
     let ids = conn
         .prepare_cached(PRUNE)?
         .query_map(params![cutoff, limit], |r| r.get::<_, i64>(0))?

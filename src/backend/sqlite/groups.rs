@@ -5,7 +5,7 @@
 use rusqlite::{params, Connection};
 
 use super::queries;
-use crate::backend::params::{Aggregated, EnqueueParams, GroupParams};
+use crate::backend::params::{bigint, Aggregated, EnqueueParams, GroupParams};
 use crate::error::Result;
 use crate::job::Enqueued;
 
@@ -45,7 +45,7 @@ pub(crate) fn join(
 
 /// Combines up to `limit` groups ready at `now`, each into one job due now.
 pub(crate) fn aggregate(conn: &Connection, now: i64, limit: usize) -> Result<Vec<Aggregated>> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = bigint(limit);
     let ready: Vec<(String, String, String, i64)> = conn
         .prepare_cached(queries::READY_GROUPS)?
         .query_map(params![now, limit], |r| {

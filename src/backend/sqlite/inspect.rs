@@ -6,7 +6,9 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use super::{flows, jobs, queries, sequences};
 use crate::action::{self, Action};
 use crate::backend::live_state;
-use crate::backend::params::{Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams};
+use crate::backend::params::{
+    bigint, Acted, FinishedInMinute, Found, RecentCompletions, UpdateParams,
+};
 use crate::backend::record::{self, Columns};
 use crate::clock;
 use crate::error::Result;
@@ -105,7 +107,7 @@ pub(crate) fn list(conn: &Connection, filter: &JobFilter, now: i64) -> Result<Pa
         JobState::Finished(status) => status.as_str().to_owned().into(),
         _ => now.into(),
     };
-    let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+    let limit = bigint(filter.limit);
     // The page and its sequence keys at one moment.
     at_one_moment(conn, |conn| page(conn, &sql, first, filter, limit))
 }
@@ -564,7 +566,7 @@ pub(crate) fn prune(
     cutoff: i64,
     limit: usize,
 ) -> Result<usize> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = bigint(limit);
     let ids = conn
         .prepare_cached(queries::PRUNE_HISTORY)?
         .query_map(params![status.as_str(), cutoff, limit], |r| r.get(0))?

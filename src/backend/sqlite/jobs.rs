@@ -6,7 +6,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{limits, queries};
 use crate::backend::params::{
-    EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
+    bigint, EnqueueParams, ExpiredLease, HeartbeatParams, LeaseParams, ProgressWrite, SettleParams,
 };
 use crate::clock;
 use crate::error::{Error, Result};
@@ -145,7 +145,7 @@ fn claim(
     let kinds: &[String] = p.kinds.unwrap_or(&[]);
     let sql = queries::lease(queues.len(), kinds.len());
     let mut stmt = conn.prepare_cached(&sql)?;
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = bigint(limit);
     let mut values: Vec<&dyn rusqlite::ToSql> = vec![&p.now, &p.lease_until, &p.worker_id, &limit];
     values.extend(queues.iter().map(|q| q as &dyn rusqlite::ToSql));
     values.extend(kinds.iter().map(|k| k as &dyn rusqlite::ToSql));
@@ -189,7 +189,7 @@ pub(crate) fn explain_lease(conn: &Connection, p: &LeaseParams<'_>) -> Result<Ve
         queries::lease(queues.len(), kinds.len())
     );
     let mut stmt = conn.prepare(&sql)?;
-    let limit = i64::try_from(p.limit).unwrap_or(i64::MAX);
+    let limit = bigint(p.limit);
     let mut values: Vec<&dyn rusqlite::ToSql> = vec![&p.now, &p.lease_until, &p.worker_id, &limit];
     values.extend(queues.iter().map(|q| *q as &dyn rusqlite::ToSql));
     values.extend(kinds.iter().map(|k| k as &dyn rusqlite::ToSql));
@@ -379,7 +379,7 @@ pub(crate) fn expired_leases(
     limit: usize,
 ) -> Result<Vec<ExpiredLease>> {
     let mut stmt = conn.prepare_cached(queries::EXPIRED_LEASES)?;
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = bigint(limit);
     let rows = stmt.query_map(params![now, limit], leased_row)?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }

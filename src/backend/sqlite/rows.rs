@@ -6,6 +6,7 @@ use rusqlite::{params_from_iter, Connection};
 
 use super::connection::Connections;
 use super::queries;
+use crate::backend::params::bigint;
 use crate::backend::rows::{self, Cell, Dialect, Ids, Row, Rows, Table};
 use crate::error::Result;
 
@@ -42,7 +43,7 @@ fn value(cell: &Cell) -> Value {
 
 fn read(conn: &Connection, table: &Table, after: &[i64], limit: usize) -> Result<Vec<Row>> {
     let sql = rows::select(table, &name(table), !after.is_empty(), &DIALECT);
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = bigint(limit);
     let mut stmt = conn.prepare(&sql)?;
     let params = after.iter().copied().chain([limit]);
     let mut found = stmt.query(params_from_iter(params))?;

@@ -12,26 +12,9 @@ use crate::backend::registry::{self, DueCount, HeldJob, RegisterWorkerParams, Wo
 use crate::backend::Workers;
 use crate::error::Result;
 
-/// Inserts a worker's row, or refreshes every column of it: the same
-/// statement starts a worker and beats its heartbeat, so a row pruned
-/// while the worker was stalled comes back at its next tick.
-pub const REGISTER: &str = concat!(
-    "INSERT INTO backlog_workers (",
-    registry::worker_columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-ON CONFLICT (id) DO UPDATE SET ",
-    registry::worker_refresh!("excluded.", "")
-);
-
-/// Removes a worker's row (a clean shutdown).
-pub const DEREGISTER: &str = "DELETE FROM backlog_workers WHERE id = ?1";
-
-/// The workers whose row has not expired at `?1`, by id.
-pub const LIVE: &str = concat!(
-    "SELECT ",
-    registry::worker_columns!(),
-    " FROM backlog_workers WHERE expires_at > ?1 ORDER BY id"
-);
+registry::worker_statements!(table: "backlog_workers", id: "?1", now: "?1",
+    values: "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)", upsert: "ON CONFLICT (id) DO UPDATE SET",
+    refresh: ("excluded.", ""));
 
 /// Every leased job and its holder, through `backlog_jobs_running` (leased
 /// rows only; V5): the jobs a worker runs are the ones whose `locked_by` is
@@ -39,9 +22,6 @@ pub const LIVE: &str = concat!(
 pub const HELD_JOBS: &str = "
 SELECT locked_by, id, queue, kind FROM backlog_jobs INDEXED BY backlog_jobs_running
 WHERE lease_token IS NOT NULL ORDER BY id";
-
-/// Deletes the rows of workers gone without deregistering (crashed).
-pub const PRUNE: &str = "DELETE FROM backlog_workers WHERE expires_at <= ?1";
 
 /// Due jobs per queue and kind at `?1`, in two parts like
 /// `COUNT_WAITING_DUE`: the promoted ones from `backlog_jobs_lease_kind`

@@ -16,7 +16,7 @@ use crate::backend::flows::{self, Workflows};
 use crate::backend::params::{
     DependencyRow, EnqueueParams, JobLinksRow, WorkflowParams, WorkflowRow,
 };
-use crate::backend::{Batches, Flows};
+use crate::backend::Batches;
 use crate::batch::{BatchRow, CreateBatchParams};
 use crate::error::Result;
 use crate::job::Enqueued;
@@ -147,27 +147,7 @@ pub(crate) fn links(conn: &Connection, job_id: i64) -> Result<JobLinksRow> {
     Ok(flows::links(workflow, batch, dependents))
 }
 
-impl Flows for Connections {
-    fn enqueue_workflow(
-        &self,
-        w: &WorkflowParams<'_>,
-        jobs: &[EnqueueParams<'_>],
-    ) -> Result<(i64, Vec<Enqueued>)> {
-        self.write(|tx| enqueue_workflow(tx, w, jobs))
-    }
-
-    fn workflow(&self, id: Option<i64>, name: Option<&str>) -> Result<Option<WorkflowRow>> {
-        self.read(|c| workflow(c, id, name))
-    }
-
-    fn dependencies(&self, job_id: i64) -> Result<Vec<DependencyRow>> {
-        self.read(|c| dependencies(c, job_id))
-    }
-
-    fn links(&self, job_id: i64) -> Result<JobLinksRow> {
-        self.read(|c| links(c, job_id))
-    }
-}
+flows::impl_flows!(Connections, self, c => read: [self.read], write: [self.write], args: [c]);
 
 impl Batches for Connections {
     fn create_batch(&self, p: &CreateBatchParams<'_>) -> Result<i64> {
