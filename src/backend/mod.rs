@@ -385,6 +385,13 @@ pub(crate) trait Changes: Send + Debug {
     fn is_notified(&self) -> bool {
         false
     }
+
+    /// True when every commit by another connection counts as a change
+    /// (SQLite's data version), settles included; a server's watcher
+    /// reports new jobs only.
+    fn sees_every_commit(&self) -> bool {
+        false
+    }
 }
 
 impl ChangeWatcher {
@@ -420,6 +427,13 @@ impl ChangeWatcher {
     /// Fires when it is time to call [`ChangeWatcher::changed`].
     pub(crate) fn signal(&self) -> crossbeam_channel::Receiver<Instant> {
         self.signal.clone()
+    }
+
+    /// True when every commit by another connection counts as a change
+    /// (see [`Changes::sees_every_commit`]); false for a watcher that
+    /// never fires.
+    pub(crate) fn sees_every_commit(&self) -> bool {
+        self.source.as_ref().is_some_and(|s| s.sees_every_commit())
     }
 
     /// True when woken by the operating system's file notifications rather

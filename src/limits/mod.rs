@@ -53,6 +53,16 @@
 //! that ends a lease (settle, rescue, release, cancel) to free its place
 //! exactly once.
 //!
+//! A worker cannot tell from its own threads alone whether the workers of
+//! several processes together fill a limit, so a lease of a
+//! concurrency-limited queue that comes back short also turns the
+//! look-ahead off, for [`LIMITS_SEEN_WITHIN`]. And a place that another
+//! process frees is no change that a server's watcher reports (they report
+//! new jobs): a worker whose lease of a limited queue came back short leases
+//! again within milliseconds, backing off to every 100 ms while the limit
+//! stays full, and no more once the queue has no job waiting (see
+//! `worker::fetcher`). SQLite's watcher sees every commit, settles included.
+//!
 //! A running job counts until it is settled or rescued: the claims of a
 //! worker that died (or whose lease answer was lost) hold their places in
 //! the concurrency limit until the rescuer frees them, within `lease_ttl +

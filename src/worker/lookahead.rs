@@ -24,6 +24,17 @@
 //! well above that (say, 1,000,000) leaves the look-ahead as it is. The
 //! limits are read again every [`crate::limits::LIMITS_SEEN_WITHIN`].
 //!
+//! One process cannot tell from its own threads whether several processes
+//! together fill a limit: three workers of 4 threads and 3 jobs ahead each
+//! hold 21 places of a limit of 12, so some hold places that their busy
+//! threads cannot run while the others' threads idle. So a lease of a
+//! concurrency-limited queue that came back short (the limit was full, or
+//! the queue ran dry) turns the look-ahead off for
+//! [`crate::limits::LIMITS_SEEN_WITHIN`]: every worker then holds no more
+//! places than it has threads, and its completer hands them on. A queue
+//! that merely ran dry loses nothing by it: there is nothing to hold
+//! ahead.
+//!
 //! The measure is a running mean that rises at once to a slower run and
 //! decays slowly (by an eighth per job) towards faster ones: a job kind that
 //! turns slow shrinks the look-ahead from its first slow run. Handler time is
@@ -58,6 +69,10 @@ pub(crate) struct LookAhead {
     places: AtomicUsize,
     /// When the limits were last read.
     looked: Mutex<Option<Instant>>,
+    /// Until when (nanoseconds after `born`) a concurrency limit binds: a
+    /// lease of a limited queue came back short.
+    binding_until: AtomicU64,
+    born: Instant,
 }
 
 impl LookAhead {
@@ -67,6 +82,8 @@ impl LookAhead {
             threads: u64::try_from(threads).unwrap_or(u64::MAX).max(1),
             places: AtomicUsize::new(usize::MAX),
             looked: Mutex::new(None),
+            binding_until: AtomicU64::new(0),
+            born: Instant::now(),
         }
     }
 
@@ -85,6 +102,21 @@ impl LookAhead {
     pub(crate) fn set_places(&self, limit: Option<u32>) {
         let places = limit.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
         self.places.store(places, Ordering::Relaxed);
+    }
+
+    /// Notes that a lease of a concurrency-limited queue came back short:
+    /// no look-ahead for [`crate::limits::LIMITS_SEEN_WITHIN`].
+    pub(crate) fn note_binding(&self) {
+        let until = self.born.elapsed() + crate::limits::LIMITS_SEEN_WITHIN;
+        let until = u64::try_from(until.as_nanos()).unwrap_or(u64::MAX);
+        self.binding_until.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// True while a concurrency limit was seen binding (see
+    /// [`LookAhead::note_binding`]).
+    fn binding(&self) -> bool {
+        let now = u64::try_from(self.born.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        now < self.binding_until.load(Ordering::Relaxed)
     }
 
     /// Records one handler run.
@@ -115,8 +147,12 @@ impl LookAhead {
             .unwrap_or(CAP)
             .min(CAP);
         let threads = usize::try_from(self.threads).unwrap_or(usize::MAX);
-        if depth > 0 && threads.saturating_add(depth) >= self.places.load(Ordering::Relaxed) {
+        let places = self.places.load(Ordering::Relaxed);
+        if depth > 0 && threads.saturating_add(depth) >= places {
             return 0; // it would fill a concurrency limit
+        }
+        if depth > 0 && places != usize::MAX && self.binding() {
+            return 0; // the limit is full with other workers' jobs too
         }
         depth
     }
@@ -198,6 +234,21 @@ mod tests {
         assert_eq!(la.depth(), CAP);
         la.set_places(None);
         assert_eq!(la.depth(), CAP);
+    }
+
+    #[test]
+    fn no_look_ahead_while_a_concurrency_limit_binds() {
+        let la = LookAhead::new(4);
+        la.record(Duration::from_millis(10));
+        la.set_places(Some(12));
+        assert_eq!(la.depth(), 4, "4 threads and 4 ahead leave 12 places");
+        la.note_binding();
+        assert_eq!(la.depth(), 0, "other workers fill the rest");
+        la.set_places(None);
+        assert_eq!(la.depth(), 4, "no limit: nothing to bind");
+        la.binding_until.store(0, Ordering::Relaxed);
+        la.set_places(Some(12));
+        assert_eq!(la.depth(), 4, "the binding was forgotten");
     }
 
     #[test]

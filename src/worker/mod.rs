@@ -547,6 +547,9 @@ impl Worker {
                 stop: stop_fetch_rx,
                 watcher,
                 next_due: None,
+                limited: Vec::new(),
+                place_retry: None,
+                dry: false,
             };
             running.fetcher = Some(spawn("backlog-fetch".into(), move || fetcher.run())?);
             Ok(())

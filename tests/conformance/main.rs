@@ -30,6 +30,7 @@ mod lease;
 mod limits;
 mod limits_bound;
 mod limits_hand_on;
+mod limits_wake;
 mod lookahead;
 mod on_time;
 mod operate;

@@ -244,4 +244,8 @@ impl Changes for DataVersion {
     fn is_notified(&self) -> bool {
         DataVersion::is_notified(self)
     }
+
+    fn sees_every_commit(&self) -> bool {
+        true
+    }
 }
