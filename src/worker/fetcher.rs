@@ -18,8 +18,10 @@
 //! settles a job (its place is free). Once at the longest wait, a look at
 //! whether the limited queues have jobs waiting at all decides: if not,
 //! the queue ran dry rather than full, and the fetcher waits as any idle
-//! one, until a change or its idle poll (an idle worker pays one such look,
-//! and [`PLACE_RETRY_MAX`]'s few leases, each time it runs dry).
+//! one, until a change or its idle poll. An idle worker pays one such look,
+//! and about seven leases, each with the reads of when the next job comes
+//! due and of the limits that follow every short lease, each time it runs
+//! dry.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -40,7 +42,8 @@ pub(crate) const PLACE_RETRY_MIN: Duration = Duration::from_millis(2);
 
 /// The longest wait between two leases while a limited queue's places are
 /// all taken and its jobs wait: how late at most a place freed by another
-/// process is taken up here. Bounds the cost to a few leases a second.
+/// process is taken up here. Bounds the cost to ten leases a second, each
+/// with its reads (see the module's doc).
 pub(crate) const PLACE_RETRY_MAX: Duration = Duration::from_millis(100);
 
 /// A leased job on its way to a handler thread.
