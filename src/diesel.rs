@@ -60,7 +60,7 @@ use serde_json::Value;
 use crate::backend::params::{EnqueueParams, Finishing};
 use crate::job::{Enqueued, IntoNewJob};
 use crate::lease::{Job, Lease};
-use crate::outcome::{Outcome, Transition};
+use crate::outcome::{error_json, Outcome, Transition};
 use crate::queue::{params, Queue};
 
 /// Transactional calls of a [`Queue`] on a diesel connection `C` inside
@@ -187,7 +187,7 @@ impl<C: Adapter> QueueExt<C> for Queue {
             lease: params.lease,
             status: status.as_str(),
             result: result.as_deref(),
-            error: error.as_ref().map(serde_json::to_string).transpose()?,
+            error: error_json(error.as_ref())?,
             now,
         };
         C::check_queue(self)?;
