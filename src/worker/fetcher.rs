@@ -19,7 +19,7 @@
 //! whether the limited queues have jobs waiting at all decides: if not,
 //! the queue ran dry rather than full, and the fetcher waits as any idle
 //! one, until a change or its idle poll. An idle worker pays one such look,
-//! and about seven leases, each with the reads of when the next job comes
+//! and up to seven leases, each with the reads of when the next job comes
 //! due and of the limits that follow every short lease, each time it runs
 //! dry.
 
