@@ -347,6 +347,12 @@ impl WorkerBuilder {
     /// Group commit of outcomes: the completer applies up to `size` outcomes
     /// in one transaction, waiting at most `max_delay` after the first for
     /// more. Defaults to 100 outcomes and 5 ms.
+    ///
+    /// Without a look-ahead (jobs of 20 ms or more, a concurrency limit that
+    /// binds, or [`prefetch(0)`](Self::prefetch)) each outcome waiting keeps
+    /// a handler thread idle until the commit that leases its next job, so
+    /// the batch is committed as soon as no further outcome comes within
+    /// 250 µs, whatever `max_delay`.
     pub fn completer_batch(mut self, size: usize, max_delay: Duration) -> Self {
         self.completer_batch = size;
         self.completer_delay = max_delay;

@@ -2,11 +2,18 @@
 //! batch (group commit), flushed when the batch is full or a short delay after
 //! its first outcome.
 //!
-//! Without a look-ahead (jobs of 20 ms or more, or `.prefetch(0)`) the same
-//! transaction also leases the next jobs for the free handler slots
-//! (complete-and-lease): such a worker commits once per batch, not once per
-//! batch plus once per freed slot. With one, the fetcher leases in batches
-//! and the completer only settles.
+//! Without a look-ahead (jobs of 20 ms or more, a concurrency limit that
+//! binds, or `.prefetch(0)`) the same transaction also leases the next jobs
+//! for the free handler slots (complete-and-lease): such a worker commits
+//! once per batch, not once per batch plus once per freed slot. With one,
+//! the fetcher leases in batches and the completer only settles.
+//!
+//! Such a batch is also committed once no further outcome came within
+//! [`REFILL_LINGER`]: each outcome waiting in it holds a handler thread idle
+//! (and, under a concurrency limit, a place) until the commit that refills
+//! it. Threads that finish together still share one commit; one that
+//! finishes alone no longer waits out the delay for others that may take
+//! tens of milliseconds more.
 //!
 //! A batch whose transaction fails because the server cannot be reached (a
 //! lost connection, a network cut, a restart) is kept and tried again, every
@@ -57,6 +64,11 @@ enum Taken {
 /// handler is still running (an outcome may still come).
 const IDLE_CHECK: Duration = Duration::from_micros(250);
 
+/// Without a look-ahead, how long a batch waits for one more outcome before
+/// it is committed (see the module's doc): outcomes of threads that finish
+/// together come microseconds apart.
+const REFILL_LINGER: Duration = Duration::from_micros(250);
+
 /// How often a batch that failed for a reason other than an unreachable
 /// server is tried again before it is left to the rescuer.
 const ATTEMPTS: u32 = 3;
@@ -102,8 +114,8 @@ impl Completer {
                 if self.no_outcome_coming() {
                     break;
                 }
-                let step = flush_at.min(Instant::now() + IDLE_CHECK);
                 if !self.shared.completer_refills() {
+                    let step = flush_at.min(Instant::now() + IDLE_CHECK);
                     // Short jobs: outcomes come every few microseconds. A
                     // receive would wake this thread (and make the handler
                     // thread that sends pay for the wake-up) once per job;
@@ -125,15 +137,17 @@ impl Completer {
                     }
                     continue;
                 }
-                match self.outcomes.recv_deadline(step) {
+                // Each outcome here keeps its thread idle until the commit:
+                // no outcome within the linger (or the delay up), commit.
+                let linger = flush_at.min(Instant::now() + REFILL_LINGER);
+                match self.outcomes.recv_deadline(linger) {
                     Ok(Settle::Apply(job, outcome)) => batch.push((job, outcome)),
                     Ok(Settle::Stop(at)) => {
                         until = Some(at);
                         stop = true;
                     }
                     Err(RecvTimeoutError::Disconnected) => stop = true,
-                    Err(RecvTimeoutError::Timeout) if Instant::now() >= flush_at => break,
-                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Timeout) => break,
                 }
             }
             if !batch.is_empty() && self.flush(&mut batch, &mut until) {

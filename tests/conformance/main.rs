@@ -21,6 +21,7 @@ mod find_unique;
 mod finished_counts;
 mod finished_per_minute;
 mod flow_pruning;
+mod group_commit;
 mod groups;
 mod heartbeat_rescue;
 mod inside_transaction;
