@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::db::{BoxResult, Gate};
 use crate::report::{median, Report, Target};
 use crate::server_db::{Counts, Namespace, Server, Target as Where};
-use crate::server_worker::{self, BurnDown, Latency};
+use crate::server_worker::{self, BurnDown, JobTime, Latency};
 
 /// Where the smoke mode (and a run without `--url`) finds the servers: the
 /// variables the conformance suite and `.ci/run` use.
@@ -98,6 +98,12 @@ pub struct ServerArgs {
     /// a job that does some work shows what a binding limit costs it.
     #[arg(long, default_value_t = 0)]
     limits_job_us: u64,
+    /// How much the limits mode's jobs vary, in percent: each handler sleeps
+    /// a time drawn evenly from `--limits-job-us` ± this. 0 (the default):
+    /// all alike, so the threads of a worker without a look-ahead finish
+    /// together; real jobs vary, and its threads finish one at a time.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    limits_job_spread: u32,
 }
 
 /// The sizes of one invocation.
@@ -233,7 +239,10 @@ pub fn run(a: &ServerArgs, runs: Option<usize>, out: Option<&std::path::Path>) -
                     label,
                     &sizes,
                     a.threads,
-                    a.limits_job_us,
+                    JobTime {
+                        us: a.limits_job_us,
+                        spread_percent: a.limits_job_spread,
+                    },
                     run,
                 )?;
             }
@@ -500,7 +509,7 @@ fn burn_down(
                         threads,
                         prefetch,
                         limits: QueueLimits::default(),
-                        job_us: 0,
+                        job: JobTime::default(),
                     };
                     let rate = server_worker::burn_down(report, server, label, &b)?;
                     backlog.push((b, rate));
@@ -547,7 +556,7 @@ fn limits(
     label: &str,
     sizes: &Sizes,
     threads: usize,
-    job_us: u64,
+    job: JobTime,
     run: usize,
 ) -> BoxResult<()> {
     let processes = sizes.processes.iter().copied().max().unwrap_or(1);
@@ -588,9 +597,9 @@ fn limits(
             },
         ),
     ];
-    let jobs = match job_us {
+    let jobs = match job.us {
         0 => String::new(),
-        us => format!(", jobs of {us} µs"),
+        _ => format!(", jobs of {}", job.describe()),
     };
     let mut rates = [0.0f64; 5];
     for k in 0..variants.len() {
@@ -601,7 +610,7 @@ fn limits(
             threads,
             prefetch: 0,
             limits: variants[i].1,
-            job_us,
+            job,
         };
         rates[i] = server_worker::burn_down(report, server, label, &b)?;
     }

@@ -58,6 +58,9 @@ pub struct ChildArgs {
     /// How long each job's handler sleeps, in µs (the worker role).
     #[arg(long, default_value_t = 0)]
     job_us: u64,
+    /// How much each job's sleep varies, in percent (see [`JobTime`]).
+    #[arg(long, default_value_t = 0)]
+    job_spread: u32,
 }
 
 // ---- the parent's side -------------------------------------------------------
@@ -159,8 +162,38 @@ pub struct BurnDown {
     pub prefetch: usize,
     /// Set on the queue before the workers start.
     pub limits: QueueLimits,
-    /// How long each job's handler sleeps, in µs (0: no-op jobs).
-    pub job_us: u64,
+    pub job: JobTime,
+}
+
+/// How long each job's handler sleeps.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct JobTime {
+    /// In µs (0: no-op jobs).
+    pub us: u64,
+    /// Each job's time is drawn evenly from `us` ± this percent (0: all
+    /// alike).
+    pub spread_percent: u32,
+}
+
+impl JobTime {
+    /// "10000 µs", or "10000 µs ± 50 %".
+    pub fn describe(&self) -> String {
+        match self.spread_percent {
+            0 => format!("{} µs", self.us),
+            p => format!("{} µs ± {p} %", self.us),
+        }
+    }
+
+    /// One job's time, drawn with `next`, which returns a number evenly
+    /// spread over [0, 1).
+    fn draw(&self, next: impl FnOnce() -> f64) -> Duration {
+        let base = Duration::from_micros(self.us);
+        if self.spread_percent == 0 {
+            return base;
+        }
+        let spread = f64::from(self.spread_percent) / 100.0;
+        base.mul_f64(1.0 - spread + 2.0 * spread * next())
+    }
 }
 
 impl BurnDown {
@@ -175,8 +208,8 @@ impl BurnDown {
             name.push_str(&format!(", prefetch {}", self.prefetch));
         }
         name.push_str(&format!(", {}k jobs", self.jobs / 1000));
-        if self.job_us > 0 {
-            name.push_str(&format!(" of {} µs", self.job_us));
+        if self.job.us > 0 {
+            name.push_str(&format!(" of {}", self.job.describe()));
         }
         if let Some(n) = self.limits.concurrency {
             name.push_str(&format!(", concurrency limit {n}"));
@@ -212,7 +245,9 @@ pub fn burn_down(
         "--prefetch",
         &b.prefetch.to_string(),
         "--job-us",
-        &b.job_us.to_string(),
+        &b.job.us.to_string(),
+        "--job-spread",
+        &b.job.spread_percent.to_string(),
     ]
     .map(String::from);
     let mut children = Children::start(b.processes, &ns.target()?, &args)?;
@@ -602,14 +637,17 @@ fn child_worker(target: &Where, args: &ChildArgs, words: &Receiver<String>) -> B
     println!("ready");
     wait_for(words, "go")?;
     let handled = Arc::new(AtomicU64::new(0));
-    let work = Duration::from_micros(args.job_us);
+    let work = JobTime {
+        us: args.job_us,
+        spread_percent: args.job_spread,
+    };
     let worker = {
         let handled = handled.clone();
         crate::worker::tuned(Worker::builder(queue.clone()), args.prefetch)
             .concurrency(args.threads)
             .handle_raw("noop", move |_payload, _ctx| {
-                if !work.is_zero() {
-                    thread::sleep(work);
+                if work.us > 0 {
+                    thread::sleep(work.draw(next_fraction));
                 }
                 handled.fetch_add(1, Ordering::Relaxed);
                 Ok::<(), JobError>(())
@@ -666,4 +704,32 @@ fn wait_for(words: &Receiver<String>, word: &str) -> BoxResult<()> {
             return Ok(());
         }
     }
+}
+
+/// A number evenly spread over [0, 1), from a xorshift generator of the
+/// calling thread's own, seeded from the clock and the thread: the spread
+/// of job times needs no more.
+fn next_fraction() -> f64 {
+    use std::cell::Cell;
+    use std::hash::{BuildHasher, Hasher};
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new({
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos(),
+            );
+            h.finish() | 1
+        });
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    })
 }
