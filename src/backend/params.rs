@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::job::Enqueued;
 // A job's dependencies are the job's own data (`NewJob::depends_on`); the
 // engine's plans and the backends name them here, beside the params that
@@ -330,6 +330,35 @@ pub(crate) struct ClaimTickParams<'a> {
     pub tick: i64,
     pub job: Option<EnqueueParams<'a>>,
     pub now: i64,
+}
+
+impl ClaimTickParams<'_> {
+    /// The tick the claim records as the schedule's last one: this tick when
+    /// it enqueues a job, none when it skips one.
+    pub(crate) fn last_tick(&self) -> Option<i64> {
+        self.job.as_ref().map(|_| self.tick)
+    }
+
+    /// What the claim did, read the same way on every backend: `moved`
+    /// rows of the compare-and-set (none: another scheduler, or a changed
+    /// schedule, got there first); then, in the claim's transaction, the
+    /// tick's job is enqueued by `enqueue` (a skipped tick enqueues none).
+    pub(crate) fn claimed(
+        &self,
+        moved: u64,
+        enqueue: impl FnOnce(&EnqueueParams<'_>) -> Result<Vec<Enqueued>>,
+    ) -> Result<Claimed> {
+        if moved == 0 {
+            return Ok(Claimed::Lost);
+        }
+        let Some(job) = &self.job else {
+            return Ok(Claimed::Skipped);
+        };
+        enqueue(job)?
+            .pop()
+            .map(Claimed::Enqueued)
+            .ok_or_else(|| Error::Database("enqueue returned no id".into()))
+    }
 }
 
 /// What a claim did.

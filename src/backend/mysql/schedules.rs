@@ -14,7 +14,7 @@ use super::db::{take, Db};
 use super::jobs;
 use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
 use crate::backend::Schedules;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// As SQLite's `REGISTER`. Differs in that MySQL has no `ON CONFLICT ..
 /// WHERE`: each column keeps its value unless the expression differs, and
@@ -71,7 +71,6 @@ impl Schedules for Db {
     fn claim_tick(&self, p: &ClaimTickParams<'_>) -> Result<Claimed> {
         let sql = self.sql.tables.render(CLAIM_TICK);
         let now = self.now(p.now);
-        let last_tick = p.job.as_ref().map(|_| p.tick);
         self.write(|tx| {
             let moved = tx
                 .exec_iter(
@@ -81,21 +80,14 @@ impl Schedules for Db {
                         "expression" => p.expression,
                         "seen" => p.seen,
                         "next_tick" => p.next_tick,
-                        "last_tick" => last_tick,
+                        "last_tick" => p.last_tick(),
                         "now" => now.param(),
                     },
                 )?
                 .affected_rows();
-            if moved == 0 {
-                return Ok(Claimed::Lost);
-            }
-            let Some(job) = &p.job else {
-                return Ok(Claimed::Skipped);
-            };
-            let mut ids = jobs::enqueue_all(&self.sql, tx, std::slice::from_ref(job), now)?;
-            ids.pop()
-                .map(Claimed::Enqueued)
-                .ok_or_else(|| Error::Database("enqueue returned no id".into()))
+            p.claimed(moved, |job| {
+                jobs::enqueue_all(&self.sql, tx, std::slice::from_ref(job), now)
+            })
         })
     }
 

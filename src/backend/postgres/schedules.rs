@@ -14,7 +14,7 @@ use super::jobs;
 use super::queries::Queries;
 use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
 use crate::backend::Schedules;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// As SQLite's `REGISTER`.
 pub const REGISTER: &str = "
@@ -97,7 +97,6 @@ fn claim_tick<C: GenericClient>(
     sql: &str,
     p: &ClaimTickParams<'_>,
 ) -> Result<Claimed> {
-    let last_tick = p.job.as_ref().map(|_| p.tick);
     let moved = tx.execute(
         sql,
         &[
@@ -106,17 +105,10 @@ fn claim_tick<C: GenericClient>(
             &p.expression,
             &p.seen,
             &p.next_tick,
-            &last_tick,
+            &p.last_tick(),
         ],
     )?;
-    if moved == 0 {
-        return Ok(Claimed::Lost);
-    }
-    let Some(job) = &p.job else {
-        return Ok(Claimed::Skipped);
-    };
-    let mut ids = jobs::enqueue_all(tx, q, std::slice::from_ref(job))?;
-    ids.pop()
-        .map(Claimed::Enqueued)
-        .ok_or_else(|| Error::Database("enqueue returned no id".into()))
+    p.claimed(moved, |job| {
+        jobs::enqueue_all(tx, q, std::slice::from_ref(job))
+    })
 }

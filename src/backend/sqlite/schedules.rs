@@ -11,7 +11,7 @@ use super::connection::Connections;
 use super::jobs;
 use crate::backend::params::{ClaimTickParams, Claimed, RegisterScheduleParams, ScheduleRow};
 use crate::backend::Schedules;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Inserts a schedule, or replaces its expression and next tick when the
 /// stored expression differs; a row with the same expression keeps its next
@@ -51,25 +51,17 @@ pub(crate) fn register(conn: &Connection, p: &RegisterScheduleParams<'_>) -> Res
 /// write lock is held from `BEGIN IMMEDIATE`, so no other scheduler can move
 /// the row between the compare-and-set and the enqueue.
 pub(crate) fn claim_tick(conn: &Connection, p: &ClaimTickParams<'_>) -> Result<Claimed> {
-    let last_tick = p.job.as_ref().map(|_| p.tick);
     let moved = conn.prepare_cached(CLAIM_TICK)?.execute(params![
         p.name,
         p.expression,
         p.next_tick,
-        last_tick,
+        p.last_tick(),
         p.now,
         p.seen
     ])?;
-    if moved == 0 {
-        return Ok(Claimed::Lost);
-    }
-    let Some(job) = &p.job else {
-        return Ok(Claimed::Skipped);
-    };
-    let mut ids = jobs::enqueue_all(conn, std::slice::from_ref(job))?;
-    ids.pop()
-        .map(Claimed::Enqueued)
-        .ok_or_else(|| Error::Database("enqueue returned no id".into()))
+    p.claimed(moved as u64, |job| {
+        jobs::enqueue_all(conn, std::slice::from_ref(job))
+    })
 }
 
 pub(crate) fn list(conn: &Connection) -> Result<Vec<ScheduleRow>> {
