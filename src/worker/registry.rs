@@ -233,7 +233,7 @@ impl Registration {
             pid: i64::from(std::process::id()),
             queues: &self.queues_json,
             kinds: &self.kinds_json,
-            concurrency: i64::try_from(self.concurrency).unwrap_or(i64::MAX),
+            concurrency: crate::backend::params::bigint(self.concurrency),
             started_at: self.started_at,
             expires_at,
             now,
