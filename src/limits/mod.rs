@@ -464,7 +464,7 @@ pub(crate) fn lease_within(
                 queue: q.clone(),
                 start: window_of(at, rate.period_ms()),
                 count: state.map_or(0, |s| s.started(at))
-                    + crate::backend::params::bigint(got.len()),
+                    + i64::try_from(got.len()).unwrap_or(i64::MAX),
             });
         }
         jobs.extend(got);
