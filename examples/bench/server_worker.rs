@@ -184,15 +184,14 @@ impl JobTime {
         }
     }
 
-    /// One job's time, drawn with `next`, which returns a number evenly
-    /// spread over [0, 1).
-    fn draw(&self, next: impl FnOnce() -> f64) -> Duration {
+    /// One job's time.
+    fn draw(&self) -> Duration {
         let base = Duration::from_micros(self.us);
         if self.spread_percent == 0 {
             return base;
         }
         let spread = f64::from(self.spread_percent) / 100.0;
-        base.mul_f64(1.0 - spread + 2.0 * spread * next())
+        base.mul_f64(rand::random_range(1.0 - spread..=1.0 + spread))
     }
 }
 
@@ -647,7 +646,7 @@ fn child_worker(target: &Where, args: &ChildArgs, words: &Receiver<String>) -> B
             .concurrency(args.threads)
             .handle_raw("noop", move |_payload, _ctx| {
                 if work.us > 0 {
-                    thread::sleep(work.draw(next_fraction));
+                    thread::sleep(work.draw());
                 }
                 handled.fetch_add(1, Ordering::Relaxed);
                 Ok::<(), JobError>(())
@@ -704,32 +703,4 @@ fn wait_for(words: &Receiver<String>, word: &str) -> BoxResult<()> {
             return Ok(());
         }
     }
-}
-
-/// A number evenly spread over [0, 1), from a xorshift generator of the
-/// calling thread's own, seeded from the clock and the thread: the spread
-/// of job times needs no more.
-fn next_fraction() -> f64 {
-    use std::cell::Cell;
-    use std::hash::{BuildHasher, Hasher};
-    thread_local! {
-        static STATE: Cell<u64> = Cell::new({
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u128(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_nanos(),
-            );
-            h.finish() | 1
-        });
-    }
-    STATE.with(|state| {
-        let mut x = state.get();
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        state.set(x);
-        (x >> 11) as f64 / (1u64 << 53) as f64
-    })
 }
